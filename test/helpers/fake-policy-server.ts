@@ -1,0 +1,132 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+
+/**
+ * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
+ * tree from the prompt our prompt builder wrote and answers like a (very simple) model would:
+ * - `scripted`: a Qwen computer-use tool call that solves simple MiniWoB tasks from the tree;
+ * - `garbage`: prose with no action in it;
+ * - `status`: an HTTP error with the given status.
+ */
+export type FakeMode = { kind: 'scripted' } | { kind: 'garbage' } | { kind: 'status'; status: number };
+
+export interface RecordedRequest {
+  model: string;
+  n: number;
+  temperature: number;
+  maxTokens: number;
+  hasImage: boolean;
+  goal: string;
+}
+
+export interface FakePolicyServer {
+  url: string;
+  requests: RecordedRequest[];
+  setMode(mode: FakeMode): void;
+  /** Called before answering request number `index` (0-based); the answer waits for it. */
+  onRequest?: (index: number) => Promise<void> | void;
+  close(): Promise<void>;
+}
+
+interface TreeLine {
+  id: number;
+  role: string;
+  name: string;
+  x: number;
+  y: number;
+}
+
+export function parseTree(text: string): TreeLine[] {
+  const out: TreeLine[] = [];
+  for (const line of text.split('\n')) {
+    const m = /\[(\d+)\]\s+(\S+)\s+"([^"]*)".*@\((\d+),\s*(\d+)\)/.exec(line);
+    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3], x: Number(m[4]), y: Number(m[5]) });
+  }
+  return out;
+}
+
+const toolCall = (args: Record<string, unknown>) =>
+  `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
+
+/** The scripted "model": enough to solve click-button (by coordinates) and enter-text (type, then submit). */
+export function scriptedAnswer(goal: string, tree: string, previous: string[]): string {
+  const lines = parseTree(tree);
+  const clickGoal = /Click on the "(.+?)" button/i.exec(goal);
+  if (clickGoal) {
+    const target = lines.find((l) => l.role === 'button' && l.name === clickGoal[1]);
+    if (target) return `I will click the ${clickGoal[1]} button.\n${toolCall({ action: 'left_click', coordinate: [target.x, target.y] })}`;
+  }
+  const enter = /Enter "(.+?)" into the text field/i.exec(goal);
+  if (enter) {
+    const typed = previous.some((p) => p.startsWith('type'));
+    const box = lines.find((l) => l.role === 'textbox');
+    const submit = lines.find((l) => l.role === 'button' && /submit/i.test(l.name));
+    if (!typed && box) return toolCall({ action: 'type', element_id: box.id, text: enter[1] });
+    if (submit) return toolCall({ action: 'left_click', coordinate: [submit.x, submit.y] });
+  }
+  return toolCall({ action: 'wait', time: 0 });
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }): Promise<FakePolicyServer> {
+  let mode = initial;
+  const requests: RecordedRequest[] = [];
+  const api: FakePolicyServer = {
+    url: '',
+    requests,
+    setMode: (m) => (mode = m),
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+  const server: Server = createServer(async (req, res) => {
+    const send = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: 'fake', object: 'model' }] });
+    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
+    let body: any;
+    try {
+      body = JSON.parse(await readBody(req));
+    } catch {
+      return send(400, { error: { message: 'body is not JSON', type: 'BadRequestError' } });
+    }
+    const user = (body.messages ?? []).find((m: any) => m.role === 'user');
+    const parts: any[] = Array.isArray(user?.content) ? user.content : [];
+    const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+    const hasImage = parts.some((p) => p.type === 'image_url' && /^data:image\/png;base64,/.test(p.image_url?.url ?? ''));
+    const goal = /^Goal: (.*)$/m.exec(text)?.[1] ?? '';
+    const index = requests.length;
+    requests.push({ model: body.model, n: body.n ?? 1, temperature: body.temperature, maxTokens: body.max_tokens, hasImage, goal });
+    await api.onRequest?.(index);
+    if (mode.kind === 'status') return send(mode.status, { error: { message: `fake server says ${mode.status}`, type: 'Error' } });
+    const tree = /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '';
+    const previous = [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]);
+    const n = Math.max(1, Number(body.n ?? 1));
+    const choices = Array.from({ length: n }, (_, i) => ({
+      index: i,
+      finish_reason: 'stop',
+      message: {
+        role: 'assistant',
+        content: mode.kind === 'garbage' ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}` : scriptedAnswer(goal, tree, previous),
+      },
+    }));
+    send(200, {
+      id: `chatcmpl-fake-${index}`,
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: body.model,
+      choices,
+      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  api.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`;
+  return api;
+}

@@ -1,0 +1,157 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WorkflowFailedError } from '@temporalio/client';
+import { parseConfig } from '../../lib/config';
+import type { EpisodeResult } from '../../lib/episode-types';
+import { episodeInput } from '../../client/episode-input';
+import { BlobStore } from '../../blob/store';
+import { join } from 'node:path';
+import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
+import { startTestStack, type TestStack } from '../helpers/stack';
+
+// Real Temporal dev server, real Chromium, real MiniWoB++ pages; only the model server is a local fake.
+let stack: TestStack;
+let policy: FakePolicyServer;
+
+before(async () => {
+  policy = await startFakePolicyServer();
+  stack = await startTestStack({ browserWorkers: 1 });
+});
+after(async () => {
+  await stack?.stop();
+  await policy?.close();
+});
+
+function input(task: string, seed: number, maxSteps = 10) {
+  const cfg = parseConfig({
+    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000 },
+    episode: { task, seed, maxSteps, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
+  });
+  return episodeInput(cfg);
+}
+
+/** Messages of a failure and its causes, outermost first. */
+function failureText(err: unknown): string {
+  const parts: string[] = [];
+  for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) parts.push(String(e.message));
+  return parts.join(' <- ');
+}
+
+let counter = 0;
+async function run(task: string, seed: number, maxSteps = 10): Promise<EpisodeResult> {
+  return stack.client.workflow.execute('episode', {
+    taskQueue: stack.controlQueue,
+    workflowId: `test-${task}-${seed}-${++counter}-${Date.now()}`,
+    args: [input(task, seed, maxSteps)],
+  });
+}
+
+describe('durable episode on MiniWoB++', () => {
+  test('click-button succeeds with the scripted policy', async () => {
+    policy.setMode({ kind: 'scripted' });
+    const before = policy.requests.length;
+    const r = await run('click-button', 3);
+    assert.equal(r.success, true, JSON.stringify(r));
+    assert.ok(r.reward > 0);
+    assert.equal(r.steps, 1);
+    assert.equal(r.actionValidity, 1);
+    assert.equal(r.actionPath[0].type, 'click');
+    const req = policy.requests[before];
+    assert.equal(req.hasImage, true, 'the screenshot goes to the policy as an image');
+    assert.equal(req.model, 'fake-qwen');
+    assert.match(req.goal, /Click on the ".+" button/);
+    const traj = await new BlobStore(join(stack.home, 'blobs')).getJson<{ steps: unknown[]; success: boolean }>(r.trajectoryRef);
+    assert.equal(traj.steps.length, 1);
+    assert.equal(traj.success, true);
+  });
+
+  test('garbage from the model ends with validity 0 and no crash', async () => {
+    policy.setMode({ kind: 'garbage' });
+    const r = await run('click-button', 3, 4);
+    assert.equal(r.actionValidity, 0);
+    assert.equal(r.validActions, 0);
+    assert.equal(r.steps, 4);
+    assert.equal(r.success, false);
+    assert.equal(r.actionPath.length, 0);
+  });
+
+  test('a model server rejecting the request fails the episode at once with its reason', async () => {
+    policy.setMode({ kind: 'status', status: 400 });
+    const before = policy.requests.length;
+    await assert.rejects(run('click-button', 3), (err: unknown) => {
+      assert.ok(err instanceof WorkflowFailedError);
+      const text = failureText(err);
+      assert.match(text, /policy request rejected.*HTTP 400/);
+      return true;
+    });
+    assert.equal(policy.requests.length - before, 1, '4xx is not retried');
+    policy.setMode({ kind: 'scripted' });
+  });
+
+  test('an unknown task is a clear, non-retryable error', async () => {
+    await assert.rejects(run('click-buton', 1), (err: unknown) => {
+      assert.ok(err instanceof WorkflowFailedError);
+      assert.match(failureText(err), /unknown MiniWoB task.*click-button/i);
+      return true;
+    });
+  });
+
+  test('a 10-step episode history has no image bytes and stays under 100 KB', async () => {
+    policy.setMode({ kind: 'scripted' });
+    // The scripted policy only waits on this task, so the episode runs all 10 steps.
+    const id = `test-history-${Date.now()}`;
+    const r: EpisodeResult = await stack.client.workflow.execute('episode', {
+      taskQueue: stack.controlQueue,
+      workflowId: id,
+      args: [input('click-checkboxes', 1, 10)],
+    });
+    assert.equal(r.steps, 10);
+    assert.equal(r.actionValidity, 1);
+    const history = await stack.client.workflow.getHandle(id).fetchHistory();
+    const text = JSON.stringify(history);
+    const events = history.events ?? [];
+    assert.ok(events.length > 40, `history has ${events.length} events`);
+    const bytes = Buffer.byteLength(text);
+    assert.ok(bytes < 100_000, `history is ${bytes} bytes`);
+    // Payload data is base64 inside the history; decode each payload and look for PNG bytes / data URLs.
+    for (const m of text.matchAll(/"data":"([A-Za-z0-9+/=]+)"/g)) {
+      const decoded = Buffer.from(m[1], 'base64');
+      assert.ok(!decoded.includes(Buffer.from([0x89, 0x50, 0x4e, 0x47])), 'a PNG is in the history');
+      assert.ok(!decoded.toString('latin1').includes('data:image'), 'a data URL is in the history');
+      assert.ok(!decoded.toString('latin1').includes('iVBORw0KGgo'), 'base64 PNG is in the history');
+    }
+  });
+
+  test('SIGKILL of the browser worker mid-episode: a new worker replays the prefix, same path and result', async () => {
+    policy.setMode({ kind: 'scripted' });
+    const reference = await run('enter-text', 5);
+    assert.equal(reference.success, true, JSON.stringify(reference));
+    assert.equal(reference.actionPath.length, 2);
+    assert.equal(reference.sessionRebuilds, 0);
+
+    const victim = stack.workers.find((w) => w.exitCode === null && w.spawnargs.some((a) => a.endsWith('browser.ts')))!;
+    const start = policy.requests.length;
+    let killed = false;
+    policy.onRequest = async (index) => {
+      // The second sample: the first action has run in the victim's page.
+      if (index === start + 1 && !killed) {
+        killed = true;
+        victim.kill('SIGKILL');
+        await new Promise((r) => victim.once('exit', r));
+        await stack.startWorker('browser');
+      }
+    };
+    try {
+      const r = await run('enter-text', 5);
+      assert.equal(killed, true);
+      assert.equal(r.sessionRebuilds, 1);
+      assert.deepEqual(r.actionPath, reference.actionPath);
+      assert.equal(r.success, reference.success);
+      assert.equal(r.reward, reference.reward);
+      assert.equal(r.steps, reference.steps);
+    } finally {
+      policy.onRequest = undefined;
+    }
+  });
+});

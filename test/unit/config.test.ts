@@ -1,0 +1,60 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, parseConfig } from '../../lib/config';
+import { loadConfigFile } from '../../lib/config-file';
+import { temporalSettings } from '../../client/connection';
+
+test('an empty config gets every default', () => {
+  const c = parseConfig({});
+  assert.equal(c.temporal.address, '127.0.0.1:7233');
+  assert.equal(c.episode.task, 'click-button');
+  assert.equal(c.policy.n, 1);
+  assert.equal(c.stack.retentionDays, 30);
+});
+
+test('configs/default.yaml is valid', () => {
+  const c = loadConfigFile(join(__dirname, '..', '..', 'configs', 'default.yaml'));
+  assert.equal(c.episode.env, 'miniwob');
+});
+
+test('errors name every bad field by its path', () => {
+  assert.throws(
+    () => parseConfig({ policy: { temperature: 9, n: 'two' }, episode: { maxSteps: 0 }, typo: true }),
+    (err: Error) => {
+      assert.ok(err instanceof ConfigError);
+      assert.match(err.message, /policy\.temperature/);
+      assert.match(err.message, /policy\.n/);
+      assert.match(err.message, /episode\.maxSteps/);
+      assert.match(err.message, /typo/);
+      return true;
+    },
+  );
+});
+
+test('a broken YAML file and a missing file give clear errors', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'halo-cfg-'));
+  writeFileSync(join(dir, 'bad.yaml'), 'policy: [unclosed');
+  assert.throws(() => loadConfigFile(join(dir, 'bad.yaml')), /not valid YAML/);
+  assert.throws(() => loadConfigFile(join(dir, 'nope.yaml')), /cannot read config file/);
+  writeFileSync(join(dir, 'url.yaml'), 'policy:\n  baseUrl: not a url\n');
+  assert.throws(() => loadConfigFile(join(dir, 'url.yaml')), /policy\.baseUrl/);
+});
+
+test('Temporal connection settings come from the environment', () => {
+  const d = { address: '127.0.0.1:7233', namespace: 'default' };
+  assert.deepEqual(temporalSettings(d, {}), { address: d.address, namespace: 'default', apiKey: undefined, tls: undefined });
+  const cloud = temporalSettings(d, { TEMPORAL_ADDRESS: 'ns.acct.tmprl.cloud:7233', TEMPORAL_NAMESPACE: 'ns.acct', TEMPORAL_API_KEY: 'k' });
+  assert.equal(cloud.address, 'ns.acct.tmprl.cloud:7233');
+  assert.equal(cloud.namespace, 'ns.acct');
+  assert.equal(cloud.apiKey, 'k');
+  assert.equal(cloud.tls, true, 'an API key implies TLS');
+  assert.throws(() => temporalSettings(d, { TEMPORAL_TLS_CLIENT_CERT_PATH: '/x.pem' }), /must be set together/);
+  const dir = mkdtempSync(join(tmpdir(), 'halo-tls-'));
+  writeFileSync(join(dir, 'c.pem'), 'CERT');
+  writeFileSync(join(dir, 'k.pem'), 'KEY');
+  const mtls = temporalSettings(d, { TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'c.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(dir, 'k.pem') });
+  assert.equal((mtls.tls as { clientCertPair: { crt: Buffer } }).clientCertPair.crt.toString(), 'CERT');
+});

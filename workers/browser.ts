@@ -1,0 +1,57 @@
+import { Worker } from '@temporalio/worker';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { BlobStore } from '../blob/store';
+import { SessionManager, createSessionActivities } from '../activities/session';
+import { haloHome } from '../client/connection';
+import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
+import { listMiniwobTasks } from '../env/miniwob-tasks';
+import { connectWorker, installRuntime, queueNames } from './runtime';
+
+/**
+ * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
+ * queue (everything else about a session it opened), so a session's steps always reach the right page.
+ */
+async function main() {
+  const log = installRuntime('browser-worker');
+  const { connection, namespace } = await connectWorker();
+  const htmlDir = findMiniwobHtml();
+  const miniwob = await startMiniwobServer({});
+  const workerName = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const ownQueue = `${queueNames().browser}@${workerName}`;
+  const manager = new SessionManager({
+    blobs: new BlobStore(join(haloHome(), 'blobs')),
+    miniwobBaseUrl: miniwob.baseUrl,
+    miniwobTasks: listMiniwobTasks(htmlDir),
+    workerTaskQueue: ownQueue,
+    workerName,
+  });
+  const activities = createSessionActivities(manager);
+  const shared = await Worker.create({
+    connection,
+    namespace,
+    taskQueue: queueNames().browser,
+    activities: { startSession: activities.startSession },
+    maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
+    shutdownGraceTime: '10s',
+  });
+  const own = await Worker.create({
+    connection,
+    namespace,
+    taskQueue: ownQueue,
+    activities,
+    shutdownGraceTime: '10s',
+  });
+  log.info({ sharedQueue: queueNames().browser, ownQueue, miniwob: miniwob.baseUrl, pid: process.pid }, 'browser worker ready');
+  await Promise.all([shared.run(), own.run()]);
+  await manager.shutdown();
+  await miniwob.close();
+  await connection.close();
+  log.info('browser worker stopped');
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,30 @@
+import { Worker } from '@temporalio/worker';
+import { join } from 'node:path';
+import { BlobStore } from '../blob/store';
+import { createControlActivities } from '../activities/control';
+import { haloHome } from '../client/connection';
+import { connectWorker, installRuntime, queueNames } from './runtime';
+
+/** Runs the workflows (deterministic orchestration) and the policy / record activities. */
+async function main() {
+  const log = installRuntime('control-worker');
+  const { connection, namespace } = await connectWorker();
+  const blobs = new BlobStore(join(haloHome(), 'blobs'));
+  const worker = await Worker.create({
+    connection,
+    namespace,
+    taskQueue: queueNames().control,
+    workflowsPath: require.resolve('../workflows'),
+    activities: createControlActivities(blobs),
+    shutdownGraceTime: '10s',
+  });
+  log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');
+  await worker.run();
+  await connection.close();
+  log.info('control worker stopped');
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

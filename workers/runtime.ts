@@ -1,0 +1,43 @@
+import { DefaultLogger, NativeConnection, Runtime, type LogLevel } from '@temporalio/worker';
+import { temporalSettings } from '../client/connection';
+import { createLogger, type Logger } from '../lib/log';
+
+/** The Temporal runtime logs through pino too, so worker and SDK lines share one format. */
+export function installRuntime(name: string): Logger {
+  const log = createLogger(name);
+  const level = (process.env.HALO_TEMPORAL_LOG_LEVEL ?? 'WARN').toUpperCase() as LogLevel;
+  Runtime.install({
+    logger: new DefaultLogger(level, (entry) => {
+      const fields = { ...(entry.meta ?? {}), sdk: true };
+      const msg = entry.message;
+      switch (entry.level) {
+        case 'ERROR':
+          log.error(fields, msg);
+          break;
+        case 'WARN':
+          log.warn(fields, msg);
+          break;
+        case 'INFO':
+          log.info(fields, msg);
+          break;
+        default:
+          log.debug(fields, msg);
+      }
+    }),
+    shutdownSignals: ['SIGINT', 'SIGTERM', 'SIGQUIT'],
+  });
+  return log;
+}
+
+export async function connectWorker(): Promise<{ connection: NativeConnection; namespace: string }> {
+  const s = temporalSettings({ address: '127.0.0.1:7233', namespace: 'default' });
+  const connection = await NativeConnection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey });
+  return { connection, namespace: s.namespace };
+}
+
+export function queueNames() {
+  return {
+    control: process.env.HALO_CONTROL_QUEUE || 'halo-control',
+    browser: process.env.HALO_BROWSER_QUEUE || 'halo-browser',
+  };
+}

@@ -1,0 +1,206 @@
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  TimeoutFailure,
+  proxyActivities,
+  setCurrentDetails,
+  upsertSearchAttributes,
+  workflowInfo,
+  defineQuery,
+  setHandler,
+} from '@temporalio/workflow';
+import type { SessionActivities } from '../activities/session';
+import type { ControlActivities } from '../activities/control';
+import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
+import type {
+  EpisodeInput,
+  EpisodeResult,
+  ObservationRef,
+  SessionHandle,
+  StepRecord,
+  StepSessionResult,
+} from '../lib/episode-types';
+import { actionValidity } from '../lib/episode-stats';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+
+export const episodeProgressQuery = defineQuery<{ step: number; steps: StepRecord[]; sessionRebuilds: number }>(
+  'episodeProgress',
+);
+
+/** Session errors that mean "this browser session is gone": rebuild it elsewhere from the action prefix. */
+function isSessionLost(err: unknown): boolean {
+  if (!(err instanceof ActivityFailure)) return false;
+  const cause = err.cause;
+  if (cause instanceof TimeoutFailure) return true;
+  if (cause instanceof ApplicationFailure) return !cause.nonRetryable;
+  return false;
+}
+
+/**
+ * One episode: reset a browser session, then sample → parse → step until the page says done, the agent
+ * answers, or maxSteps. The action path is the state: if the session's worker dies, a new session replays
+ * the prefix from the same seed and the episode goes on.
+ */
+export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
+  const { task, maxSteps, policy } = input;
+  const info = workflowInfo();
+  const maxRebuilds = input.maxSessionRebuilds ?? 5;
+  const startTimeoutMs = input.sessionStartTimeoutMs ?? 20_000;
+  const heartbeatTimeoutMs = input.heartbeatTimeoutMs ?? 10_000;
+
+  upsertSearchAttributes([
+    { key: KIND, value: 'episode' },
+    { key: TASK, value: `${task.env}/${task.task}` },
+    { key: RUN_ID, value: input.runId ?? info.workflowId },
+    { key: MODE, value: input.mode ?? policy.model },
+  ]);
+
+  const control = (summary: string) =>
+    proxyActivities<ControlActivities>({
+      summary,
+      startToCloseTimeout: policy.timeoutMs + 30_000,
+      retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 8 },
+    });
+  // Any browser worker may open a session; the answer names that worker's own queue.
+  const opener = (summary: string) =>
+    proxyActivities<SessionActivities>({
+      summary,
+      taskQueue: input.browserTaskQueue,
+      startToCloseTimeout: '5m',
+      heartbeatTimeout: heartbeatTimeoutMs,
+      retry: { maximumAttempts: 3, initialInterval: '1s' },
+    });
+  // Session activities go to the one worker holding the page. One attempt: a failure there means the
+  // session is suspect, and the episode rebuilds it rather than retrying into a dead queue.
+  const onSession = (s: SessionHandle, summary: string) =>
+    proxyActivities<SessionActivities>({
+      summary,
+      taskQueue: s.taskQueue,
+      scheduleToStartTimeout: startTimeoutMs,
+      startToCloseTimeout: '2m',
+      heartbeatTimeout: heartbeatTimeoutMs,
+      retry: { maximumAttempts: 1 },
+    });
+
+  const steps: StepRecord[] = [];
+  const actionPath: Action[] = [];
+  let sessionRebuilds = 0;
+  setHandler(episodeProgressQuery, () => ({ step: steps.length, steps, sessionRebuilds }));
+
+  const label = `${task.env}/${task.task} seed ${task.seed}`;
+  let started = await opener(`reset ${label}`).startSession({ spec: task, replay: [], episodeId: info.workflowId });
+  let session: SessionHandle = started;
+  let observation: ObservationRef = started.observation;
+
+  async function rebuildSession(why: unknown): Promise<void> {
+    if (sessionRebuilds >= maxRebuilds) {
+      throw ApplicationFailure.nonRetryable(
+        `browser session lost ${sessionRebuilds + 1} times; giving up (last: ${(why as Error).message})`,
+        'SessionLost',
+      );
+    }
+    sessionRebuilds++;
+    started = await opener(`rebuild session: replay ${actionPath.length} actions of ${label}`).startSession({
+      spec: task,
+      replay: actionPath,
+      episodeId: info.workflowId,
+    });
+    session = started;
+    observation = started.observation;
+  }
+
+  async function stepWithRebuild(action: Action, stepNo: number): Promise<StepSessionResult> {
+    for (;;) {
+      try {
+        return await onSession(session, `step ${stepNo}: ${describeAction(action)}`).stepSession({
+          sessionId: session.sessionId,
+          index: actionPath.length,
+          action,
+        });
+      } catch (err) {
+        if (!isSessionLost(err)) throw err;
+        await rebuildSession(err);
+      }
+    }
+  }
+
+  let done = false;
+  let success = false;
+  let reward = 0;
+  let reason: string | null = null;
+  try {
+    for (let stepNo = 1; stepNo <= maxSteps && !done; stepNo++) {
+      const history = steps.map((s) => ({
+        step: s.step,
+        action: describeAction(s.action),
+        note: s.actionError ?? (s.valid ? undefined : 'invalid'),
+      }));
+      const sample = await control(`sample step ${stepNo} (${policy.model}, n=${policy.n})`).samplePolicy({
+        policy,
+        observation,
+        history,
+      });
+      const chosen = sample.candidates[0];
+      const record: StepRecord = {
+        step: stepNo,
+        observation,
+        completion: chosen.preview,
+        completionRef: chosen.completionRef,
+        action: chosen.action,
+        valid: isValidAction(chosen.action),
+        reward: 0,
+        done: false,
+        url: observation.url,
+      };
+      if (isValidAction(chosen.action)) {
+        const out = await stepWithRebuild(chosen.action, stepNo);
+        actionPath.push(chosen.action);
+        observation = out.observation;
+        record.reward = out.reward;
+        record.done = out.done || isTerminal(chosen.action);
+        record.url = out.observation.url;
+        record.actionError = out.actionError;
+        done = record.done;
+        success = out.success;
+        reward = out.reward;
+        reason = out.reason;
+      }
+      steps.push(record);
+      setCurrentDetails(
+        `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · reward ${record.reward} · ${record.url}`,
+      );
+    }
+  } finally {
+    // Best effort: a dead worker's session needs no closing.
+    try {
+      await onSession(session, 'close session').closeSession({ sessionId: session.sessionId });
+    } catch {
+      /* the session's worker is gone; nothing to free */
+    }
+  }
+
+  const validity = actionValidity(steps);
+  const trajectoryRef = await control('record trajectory').recordTrajectory({
+    workflowId: info.workflowId,
+    task,
+    policyModel: policy.model,
+    steps,
+    success,
+    reward,
+    reason,
+  });
+  return {
+    workflowId: info.workflowId,
+    task,
+    success,
+    reward,
+    steps: steps.length,
+    actionValidity: validity,
+    validActions: steps.filter((s) => s.valid).length,
+    done,
+    reason,
+    actionPath,
+    sessionRebuilds,
+    trajectoryRef,
+  };
+}
