@@ -9,6 +9,15 @@ import { chatCompletions } from './policy-client';
 
 const PREVIEW_CHARS = 300;
 
+/** The activity's cancellation signal; none when the function runs outside a worker (benchmarks, scripts). */
+function activitySignal(): AbortSignal | undefined {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Activities of the control worker: policy sampling and trajectory records (I/O that is not a browser). */
 export function createControlActivities(blobs: BlobStore) {
   async function toOpenAiMessages(messages: PromptMessage[]): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
@@ -37,7 +46,7 @@ export function createControlActivities(blobs: BlobStore) {
       const { completions, model } = await chatCompletions(
         input.policy,
         await toOpenAiMessages(prompt),
-        Context.current().cancellationSignal,
+        activitySignal(),
       );
       const candidates = [];
       for (const c of completions) {

@@ -52,13 +52,13 @@ function editDistance(a: string, b: string): number {
 /** Up to `n` known task names closest to `name` (substring matches first, then by edit distance). */
 export function closeMiniwobTasks(name: string, tasks: readonly string[], n = 5): string[] {
   const q = name.trim().toLowerCase().replace(/^miniwob[./]/, '').replace(/-v1$/, '').replace(/\.html$/, '');
-  const scored = tasks.map((t) => {
-    const contains = q.length >= 3 && (t.includes(q) || q.includes(t));
-    return { t, score: (contains ? 0 : 100) + editDistance(q, t) };
-  });
-  scored.sort((x, y) => x.score - y.score || x.t.localeCompare(y.t));
-  const limit = Math.max(3, Math.ceil(q.length / 2));
-  return scored.filter((s) => s.score < 100 || s.score <= limit).slice(0, n).map((s) => s.t);
+  const limit = Math.max(2, Math.ceil(q.length / 3));
+  return tasks
+    .map((t) => ({ t, contains: q.length >= 3 && (t.includes(q) || q.includes(t)), d: editDistance(q, t) }))
+    .filter((s) => s.contains || s.d <= limit)
+    .sort((a, b) => Number(b.contains) - Number(a.contains) || a.d - b.d || a.t.localeCompare(b.t))
+    .slice(0, n)
+    .map((s) => s.t);
 }
 
 /** Throws a clear error (with suggestions) when `name` is not one of `tasks`. */

@@ -38,8 +38,8 @@ interface TreeLine {
 export function parseTree(text: string): TreeLine[] {
   const out: TreeLine[] = [];
   for (const line of text.split('\n')) {
-    const m = /\[(\d+)\]\s+(\S+)\s+"([^"]*)".*@\((\d+),\s*(\d+)\)/.exec(line);
-    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3], x: Number(m[4]), y: Number(m[5]) });
+    const m = /\[(\d+)\]\s+(\S+)(?:\s+"((?:[^"\\]|\\.)*)")?.*@\((\d+),\s*(\d+)\)/.exec(line);
+    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3] ?? '', x: Number(m[4]), y: Number(m[5]) });
   }
   return out;
 }

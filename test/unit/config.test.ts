@@ -56,5 +56,5 @@ test('Temporal connection settings come from the environment', () => {
   writeFileSync(join(dir, 'c.pem'), 'CERT');
   writeFileSync(join(dir, 'k.pem'), 'KEY');
   const mtls = temporalSettings(d, { TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'c.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(dir, 'k.pem') });
-  assert.equal((mtls.tls as { clientCertPair: { crt: Buffer } }).clientCertPair.crt.toString(), 'CERT');
+  assert.equal(Buffer.from((mtls.tls as { clientCertPair: { crt: Uint8Array } }).clientCertPair.crt).toString(), 'CERT');
 });

@@ -1,0 +1,111 @@
+/**
+ * What does Temporal add to an episode? The same 10-step MiniWoB++ episode with an instant scripted policy
+ * runs as a plain in-process loop (same session manager, same policy activity code, no Temporal) and as the
+ * `episode` workflow on a real dev server with worker processes. Prints the median wall times and the ratio.
+ *
+ *   node --import tsx bench/episode-overhead.ts [--repeats 5] [--task click-checkboxes] [--steps 10]
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { BlobStore } from '../blob/store';
+import { createControlActivities } from '../activities/control';
+import { SessionManager } from '../activities/session';
+import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
+import { listMiniwobTasks } from '../env/miniwob-tasks';
+import { describeAction, isTerminal, isValidAction } from '../lib/actions';
+import { parseConfig } from '../lib/config';
+import { episodeInput } from '../client/episode-input';
+import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
+import { startFakePolicyServer } from '../test/helpers/fake-policy-server';
+import { startTestStack } from '../test/helpers/stack';
+
+const { values } = parseArgs({
+  options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' } },
+});
+const repeats = Number(values.repeats);
+const maxSteps = Number(values.steps);
+
+async function plainLoop(input: EpisodeInput, manager: SessionManager, control: ReturnType<typeof createControlActivities>) {
+  const s = await manager.start({ spec: input.task, replay: [], episodeId: 'bench' });
+  let observation = s.observation;
+  const history: { step: number; action: string }[] = [];
+  let steps = 0;
+  for (let step = 1; step <= input.maxSteps; step++) {
+    const sample = await control.samplePolicy({ policy: input.policy, observation, history });
+    const action = sample.candidates[0].action;
+    steps++;
+    history.push({ step, action: describeAction(action) });
+    if (!isValidAction(action)) continue;
+    const out = await manager.step({ sessionId: s.sessionId, index: step - 1, action });
+    observation = out.observation;
+    if (out.done || isTerminal(action)) break;
+  }
+  await manager.close(s.sessionId);
+  await control.recordTrajectory({ workflowId: 'bench', task: input.task, policyModel: input.policy.model, steps: [], success: false, reward: 0, reason: null });
+  return steps;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main() {
+  const policy = await startFakePolicyServer({ kind: 'scripted' });
+  const stack = await startTestStack({ browserWorkers: 1 });
+  const home = mkdtempSync(join(tmpdir(), 'halo-bench-'));
+  const blobs = new BlobStore(join(home, 'blobs'));
+  const miniwob = await startMiniwobServer({});
+  const manager = new SessionManager({
+    blobs,
+    miniwobBaseUrl: miniwob.baseUrl,
+    miniwobTasks: listMiniwobTasks(findMiniwobHtml()),
+    workerTaskQueue: 'in-process',
+    workerName: 'bench',
+  });
+  const control = createControlActivities(blobs);
+  const cfg = parseConfig({
+    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    policy: { baseUrl: policy.url, model: 'scripted' },
+    episode: { task: values.task, seed: 1, maxSteps },
+  });
+  const input = episodeInput(cfg);
+  const plain: number[] = [];
+  const durable: number[] = [];
+  let n = 0;
+  try {
+    // One warm-up of each (browser launch, workflow bundle caches), then alternate so drift hits both.
+    for (let r = 0; r <= repeats; r++) {
+      let t = performance.now();
+      const steps = await plainLoop(input, manager, control);
+      const tp = performance.now() - t;
+      t = performance.now();
+      const res: EpisodeResult = await stack.client.workflow.execute('episode', {
+        taskQueue: stack.controlQueue,
+        workflowId: `bench-${Date.now()}-${n++}`,
+        args: [input],
+      });
+      const tw = performance.now() - t;
+      if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
+      if (r === 0) continue;
+      plain.push(tp);
+      durable.push(tw);
+      console.error(`run ${r}: plain ${tp.toFixed(0)} ms, temporal ${tw.toFixed(0)} ms`);
+    }
+  } finally {
+    await manager.shutdown();
+    await miniwob.close();
+    await stack.stop();
+    await policy.close();
+  }
+  const mp = median(plain);
+  const md = median(durable);
+  console.log(`episode: ${values.task}, ${maxSteps} steps, ${repeats} runs each (medians)`);
+  console.log(`plain in-process loop : ${mp.toFixed(0)} ms`);
+  console.log(`Temporal workflow      : ${md.toFixed(0)} ms`);
+  console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 15%)`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,415 @@
+import type { CDPSession, Page } from 'playwright-core';
+import type { BlobStore } from '../blob/store';
+import { GRID_MAX, type Action } from '../lib/actions';
+import { DEFAULT_VIEWPORT } from './browser';
+import { PAGE_SCRIPT, type AxTreeOptions, type PageEpisodeState, type PageView } from './page-scripts';
+import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
+
+/**
+ * Magnification of the MiniWoB task (160x210 CSS px in the page's top-left corner).
+ *
+ * How: the page is NOT zoomed. Each screenshot captures the top-left (viewport / zoom) CSS px of the page
+ * and renders it at `zoom` device pixels per CSS px (CDP Page.captureScreenshot with clip.scale, which
+ * re-rasterises, so text stays sharp), giving a 1280x720 image. The 0-1000 grid spans that image; a grid
+ * point maps to screenshot pixel (x/1000*1280, y/1000*720), i.e. to CSS px (that / zoom) for page.mouse.
+ *
+ * Why not CSS `zoom` on the page: checked in Chromium 156, under CSS zoom mouse events still report
+ * pageX/clientX in unzoomed viewport px while offsetWidth / SVG geometry stay in zoomed-element px, so
+ * every task that scores `event.pageX` against its own layout (circle-center, bisect-angle, right-angle,
+ * find-midpoint, hot-cold, the jQuery UI drag tasks...) would read positions off by the zoom factor.
+ * Why not deviceScaleFactor: with a 1280x720 viewport it would make 3840x2160 screenshots, and shrinking the
+ * CSS viewport instead means changing the caller's context. Capture-time scaling changes nothing the page can
+ * observe, so the task's own coordinate logic is untouched.
+ *
+ * 3.2 shows 400x225 CSS px: the 210 px task fills 672 of 720 px and both sizes are whole numbers.
+ */
+export const DEFAULT_MINIWOB_ZOOM = 3.2;
+export const DEFAULT_EPISODE_MAX_TIME_MS = 1_000_000;
+export const DEFAULT_SETTLE_MS = 60;
+
+const CLICK_ELEMENT_TIMEOUT_MS = 2_000;
+const AXTREE_MAX_LINES = 200;
+const AXTREE_MAX_CHARS = 8_192;
+
+export interface MiniWobEnvOptions {
+  /** Created by the caller from a BrowserContext with viewport 1280x720. The env owns it from now on. */
+  page: Page;
+  /** Static server root, e.g. http://127.0.0.1:41234 (task pages under /miniwob/). */
+  baseUrl: string;
+  blobs: BlobStore;
+  /** core.EPISODE_MAX_TIME in ms (MiniWoB's default 10 s is far too short for a VLM policy). */
+  episodeMaxTimeMs?: number;
+  /** Screenshot magnification; see DEFAULT_MINIWOB_ZOOM. */
+  zoom?: number;
+  /** Wait after each action before reading the reward (plus one animation frame). */
+  settleMs?: number;
+}
+
+const MODIFIERS: Record<string, string> = {
+  ctrl: 'Control',
+  control: 'Control',
+  shift: 'Shift',
+  alt: 'Alt',
+  option: 'Alt',
+  meta: 'Meta',
+  cmd: 'Meta',
+  command: 'Meta',
+  super: 'Meta',
+  win: 'Meta',
+  windows: 'Meta',
+};
+
+const NAMED_KEYS: Record<string, string> = {
+  enter: 'Enter',
+  return: 'Enter',
+  tab: 'Tab',
+  esc: 'Escape',
+  escape: 'Escape',
+  backspace: 'Backspace',
+  delete: 'Delete',
+  del: 'Delete',
+  insert: 'Insert',
+  ins: 'Insert',
+  up: 'ArrowUp',
+  down: 'ArrowDown',
+  left: 'ArrowLeft',
+  right: 'ArrowRight',
+  arrowup: 'ArrowUp',
+  arrowdown: 'ArrowDown',
+  arrowleft: 'ArrowLeft',
+  arrowright: 'ArrowRight',
+  space: 'Space',
+  spacebar: 'Space',
+  pageup: 'PageUp',
+  pagedown: 'PageDown',
+  pgup: 'PageUp',
+  pgdn: 'PageDown',
+  home: 'Home',
+  end: 'End',
+  capslock: 'CapsLock',
+};
+
+/**
+ * Maps policy key names (case-insensitive; "ctrl+a" inside one entry is split) to Playwright key names.
+ * Single characters stay characters, except that with Control/Alt/Meta held a letter or digit becomes its
+ * physical key (KeyA, Digit1), which is what Chromium's shortcuts (select all, copy, paste) listen to.
+ * Returns `{ unknown }` with the first name it cannot map.
+ */
+export function toPlaywrightKeys(keys: readonly string[]): { keys: string[] } | { unknown: string } {
+  const parts: string[] = [];
+  for (const entry of keys) {
+    if (entry.length > 1 && entry.includes('+')) {
+      // "ctrl+a", "ctrl++" (control and plus), "shift+" (shift and plus)
+      const trailingPlus = entry.endsWith('+');
+      const body = trailingPlus ? entry.slice(0, -1) : entry;
+      parts.push(...body.split('+').filter((p) => p !== ''));
+      if (trailingPlus) parts.push('+');
+    } else {
+      parts.push(entry);
+    }
+  }
+  const mapped: string[] = [];
+  for (const raw of parts) {
+    const p = raw.length === 1 ? raw : raw.trim();
+    const lower = p.toLowerCase();
+    let key: string | undefined;
+    if (p.length === 1) key = p === ' ' ? 'Space' : p;
+    else if (MODIFIERS[lower]) key = MODIFIERS[lower];
+    else if (NAMED_KEYS[lower]) key = NAMED_KEYS[lower];
+    else if (/^f([1-9]|1[0-2])$/.test(lower)) key = lower.toUpperCase();
+    else if (/^(key[a-z]|digit[0-9])$/.test(lower)) key = lower.startsWith('key') ? `Key${lower[3].toUpperCase()}` : `Digit${lower[5]}`;
+    if (key === undefined) return { unknown: raw };
+    mapped.push(key);
+  }
+  const shortcut = mapped.some((k) => k === 'Control' || k === 'Alt' || k === 'Meta');
+  if (shortcut) {
+    for (let i = 0; i < mapped.length; i++) {
+      const k = mapped[i];
+      if (/^[a-zA-Z]$/.test(k)) mapped[i] = `Key${k.toUpperCase()}`;
+      else if (/^[0-9]$/.test(k)) mapped[i] = `Digit${k}`;
+    }
+  }
+  return { keys: mapped };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((ok) => setTimeout(ok, ms));
+}
+
+function firstLine(err: unknown): string {
+  const msg = err instanceof Error ? err.message : String(err);
+  const line = msg.split('\n').find((l) => l.trim() !== '') ?? msg;
+  return line.length > 300 ? `${line.slice(0, 299)}…` : line;
+}
+
+const FATAL_PATTERNS =
+  /Target crashed|Page crashed|Target page, context or browser has been closed|Browser has been closed|browser has disconnected|Target closed|Session closed|Connection closed/i;
+
+/** Width and height from a PNG's IHDR chunk. */
+export function pngSize(png: Buffer): { width: number; height: number } {
+  const signature = '89504e470d0a1a0a';
+  if (png.length < 24 || png.subarray(0, 8).toString('hex') !== signature || png.toString('latin1', 12, 16) !== 'IHDR') {
+    throw new Error('not a PNG image');
+  }
+  return { width: png.readUInt32BE(16), height: png.readUInt32BE(20) };
+}
+
+interface EpisodeState {
+  task: string;
+  seed: number;
+  url: string;
+  goal: string;
+  steps: number;
+  /** Set once the page reported the end of the episode (or the agent answered): later applies return it. */
+  final?: ApplyResult;
+}
+
+/**
+ * One MiniWoB++ task page driven through Playwright. Observations are a 1280x720 screenshot of the
+ * magnified task (see DEFAULT_MINIWOB_ZOOM), the URL and a compact accessibility tree whose element ids
+ * (`data-halo-id`) are stable across observations and reproducible from the same resets and actions.
+ */
+export class MiniWobEnv implements Environment {
+  readonly page: Page;
+  readonly baseUrl: string;
+  readonly zoom: number;
+  readonly episodeMaxTimeMs: number;
+  readonly settleMs: number;
+  private readonly blobs: BlobStore;
+  private cdp: CDPSession | undefined;
+  private crashed = false;
+  private episode: EpisodeState | undefined;
+
+  constructor(opts: MiniWobEnvOptions) {
+    this.page = opts.page;
+    this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
+    this.blobs = opts.blobs;
+    this.zoom = opts.zoom ?? DEFAULT_MINIWOB_ZOOM;
+    this.episodeMaxTimeMs = opts.episodeMaxTimeMs ?? DEFAULT_EPISODE_MAX_TIME_MS;
+    this.settleMs = opts.settleMs ?? DEFAULT_SETTLE_MS;
+    if (!(this.zoom > 0 && Number.isFinite(this.zoom))) throw new Error(`invalid zoom ${this.zoom}`);
+    this.page.on('crash', () => {
+      this.crashed = true;
+    });
+    // No task uses dialogs; an unexpected one would block every later call.
+    this.page.on('dialog', (d) => {
+      d.dismiss().catch(() => undefined);
+    });
+  }
+
+  private get viewport(): { width: number; height: number } {
+    return this.page.viewportSize() ?? DEFAULT_VIEWPORT;
+  }
+
+  private assertUsable(): void {
+    if (this.crashed) throw new Error('MiniWoB page crashed');
+    if (this.page.isClosed()) throw new Error('MiniWoB page is closed');
+  }
+
+  private isFatal(err: unknown): boolean {
+    return this.crashed || this.page.isClosed() || FATAL_PATTERNS.test(err instanceof Error ? err.message : String(err));
+  }
+
+  async reset(spec: TaskSpec): Promise<Observation> {
+    if (spec.env !== 'miniwob') throw new Error(`MiniWobEnv cannot run env "${String(spec.env)}"`);
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(spec.task)) throw new Error(`invalid MiniWoB task name ${JSON.stringify(spec.task)}`);
+    if (!Number.isSafeInteger(spec.seed)) throw new Error(`MiniWoB seed must be an integer, got ${spec.seed}`);
+    this.assertUsable();
+    this.episode = undefined;
+    const url = `${this.baseUrl}/miniwob/${spec.task}.html`;
+    const response = await this.page.goto(url, { waitUntil: 'load', timeout: 30_000 });
+    if (!response || !response.ok()) {
+      throw new Error(`MiniWoB task page ${url} answered HTTP ${response ? response.status() : 'nothing'}`);
+    }
+    await this.page.evaluate(PAGE_SCRIPT);
+    // core.startEpisode() (from window.onload) creates the START cover that startEpisodeReal() needs.
+    await this.page.waitForFunction('typeof core !== "undefined" && core.cover_div != null', undefined, { timeout: 10_000 });
+    // The seed goes in as a number, as MiniWoB's Python driver and BrowserGym pass it, so a seed gives the
+    // same problem here as there.
+    await this.page.evaluate(
+      `window.__halo.start(${JSON.stringify({ seed: spec.seed, maxTimeMs: this.episodeMaxTimeMs })})`,
+    );
+    await this.page.waitForFunction('window.WOB_TASK_READY === true', undefined, { timeout: 10_000 });
+    const goal = (await this.page.evaluate('window.__halo.utterance()')) as string;
+    await this.page.evaluate('window.__halo.afterAction()');
+    this.episode = { task: spec.task, seed: spec.seed, url, goal, steps: 0 };
+    return this.observe();
+  }
+
+  private requireEpisode(): EpisodeState {
+    if (!this.episode) throw new Error('MiniWobEnv: call reset() first');
+    return this.episode;
+  }
+
+  /** Grid (0-1000 over the screenshot) to page CSS px. */
+  private toPage(x: number, y: number): { x: number; y: number } {
+    const { width, height } = this.viewport;
+    return { x: ((x / GRID_MAX) * width) / this.zoom, y: ((y / GRID_MAX) * height) / this.zoom };
+  }
+
+  async apply(action: Action): Promise<ApplyResult> {
+    const ep = this.requireEpisode();
+    this.assertUsable();
+    ep.steps++;
+    if (ep.final) return { ...ep.final };
+
+    if (action.type === 'answer') {
+      // The agent ends the episode; MiniWoB scores only through the page, so take what the page says now.
+      const st = (await this.page.evaluate('window.__halo.state()')) as PageEpisodeState;
+      const reward = st.done ? st.raw : 0;
+      ep.final = { reward, done: true, success: reward > 0, reason: st.reason ?? 'answered' };
+      return { ...ep.final };
+    }
+
+    let actionError: string | undefined;
+    try {
+      actionError = await this.execute(action);
+    } catch (err) {
+      if (this.isFatal(err)) throw err;
+      actionError = firstLine(err);
+    }
+    if (this.settleMs > 0) await sleep(this.settleMs);
+    this.assertUsable();
+
+    let st: PageEpisodeState | null;
+    if (this.page.url().split('#')[0] !== ep.url) {
+      st = null;
+    } else {
+      st = (await this.page.evaluate('window.__halo ? window.__halo.afterAction() : null')) as PageEpisodeState | null;
+    }
+    let result: ApplyResult;
+    if (st === null) {
+      // Something navigated away from the task page: the episode cannot be scored any more.
+      result = { reward: 0, done: true, success: false, reason: 'navigated away from the task page' };
+    } else {
+      result = { reward: st.done ? st.raw : 0, done: st.done, success: st.done && st.raw > 0, reason: st.reason };
+    }
+    if (result.done) ep.final = { ...result };
+    return actionError === undefined ? result : { ...result, actionError };
+  }
+
+  /** Runs the action; returns an error text for actions that cannot run (Playwright errors are thrown). */
+  private async execute(action: Exclude<Action, { type: 'answer' }>): Promise<string | undefined> {
+    const page = this.page;
+    switch (action.type) {
+      case 'click': {
+        const p = this.toPage(action.x, action.y);
+        await page.mouse.click(p.x, p.y, { button: action.button, clickCount: action.count });
+        return undefined;
+      }
+      case 'double_click': {
+        const p = this.toPage(action.x, action.y);
+        await page.mouse.dblclick(p.x, p.y);
+        return undefined;
+      }
+      case 'move': {
+        const p = this.toPage(action.x, action.y);
+        await page.mouse.move(p.x, p.y);
+        return undefined;
+      }
+      case 'click_element': {
+        const loc = page.locator(`[data-halo-id="${action.id}"]`);
+        if ((await loc.count()) === 0) return `no element with id ${action.id}`;
+        await loc.first().click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
+        return undefined;
+      }
+      case 'type': {
+        if (action.id !== undefined) {
+          const loc = page.locator(`[data-halo-id="${action.id}"]`);
+          if ((await loc.count()) === 0) return `no element with id ${action.id}`;
+          const target = loc.first();
+          const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout: CLICK_ELEMENT_TIMEOUT_MS })) as string;
+          if (tag === 'SELECT') {
+            // A native <select> popup cannot be driven by keys in headless Chromium: pick the option by label.
+            await target.selectOption({ label: action.text }, { timeout: CLICK_ELEMENT_TIMEOUT_MS });
+            return undefined;
+          }
+          await target.click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
+        }
+        await page.keyboard.type(action.text);
+        return undefined;
+      }
+      case 'key': {
+        const mapped = toPlaywrightKeys(action.keys);
+        if ('unknown' in mapped) return `unknown key ${JSON.stringify(mapped.unknown)}`;
+        const held: string[] = [];
+        try {
+          for (const k of mapped.keys) {
+            await page.keyboard.down(k);
+            held.push(k);
+          }
+        } finally {
+          for (const k of held.reverse()) await page.keyboard.up(k);
+        }
+        return undefined;
+      }
+      case 'scroll': {
+        if (action.x !== undefined && action.y !== undefined) {
+          const p = this.toPage(action.x, action.y);
+          await page.mouse.move(p.x, p.y);
+        }
+        // `amount` is in screenshot pixels, like the coordinates the policy sees.
+        const d = action.amount / this.zoom;
+        const dx = action.direction === 'left' ? -d : action.direction === 'right' ? d : 0;
+        const dy = action.direction === 'up' ? -d : action.direction === 'down' ? d : 0;
+        await page.mouse.wheel(dx, dy);
+        return undefined;
+      }
+      case 'wait':
+        await sleep(action.seconds * 1000);
+        return undefined;
+      case 'goto':
+        return 'navigation is not allowed in MiniWoB';
+    }
+  }
+
+  async observe(): Promise<Observation> {
+    const ep = this.requireEpisode();
+    this.assertUsable();
+    const { width, height } = this.viewport;
+    const opts: AxTreeOptions = { zoom: this.zoom, width, height, maxLines: AXTREE_MAX_LINES, maxChars: AXTREE_MAX_CHARS };
+    const view = (await this.page.evaluate(
+      `window.__halo ? window.__halo.view(${JSON.stringify(opts)}) : null`,
+    )) as PageView | null;
+    const png = await this.capture(view?.scrollX ?? 0, view?.scrollY ?? 0);
+    const size = pngSize(png);
+    const screenshotRef = await this.blobs.put(png, 'png');
+    return {
+      goal: ep.goal,
+      url: this.page.url(),
+      axtree: view?.axtree ?? '',
+      screenshotRef,
+      width: size.width,
+      height: size.height,
+      step: ep.steps,
+    };
+  }
+
+  /** PNG of the top-left (viewport / zoom) CSS px of the visual viewport, rendered at `zoom`. */
+  private async capture(scrollX: number, scrollY: number): Promise<Buffer> {
+    if (!this.cdp) this.cdp = await this.page.context().newCDPSession(this.page);
+    const { width, height } = this.viewport;
+    const res = (await this.cdp.send('Page.captureScreenshot', {
+      format: 'png',
+      fromSurface: true,
+      captureBeyondViewport: false,
+      clip: { x: scrollX, y: scrollY, width: width / this.zoom, height: height / this.zoom, scale: this.zoom },
+    })) as { data: string };
+    return Buffer.from(res.data, 'base64');
+  }
+
+  async step(action: Action): Promise<StepOutcome> {
+    const result = await this.apply(action);
+    const observation = await this.observe();
+    return { observation, ...result };
+  }
+
+  async close(): Promise<void> {
+    this.episode = undefined;
+    if (this.cdp) {
+      await this.cdp.detach().catch(() => undefined);
+      this.cdp = undefined;
+    }
+    if (!this.page.isClosed()) await this.page.close();
+  }
+}
