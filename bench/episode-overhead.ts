@@ -4,6 +4,7 @@
  * `episode` workflow on a real dev server with worker processes. Prints the median wall times and the ratio.
  *
  *   node --import tsx bench/episode-overhead.ts [--repeats 5] [--task click-checkboxes] [--steps 10]
+ *                                               [--policy-latency-ms 0]   (0 = instant scripted policy)
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,13 +23,15 @@ import { startFakePolicyServer } from '../test/helpers/fake-policy-server';
 import { startTestStack } from '../test/helpers/stack';
 
 const { values } = parseArgs({
-  options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' } },
+  options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' }, 'policy-latency-ms': { type: 'string', default: '0' } },
 });
 const repeats = Number(values.repeats);
 const maxSteps = Number(values.steps);
 
 async function plainLoop(input: EpisodeInput, manager: SessionManager, control: ReturnType<typeof createControlActivities>) {
+  const t0 = performance.now();
   const s = await manager.start({ spec: input.task, replay: [], episodeId: 'bench' });
+  if (process.env.BENCH_VERBOSE) console.error(`  plain start ${(performance.now() - t0).toFixed(0)} ms`);
   let observation = s.observation;
   const history: { step: number; action: string }[] = [];
   let steps = 0;
@@ -51,6 +54,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main() {
   const policy = await startFakePolicyServer({ kind: 'scripted' });
+  policy.delayMs = Number(values['policy-latency-ms']);
   const stack = await startTestStack({ browserWorkers: 1 });
   const home = mkdtempSync(join(tmpdir(), 'halo-bench-'));
   const blobs = new BlobStore(join(home, 'blobs'));
@@ -99,7 +103,7 @@ async function main() {
   }
   const mp = median(plain);
   const md = median(durable);
-  console.log(`episode: ${values.task}, ${maxSteps} steps, ${repeats} runs each (medians)`);
+  console.log(`episode: ${values.task}, ${maxSteps} steps, policy latency ${policy.delayMs} ms, ${repeats} runs each (medians)`);
   console.log(`plain in-process loop : ${mp.toFixed(0)} ms`);
   console.log(`Temporal workflow      : ${md.toFixed(0)} ms`);
   console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 15%)`);

@@ -1,6 +1,7 @@
 import {
   ActivityFailure,
   ApplicationFailure,
+  CancellationScope,
   TimeoutFailure,
   proxyActivities,
   setCurrentDetails,
@@ -124,6 +125,14 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     }
   }
 
+  async function closeQuietly(): Promise<void> {
+    try {
+      await onSession(session, 'close session').closeSession({ sessionId: session.sessionId });
+    } catch {
+      // The session's worker is gone: nothing is left to free.
+    }
+  }
+
   let done = false;
   let success = false;
   let reward = 0;
@@ -170,25 +179,25 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · reward ${record.reward} · ${record.url}`,
       );
     }
-  } finally {
-    // Best effort: a dead worker's session needs no closing.
-    try {
-      await onSession(session, 'close session').closeSession({ sessionId: session.sessionId });
-    } catch {
-      /* the session's worker is gone; nothing to free */
-    }
+  } catch (err) {
+    // Also when the episode is cancelled: the page must not outlive it.
+    await CancellationScope.nonCancellable(closeQuietly);
+    throw err;
   }
 
   const validity = actionValidity(steps);
-  const trajectoryRef = await control('record trajectory').recordTrajectory({
-    workflowId: info.workflowId,
-    task,
-    policyModel: policy.model,
-    steps,
-    success,
-    reward,
-    reason,
-  });
+  const [trajectoryRef] = await Promise.all([
+    control('record trajectory').recordTrajectory({
+      workflowId: info.workflowId,
+      task,
+      policyModel: policy.model,
+      steps,
+      success,
+      reward,
+      reason,
+    }),
+    closeQuietly(),
+  ]);
   return {
     workflowId: info.workflowId,
     task,

@@ -22,6 +22,8 @@ export interface FakePolicyServer {
   url: string;
   requests: RecordedRequest[];
   setMode(mode: FakeMode): void;
+  /** Added to every answer, to stand in for a real model's latency. */
+  delayMs: number;
   /** Called before answering request number `index` (0-based); the answer waits for it. */
   onRequest?: (index: number) => Promise<void> | void;
   close(): Promise<void>;
@@ -82,6 +84,7 @@ export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripte
     url: '',
     requests,
     setMode: (m) => (mode = m),
+    delayMs: 0,
     close: () => new Promise((r) => server.close(() => r())),
   };
   const server: Server = createServer(async (req, res) => {
@@ -105,6 +108,7 @@ export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripte
     const index = requests.length;
     requests.push({ model: body.model, n: body.n ?? 1, temperature: body.temperature, maxTokens: body.max_tokens, hasImage, goal });
     await api.onRequest?.(index);
+    if (api.delayMs > 0) await new Promise((r) => setTimeout(r, api.delayMs));
     if (mode.kind === 'status') return send(mode.status, { error: { message: `fake server says ${mode.status}`, type: 'Error' } });
     const tree = /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '';
     const previous = [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]);
