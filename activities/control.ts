@@ -7,7 +7,7 @@ import { buildPrompt, type PromptMessage } from '../lib/prompt';
 import type { SampleInput, SampleResult, StepRecord, TaskRef } from '../lib/episode-types';
 import { chatCompletions } from './policy-client';
 
-const PREVIEW_CHARS = 300;
+const PREVIEW_CHARS = 200;
 
 /** The activity's cancellation signal; none when the function runs outside a worker (benchmarks, scripts). */
 function activitySignal(): AbortSignal | undefined {
@@ -64,12 +64,16 @@ export function createControlActivities(blobs: BlobStore) {
       workflowId: string;
       task: TaskRef;
       policyModel: string;
-      steps: StepRecord[];
+      steps: Omit<StepRecord, 'completion'>[];
       success: boolean;
       reward: number;
       reason: string | null;
     }): Promise<string> {
-      return blobs.putJson({ version: 1, ...input });
+      const steps = [];
+      for (const step of input.steps) {
+        steps.push({ ...step, completion: (await blobs.get(step.completionRef)).toString('utf8') });
+      }
+      return blobs.putJson({ version: 1, ...input, steps });
     },
   };
 }

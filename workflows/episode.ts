@@ -113,7 +113,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   async function stepWithRebuild(action: Action, stepNo: number): Promise<StepSessionResult> {
     for (;;) {
       try {
-        return await onSession(session, `step ${stepNo}: ${describeAction(action)}`).stepSession({
+        return await onSession(session, `step ${stepNo}: ${describeAction(action)} on ${observation.url}`).stepSession({
           sessionId: session.sessionId,
           index: actionPath.length,
           action,
@@ -139,12 +139,15 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   let reason: string | null = null;
   try {
     for (let stepNo = 1; stepNo <= maxSteps && !done; stepNo++) {
-      const history = steps.map((s) => ({
+      // Only what the prompt shows: the activity input (and so the history) stays flat as episodes grow.
+      const history = steps.slice(steps.length - Math.min(steps.length, policy.historyLength)).map((s) => ({
         step: s.step,
         action: describeAction(s.action),
         note: s.actionError ?? (s.valid ? undefined : 'invalid'),
       }));
-      const sample = await control(`sample step ${stepNo} (${policy.model}, n=${policy.n})`).samplePolicy({
+      const last = steps.at(-1);
+      const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${policy.n})${last ? ` · last reward ${last.reward}` : ''} · ${observation.url}`;
+      const sample = await control(sampleSummary).samplePolicy({
         policy,
         observation,
         history,
@@ -191,7 +194,8 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       workflowId: info.workflowId,
       task,
       policyModel: policy.model,
-      steps,
+      // The activity reads each completion back from its blob; the preview need not travel twice.
+      steps: steps.map(({ completion: _preview, ...rest }) => rest),
       success,
       reward,
       reason,

@@ -1,6 +1,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WorkflowFailedError } from '@temporalio/client';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { temporalBinary } from '../../client/processes';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
 import { episodeInput } from '../../client/episode-input';
@@ -10,6 +13,7 @@ import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-po
 import { startTestStack, type TestStack } from '../helpers/stack';
 
 // Real Temporal dev server, real Chromium, real MiniWoB++ pages; only the model server is a local fake.
+const exec = promisify(execFile);
 let stack: TestStack;
 let policy: FakePolicyServer;
 
@@ -108,19 +112,33 @@ describe('durable episode on MiniWoB++', () => {
     });
     assert.equal(r.steps, 10);
     assert.equal(r.actionValidity, 1);
-    const history = await stack.client.workflow.getHandle(id).fetchHistory();
-    const text = JSON.stringify(history);
-    const events = history.events ?? [];
+    // The history as `temporal workflow show --output json` (and the UI's download) gives it, payloads base64.
+    const { stdout: text } = await exec(temporalBinary(), ['workflow', 'show', '--address', stack.address, '--workflow-id', id, '--output', 'json'], { maxBuffer: 64 << 20 });
+    const events: unknown[] = JSON.parse(text).events;
+    const compact = JSON.stringify(JSON.parse(text));
+    console.error(`10-step episode: ${events.length} events, ${Buffer.byteLength(compact)} bytes of compact history JSON`);
     assert.ok(events.length > 40, `history has ${events.length} events`);
-    const bytes = Buffer.byteLength(text);
-    assert.ok(bytes < 100_000, `history is ${bytes} bytes`);
+    const bytes = Buffer.byteLength(compact);
+    assert.ok(bytes < 100_000, `history JSON is ${bytes} bytes`);
+    const described = await stack.client.workflow.getHandle(id).describe();
+    assert.ok((described.historySize ?? Infinity) < 100_000, `server counts ${described.historySize} bytes`);
+    let payloads = 0;
+    // Readable activity summaries in the UI: the action text, the URL, the previous reward.
+    const summaries = events
+      .map((e) => (e as { userMetadata?: { summary?: { data?: string } } }).userMetadata?.summary?.data)
+      .filter((d): d is string => Boolean(d))
+      .map((d) => JSON.parse(Buffer.from(d, 'base64').toString('utf8')) as string);
+    assert.ok(summaries.some((t) => /^step 3: wait 0s on http:\/\/127\.0\.0\.1:\d+\/miniwob\/click-checkboxes\.html$/.test(t)), summaries.join('\n'));
+    assert.ok(summaries.some((t) => /^sample step 4 .* · last reward 0 · http/.test(t)), summaries.join('\n'));
     // Payload data is base64 inside the history; decode each payload and look for PNG bytes / data URLs.
-    for (const m of text.matchAll(/"data":"([A-Za-z0-9+/=]+)"/g)) {
+    for (const m of compact.matchAll(/"data":"([A-Za-z0-9+/=]+)"/g)) {
+      payloads++;
       const decoded = Buffer.from(m[1], 'base64');
       assert.ok(!decoded.includes(Buffer.from([0x89, 0x50, 0x4e, 0x47])), 'a PNG is in the history');
       assert.ok(!decoded.toString('latin1').includes('data:image'), 'a data URL is in the history');
       assert.ok(!decoded.toString('latin1').includes('iVBORw0KGgo'), 'base64 PNG is in the history');
     }
+    assert.ok(payloads > 40, `only ${payloads} payloads were scanned`);
   });
 
   test('SIGKILL of the browser worker mid-episode: a new worker replays the prefix, same path and result', async () => {
