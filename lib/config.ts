@@ -30,6 +30,13 @@ export const policySchema = z
     maxTokens: z.number().int().min(1).max(8192).default(256),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
     historyLength: z.number().int().min(0).max(50).default(5),
+    maxAttempts: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(20)
+      .describe('attempts per policy call while the server is down or failing (backoff 1s doubling to 30s): about 9 minutes by default'),
   })
   .prefault({});
 

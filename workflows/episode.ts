@@ -60,7 +60,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     proxyActivities<ControlActivities>({
       summary,
       startToCloseTimeout: policy.timeoutMs + 30_000,
-      retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 8 },
+      retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: policy.maxAttempts },
     });
   // Any browser worker may open a session; the answer names that worker's own queue.
   const opener = (summary: string) =>

@@ -26,10 +26,10 @@ after(async () => {
   await policy?.close();
 });
 
-function input(task: string, seed: number, maxSteps = 10) {
+function input(task: string, seed: number, maxSteps = 10, policyOverrides: Record<string, unknown> = {}) {
   const cfg = parseConfig({
     temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000 },
+    policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000, ...policyOverrides },
     episode: { task, seed, maxSteps, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
   });
   return episodeInput(cfg);
@@ -91,6 +91,27 @@ describe('durable episode on MiniWoB++', () => {
     });
     assert.equal(policy.requests.length - before, 1, '4xx is not retried');
     policy.setMode({ kind: 'scripted' });
+  });
+
+  test('a policy server that is down: retried by Temporal, then a clear error naming the URL', async () => {
+    const down = await startFakePolicyServer();
+    const url = down.url;
+    await down.close();
+    const id = `test-down-${Date.now()}`;
+    await assert.rejects(
+      stack.client.workflow.execute('episode', {
+        taskQueue: stack.controlQueue,
+        workflowId: id,
+        args: [input('click-button', 3, 2, { baseUrl: url, maxAttempts: 2 })],
+      }),
+      (err: unknown) => {
+        assert.match(failureText(err), new RegExp(`policy server ${url.replace(/[.]/g, '\\.')} unreachable`));
+        return true;
+      },
+    );
+    const history = await stack.client.workflow.getHandle(id).fetchHistory();
+    const failed = (history.events ?? []).find((e) => e.activityTaskFailedEventAttributes);
+    assert.equal(failed?.activityTaskFailedEventAttributes?.retryState, 4 /* MAXIMUM_ATTEMPTS_REACHED */);
   });
 
   test('an unknown task is a clear, non-retryable error', async () => {

@@ -1,0 +1,79 @@
+"""Temporal activities of the `gpu` task queue. Each takes one snake_case JSON object and returns one.
+
+Error classification (Temporal does the retrying; nothing here retries on its own):
+  bad payload / bad batch / missing blob / missing parent adapter  -> non-retryable ApplicationError
+  out of GPU memory                                                -> retryable ApplicationError
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from .adapters import ParentVersionMissing
+from .blobs import BadBlobRef, BlobNotFound
+from .learner import InvalidBatch, Learner
+from .payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
+
+
+def _describe(err: ValidationError, what: str) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        field = ".".join(str(x) for x in e["loc"]) or "(root)"
+        parts.append(f"{field}: {e['msg']}")
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+def _heartbeat(details: dict) -> None:
+    if activity.in_activity():
+        activity.heartbeat(details)
+
+
+class LearnerActivities:
+    def __init__(self, learner: Learner):
+        self.learner = learner
+        # max_concurrent_activities=1 already serialises; the lock keeps direct callers honest too.
+        self._lock = threading.Lock()
+
+    def _run(self, name: str, model: type[BaseModel], raw: dict, fn) -> dict:
+        try:
+            inp = model.model_validate(raw)
+        except ValidationError as e:
+            raise ApplicationError(_describe(e, f"{name} input"), type="InvalidPayload", non_retryable=True) from None
+        try:
+            with self._lock:
+                return fn(inp, _heartbeat).model_dump()
+        except ValidationError as e:
+            raise ApplicationError(_describe(e, f"{name} batch"), type="InvalidBatch", non_retryable=True) from None
+        except (InvalidBatch, BadBlobRef) as e:
+            raise ApplicationError(f"{name}: {e}", type="InvalidBatch", non_retryable=True) from None
+        except BlobNotFound as e:
+            raise ApplicationError(f"{name}: {e}", e.ref, type="BlobNotFound", non_retryable=True) from None
+        except ParentVersionMissing as e:
+            raise ApplicationError(f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing",
+                                   non_retryable=True) from None
+        except torch.OutOfMemoryError as e:
+            self.learner.resident = None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            raise ApplicationError(f"{name}: out of GPU memory ({str(e).splitlines()[0]}); lower HALO_MICRO_BATCH "
+                                   "or the batch size", type="OutOfMemory", non_retryable=False) from None
+
+    @activity.defn(name="update_policy")
+    def update_policy(self, raw: dict) -> dict:
+        return self._run("update_policy", UpdatePolicyInput, raw, self.learner.update_policy)
+
+    @activity.defn(name="update_dpo")
+    def update_dpo(self, raw: dict) -> dict:
+        return self._run("update_dpo", UpdateDpoInput, raw, self.learner.update_dpo)
+
+    @activity.defn(name="sample_actions")
+    def sample_actions(self, raw: dict) -> dict:
+        return self._run("sample_actions", SampleActionsInput, raw, self.learner.sample_actions)
+
+    def all(self) -> list:
+        return [self.update_policy, self.update_dpo, self.sample_actions]

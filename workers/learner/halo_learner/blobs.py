@@ -1,0 +1,75 @@
+"""Content-addressed blob store, byte-compatible with blob/store.ts.
+
+A reference is `sha256:<64 hex>.<ext>`; the file lives at `<root>/<hex[:2]>/<hex[2:]>.<ext>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import paths
+
+_REF = re.compile(r"^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$")
+
+
+class BlobNotFound(Exception):
+    def __init__(self, ref: str, root: Path):
+        super().__init__(f"blob {ref} not found under {root}")
+        self.ref = ref
+
+
+class BadBlobRef(ValueError):
+    pass
+
+
+class BlobStore:
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else paths.blob_root()
+
+    def path_of(self, ref: str) -> Path:
+        m = _REF.match(ref)
+        if not m:
+            raise BadBlobRef(f"not a blob reference: {ref!r}")
+        hex_, ext = m.group(1), m.group(2)
+        return self.root / hex_[:2] / f"{hex_[2:]}.{ext}"
+
+    def put(self, data: bytes | str, ext: str) -> str:
+        buf = data.encode() if isinstance(data, str) else data
+        ref = f"sha256:{hashlib.sha256(buf).hexdigest()}.{ext}"
+        path = self.path_of(ref)
+        if path.exists():
+            return ref  # same bytes, same name: nothing to do
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Readers must never see a half-written file, so write aside and rename (atomic on POSIX).
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(buf)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        return ref
+
+    def put_json(self, value: Any) -> str:
+        # Compact separators match JSON.stringify, so the same value gets the same reference on both sides.
+        return self.put(json.dumps(value, separators=(",", ":"), ensure_ascii=False), "json")
+
+    def get(self, ref: str) -> bytes:
+        path = self.path_of(ref)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise BlobNotFound(ref, self.root) from None
+
+    def get_json(self, ref: str) -> Any:
+        return json.loads(self.get(ref).decode("utf-8"))

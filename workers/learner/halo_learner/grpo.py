@@ -1,0 +1,164 @@
+"""dr_grpo policy update, top to bottom (CleanRL style).
+
+For a batch of B completions o_i with advantages A_i (already r_i - mean(r) of their group, no std
+division: Dr. GRPO), per completion token t:
+
+    logp_t     = log pi_theta(o_t | prompt, o_<t)          logits / sampling temperature
+    ratio_t    = exp(logp_t - logp_old_t)                   logp_old = sampler's log-prob, or logp.detach()
+    pg_t       = -min(ratio_t * A,  clip(ratio_t, 1-eps, 1+eps) * A)
+    kl_t       = exp(ref_t - logp_t) - (ref_t - logp_t) - 1    k3 estimator, ref = LoRA disabled, no grad
+    loss_t     = pg_t + kl_coef * kl_t                      (kl term skipped when kl_coef == 0)
+
+    loss = sum_{i,t} loss_t * mask_t / (B * L_max)          L_max = batch max_completion_len or longest
+
+The constant denominator is what makes it Dr. GRPO: no per-sequence length normalisation, so short and
+long completions are weighted per token alike. One optimiser step per batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .logprobs import group_backward, group_logprobs, pad_completions, padded_logprobs
+from .prompts import EncodedPrompt
+
+
+def dr_grpo_token_loss(logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float) -> torch.Tensor:
+    """Per-token loss; all tensors broadcast to (rows, tokens), `adv` is (rows, 1)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    if kl_coef != 0:
+        log_r = ref_logp - logp
+        loss = loss + kl_coef * (torch.exp(log_r) - log_r - 1)
+    return loss
+
+
+@dataclass
+class GrpoSample:
+    """One completion ready for the loss: prompt encoding, token ids and per-token side data."""
+
+    prompt: EncodedPrompt
+    prompt_key: str
+    ids: list[int]
+    advantage: float
+    old_logprobs: list[float] | None
+
+
+@dataclass
+class GrpoStats:
+    loss: float
+    grad_norm: float
+    tokens: int
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def _row_table(samples: list[GrpoSample], L: int, device):
+    """Advantages (B,1) and old log-probs (B,L) with NaN where the sampler's log-probs are unknown."""
+    adv = torch.tensor([[s.advantage] for s in samples], dtype=torch.float32, device=device)
+    old = torch.full((len(samples), L), float("nan"), dtype=torch.float32, device=device)
+    for i, s in enumerate(samples):
+        if s.old_logprobs is not None:
+            old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+    return adv, old
+
+
+def reference_logprobs(policy, samples: list[GrpoSample], temperature: float, chunk: int,
+                       on_progress: Callable[[], None] | None = None) -> torch.Tensor:
+    """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient."""
+    L = max(len(s.ids) for s in samples)
+    ref = torch.zeros((len(samples), L), dtype=torch.float32, device=policy.device)
+    with torch.no_grad(), policy.model.disable_adapter():
+        for idx in _groups(samples).values():
+            for s in range(0, len(idx), chunk):
+                rows = idx[s:s + chunk]
+                lp, _ = group_logprobs(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows], temperature)
+                ref[rows, : lp.shape[1]] = lp
+                if on_progress:
+                    on_progress()
+    return ref
+
+
+def _groups(samples: list[GrpoSample]) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(s.prompt_key, []).append(i)
+    return groups
+
+
+def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
+                  max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
+                  on_progress: Callable[[], None] | None = None) -> tuple[float, int]:
+    """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens)."""
+    dev = policy.device
+    B = len(samples)
+    L = max(len(s.ids) for s in samples)
+    norm = float(B * (max_completion_len or L))
+    adv, old = _row_table(samples, L, dev)
+    ref = reference_logprobs(policy, samples, temperature, micro_batch, on_progress) if kl_coef != 0 else None
+    _, mask = pad_completions([s.ids for s in samples], 0, dev)
+
+    def loss_fn(logp: torch.Tensor, rows: torch.Tensor, cols: slice) -> torch.Tensor:
+        T = logp.shape[1]
+        o = old[rows, cols][:, :T]
+        o = torch.where(torch.isnan(o), logp.detach(), o)  # no sampler log-probs: ratio 1, plain PG
+        r = ref[rows, cols][:, :T] if ref is not None else None
+        per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef)
+        return (per_token * mask[rows, cols][:, :T]).sum() / norm
+
+    total = 0.0
+    if prefix_sharing:
+        for idx in _groups(samples).values():
+            rows = torch.tensor(idx, device=dev)
+
+            # Row indices inside the group map back to batch rows for the per-row tables.
+            def group_loss(logp, local_rows, cols, rows=rows):
+                return loss_fn(logp, rows[local_rows], cols)
+
+            total += group_backward(policy, samples[idx[0]].prompt, [samples[i].ids for i in idx], temperature,
+                                    group_loss, chunk=micro_batch, on_chunk=on_progress)
+            if on_progress:
+                on_progress()
+    else:
+        for s in range(0, B, micro_batch):
+            rows = torch.arange(s, min(B, s + micro_batch), device=dev)
+            logp, _ = padded_logprobs(policy, [samples[i].prompt for i in rows.tolist()],
+                                      [samples[i].ids for i in rows.tolist()], temperature)
+            loss = loss_fn(logp, rows, slice(0, logp.shape[1]))
+            loss.backward()
+            total += float(loss.detach())
+            if on_progress:
+                on_progress()
+    return total, int(mask.sum())
+
+
+def apply_gradients(policy, optimizer, max_grad_norm: float) -> float:
+    """Clip to max_grad_norm, one AdamW step; returns the pre-clip gradient norm."""
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    if not math.isfinite(grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(f"non-finite gradient norm {grad_norm}; update skipped")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def grpo_step(policy, optimizer, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float,
+              temperature: float, max_grad_norm: float, max_completion_len: int | None,
+              micro_batch: int = 8, prefix_sharing: bool = True,
+              on_progress: Callable[[], None] | None = None) -> GrpoStats:
+    t0 = time.monotonic()
+    optimizer.zero_grad(set_to_none=True)
+    loss, tokens = grpo_backward(policy, samples, clip_eps=clip_eps, kl_coef=kl_coef, temperature=temperature,
+                                 max_completion_len=max_completion_len, micro_batch=micro_batch,
+                                 prefix_sharing=prefix_sharing, on_progress=on_progress)
+    grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
+    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0)

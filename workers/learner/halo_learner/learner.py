@@ -1,0 +1,237 @@
+"""The resident learner: one model, one LoRA adapter whose (run_id, version) is tracked, and the three
+operations the Temporal activities expose. No Temporal imports here, so tests drive it directly.
+
+Version bookkeeping: v<N>'s parent is v<N-1>; v0 is the seeded LoRA init. Before an update the resident
+adapter is brought to v<N-1> (from disk if needed); while the update runs it is marked unknown, so a
+failed or interrupted update can never leak half-applied weights into the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from pydantic import TypeAdapter
+
+from . import adapters
+from .blobs import BlobStore
+from .dpo import DpoSample, dpo_step
+from .grpo import GrpoSample, grpo_step
+from .models import Policy, load_policy
+from .payloads import (
+    DpoBatch, GrpoBatch, SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdateDpoOutput,
+    UpdatePolicyInput, UpdatePolicyOutput, Completion, Prompt,
+)
+from .prompts import PromptCache, completion_ids_from_text, encode_prompt, prompt_key
+from .sampling import sample
+
+log = logging.getLogger("halo_learner")
+Progress = Callable[[dict], None]
+PROMPT_ADAPTER = TypeAdapter(Prompt)
+
+
+class InvalidBatch(ValueError):
+    pass
+
+
+@dataclass
+class Settings:
+    micro_batch: int = 8
+    prefix_sharing: bool = True
+    dpo_pairs_per_chunk: int = 4
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        return cls(
+            micro_batch=int(os.environ.get("HALO_MICRO_BATCH", 8)),
+            prefix_sharing=os.environ.get("HALO_PREFIX_SHARING", "1") not in ("0", "false", "no"),
+            dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 4)),
+        )
+
+
+class Learner:
+    def __init__(self, policy: Policy, blobs: BlobStore | None = None, checkpoints: Path | None = None,
+                 settings: Settings | None = None):
+        self.policy = policy
+        self.blobs = blobs or BlobStore()
+        self.checkpoints = checkpoints
+        self.settings = settings or Settings.from_env()
+        params = list(policy.trainable_parameters().values())
+        # No weight decay: it would pull the adapter towards 0 (the base policy) between RL steps.
+        self.optimizer = torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        self.resident: tuple[str, int] | None = None
+        self.optimizer_synced = False  # AdamW moments belong to `resident`
+
+    @classmethod
+    def from_env(cls) -> "Learner":
+        return cls(load_policy())
+
+    # ---- version bookkeeping ---------------------------------------------------------------------
+
+    def _vdir(self, run_id: str, version: int) -> Path:
+        return adapters.version_dir(run_id, version, self.checkpoints)
+
+    def _ensure(self, run_id: str, version: int, with_optimizer: bool) -> None:
+        """Make the resident adapter v<version> of run_id."""
+        if self.resident == (run_id, version) and (self.optimizer_synced or not with_optimizer):
+            return
+        if version == 0:
+            adapters.reset_to_initial(self.policy, self.optimizer)
+        elif self.resident == (run_id, version):
+            adapters.load_optimizer(self.policy, self.optimizer, self._vdir(run_id, version))
+        else:
+            self.resident = None
+            if not self._vdir(run_id, version).exists():
+                raise adapters.ParentVersionMissing(
+                    f"adapter {run_id}/v{version} does not exist under {self._vdir(run_id, version).parent}"
+                )
+            adapters.load_version(self.policy, self.optimizer, run_id, version, self.checkpoints, with_optimizer)
+        self.resident = (run_id, version)
+        self.optimizer_synced = with_optimizer or version == 0
+
+    def _reused(self, path: Path) -> dict:
+        m = adapters.read_manifest(path)["metrics"]
+        return dict(adapter_path=str(path), loss=m.get("loss", 0.0), grad_norm=m.get("grad_norm", 0.0),
+                    tokens=m.get("tokens", 0), seconds=0.0, reused=True)
+
+    def _set_lr(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    def _commit(self, run_id: str, version: int, kind: str, metrics: dict) -> tuple[Path, bool]:
+        path, reused = adapters.save_version(self.policy, self.optimizer, run_id, version, version - 1, kind,
+                                             metrics, self.checkpoints)
+        self.resident = (run_id, version) if not reused else None
+        self.optimizer_synced = not reused
+        return path, reused
+
+    # ---- update_policy ---------------------------------------------------------------------------
+
+    def update_policy(self, inp: UpdatePolicyInput, progress: Progress | None = None) -> UpdatePolicyOutput:
+        hp = inp.hyperparameters
+        existing = self._vdir(inp.run_id, inp.version)
+        if existing.exists():
+            m = adapters.read_manifest(existing)["metrics"]
+            return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, **self._reused(existing),
+                                      retokenized=m.get("retokenized", 0),
+                                      token_mismatch_rate=m.get("token_mismatch_rate", 0.0))
+        batch = GrpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
+        self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
+        samples, retok, mismatched = self._grpo_samples(batch)
+        beat = _beater(progress, "update_policy", len(samples))
+        self.resident = None  # weights are about to change; unknown until committed
+        self._set_lr(hp.learning_rate)
+        stats = grpo_step(
+            self.policy, self.optimizer, samples, clip_eps=hp.clip_epsilon, kl_coef=hp.kl_coef,
+            temperature=hp.temperature, max_grad_norm=hp.max_grad_norm, max_completion_len=batch.max_completion_len,
+            micro_batch=self.settings.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
+        )
+        metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
+                       items=len(samples), retokenized=retok,
+                       token_mismatch_rate=(mismatched / retok) if retok else 0.0, hyperparameters=hp.model_dump())
+        path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics)
+        if reused:  # another learner wrote this version meanwhile; its weights are the truth
+            return self.update_policy(inp, progress)
+        return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
+                                  grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
+                                  reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"])
+
+    def _grpo_samples(self, batch: GrpoBatch) -> tuple[list[GrpoSample], int, int]:
+        prompts = PromptCache(self.policy.processor, self.blobs)
+        tok = self.policy.tokenizer
+        vocab = len(tok)
+        samples, retok, mismatched = [], 0, 0
+        for i, it in enumerate(batch.items):
+            prompt = prompts.get(it.prompt)
+            old = it.old_logprobs
+            if it.completion_token_ids is not None:
+                ids = list(it.completion_token_ids)
+                if max(ids) >= vocab or min(ids) < 0:
+                    raise InvalidBatch(f"items[{i}].completion_token_ids has ids outside the vocabulary (0..{vocab - 1})")
+            else:
+                r = completion_ids_from_text(tok, prompt.text, it.completion, end_of_turn=it.finish_reason != "length")
+                ids, retok = r.ids, retok + 1
+                # Sampler log-probs can only be paired with tokens when the counts agree.
+                bad = r.mismatch or (old is not None and len(old) != len(ids))
+                mismatched += bad
+                if bad:
+                    old = None
+            if batch.max_completion_len is not None and len(ids) > batch.max_completion_len:
+                ids = ids[: batch.max_completion_len]
+                old = old[: batch.max_completion_len] if old is not None else None
+            samples.append(GrpoSample(prompt=prompt, prompt_key=prompt_key(it.prompt), ids=ids,
+                                      advantage=it.advantage, old_logprobs=old))
+        return samples, retok, mismatched
+
+    # ---- update_dpo ------------------------------------------------------------------------------
+
+    def update_dpo(self, inp: UpdateDpoInput, progress: Progress | None = None) -> UpdateDpoOutput:
+        hp = inp.hyperparameters
+        existing = self._vdir(inp.run_id, inp.version)
+        if existing.exists():
+            m = adapters.read_manifest(existing)["metrics"]
+            return UpdateDpoOutput(run_id=inp.run_id, version=inp.version, **self._reused(existing),
+                                   reward_margin=m.get("reward_margin", 0.0), accuracy=m.get("accuracy", 0.0))
+        batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
+        self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
+        prompts = PromptCache(self.policy.processor, self.blobs)
+        tok = self.policy.tokenizer
+        samples = []
+        for p in batch.pairs:
+            enc = prompts.get(p.prompt)
+            samples.append(DpoSample(
+                prompt=enc, prompt_key=prompt_key(p.prompt),
+                chosen=completion_ids_from_text(tok, enc.text, p.chosen, True).ids,
+                rejected=completion_ids_from_text(tok, enc.text, p.rejected, True).ids,
+                ref_chosen=p.ref_chosen_logprob, ref_rejected=p.ref_rejected_logprob,
+            ))
+        beat = _beater(progress, "update_dpo", len(samples))
+        self.resident = None
+        self._set_lr(hp.learning_rate)
+        stats = dpo_step(self.policy, self.optimizer, samples, beta=hp.beta, max_grad_norm=hp.max_grad_norm,
+                         pairs_per_chunk=self.settings.dpo_pairs_per_chunk, on_progress=beat)
+        metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
+                       pairs=len(samples), reward_margin=stats.reward_margin, accuracy=stats.accuracy,
+                       hyperparameters=hp.model_dump())
+        path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics)
+        if reused:
+            return self.update_dpo(inp, progress)
+        return UpdateDpoOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
+                               grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds, reused=False,
+                               reward_margin=stats.reward_margin, accuracy=stats.accuracy)
+
+    # ---- sample_actions --------------------------------------------------------------------------
+
+    def sample_actions(self, inp: SampleActionsInput, progress: Progress | None = None) -> SampleActionsOutput:
+        t0 = time.monotonic()
+        msgs = PROMPT_ADAPTER.validate_python(self.blobs.get_json(inp.prompt_ref))
+        prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
+        if progress:
+            progress({"phase": "sample_actions", "prompt_tokens": len(prompt)})
+        if inp.version == 0:
+            with self.policy.model.disable_adapter():
+                out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed)
+        else:
+            self._ensure(inp.run_id, inp.version, with_optimizer=False)
+            out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed)
+        return SampleActionsOutput(
+            completions=[Completion(text=s.text, token_ids=s.token_ids, logprobs=s.logprobs,
+                                    finish_reason=s.finish_reason) for s in out],
+            model=self.policy.model_id, version=inp.version, seconds=time.monotonic() - t0,
+        )
+
+
+def _beater(progress: Progress | None, phase: str, items: int) -> Callable[[], None]:
+    count = [0]
+
+    def beat() -> None:
+        count[0] += 1
+        if progress:
+            progress({"phase": phase, "steps": count[0], "items": items})
+
+    return beat

@@ -1,0 +1,202 @@
+"""Per-token log-probs of completions under a multimodal prompt, computed three ways that must agree:
+
+* `padded_logprobs`: the textbook batch (left-padded prompts + right-padded completions, one forward each),
+  the baseline and the reference for tests;
+* `group_logprobs`: a group of completions of ONE prompt; the prompt (image included) runs once with
+  `use_cache`, its KV cache is expanded to the group size and the completions run on top. The graph is
+  kept whole, so any loss can be back-propagated through it;
+* `group_backward`: the same sharing for a loss that is a sum over tokens (dr_grpo), in chunks of rows, with
+  the gradient of the shared prompt pass accumulated once (see the function).
+
+Logits are divided by the sampling temperature before the log-softmax, as the sampler did.
+Positions are Qwen3-VL's 3-D M-RoPE ids, computed here explicitly so all three ways use identical ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from .prompts import EncodedPrompt
+
+
+def hf_model(policy):
+    """The Qwen3VLForConditionalGeneration inside the PeftModel (LoRA layers are injected in place)."""
+    return policy.model.base_model.model
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    # float32 log-softmax: bf16 logsumexp over 151k entries is too coarse for importance ratios.
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def pad_completions(completions: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and mask, (B, L) with L the longest completion."""
+    L = max(len(c) for c in completions)
+    ids = torch.full((len(completions), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(completions), L), dtype=torch.bool)
+    for i, c in enumerate(completions):
+        ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        mask[i, : len(c)] = True
+    return ids.to(device), mask.to(device)
+
+
+def _vision_inputs(prompts: list[EncodedPrompt], device, dtype) -> dict:
+    pix = [p.pixel_values for p in prompts if p.pixel_values is not None]
+    if not pix:
+        return {}
+    # pixel_values are flat rows over all images of all prompts, in order; grids say where each image ends.
+    return {
+        "pixel_values": torch.cat(pix).to(device, dtype),
+        "image_grid_thw": torch.cat([p.image_grid_thw for p in prompts if p.image_grid_thw is not None]).to(device),
+    }
+
+
+def rope_positions(policy, input_ids, mm_token_type_ids, image_grid_thw, attention_mask):
+    """(3, B, S) M-RoPE position ids and (B, 1) deltas (max position + 1 - real length) of each row."""
+    return hf_model(policy).model.get_rope_index(
+        input_ids, mm_token_type_ids=mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask,
+    )
+
+
+# ---- unshared: one padded batch ------------------------------------------------------------------
+
+
+def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list[int]], temperature: float):
+    """(B, L) completion log-probs and mask from one forward over left-padded prompt + right-padded completion."""
+    dev, pad = policy.device, policy.tokenizer.pad_token_id
+    P = max(len(p) for p in prompts)
+    comp, cmask = pad_completions(completions, pad, dev)
+    B, L = comp.shape
+    ids = torch.full((B, P), pad, dtype=torch.long, device=dev)
+    pmask = torch.zeros((B, P), dtype=torch.long, device=dev)
+    mm = torch.zeros((B, P + L), dtype=torch.long, device=dev)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):] = p.input_ids.to(dev)
+        pmask[i, P - len(p):] = 1
+        mm[i, P - len(p):P] = p.mm_token_type_ids.to(dev)  # completion tokens are text (0)
+    input_ids = torch.cat([ids, comp], dim=1)
+    attn = torch.cat([pmask, cmask.long()], dim=1)
+    vision = _vision_inputs(prompts, dev, policy.dtype)
+    pos, _ = rope_positions(policy, input_ids, mm, vision.get("image_grid_thw"), attn)
+    out = hf_model(policy)(
+        input_ids=input_ids, attention_mask=attn, position_ids=pos, mm_token_type_ids=mm,
+        use_cache=False, logits_to_keep=L + 1, **vision,
+    )
+    logits = out.logits[:, :-1]  # position P-1+j predicts completion token j
+    return token_logprobs(logits, comp, temperature), cmask
+
+
+# ---- shared prefix -------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptPass:
+    last_logits: torch.Tensor  # (1, V): predicts the first completion token
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (1, heads, P, head_dim)
+    length: int  # P
+    delta: int  # M-RoPE delta: completion token j sits at position P + delta + j
+
+
+def run_prompt(policy, prompt: EncodedPrompt) -> PromptPass:
+    dev = policy.device
+    ids = prompt.input_ids.to(dev)[None]
+    mm = prompt.mm_token_type_ids.to(dev)[None]
+    attn = torch.ones_like(ids)
+    vision = _vision_inputs([prompt], dev, policy.dtype)
+    pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), attn)
+    out = hf_model(policy)(
+        input_ids=ids, attention_mask=attn, position_ids=pos, mm_token_type_ids=mm,
+        use_cache=True, logits_to_keep=1, **vision,
+    )
+    kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    return PromptPass(out.logits[:, -1], kv, ids.shape[1], int(delta.reshape(-1)[0]))
+
+
+def expanded_cache(policy, kv, rows: int) -> DynamicCache:
+    # expand() is a view; the cache's first update concatenates it into a fresh tensor, so no in-place
+    # write ever touches the shared prompt KV, and autograd sums the rows' gradients back into it.
+    cache = DynamicCache(config=hf_model(policy).config)
+    for i, (k, v) in enumerate(kv):
+        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+    return cache
+
+
+def run_continuation(policy, prompt_pass: PromptPass, cache: DynamicCache, tokens: torch.Tensor,
+                     mask: torch.Tensor, start: int) -> torch.Tensor:
+    """Logits (n, T, V) for `tokens` (n, T) placed at completion offsets start..start+T-1 after the prompt.
+
+    `mask` (n, start+T) covers the completion tokens already in the cache plus these.
+    """
+    n, T = tokens.shape
+    P = prompt_pass.length
+    offs = torch.arange(start, start + T, device=tokens.device)
+    pos = (P + prompt_pass.delta + offs).view(1, 1, T).expand(3, n, T)
+    attn = torch.cat([torch.ones((n, P), dtype=torch.long, device=tokens.device), mask.long()], dim=1)
+    out = hf_model(policy)(
+        input_ids=tokens, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
+    )
+    return out.logits
+
+
+def group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float):
+    """(G, L) log-probs and mask of G completions of one prompt; the prompt runs once."""
+    pp = run_prompt(policy, prompt)
+    comp, cmask = pad_completions(completions, policy.tokenizer.pad_token_id, policy.device)
+    G, L = comp.shape
+    first = token_logprobs(pp.last_logits.expand(G, -1), comp[:, 0], temperature)[:, None]
+    if L == 1:
+        return first, cmask
+    cache = expanded_cache(policy, pp.kv, G)
+    logits = run_continuation(policy, pp, cache, comp[:, :-1], cmask[:, :-1], 0)
+    rest = token_logprobs(logits, comp[:, 1:], temperature)
+    return torch.cat([first, rest], dim=1), cmask
+
+
+# A sum-over-tokens loss restricted to some rows and token columns: loss_fn(logps, rows, cols) -> scalar.
+TokenLoss = Callable[[torch.Tensor, torch.Tensor, slice], torch.Tensor]
+
+
+def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float,
+                   loss_fn: TokenLoss, chunk: int, on_chunk: Callable[[], None] | None = None) -> float:
+    """Back-propagate sum_rows,tokens loss through one shared prompt pass; returns the loss value.
+
+    The prompt pass keeps its graph; its KV tensors are handed to the completion chunks as detached
+    leaves, each chunk back-propagates into the LoRA weights and into those leaves, and finally the summed
+    leaf gradients (plus the first-token loss, which reads the prompt's last logits) go back through the
+    prompt graph in a single backward. Exactly the gradient of the whole group, but only one chunk of
+    completion activations is alive at a time and the prompt is never re-run.
+    """
+    pp = run_prompt(policy, prompt)
+    comp, cmask = pad_completions(completions, policy.tokenizer.pad_token_id, policy.device)
+    G, L = comp.shape
+    all_rows = torch.arange(G, device=policy.device)
+    first = token_logprobs(pp.last_logits.expand(G, -1), comp[:, 0], temperature)[:, None]
+    loss_first = loss_fn(first, all_rows, slice(0, 1))
+    total = float(loss_first.detach())
+    leaves = [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in pp.kv]
+    if L > 1:
+        for s in range(0, G, chunk):
+            rows = all_rows[s:s + chunk]
+            cache = expanded_cache(policy, leaves, len(rows))
+            logits = run_continuation(policy, pp, cache, comp[rows, :-1], cmask[rows, :-1], 0)
+            rest = token_logprobs(logits, comp[rows, 1:], temperature)
+            loss = loss_fn(rest, rows, slice(1, L))
+            loss.backward()
+            total += float(loss.detach())
+            del cache, logits, rest, loss
+            if on_chunk:
+                on_chunk()
+    outputs, grads = [loss_first], [torch.ones_like(loss_first)]
+    for (k, v), (lk, lv) in zip(pp.kv, leaves):
+        for t, leaf in ((k, lk), (v, lv)):
+            if leaf.grad is not None and t.requires_grad:
+                outputs.append(t)
+                grads.append(leaf.grad)
+    torch.autograd.backward(outputs, grads)
+    return total

@@ -1,0 +1,183 @@
+"""Pydantic schemas of the activity inputs/outputs and batch blobs (snake_case, shared with the TS zod schemas).
+
+Unknown keys are rejected: a misspelt hyperparameter must fail loudly, not train with a default.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- prompts (written by lib/prompt.ts) ----------------------------------------------------------
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(_Strict):
+    type: Literal["image"]
+    ref: str = Field(pattern=r"^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$")
+
+
+PromptPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+
+
+class PromptMessage(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: list[PromptPart] = Field(min_length=1)
+
+
+Prompt = Annotated[list[PromptMessage], Field(min_length=1)]
+
+
+# ---- update_policy -------------------------------------------------------------------------------
+
+
+class GrpoHyperparameters(_Strict):
+    learning_rate: float = Field(1e-6, gt=0)
+    kl_coef: float = Field(0.001, ge=0)
+    clip_epsilon: float = Field(0.2, gt=0, lt=1)
+    temperature: float = Field(0.7, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    loss_type: str = "dr_grpo"
+
+    @field_validator("loss_type")
+    @classmethod
+    def _only_dr_grpo(cls, v: str) -> str:
+        if v != "dr_grpo":
+            raise ValueError(f"loss_type {v!r} is not supported; the learner implements 'dr_grpo' only")
+        return v
+
+
+class GrpoItem(_Strict):
+    prompt: Prompt
+    completion: str
+    completion_token_ids: list[int] | None = None
+    advantage: float
+    old_logprobs: list[float] | None = None
+    # Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn.
+    finish_reason: str | None = None
+
+    @field_validator("advantage")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("advantage must be finite")
+        return v
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "GrpoItem":
+        if self.completion_token_ids is not None:
+            if len(self.completion_token_ids) == 0:
+                raise ValueError("completion_token_ids must not be empty (use null to retokenise the text)")
+            if self.old_logprobs is not None and len(self.old_logprobs) != len(self.completion_token_ids):
+                raise ValueError(
+                    f"old_logprobs has {len(self.old_logprobs)} entries but completion_token_ids has "
+                    f"{len(self.completion_token_ids)}"
+                )
+        return self
+
+
+class GrpoBatch(_Strict):
+    items: list[GrpoItem] = Field(min_length=1)
+    max_completion_len: int | None = Field(None, ge=1)
+
+
+class UpdatePolicyInput(_Strict):
+    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    version: int = Field(ge=1)
+    batch_ref: str
+    hyperparameters: GrpoHyperparameters = GrpoHyperparameters()
+
+
+class UpdateOutput(_Strict):
+    run_id: str
+    version: int
+    adapter_path: str
+    loss: float
+    grad_norm: float
+    tokens: int
+    seconds: float
+    reused: bool
+
+
+class UpdatePolicyOutput(UpdateOutput):
+    retokenized: int
+    token_mismatch_rate: float
+
+
+# ---- update_dpo ----------------------------------------------------------------------------------
+
+
+class DpoHyperparameters(_Strict):
+    learning_rate: float = Field(1e-6, gt=0)
+    beta: float = Field(0.1, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class DpoPair(_Strict):
+    prompt: Prompt
+    chosen: str
+    rejected: str
+    ref_chosen_logprob: float | None = None
+    ref_rejected_logprob: float | None = None
+
+    @model_validator(mode="after")
+    def _both_refs_or_none(self) -> "DpoPair":
+        if (self.ref_chosen_logprob is None) != (self.ref_rejected_logprob is None):
+            raise ValueError("give both ref_chosen_logprob and ref_rejected_logprob, or neither")
+        return self
+
+
+class DpoBatch(_Strict):
+    pairs: list[DpoPair] = Field(min_length=1)
+
+
+class UpdateDpoInput(_Strict):
+    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    version: int = Field(ge=1)
+    batch_ref: str
+    hyperparameters: DpoHyperparameters = DpoHyperparameters()
+
+
+class UpdateDpoOutput(UpdateOutput):
+    reward_margin: float
+    accuracy: float
+
+
+# ---- sample_actions ------------------------------------------------------------------------------
+
+
+class SampleActionsInput(_Strict):
+    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    version: int = Field(0, ge=0)
+    prompt_ref: str
+    n: int = Field(1, ge=1, le=64)
+    temperature: float = Field(0.7, ge=0)
+    max_tokens: int = Field(256, ge=1)
+    seed: int | None = None
+
+
+class Completion(_Strict):
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+
+
+class SampleActionsOutput(_Strict):
+    completions: list[Completion]
+    model: str
+    version: int
+    seconds: float

@@ -1,0 +1,108 @@
+"""From the TS prompt format (messages with blob-referenced images) to model inputs, through the processor's
+own chat template, so sampling and training tokenise a prompt the same way."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+
+from .blobs import BlobStore
+
+
+@dataclass
+class EncodedPrompt:
+    """One prompt, unpadded: everything the model needs to run it, on CPU until a forward pass moves it."""
+
+    input_ids: torch.Tensor  # (P,)
+    mm_token_type_ids: torch.Tensor  # (P,) 0 text, 1 image
+    pixel_values: torch.Tensor | None  # (rows, patch_dim): rows = image_grid_thw.prod(-1).sum()
+    image_grid_thw: torch.Tensor | None  # (n_images, 3)
+    text: str
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def prompt_key(messages) -> str:
+    """Identity of a prompt, for grouping items that share one (a GRPO group) and for caching encodings."""
+    plain = [m.model_dump() if hasattr(m, "model_dump") else m for m in messages]
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"))
+
+
+def to_template_messages(messages, blobs: BlobStore) -> tuple[list[dict], list[Image.Image]]:
+    """Swap each image reference for a template placeholder and load the picture, in order of appearance."""
+    out, images = [], []
+    for m in messages:
+        m = m.model_dump() if hasattr(m, "model_dump") else m
+        parts = []
+        for part in m["content"]:
+            if part["type"] == "image":
+                with Image.open(io.BytesIO(blobs.get(part["ref"]))) as im:
+                    images.append(im.convert("RGB"))
+                parts.append({"type": "image"})
+            else:
+                parts.append({"type": "text", "text": part["text"]})
+        out.append({"role": m["role"], "content": parts})
+    return out, images
+
+
+def encode_prompt(processor, messages, blobs: BlobStore) -> EncodedPrompt:
+    template_messages, images = to_template_messages(messages, blobs)
+    text = processor.apply_chat_template(template_messages, tokenize=False, add_generation_prompt=True)
+    enc = processor(text=[text], images=images or None, return_tensors="pt", return_mm_token_type_ids=True)
+    ids = enc["input_ids"][0]
+    mm = enc.get("mm_token_type_ids")
+    mm = mm[0] if mm is not None else torch.zeros_like(ids)
+    return EncodedPrompt(
+        input_ids=ids, mm_token_type_ids=mm.long(),
+        pixel_values=enc.get("pixel_values"), image_grid_thw=enc.get("image_grid_thw"), text=text,
+    )
+
+
+class PromptCache:
+    """Encodes each distinct prompt of a batch once (a GRPO group repeats the same screenshot N times)."""
+
+    def __init__(self, processor, blobs: BlobStore):
+        self.processor, self.blobs, self._cache = processor, blobs, {}
+
+    def get(self, messages) -> EncodedPrompt:
+        key = prompt_key(messages)
+        if key not in self._cache:
+            self._cache[key] = encode_prompt(self.processor, messages, self.blobs)
+        return self._cache[key]
+
+
+# ---- completions ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Retokenized:
+    ids: list[int]
+    mismatch: bool  # see completion_ids_from_text
+
+
+def completion_ids_from_text(tokenizer, prompt_text: str, completion: str, end_of_turn: bool) -> Retokenized:
+    """Token ids for a completion that arrived as text only.
+
+    The sampler's own ids are unknown, so the text is tokenised on its own (what an assistant turn after
+    the generation prompt looks like) and followed by the end-of-turn token when the sampler stopped by
+    itself. `mismatch` flags texts whose tokenisation is not a faithful stand-in for what was sampled:
+    the ids do not decode back to the text, or tokenising prompt+completion together splits the
+    completion differently (a BPE merge across the boundary), i.e. there is more than one plausible id
+    sequence for this text.
+    """
+    ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    mismatch = tokenizer.decode(ids, skip_special_tokens=False) != completion
+    if not mismatch and completion:
+        # Only the end of the prompt ("<|im_start|>assistant\n") can merge with the completion.
+        prompt_text = prompt_text[max(prompt_text.rfind("<|im_start|>"), 0):]
+        prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+        joint = tokenizer(prompt_text + completion, add_special_tokens=False)["input_ids"]
+        mismatch = joint[: len(prompt_ids)] != prompt_ids or joint[len(prompt_ids):] != ids
+    if end_of_turn:
+        ids = ids + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    return Retokenized(ids=ids, mismatch=mismatch)

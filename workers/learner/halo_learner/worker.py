@@ -1,0 +1,89 @@
+"""Start the learner: load the model once, then serve the `gpu` task queue one activity at a time.
+
+    PYTHONPATH=workers/learner .venv/bin/python -m halo_learner.worker
+
+Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
+HALO_LORA_RANK/ALPHA/SEED. SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.service import TLSConfig
+from temporalio.worker import Worker
+
+from .activities import LearnerActivities
+from .learner import Learner
+
+log = logging.getLogger("halo_learner.worker")
+
+
+def temporal_settings(env=os.environ) -> dict:
+    """Same variables and rules as client/connection.ts."""
+    cert, key = env.get("TEMPORAL_TLS_CLIENT_CERT_PATH"), env.get("TEMPORAL_TLS_CLIENT_KEY_PATH")
+    ca, server_name = env.get("TEMPORAL_TLS_SERVER_CA_CERT_PATH"), env.get("TEMPORAL_TLS_SERVER_NAME")
+    if bool(cert) != bool(key):
+        raise ValueError("TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH must be set together")
+    api_key = env.get("TEMPORAL_API_KEY") or None
+    tls: bool | TLSConfig = False
+    if env.get("TEMPORAL_TLS", "").lower() in ("1", "true", "yes") or cert or ca or server_name:
+        tls = TLSConfig(
+            client_cert=Path(cert).read_bytes() if cert else None,
+            client_private_key=Path(key).read_bytes() if key else None,
+            server_root_ca_cert=Path(ca).read_bytes() if ca else None,
+            domain=server_name or None,
+        )
+    elif api_key:
+        tls = True  # API keys travel only over TLS
+    return dict(target_host=env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233",
+                namespace=env.get("TEMPORAL_NAMESPACE") or "default", api_key=api_key, tls=tls)
+
+
+async def serve(learner: Learner, task_queue: str | None = None) -> None:
+    settings = temporal_settings()
+    queue = task_queue or os.environ.get("HALO_GPU_QUEUE") or "gpu"
+    client = await Client.connect(**settings)
+    acts = LearnerActivities(learner)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner") as pool:
+        worker = Worker(
+            client, task_queue=queue, activities=acts.all(), activity_executor=pool,
+            max_concurrent_activities=1,
+            graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
+        )
+        log.info("learner ready: model=%s queue=%s address=%s namespace=%s", learner.policy.model_id, queue,
+                 settings["target_host"], settings["namespace"])
+        print(f"halo-learner ready queue={queue} model={learner.policy.model_id}", flush=True)
+        async with worker:
+            await stop.wait()
+            log.info("shutting down")
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("HALO_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    torch_threads = os.environ.get("HALO_TORCH_THREADS")
+    if torch_threads:
+        import torch
+
+        torch.set_num_threads(int(torch_threads))
+    learner = Learner.from_env()
+    asyncio.run(serve(learner))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Shared fixtures: a private HALO_HOME per test session (the tiny model is built there once), blob helpers."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="halo-learner-tests-"))
+os.environ.setdefault("HALO_HOME", str(_SESSION_HOME))
+os.environ.setdefault("HALO_CHECKPOINTS", str(_SESSION_HOME / "checkpoints"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+from halo_learner.blobs import BlobStore  # noqa: E402
+from halo_learner.learner import Learner, Settings  # noqa: E402
+from halo_learner.models import load_policy  # noqa: E402
+
+
+@pytest.fixture
+def blobs(tmp_path) -> BlobStore:
+    return BlobStore(tmp_path / "blobs")
+
+
+@pytest.fixture
+def policy():
+    return load_policy("tiny-random")
+
+
+@pytest.fixture
+def learner(policy, blobs, tmp_path) -> Learner:
+    return Learner(policy, blobs=blobs, checkpoints=tmp_path / "checkpoints", settings=Settings(micro_batch=4))
+
+
+def png_ref(blobs: BlobStore, w: int, h: int, seed: int) -> str:
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(seed)
+    arr = (torch.rand(h, w, 3, generator=g) * 255).to(torch.uint8).numpy()
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return blobs.put(buf.getvalue(), "png")
+
+
+def messages(image_ref: str | None, goal: str) -> list[dict]:
+    """The shape lib/prompt.ts writes: a system text message, then a user message with screenshot + text."""
+    user = ([{"type": "image", "ref": image_ref}] if image_ref else []) + [{"type": "text", "text": goal}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": "You are a web agent. Answer with one tool call."}]},
+        {"role": "user", "content": user},
+    ]
