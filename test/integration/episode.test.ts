@@ -193,4 +193,29 @@ describe('durable episode on MiniWoB++', () => {
       policy.onRequest = undefined;
     }
   });
+
+  test('a crashed browser: the worker relaunches Chromium and the episode replays its prefix', async () => {
+    policy.setMode({ kind: 'scripted' });
+    const worker = stack.workers.find((w) => w.exitCode === null && w.signalCode === null && w.spawnargs.some((a) => a.endsWith('browser.ts')))!;
+    const start = policy.requests.length;
+    let crashed = false;
+    policy.onRequest = async (index) => {
+      if (index === start + 1 && !crashed) {
+        crashed = true;
+        // Chromium's main process is the worker's direct child.
+        const { stdout } = await exec('pgrep', ['-P', String(worker.pid)]);
+        for (const pid of stdout.split('\n').filter(Boolean)) process.kill(Number(pid), 'SIGKILL');
+      }
+    };
+    try {
+      const r = await run('enter-text', 5);
+      assert.equal(crashed, true);
+      assert.equal(worker.exitCode, null, 'the worker survives its browser');
+      assert.equal(r.sessionRebuilds, 1);
+      assert.equal(r.success, true);
+      assert.equal(r.actionPath.length, 2);
+    } finally {
+      policy.onRequest = undefined;
+    }
+  });
 });
