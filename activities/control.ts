@@ -4,7 +4,7 @@ import { BlobStore } from '../blob/store';
 import { clip } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt, type PromptMessage } from '../lib/prompt';
-import type { SampleInput, SampleResult, StepRecord, TaskRef } from '../lib/episode-types';
+import type { SampleInput, SampleResult, StepResultBlob, TrajectoryInput } from '../lib/episode-types';
 import { chatCompletions } from './policy-client';
 
 const PREVIEW_CHARS = 200;
@@ -60,20 +60,30 @@ export function createControlActivities(blobs: BlobStore) {
       return { candidates, model, promptRef, latencyMs: Date.now() - t0 };
     },
 
-    async recordTrajectory(input: {
-      workflowId: string;
-      task: TaskRef;
-      policyModel: string;
-      steps: Omit<StepRecord, 'completion'>[];
-      success: boolean;
-      reward: number;
-      reason: string | null;
-    }): Promise<string> {
+    /** Assembles the episode's trajectory from the blobs its steps wrote; returns the trajectory's reference. */
+    async recordTrajectory(input: TrajectoryInput): Promise<string> {
       const steps = [];
+      let before = input.initial;
       for (const step of input.steps) {
-        steps.push({ ...step, completion: (await blobs.get(step.completionRef)).toString('utf8') });
+        const completion = (await blobs.get(step.completionRef)).toString('utf8');
+        const result = step.resultRef ? await blobs.getJson<StepResultBlob>(step.resultRef) : undefined;
+        steps.push({
+          step: step.step,
+          observation: before,
+          completion,
+          completionRef: step.completionRef,
+          action: step.action,
+          valid: step.action.type !== 'invalid',
+          shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },
+          reward: result?.reward ?? 0,
+          done: result?.done ?? false,
+          actionError: result?.actionError,
+          after: result?.observation ?? before,
+        });
+        before = result?.observation ?? before;
       }
-      return blobs.putJson({ version: 1, ...input, steps });
+      const { initial, ...rest } = input;
+      return blobs.putJson({ version: 1, ...rest, goal: initial.goal, initial, steps });
     },
   };
 }

@@ -6,13 +6,17 @@ import { launchChromium } from '../env/browser';
 import { MiniWobEnv } from '../env/miniwob';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { Observation } from '../env/types';
-import type { Action } from '../lib/actions';
+import { actionKey, type Action } from '../lib/actions';
+import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
+import type { RewardView } from '../lib/rewards/types';
+import { parseRewardWeights, type RewardWeights } from '../lib/rewards/weights';
 import type {
   ObservationRef,
   StartSessionInput,
   StartSessionResult,
   StepSessionInput,
   StepSessionResult,
+  StepResultBlob,
 } from '../lib/episode-types';
 
 interface Session {
@@ -22,6 +26,10 @@ interface Session {
   env: MiniWobEnv;
   applied: number;
   last?: StepSessionResult;
+  /** The page as the policy last saw it: the "before" of the next step's reward. */
+  view: RewardView;
+  weights: RewardWeights;
+  site: string | null;
 }
 
 export interface SessionDeps {
@@ -75,13 +83,18 @@ export class SessionManager {
         await env.apply(action);
         beat({ replayed: i + 1 });
       }
-      const observation = await this.toRef(await env.observe());
+      const obs = await env.observe();
+      const observation = await this.toRef(obs);
+      const site = null; // MiniWoB has no milestones: general shaping plus its own reward
       const session: Session = {
         id: randomUUID(),
         episodeId: input.episodeId,
         context,
         env,
         applied: input.replay.length,
+        view: { url: obs.url, axtree: obs.axtree },
+        weights: parseRewardWeights(input.rewardWeights),
+        site,
       };
       this.sessions.set(session.id, session);
       return {
@@ -90,6 +103,7 @@ export class SessionManager {
         worker: this.deps.workerName,
         observation,
         replayed: input.replay.length,
+        rewardState: initialRewardState(session.view, site),
       };
     } catch (err) {
       await context.close().catch(() => {});
@@ -111,14 +125,33 @@ export class SessionManager {
       );
     }
     const out = await s.env.step(input.action as Action);
-    const result: StepSessionResult = {
+    const after: RewardView = { url: out.observation.url, axtree: out.observation.axtree };
+    const shaped = computeReward(
+      {
+        site: s.site,
+        valid: !out.actionError,
+        actionKey: actionKey(input.action),
+        before: s.view,
+        after,
+        taskSuccess: out.done ? out.success : null,
+        envReward: out.reward,
+      },
+      input.rewardState,
+      s.weights,
+    );
+    const body: Omit<StepSessionResult, 'resultRef'> = {
       observation: await this.toRef(out.observation),
       reward: out.reward,
       done: out.done,
       success: out.success,
       reason: out.reason,
       ...(out.actionError ? { actionError: out.actionError } : {}),
+      shaped: { total: shaped.breakdown.total, summary: summarizeBreakdown(shaped.breakdown) },
+      rewardState: shaped.state,
     };
+    const blob: StepResultBlob = { index: input.index, action: input.action, ...body, breakdown: shaped.breakdown };
+    const result: StepSessionResult = { ...body, resultRef: await this.deps.blobs.putJson(blob) };
+    s.view = after;
     s.applied++;
     s.last = result;
     return result;
@@ -145,6 +178,7 @@ export class SessionManager {
       height: obs.height,
       screenshotRef: obs.screenshotRef,
       axtreeRef: await this.deps.blobs.put(obs.axtree, 'txt'),
+      stateKey: stateKey({ url: obs.url, axtree: obs.axtree }),
     };
   }
 }

@@ -16,7 +16,7 @@ import { SessionManager } from '../activities/session';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { describeAction, isTerminal, isValidAction } from '../lib/actions';
-import { parseConfig } from '../lib/config';
+import { parseConfig, type HaloConfig } from '../lib/config';
 import { episodeInput } from '../client/episode-input';
 import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
 import { startFakePolicyServer } from '../test/helpers/fake-policy-server';
@@ -28,9 +28,10 @@ const { values } = parseArgs({
 const repeats = Number(values.repeats);
 const maxSteps = Number(values.steps);
 
-async function plainLoop(input: EpisodeInput, manager: SessionManager, control: ReturnType<typeof createControlActivities>) {
+async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionManager, control: ReturnType<typeof createControlActivities>) {
   const t0 = performance.now();
-  const s = await manager.start({ spec: input.task, replay: [], episodeId: 'bench' });
+  const s = await manager.start({ spec: input.task, replay: [], episodeId: 'bench', rewardWeights: cfg.rewards });
+  let rewardState = s.rewardState;
   if (process.env.BENCH_VERBOSE) console.error(`  plain start ${(performance.now() - t0).toFixed(0)} ms`);
   let observation = s.observation;
   const history: { step: number; action: string }[] = [];
@@ -41,12 +42,13 @@ async function plainLoop(input: EpisodeInput, manager: SessionManager, control: 
     steps++;
     history.push({ step, action: describeAction(action) });
     if (!isValidAction(action)) continue;
-    const out = await manager.step({ sessionId: s.sessionId, index: step - 1, action });
+    const out = await manager.step({ sessionId: s.sessionId, index: step - 1, action, rewardState });
     observation = out.observation;
+    rewardState = out.rewardState;
     if (out.done || isTerminal(action)) break;
   }
   await manager.close(s.sessionId);
-  await control.recordTrajectory({ workflowId: 'bench', task: input.task, policyModel: input.policy.model, steps: [], success: false, reward: 0, reason: null });
+  await control.recordTrajectory({ workflowId: 'bench', task: input.task, policyModel: input.policy.model, initial: s.observation, steps: [], success: false, reward: 0, reason: null });
   return steps;
 }
 
@@ -80,7 +82,7 @@ async function main() {
     // One warm-up of each (browser launch, workflow bundle caches), then alternate so drift hits both.
     for (let r = 0; r <= repeats; r++) {
       let t = performance.now();
-      const steps = await plainLoop(input, manager, control);
+      const steps = await plainLoop(cfg, input, manager, control);
       const tp = performance.now() - t;
       t = performance.now();
       const res: EpisodeResult = await stack.client.workflow.execute('episode', {

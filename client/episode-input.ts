@@ -13,5 +13,6 @@ export function episodeInput(cfg: HaloConfig): EpisodeInput {
     sessionStartTimeoutMs: e.sessionStartTimeoutMs,
     heartbeatTimeoutMs: e.heartbeatTimeoutMs,
     mode: 'policy',
+    rewardWeights: cfg.rewards,
   };
 }

@@ -95,3 +95,8 @@ export function describeAction(a: AgentAction): string {
 export function clip(s: string, n: number): string {
   return s.length <= n ? s : s.slice(0, n - 1) + '…';
 }
+
+/** Canonical text of an action (keys in a fixed order), so equal actions compare equal. */
+export function actionKey(a: Action): string {
+  return JSON.stringify(a, Object.keys(a).sort());
+}

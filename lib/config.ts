@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { ConfigError } from './config-error';
+import { rewardWeightsSchema } from './rewards/weights';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
 
@@ -58,6 +60,8 @@ export const configSchema = z
     stack: stackSchema,
     policy: policySchema,
     episode: episodeSchema,
+    // Dense reward weights (defaults spelled out in configs/rewards.yaml).
+    rewards: rewardWeightsSchema.prefault({}),
   })
   .strict();
 
@@ -65,12 +69,7 @@ export type HaloConfig = z.infer<typeof configSchema>;
 export type PolicyConfig = z.infer<typeof policySchema>;
 export type EpisodeConfig = z.infer<typeof episodeSchema>;
 
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
+export { ConfigError };
 
 /** Validate a parsed config object; the error lists every bad field by its dotted path. */
 export function parseConfig(raw: unknown, source = 'config'): HaloConfig {

@@ -1,5 +1,7 @@
 import type { AgentAction, Action } from './actions';
 import type { PolicyConfig } from './config';
+import type { RewardBreakdown, RewardState } from './rewards/types';
+import type { RewardWeights } from './rewards/weights';
 
 // Payload shapes that travel through Temporal. Only references and short text: no image bytes,
 // no accessibility trees (those are blobs), so an episode history stays small and readable.
@@ -12,6 +14,8 @@ export interface ObservationRef {
   height: number;
   screenshotRef: string;
   axtreeRef: string;
+  /** Hash of the page state used by reward shaping (new-state and loop terms). */
+  stateKey: string;
 }
 
 export interface TaskRef {
@@ -32,11 +36,15 @@ export interface StartSessionInput {
   /** Actions to replay after the reset: rebuilds the state of a session that was lost. */
   replay: Action[];
   episodeId: string;
+  /** Held by the session for shaping every step's reward. */
+  rewardWeights: RewardWeights;
 }
 
 export interface StartSessionResult extends SessionHandle {
   observation: ObservationRef;
   replayed: number;
+  /** Shaping state at reset (milestones already shown by the start page count as fired). */
+  rewardState: RewardState;
 }
 
 export interface StepSessionInput {
@@ -44,6 +52,7 @@ export interface StepSessionInput {
   /** Number of actions the session must already have applied; makes a retried step idempotent. */
   index: number;
   action: Action;
+  rewardState: RewardState;
 }
 
 export interface StepSessionResult {
@@ -53,11 +62,34 @@ export interface StepSessionResult {
   success: boolean;
   reason: string | null;
   actionError?: string;
+  /** The dense (shaped) reward of this step (its full breakdown is in the result blob), and the shaping state after it. */
+  shaped: ShapedSummary;
+  rewardState: RewardState;
+  /** Blob holding this whole result: trajectories reference it instead of copying it through Temporal. */
+  resultRef: string;
 }
+
+/** A step's dense reward for payloads and the UI: `+0.1 valid, +1 env reward, +10 task success = 11.1`. */
+export interface ShapedSummary {
+  total: number;
+  summary: string;
+}
+
+/** What the step activity writes to its result blob: the result plus the full reward breakdown. */
+export interface StepResultBlob extends Omit<StepSessionResult, 'resultRef'> {
+  index: number;
+  action: Action;
+  breakdown: RewardBreakdown;
+}
+
+/** The part of an observation the prompt needs: what the policy activity receives. */
+export type PromptObservationRef = Pick<ObservationRef, 'goal' | 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
+/** The part of an observation a trajectory keeps per step (the goal is kept once per episode). */
+export type StepObservationRef = Pick<ObservationRef, 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
 
 export interface SampleInput {
   policy: PolicyConfig;
-  observation: ObservationRef;
+  observation: PromptObservationRef;
   history: { step: number; action: string; note?: string }[];
 }
 
@@ -86,19 +118,49 @@ export interface EpisodeInput {
   heartbeatTimeoutMs?: number;
   runId?: string;
   mode?: string;
+  /** Dense reward weights; schema defaults when absent. */
+  rewardWeights?: RewardWeights;
 }
 
 export interface StepRecord {
   step: number;
-  observation: ObservationRef;
+  observation: StepObservationRef;
   completion: string;
   completionRef: string;
   action: AgentAction;
   valid: boolean;
+  /** The environment's own reward. */
   reward: number;
+  /** The dense reward the learner sees, with the terms that fired. */
+  shaped: ShapedSummary;
+  /** Kept only for outputs that never reached the browser (their breakdown exists nowhere else). */
+  breakdown?: RewardBreakdown;
   done: boolean;
   url: string;
   actionError?: string;
+  resultRef?: string;
+}
+
+/** One step as the trajectory activity receives it: references, plus the little that exists nowhere else. */
+export interface TrajectoryStepInput {
+  step: number;
+  completionRef: string;
+  action: AgentAction;
+  /** The browser step's result blob (valid actions). */
+  resultRef?: string;
+  /** Shaped reward of an output that never reached the browser (invalid actions). */
+  shaped?: RewardBreakdown;
+}
+
+export interface TrajectoryInput {
+  workflowId: string;
+  task: TaskRef;
+  policyModel: string;
+  initial: ObservationRef;
+  steps: TrajectoryStepInput[];
+  success: boolean;
+  reward: number;
+  reason: string | null;
 }
 
 export interface EpisodeResult {
@@ -106,6 +168,8 @@ export interface EpisodeResult {
   task: TaskRef;
   success: boolean;
   reward: number;
+  /** Sum of the shaped step rewards. */
+  shapedReturn: number;
   steps: number;
   actionValidity: number;
   validActions: number;

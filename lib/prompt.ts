@@ -8,8 +8,6 @@ export interface PromptObservation {
   url: string;
   axtree: string;
   step: number;
-  width: number;
-  height: number;
   screenshotRef: string;
 }
 

@@ -23,6 +23,9 @@ import type {
 } from '../lib/episode-types';
 import { actionValidity } from '../lib/episode-stats';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { rewardForUnparsedOutput, roundReward, summarizeBreakdown } from '../lib/rewards/shaping';
+import type { RewardState } from '../lib/rewards/types';
+import { parseRewardWeights } from '../lib/rewards/weights';
 
 export const episodeProgressQuery = defineQuery<{ step: number; steps: StepRecord[]; sessionRebuilds: number }>(
   'episodeProgress',
@@ -48,6 +51,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   const maxRebuilds = input.maxSessionRebuilds ?? 5;
   const startTimeoutMs = input.sessionStartTimeoutMs ?? 20_000;
   const heartbeatTimeoutMs = input.heartbeatTimeoutMs ?? 10_000;
+  const rewardWeights = parseRewardWeights(input.rewardWeights ?? {});
 
   upsertSearchAttributes([
     { key: KIND, value: 'episode' },
@@ -89,9 +93,17 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   setHandler(episodeProgressQuery, () => ({ step: steps.length, steps, sessionRebuilds }));
 
   const label = `${task.env}/${task.task} seed ${task.seed}`;
-  let started = await opener(`reset ${label}`).startSession({ spec: task, replay: [], episodeId: info.workflowId });
+  let started = await opener(`reset ${label}`).startSession({
+    spec: task,
+    replay: [],
+    episodeId: info.workflowId,
+    rewardWeights,
+  });
   let session: SessionHandle = started;
   let observation: ObservationRef = started.observation;
+  const initialObservation = started.observation;
+  // Shaping state lives here, not in the session, so a rebuilt session continues the same episode's rewards.
+  let rewardState: RewardState = started.rewardState;
 
   async function rebuildSession(why: unknown): Promise<void> {
     if (sessionRebuilds >= maxRebuilds) {
@@ -105,6 +117,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       spec: task,
       replay: actionPath,
       episodeId: info.workflowId,
+      rewardWeights,
     });
     session = started;
     observation = started.observation;
@@ -117,6 +130,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
           sessionId: session.sessionId,
           index: actionPath.length,
           action,
+          rewardState,
         });
       } catch (err) {
         if (!isSessionLost(err)) throw err;
@@ -146,25 +160,32 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         note: s.actionError ?? (s.valid ? undefined : 'invalid'),
       }));
       const last = steps.at(-1);
-      const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${policy.n})${last ? ` · last reward ${last.reward}` : ''} · ${observation.url}`;
+      const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${policy.n})${last ? ` · last reward ${last.shaped.total}` : ''} · ${observation.url}`;
+      const { goal, url, step, screenshotRef, axtreeRef } = observation;
       const sample = await control(sampleSummary).samplePolicy({
         policy,
-        observation,
+        observation: { goal, url, step, screenshotRef, axtreeRef },
         history,
       });
       const chosen = sample.candidates[0];
       const record: StepRecord = {
         step: stepNo,
-        observation,
+        observation: { url, step, screenshotRef, axtreeRef },
         completion: chosen.preview,
         completionRef: chosen.completionRef,
         action: chosen.action,
         valid: isValidAction(chosen.action),
         reward: 0,
+        shaped: { total: 0, summary: '' },
         done: false,
         url: observation.url,
       };
-      if (isValidAction(chosen.action)) {
+      if (!isValidAction(chosen.action)) {
+        const r = rewardForUnparsedOutput(observation.stateKey, rewardState, rewardWeights);
+        record.shaped = { total: r.breakdown.total, summary: summarizeBreakdown(r.breakdown) };
+        record.breakdown = r.breakdown;
+        rewardState = r.state;
+      } else {
         const out = await stepWithRebuild(chosen.action, stepNo);
         actionPath.push(chosen.action);
         observation = out.observation;
@@ -172,6 +193,9 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         record.done = out.done || isTerminal(chosen.action);
         record.url = out.observation.url;
         record.actionError = out.actionError;
+        record.shaped = out.shaped;
+        record.resultRef = out.resultRef;
+        rewardState = out.rewardState;
         done = record.done;
         success = out.success;
         reward = out.reward;
@@ -179,7 +203,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       }
       steps.push(record);
       setCurrentDetails(
-        `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · reward ${record.reward} · ${record.url}`,
+        `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · ${record.shaped.summary} · ${record.url}`,
       );
     }
   } catch (err) {
@@ -194,8 +218,13 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       workflowId: info.workflowId,
       task,
       policyModel: policy.model,
-      // The activity reads each completion back from its blob; the preview need not travel twice.
-      steps: steps.map(({ completion: _preview, ...rest }) => rest),
+      initial: initialObservation,
+      steps: steps.map((r) => ({
+        step: r.step,
+        completionRef: r.completionRef,
+        action: r.action,
+        ...(r.resultRef ? { resultRef: r.resultRef } : { shaped: r.breakdown }),
+      })),
       success,
       reward,
       reason,
@@ -207,6 +236,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     task,
     success,
     reward,
+    shapedReturn: roundReward(steps.reduce((sum, s) => sum + s.shaped.total, 0)),
     steps: steps.length,
     actionValidity: validity,
     validActions: steps.filter((s) => s.valid).length,

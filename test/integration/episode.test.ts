@@ -61,13 +61,24 @@ describe('durable episode on MiniWoB++', () => {
     assert.equal(r.steps, 1);
     assert.equal(r.actionValidity, 1);
     assert.equal(r.actionPath[0].type, 'click');
+    // Dense reward: valid action, the page's own reward and the task-success bonus, each in the breakdown.
+    const traj0 = await new BlobStore(join(stack.home, 'blobs')).getJson<{ steps: { shaped: { total: number; terms: { term: string; value: number }[] } }[] }>(r.trajectoryRef);
+    const terms = Object.fromEntries(traj0.steps[0].shaped.terms.map((t) => [t.term, t.value]));
+    assert.equal(terms.valid_action, 0.1);
+    assert.equal(terms.env_reward, r.reward);
+    assert.equal(terms.task_success, 10);
+    assert.equal(r.shapedReturn, traj0.steps[0].shaped.total);
     const req = policy.requests[before];
     assert.equal(req.hasImage, true, 'the screenshot goes to the policy as an image');
     assert.equal(req.model, 'fake-qwen');
     assert.match(req.goal, /Click on the ".+" button/);
-    const traj = await new BlobStore(join(stack.home, 'blobs')).getJson<{ steps: unknown[]; success: boolean }>(r.trajectoryRef);
+    const blobs = new BlobStore(join(stack.home, 'blobs'));
+    const traj = await blobs.getJson<{ goal: string; success: boolean; steps: { completion: string; observation: { screenshotRef: string }; after: { url: string } }[] }>(r.trajectoryRef);
     assert.equal(traj.steps.length, 1);
     assert.equal(traj.success, true);
+    assert.match(traj.goal, /Click on the/);
+    assert.match(traj.steps[0].completion, /<tool_call>/);
+    assert.equal((await blobs.get(traj.steps[0].observation.screenshotRef)).subarray(1, 4).toString(), 'PNG');
   });
 
   test('garbage from the model ends with validity 0 and no crash', async () => {
@@ -78,6 +89,7 @@ describe('durable episode on MiniWoB++', () => {
     assert.equal(r.steps, 4);
     assert.equal(r.success, false);
     assert.equal(r.actionPath.length, 0);
+    assert.equal(r.shapedReturn, -2, 'each unparseable output costs 0.5');
   });
 
   test('a model server rejecting the request fails the episode at once with its reason', async () => {
@@ -150,7 +162,7 @@ describe('durable episode on MiniWoB++', () => {
       .filter((d): d is string => Boolean(d))
       .map((d) => JSON.parse(Buffer.from(d, 'base64').toString('utf8')) as string);
     assert.ok(summaries.some((t) => /^step 3: wait 0s on http:\/\/127\.0\.0\.1:\d+\/miniwob\/click-checkboxes\.html$/.test(t)), summaries.join('\n'));
-    assert.ok(summaries.some((t) => /^sample step 4 .* · last reward 0 · http/.test(t)), summaries.join('\n'));
+    assert.ok(summaries.some((t) => /^sample step 4 .* · last reward -?[0-9.]+ · http/.test(t)), summaries.join('\n'));
     // Payload data is base64 inside the history; decode each payload and look for PNG bytes / data URLs.
     for (const m of compact.matchAll(/"data":"([A-Za-z0-9+/=]+)"/g)) {
       payloads++;

@@ -48,7 +48,7 @@ class LearnerActivities:
             with self._lock:
                 return fn(inp, _heartbeat).model_dump()
         except ValidationError as e:
-            raise ApplicationError(_describe(e, f"{name} batch"), type="InvalidBatch", non_retryable=True) from None
+            raise ApplicationError(_describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True) from None
         except (InvalidBatch, BadBlobRef) as e:
             raise ApplicationError(f"{name}: {e}", type="InvalidBatch", non_retryable=True) from None
         except BlobNotFound as e:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -57,7 +57,6 @@ class GrpoStats:
     grad_norm: float
     tokens: int
     seconds: float
-    extra: dict = field(default_factory=dict)
 
 
 def _row_table(samples: list[GrpoSample], L: int, device):
@@ -71,18 +70,24 @@ def _row_table(samples: list[GrpoSample], L: int, device):
 
 
 def reference_logprobs(policy, samples: list[GrpoSample], temperature: float, chunk: int,
-                       on_progress: Callable[[], None] | None = None) -> torch.Tensor:
+                       prefix_sharing: bool = True, on_progress: Callable[[], None] | None = None) -> torch.Tensor:
     """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient."""
     L = max(len(s.ids) for s in samples)
     ref = torch.zeros((len(samples), L), dtype=torch.float32, device=policy.device)
+    if prefix_sharing:
+        batches = [idx[s:s + chunk] for idx in _groups(samples).values() for s in range(0, len(idx), chunk)]
+    else:
+        batches = [list(range(s, min(len(samples), s + chunk))) for s in range(0, len(samples), chunk)]
     with torch.no_grad(), policy.model.disable_adapter():
-        for idx in _groups(samples).values():
-            for s in range(0, len(idx), chunk):
-                rows = idx[s:s + chunk]
-                lp, _ = group_logprobs(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows], temperature)
-                ref[rows, : lp.shape[1]] = lp
-                if on_progress:
-                    on_progress()
+        for rows in batches:
+            ids = [samples[r].ids for r in rows]
+            if prefix_sharing:
+                lp, _ = group_logprobs(policy, samples[rows[0]].prompt, ids, temperature)
+            else:
+                lp, _ = padded_logprobs(policy, [samples[r].prompt for r in rows], ids, temperature)
+            ref[rows, : lp.shape[1]] = lp
+            if on_progress:
+                on_progress()
     return ref
 
 
@@ -102,7 +107,8 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
     L = max(len(s.ids) for s in samples)
     norm = float(B * (max_completion_len or L))
     adv, old = _row_table(samples, L, dev)
-    ref = reference_logprobs(policy, samples, temperature, micro_batch, on_progress) if kl_coef != 0 else None
+    ref = (reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress)
+           if kl_coef != 0 else None)
     _, mask = pad_completions([s.ids for s in samples], 0, dev)
 
     def loss_fn(logp: torch.Tensor, rows: torch.Tensor, cols: slice) -> torch.Tensor:

@@ -137,6 +137,8 @@ class Learner:
         path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics)
         if reused:  # another learner wrote this version meanwhile; its weights are the truth
             return self.update_policy(inp, progress)
+        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d in %.2fs", inp.run_id, inp.version,
+                 stats.loss, stats.grad_norm, stats.tokens, stats.seconds)
         return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
                                   grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
                                   reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"])
@@ -201,6 +203,8 @@ class Learner:
         path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics)
         if reused:
             return self.update_dpo(inp, progress)
+        log.info("update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f in %.2fs", inp.run_id, inp.version,
+                 stats.loss, stats.reward_margin, stats.accuracy, stats.seconds)
         return UpdateDpoOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
                                grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds, reused=False,
                                reward_margin=stats.reward_margin, accuracy=stats.accuracy)

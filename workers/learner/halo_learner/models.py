@@ -18,12 +18,14 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from . import paths
-from .payloads import VLLM_LORA_RANKS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-8B-Instruct"
 TINY = "tiny-random"
 # Bump when the tiny recipe changes so stale caches are not reused.
 TINY_RECIPE = "v2"
+
+# Ranks vLLM's --max-lora-rank accepts (1 too, but a rank-1 adapter is no use here).
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 # Names that exist only in the language model; the vision tower uses qkv/proj/linear_fc1/linear_fc2, so
 # an explicit list keeps LoRA off the ViT ("all-linear" would wrap it, and vLLM would ignore those weights).
@@ -240,6 +242,9 @@ def tiny_config(tokenizer) -> Qwen3VLConfig:
 
 def ensure_tiny_random(cache_dir: Path | None = None, seed: int = 1234) -> Path:
     """Build (once) and return the folder of the seeded tiny Qwen3-VL; concurrent builders are harmless."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     root = Path(cache_dir) if cache_dir is not None else paths.models_cache()
     target = root / f"{TINY}-{TINY_RECIPE}"
     if (target / "config.json").exists():
@@ -287,7 +292,9 @@ def load_policy(name: str | None = None, lora: LoraSettings | None = None,
     device, dtype = device or auto_device, dtype or auto_dtype
     path = resolve_model_path(name)
     processor = load_processor(path)
-    base = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    # Straight onto the GPU: staging 16 GiB of 8B weights in host memory first is slow and needs the RAM.
+    base = Qwen3VLForConditionalGeneration.from_pretrained(
+        path, dtype=dtype, attn_implementation="sdpa", device_map=str(device) if device.type == "cuda" else None)
     base.to(device)
     return wrap_lora(base, processor, model_id=name, lora=lora, device=device, dtype=dtype)
 

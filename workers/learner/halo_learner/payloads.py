@@ -10,8 +10,6 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")

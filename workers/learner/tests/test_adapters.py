@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from conftest import messages, png_ref
 from halo_learner import adapters
 from halo_learner.learner import Learner, Settings
-from halo_learner.models import LORA_TARGETS, load_policy
-from halo_learner.payloads import VLLM_LORA_RANKS, UpdatePolicyInput
+from halo_learner.models import LORA_TARGETS, VLLM_LORA_RANKS, load_policy
+from halo_learner.payloads import UpdatePolicyInput
 
 
 def _batch(blobs, seed: int, n: int = 4) -> str:

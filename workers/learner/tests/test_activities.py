@@ -1,0 +1,88 @@
+"""Activity contract: snake_case payloads in and out, errors classified for Temporal's retry policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from temporalio.exceptions import ApplicationError
+
+from conftest import messages, png_ref
+from halo_learner.activities import LearnerActivities
+
+
+def _update(acts, **over):
+    raw = {"run_id": "acts", "version": 1, "batch_ref": "sha256:" + "a" * 64 + ".json",
+           "hyperparameters": {"learning_rate": 1e-3}}
+    raw.update(over)
+    return acts.update_policy(raw)
+
+
+def test_invalid_input_names_the_field(learner):
+    acts = LearnerActivities(learner)
+    with pytest.raises(ApplicationError) as e:
+        _update(acts, version=0)
+    assert e.value.non_retryable and e.value.type == "InvalidPayload" and "version" in e.value.message
+    with pytest.raises(ApplicationError) as e:
+        _update(acts, hyperparameters={"learning_rate": 1e-3, "lr": 2})
+    assert "hyperparameters.lr" in e.value.message
+
+
+def test_missing_blob_is_permanent_and_names_the_ref(learner):
+    acts = LearnerActivities(learner)
+    with pytest.raises(ApplicationError) as e:
+        _update(acts)
+    assert e.value.non_retryable and e.value.type == "BlobNotFound"
+    assert "sha256:" + "a" * 64 + ".json" in e.value.message
+
+
+def test_invalid_batch_names_the_item_field(learner, blobs):
+    acts = LearnerActivities(learner)
+    ref = blobs.put_json({"items": [{"prompt": messages(None, "x"), "completion": "a", "advantage": "high"}]})
+    with pytest.raises(ApplicationError) as e:
+        _update(acts, batch_ref=ref)
+    assert e.value.non_retryable and e.value.type == "InvalidBatch" and "items.0.advantage" in e.value.message
+
+
+def test_missing_parent_is_permanent(learner, blobs):
+    acts = LearnerActivities(learner)
+    ref = blobs.put_json({"items": [{"prompt": messages(None, "x"), "completion": "a", "advantage": 1.0}]})
+    with pytest.raises(ApplicationError) as e:
+        _update(acts, batch_ref=ref, version=4)
+    assert e.value.non_retryable and e.value.type == "ParentVersionMissing" and "acts/v3" in e.value.message
+
+
+def test_out_of_memory_is_retryable(learner, monkeypatch):
+    acts = LearnerActivities(learner)
+
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(learner, "update_policy", boom)
+    acts = LearnerActivities(learner)
+    with pytest.raises(ApplicationError) as e:
+        _update(acts)
+    assert not e.value.non_retryable and e.value.type == "OutOfMemory" and "out of GPU memory" in e.value.message
+
+
+def test_round_trip_snake_case_payloads(learner, blobs):
+    """update_policy with a text-only item (retokenised), then sample_actions on the new version."""
+    acts = LearnerActivities(learner)
+    m = messages(png_ref(blobs, 64, 64, 1), "Goal: click OK")
+    ref = blobs.put_json({"items": [
+        {"prompt": m, "completion": '<tool_call>{"name": "computer_use"}</tool_call>', "completion_token_ids": None,
+         "advantage": 0.5, "old_logprobs": None},
+        {"prompt": m, "completion": "click OK", "completion_token_ids": None, "advantage": -0.5,
+         "old_logprobs": [-1.0]},  # wrong length for the retokenised text: counted as a mismatch
+    ], "max_completion_len": None})
+    out = _update(acts, batch_ref=ref)
+    assert set(out) == {"run_id", "version", "adapter_path", "loss", "grad_norm", "tokens", "seconds", "reused",
+                        "retokenized", "token_mismatch_rate"}
+    assert out["retokenized"] == 2 and out["token_mismatch_rate"] == 0.5 and out["reused"] is False
+    s = acts.sample_actions({"run_id": "acts", "version": 1, "prompt_ref": blobs.put_json(m), "n": 2,
+                             "temperature": 0.7, "max_tokens": 4, "seed": 3})
+    assert set(s) == {"completions", "model", "version", "seconds"} and s["version"] == 1
+    assert set(s["completions"][0]) == {"text", "token_ids", "logprobs", "finish_reason"}
+    d = acts.update_dpo({"run_id": "acts", "version": 2, "batch_ref": blobs.put_json({"pairs": [
+        {"prompt": m, "chosen": "click OK", "rejected": "scroll", "ref_chosen_logprob": None,
+         "ref_rejected_logprob": None}]}), "hyperparameters": {"learning_rate": 1e-3, "beta": 0.1}})
+    assert d["version"] == 2 and {"reward_margin", "accuracy"} <= set(d)
