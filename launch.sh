@@ -35,11 +35,15 @@ setup() {
     python3 -m venv .venv
   fi
   local stamp
-  stamp="$(printf '%s\n%s\n' "$PY_TOOLS" "$PY_NODEPS" | cat - workers/learner/requirements*.txt 2>/dev/null | sha256sum | cut -c1-16)"
+  stamp="$(printf '%s\n%s\n' "$PY_TOOLS" "$PY_NODEPS" | cat - workers/learner/requirements.txt | sha256sum | cut -c1-16)"
   if [ ! -f .venv/.halo-stamp ] || [ "$(cat .venv/.halo-stamp)" != "$stamp" ]; then
-    say "pip install $PY_TOOLS"
+    say "pip install $PY_TOOLS $PY_NODEPS"
     .venv/bin/pip install --quiet --disable-pip-version-check $PY_TOOLS
     .venv/bin/pip install --quiet --disable-pip-version-check --no-deps $PY_NODEPS
+    # torch first and alone: the pinned build, never a newer one pulled in by another package.
+    say "pip install torch==2.13.0 and the learner's pinned requirements"
+    .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
+    .venv/bin/pip install --quiet --disable-pip-version-check -r workers/learner/requirements.txt
     echo "$stamp" > .venv/.halo-stamp
   fi
   mkdir -p runs checkpoints
@@ -51,6 +55,9 @@ case "$CMD" in
   test)
     say "running the test suite"
     npx tsc --noEmit
+    say "Python learner tests (pytest)"
+    .venv/bin/python -m pytest -q workers/learner
+    say "TypeScript tests (node --test)"
     exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 test/unit/*.test.ts test/integration/*.test.ts
     ;;
   run)

@@ -1,9 +1,10 @@
 import type { CDPSession, Page } from 'playwright-core';
 import type { BlobStore } from '../blob/store';
-import { GRID_MAX, type Action } from '../lib/actions';
+import type { Action } from '../lib/actions';
 import { DEFAULT_VIEWPORT } from './browser';
 import { PAGE_SCRIPT, type AxTreeOptions, type PageEpisodeState, type PageView } from './page-scripts';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
+import { captureViewport, executePageAction, firstLine, isFatalPageError, pngSize, sleep } from './page-actions';
 
 /**
  * Magnification of the MiniWoB task (160x210 CSS px in the page's top-left corner).
@@ -27,7 +28,6 @@ export const DEFAULT_MINIWOB_ZOOM = 3.2;
 export const DEFAULT_EPISODE_MAX_TIME_MS = 1_000_000;
 export const DEFAULT_SETTLE_MS = 60;
 
-const CLICK_ELEMENT_TIMEOUT_MS = 2_000;
 const AXTREE_MAX_LINES = 200;
 const AXTREE_MAX_CHARS = 8_192;
 
@@ -45,114 +45,8 @@ export interface MiniWobEnvOptions {
   settleMs?: number;
 }
 
-const MODIFIERS: Record<string, string> = {
-  ctrl: 'Control',
-  control: 'Control',
-  shift: 'Shift',
-  alt: 'Alt',
-  option: 'Alt',
-  meta: 'Meta',
-  cmd: 'Meta',
-  command: 'Meta',
-  super: 'Meta',
-  win: 'Meta',
-  windows: 'Meta',
-};
+export { toPlaywrightKeys, pngSize } from './page-actions';
 
-const NAMED_KEYS: Record<string, string> = {
-  enter: 'Enter',
-  return: 'Enter',
-  tab: 'Tab',
-  esc: 'Escape',
-  escape: 'Escape',
-  backspace: 'Backspace',
-  delete: 'Delete',
-  del: 'Delete',
-  insert: 'Insert',
-  ins: 'Insert',
-  up: 'ArrowUp',
-  down: 'ArrowDown',
-  left: 'ArrowLeft',
-  right: 'ArrowRight',
-  arrowup: 'ArrowUp',
-  arrowdown: 'ArrowDown',
-  arrowleft: 'ArrowLeft',
-  arrowright: 'ArrowRight',
-  space: 'Space',
-  spacebar: 'Space',
-  pageup: 'PageUp',
-  pagedown: 'PageDown',
-  pgup: 'PageUp',
-  pgdn: 'PageDown',
-  home: 'Home',
-  end: 'End',
-  capslock: 'CapsLock',
-};
-
-/**
- * Maps policy key names (case-insensitive; "ctrl+a" inside one entry is split) to Playwright key names.
- * Single characters stay characters, except that with Control/Alt/Meta held a letter or digit becomes its
- * physical key (KeyA, Digit1), which is what Chromium's shortcuts (select all, copy, paste) listen to.
- * Returns `{ unknown }` with the first name it cannot map.
- */
-export function toPlaywrightKeys(keys: readonly string[]): { keys: string[] } | { unknown: string } {
-  const parts: string[] = [];
-  for (const entry of keys) {
-    if (entry.length > 1 && entry.includes('+')) {
-      // "ctrl+a", "ctrl++" (control and plus), "shift+" (shift and plus)
-      const trailingPlus = entry.endsWith('+');
-      const body = trailingPlus ? entry.slice(0, -1) : entry;
-      parts.push(...body.split('+').filter((p) => p !== ''));
-      if (trailingPlus) parts.push('+');
-    } else {
-      parts.push(entry);
-    }
-  }
-  const mapped: string[] = [];
-  for (const raw of parts) {
-    const p = raw.length === 1 ? raw : raw.trim();
-    const lower = p.toLowerCase();
-    let key: string | undefined;
-    if (p.length === 1) key = p === ' ' ? 'Space' : p;
-    else if (MODIFIERS[lower]) key = MODIFIERS[lower];
-    else if (NAMED_KEYS[lower]) key = NAMED_KEYS[lower];
-    else if (/^f([1-9]|1[0-2])$/.test(lower)) key = lower.toUpperCase();
-    else if (/^(key[a-z]|digit[0-9])$/.test(lower)) key = lower.startsWith('key') ? `Key${lower[3].toUpperCase()}` : `Digit${lower[5]}`;
-    if (key === undefined) return { unknown: raw };
-    mapped.push(key);
-  }
-  const shortcut = mapped.some((k) => k === 'Control' || k === 'Alt' || k === 'Meta');
-  if (shortcut) {
-    for (let i = 0; i < mapped.length; i++) {
-      const k = mapped[i];
-      if (/^[a-zA-Z]$/.test(k)) mapped[i] = `Key${k.toUpperCase()}`;
-      else if (/^[0-9]$/.test(k)) mapped[i] = `Digit${k}`;
-    }
-  }
-  return { keys: mapped };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((ok) => setTimeout(ok, ms));
-}
-
-function firstLine(err: unknown): string {
-  const msg = err instanceof Error ? err.message : String(err);
-  const line = msg.split('\n').find((l) => l.trim() !== '') ?? msg;
-  return line.length > 300 ? `${line.slice(0, 299)}…` : line;
-}
-
-const FATAL_PATTERNS =
-  /Target crashed|Page crashed|Target page, context or browser has been closed|Browser has been closed|browser has disconnected|Target closed|Session closed|Connection closed/i;
-
-/** Width and height from a PNG's IHDR chunk. */
-export function pngSize(png: Buffer): { width: number; height: number } {
-  const signature = '89504e470d0a1a0a';
-  if (png.length < 24 || png.subarray(0, 8).toString('hex') !== signature || png.toString('latin1', 12, 16) !== 'IHDR') {
-    throw new Error('not a PNG image');
-  }
-  return { width: png.readUInt32BE(16), height: png.readUInt32BE(20) };
-}
 
 interface EpisodeState {
   task: string;
@@ -207,7 +101,7 @@ export class MiniWobEnv implements Environment {
   }
 
   private isFatal(err: unknown): boolean {
-    return this.crashed || this.page.isClosed() || FATAL_PATTERNS.test(err instanceof Error ? err.message : String(err));
+    return this.crashed || this.page.isClosed() || isFatalPageError(err);
   }
 
   async reset(spec: TaskSpec): Promise<Observation> {
@@ -239,12 +133,6 @@ export class MiniWobEnv implements Environment {
   private requireEpisode(): EpisodeState {
     if (!this.episode) throw new Error('MiniWobEnv: call reset() first');
     return this.episode;
-  }
-
-  /** Grid (0-1000 over the screenshot) to page CSS px. */
-  private toPage(x: number, y: number): { x: number; y: number } {
-    const { width, height } = this.viewport;
-    return { x: ((x / GRID_MAX) * width) / this.zoom, y: ((y / GRID_MAX) * height) / this.zoom };
   }
 
   async apply(action: Action): Promise<ApplyResult> {
@@ -290,77 +178,8 @@ export class MiniWobEnv implements Environment {
 
   /** Runs the action; returns an error text for actions that cannot run (Playwright errors are thrown). */
   private async execute(action: Exclude<Action, { type: 'answer' }>): Promise<string | undefined> {
-    const page = this.page;
-    switch (action.type) {
-      case 'click': {
-        const p = this.toPage(action.x, action.y);
-        await page.mouse.click(p.x, p.y, { button: action.button, clickCount: action.count });
-        return undefined;
-      }
-      case 'double_click': {
-        const p = this.toPage(action.x, action.y);
-        await page.mouse.dblclick(p.x, p.y);
-        return undefined;
-      }
-      case 'move': {
-        const p = this.toPage(action.x, action.y);
-        await page.mouse.move(p.x, p.y);
-        return undefined;
-      }
-      case 'click_element': {
-        const loc = page.locator(`[data-halo-id="${action.id}"]`);
-        if ((await loc.count()) === 0) return `no element with id ${action.id}`;
-        await loc.first().click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
-        return undefined;
-      }
-      case 'type': {
-        if (action.id !== undefined) {
-          const loc = page.locator(`[data-halo-id="${action.id}"]`);
-          if ((await loc.count()) === 0) return `no element with id ${action.id}`;
-          const target = loc.first();
-          const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout: CLICK_ELEMENT_TIMEOUT_MS })) as string;
-          if (tag === 'SELECT') {
-            // A native <select> popup cannot be driven by keys in headless Chromium: pick the option by label.
-            await target.selectOption({ label: action.text }, { timeout: CLICK_ELEMENT_TIMEOUT_MS });
-            return undefined;
-          }
-          await target.click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
-        }
-        await page.keyboard.type(action.text);
-        return undefined;
-      }
-      case 'key': {
-        const mapped = toPlaywrightKeys(action.keys);
-        if ('unknown' in mapped) return `unknown key ${JSON.stringify(mapped.unknown)}`;
-        const held: string[] = [];
-        try {
-          for (const k of mapped.keys) {
-            await page.keyboard.down(k);
-            held.push(k);
-          }
-        } finally {
-          for (const k of held.reverse()) await page.keyboard.up(k);
-        }
-        return undefined;
-      }
-      case 'scroll': {
-        if (action.x !== undefined && action.y !== undefined) {
-          const p = this.toPage(action.x, action.y);
-          await page.mouse.move(p.x, p.y);
-        }
-        // `amount` is in screenshot pixels, like the coordinates the policy sees.
-        const d = action.amount / this.zoom;
-        const dx = action.direction === 'left' ? -d : action.direction === 'right' ? d : 0;
-        const dy = action.direction === 'up' ? -d : action.direction === 'down' ? d : 0;
-        await page.mouse.wheel(dx, dy);
-        return undefined;
-      }
-      case 'wait':
-        await sleep(action.seconds * 1000);
-        return undefined;
-      case 'goto':
-        return 'navigation is not allowed in MiniWoB';
-    }
+    if (action.type === 'goto') return 'navigation is not allowed in MiniWoB';
+    return executePageAction(this.page, action, { zoom: this.zoom, viewport: this.viewport });
   }
 
   async observe(): Promise<Observation> {
@@ -388,14 +207,7 @@ export class MiniWobEnv implements Environment {
   /** PNG of the top-left (viewport / zoom) CSS px of the visual viewport, rendered at `zoom`. */
   private async capture(scrollX: number, scrollY: number): Promise<Buffer> {
     if (!this.cdp) this.cdp = await this.page.context().newCDPSession(this.page);
-    const { width, height } = this.viewport;
-    const res = (await this.cdp.send('Page.captureScreenshot', {
-      format: 'png',
-      fromSurface: true,
-      captureBeyondViewport: false,
-      clip: { x: scrollX, y: scrollY, width: width / this.zoom, height: height / this.zoom, scale: this.zoom },
-    })) as { data: string };
-    return Buffer.from(res.data, 'base64');
+    return captureViewport(this.cdp, { zoom: this.zoom, viewport: this.viewport }, scrollX, scrollY);
   }
 
   async step(action: Action): Promise<StepOutcome> {

@@ -6,7 +6,12 @@
   `use_cache`, its KV cache is expanded to the group size and the completions run on top. The graph is
   kept whole, so any loss can be back-propagated through it;
 * `group_backward`: the same sharing for a loss that is a sum over tokens (dr_grpo), in chunks of rows, with
-  the gradient of the shared prompt pass accumulated once (see the function).
+  the gradient of the shared prompt pass accumulated once (see the function);
+* `packed_group_logprobs`: a group of completions of ONE prompt packed into ONE sequence
+  `prompt | c_1[:-1] | c_2[:-1] | ...` with a block attention mask (the prompt is causal; each completion sees
+  the whole prompt and its own earlier tokens) and M-RoPE positions that restart after the prompt for every
+  completion. One forward (and one backward) per group: no KV cache, no expansion, no second prompt pass.
+  This is what the GRPO update uses.
 
 Logits are divided by the sampling temperature before the log-softmax, as the sampler did.
 Positions are Qwen3-VL's 3-D M-RoPE ids, computed here explicitly so all three ways use identical ones.
@@ -200,3 +205,85 @@ def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], 
                 grads.append(leaf.grad)
     torch.autograd.backward(outputs, grads)
     return total
+
+
+# ---- shared prefix, packed into one sequence -----------------------------------------------------
+
+
+@dataclass
+class PackedLayout:
+    """Where each completion token of a packed group sits; built once per (prompt length, completions)."""
+
+    input_ids: torch.Tensor  # (1, S): prompt, then c_i[:-1] for each completion i
+    mm_token_type_ids: torch.Tensor  # (1, S)
+    position_ids: torch.Tensor  # (3, 1, S) M-RoPE positions
+    attention_mask: torch.Tensor  # (1, 1, S, S) bool, True = may attend
+    targets: torch.Tensor  # (S - P,) token predicted by kept logits row 1.. (row 0 predicts first tokens)
+    first: torch.Tensor  # (G,) first token of every completion (predicted by the prompt's last position)
+    flat_index: torch.Tensor  # (S - P,) index into the (G, L) result, row-major, for kept rows 1..
+    mask: torch.Tensor  # (G, L) bool completion mask
+    keep: int  # logits kept: the prompt's last position and every completion position
+
+
+def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -> PackedLayout:
+    dev = policy.device
+    P = len(prompt)
+    G, L = len(completions), max(len(c) for c in completions)
+    ids = prompt.input_ids.to(dev)[None]
+    mm = prompt.mm_token_type_ids.to(dev)[None]
+    vision = _vision_inputs([prompt], dev, policy.dtype)
+    pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), torch.ones_like(ids))
+    base = P + int(delta.reshape(-1)[0])  # completion token j of every completion sits at base + j
+
+    body, seg, offs, flat = [], [], [], []
+    for i, c in enumerate(completions):
+        n = len(c) - 1  # inputs c[:-1]; their logits predict c[1:]
+        body += c[:-1]
+        seg += [i + 1] * n
+        offs += range(n)
+        flat += [i * L + j + 1 for j in range(n)]
+    C = len(body)
+    comp_ids = torch.tensor(body, dtype=torch.long, device=dev).view(1, C)
+    comp_pos = (base + torch.tensor(offs, dtype=torch.long, device=dev)).view(1, 1, C).expand(3, 1, C)
+    segment = torch.cat([torch.zeros(P, dtype=torch.long, device=dev), torch.tensor(seg, dtype=torch.long, device=dev)])
+    S = P + C
+    idx = torch.arange(S, device=dev)
+    causal = idx[None, :] <= idx[:, None]
+    same = (segment[None, :] == 0) | (segment[None, :] == segment[:, None])
+    targets = torch.tensor([t for c in completions for t in c[1:]], dtype=torch.long, device=dev)
+    _, mask = pad_completions(completions, 0, dev)
+    return PackedLayout(
+        input_ids=torch.cat([ids, comp_ids], dim=1),
+        mm_token_type_ids=torch.cat([mm, torch.zeros_like(comp_ids)], dim=1),
+        position_ids=torch.cat([pos, comp_pos.to(pos.dtype)], dim=2),
+        attention_mask=(causal & same).view(1, 1, S, S),
+        targets=targets,
+        first=torch.tensor([c[0] for c in completions], dtype=torch.long, device=dev),
+        flat_index=torch.tensor(flat, dtype=torch.long, device=dev),
+        mask=mask,
+        keep=C + 1,
+    )
+
+
+def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float,
+                          layout: PackedLayout | None = None):
+    """(G, L) log-probs (0 where masked) and mask of G completions of one prompt, from one packed forward.
+
+    Differentiable: the graph is kept whole, so any loss over the result can be back-propagated through it.
+    """
+    lay = layout or packed_layout(policy, prompt, completions)
+    vision = _vision_inputs([prompt], policy.device, policy.dtype)
+    out = hf_model(policy)(
+        input_ids=lay.input_ids, attention_mask=lay.attention_mask, position_ids=lay.position_ids,
+        mm_token_type_ids=lay.mm_token_type_ids, use_cache=False, logits_to_keep=lay.keep, **vision,
+    )
+    logp = F.log_softmax(out.logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
+    del out
+    G, L = lay.mask.shape
+    first = logp[0].index_select(0, lay.first)  # (G,)
+    rest = logp[1:].gather(-1, lay.targets[:, None]).squeeze(-1)
+    flat = torch.zeros(G * L, dtype=logp.dtype, device=logp.device)
+    flat = flat.index_put((torch.arange(G, device=logp.device) * L,), first)
+    if rest.numel():
+        flat = flat.index_put((lay.flat_index,), rest)
+    return flat.view(G, L), lay.mask
