@@ -2,10 +2,14 @@ import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
 import type { BlobStore } from '../blob/store';
-import { launchChromium } from '../env/browser';
+import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
+import { RealEnv, SiteUnreachableError, checkSiteHealth } from '../env/real';
+import { UnscorableTaskError } from '../env/real-eval';
+import { UnknownRealTaskError, getRealTask } from '../env/real-tasks';
+import { SiteLimiter } from '../env/site-limits';
 import { MiniWobEnv } from '../env/miniwob';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
-import type { Observation } from '../env/types';
+import type { Observation, StepOutcome, TaskSpec } from '../env/types';
 import { actionKey, type Action } from '../lib/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardView } from '../lib/rewards/types';
@@ -17,13 +21,16 @@ import type {
   StepSessionInput,
   StepSessionResult,
   StepResultBlob,
+  FinishSessionResult,
 } from '../lib/episode-types';
+
+type SessionEnv = MiniWobEnv | RealEnv;
 
 interface Session {
   id: string;
   episodeId: string;
   context: BrowserContext;
-  env: MiniWobEnv;
+  env: SessionEnv;
   applied: number;
   last?: StepSessionResult;
   /** The page as the policy last saw it: the "before" of the next step's reward. */
@@ -40,6 +47,18 @@ export interface SessionDeps {
   workerTaskQueue: string;
   workerName: string;
   viewport?: { width: number; height: number };
+  /** Serve every REAL task from this origin instead of its own (a local mirror, or the test site). */
+  realOriginOverride?: string;
+  /** Concurrent REAL episodes per site on this worker. */
+  siteConcurrency?: number;
+}
+
+/** Known permanent environment errors become non-retryable failures that say what is wrong. */
+function permanentEnvError(err: unknown): ApplicationFailure | undefined {
+  if (err instanceof UnknownRealTaskError || err instanceof UnscorableTaskError || err instanceof SiteUnreachableError) {
+    return ApplicationFailure.nonRetryable((err as Error).message, (err as Error).name);
+  }
+  return undefined;
 }
 
 /**
@@ -49,8 +68,11 @@ export interface SessionDeps {
 export class SessionManager {
   private browser?: Browser;
   private readonly sessions = new Map<string, Session>();
+  private readonly siteLimiter: SiteLimiter;
 
-  constructor(private readonly deps: SessionDeps) {}
+  constructor(private readonly deps: SessionDeps) {
+    this.siteLimiter = new SiteLimiter(deps.siteConcurrency ?? 4);
+  }
 
   get size(): number {
     return this.sessions.size;
@@ -64,35 +86,33 @@ export class SessionManager {
     return this.browser;
   }
 
+  /** A page in a fresh context, reset to the task, with the episode's action prefix replayed. */
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}): Promise<StartSessionResult> {
-    if (input.spec.env !== 'miniwob') {
-      throw ApplicationFailure.nonRetryable(`unknown environment ${JSON.stringify(input.spec.env)}`, 'UnknownEnvironment');
-    }
-    try {
-      assertMiniwobTask(input.spec.task, this.deps.miniwobTasks);
-    } catch (err) {
-      throw ApplicationFailure.nonRetryable((err as Error).message, 'UnknownTask');
-    }
+    const site = this.validateTask(input.spec);
+    if (input.spec.env === 'real') await this.checkHealth(input.spec.task);
     const browser = await this.ensureBrowser();
-    const context = await browser.newContext({ viewport: this.deps.viewport ?? { width: 1280, height: 720 } });
+    // Service workers would bypass the navigation guard of REAL pages.
+    const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     try {
-      const page = await context.newPage();
-      const env = new MiniWobEnv({ page, baseUrl: this.deps.miniwobBaseUrl, blobs: this.deps.blobs });
-      await env.reset(input.spec);
+      const env = await this.createEnv(input, context);
+      try {
+        await env.reset(input.spec);
+      } catch (err) {
+        throw permanentEnvError(err) ?? err;
+      }
       for (const [i, action] of input.replay.entries()) {
         await env.apply(action);
         beat({ replayed: i + 1 });
       }
       const obs = await env.observe();
       const observation = await this.toRef(obs);
-      const site = null; // MiniWoB has no milestones: general shaping plus its own reward
       const session: Session = {
         id: randomUUID(),
         episodeId: input.episodeId,
         context,
         env,
         applied: input.replay.length,
-        view: { url: obs.url, axtree: obs.axtree },
+        view: await this.rewardView(env, obs),
         weights: parseRewardWeights(input.rewardWeights),
         site,
       };
@@ -111,11 +131,86 @@ export class SessionManager {
     }
   }
 
-  async step(input: StepSessionInput): Promise<StepSessionResult> {
-    const s = this.sessions.get(input.sessionId);
-    if (!s) {
-      throw ApplicationFailure.retryable(`session ${input.sessionId} is not on worker ${this.deps.workerName}`, 'SessionLost');
+  /** The task's milestone site (REAL), null for MiniWoB; unknown tasks are permanent errors. */
+  private validateTask(spec: TaskSpec): string | null {
+    try {
+      if (spec.env === 'miniwob') {
+        assertMiniwobTask(spec.task, this.deps.miniwobTasks);
+        return null;
+      }
+      if (spec.env === 'real') {
+        const task = getRealTask(spec.task);
+        if (!task.scorable) throw new UnscorableTaskError(task);
+        return task.site;
+      }
+    } catch (err) {
+      throw permanentEnvError(err) ?? ApplicationFailure.nonRetryable((err as Error).message, 'UnknownTask');
     }
+    throw ApplicationFailure.nonRetryable(`unknown environment ${JSON.stringify((spec as { env: unknown }).env)}`, 'UnknownEnvironment');
+  }
+
+  private async checkHealth(taskId: string): Promise<void> {
+    const url = this.realUrl(getRealTask(taskId).startUrl);
+    try {
+      await checkSiteHealth(url);
+    } catch (err) {
+      throw permanentEnvError(err) ?? err;
+    }
+  }
+
+  private realUrl(url: string): string {
+    const override = this.deps.realOriginOverride;
+    if (!override) return url;
+    const u = new URL(url);
+    return new URL(u.pathname + u.search + u.hash, override).toString();
+  }
+
+  private async createEnv(input: StartSessionInput, context: BrowserContext): Promise<SessionEnv> {
+    if (input.spec.env === 'real') {
+      return new RealEnv({
+        context,
+        blobs: this.deps.blobs,
+        runId: input.envOptions?.realRunId ?? '0',
+        evaluateAtCap: input.envOptions?.evaluateAtCap ?? false,
+        limiter: this.siteLimiter,
+        ...(this.deps.realOriginOverride ? { originOverride: (url: string) => this.realUrl(url) } : {}),
+      });
+    }
+    return new MiniWobEnv({ page: await context.newPage(), baseUrl: this.deps.miniwobBaseUrl, blobs: this.deps.blobs });
+  }
+
+  /** What reward detectors see: the page, plus the site's client state where the environment has one. */
+  private async rewardView(env: SessionEnv, obs: Observation): Promise<RewardView> {
+    if (!(env instanceof RealEnv)) return { url: obs.url, axtree: obs.axtree };
+    const clientState = await env.clientState().catch(() => undefined);
+    return { url: obs.url, axtree: obs.axtree, clientState };
+  }
+
+  /** The step cap: REAL evaluates here only when the episode asked for it (the official rule is reward 0). */
+  async finish(sessionId: string): Promise<FinishSessionResult> {
+    const s = this.requireSession(sessionId);
+    if (!(s.env instanceof RealEnv)) {
+      return { done: false, reward: 0, success: false, reason: 'step cap', evaluated: false };
+    }
+    const r = await s.env.finishAtCap();
+    return {
+      done: true,
+      reward: r.reward,
+      success: r.success,
+      reason: r.reason,
+      evaluated: r.evaluation !== undefined,
+      ...(r.finalStateRef ? { finalStateRef: r.finalStateRef } : {}),
+    };
+  }
+
+  private requireSession(sessionId: string): Session {
+    const s = this.sessions.get(sessionId);
+    if (!s) throw ApplicationFailure.retryable(`session ${sessionId} is not on worker ${this.deps.workerName}`, 'SessionLost');
+    return s;
+  }
+
+  async step(input: StepSessionInput): Promise<StepSessionResult> {
+    const s = this.requireSession(input.sessionId);
     // A retry of a step that already ran must not act twice.
     if (s.applied === input.index + 1 && s.last) return s.last;
     if (s.applied !== input.index) {
@@ -124,8 +219,8 @@ export class SessionManager {
         'SessionLost',
       );
     }
-    const out = await s.env.step(input.action as Action);
-    const after: RewardView = { url: out.observation.url, axtree: out.observation.axtree };
+    const out: StepOutcome & { finalStateRef?: string } = await s.env.step(input.action as Action);
+    const after = await this.rewardView(s.env, out.observation);
     const shaped = computeReward(
       {
         site: s.site,
@@ -146,6 +241,7 @@ export class SessionManager {
       success: out.success,
       reason: out.reason,
       ...(out.actionError ? { actionError: out.actionError } : {}),
+      ...(out.finalStateRef ? { finalStateRef: out.finalStateRef } : {}),
       shaped: { total: shaped.breakdown.total, summary: summarizeBreakdown(shaped.breakdown) },
       rewardState: shaped.state,
     };
@@ -161,6 +257,8 @@ export class SessionManager {
     const s = this.sessions.get(sessionId);
     if (!s) return;
     this.sessions.delete(sessionId);
+    // The env first: a REAL env gives back its site slot there.
+    await s.env.close().catch(() => {});
     await s.context.close().catch(() => {});
   }
 
@@ -207,6 +305,9 @@ export function createSessionActivities(manager: SessionManager) {
     async stepSession(input: StepSessionInput): Promise<StepSessionResult> {
       Context.current().log.debug('step', { sessionId: input.sessionId, index: input.index });
       return withHeartbeat(() => manager.step(input));
+    },
+    async finishSession(input: { sessionId: string }): Promise<FinishSessionResult> {
+      return withHeartbeat(() => manager.finish(input.sessionId));
     },
     async closeSession(input: { sessionId: string }): Promise<void> {
       await manager.close(input.sessionId);

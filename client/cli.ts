@@ -1,6 +1,9 @@
 import { Command, Option } from 'commander';
 import { WorkflowIdConflictPolicy } from '@temporalio/client';
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { findMiniwobHtml } from '../env/miniwob-server';
+import { listMiniwobTasks } from '../env/miniwob-tasks';
+import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
 import { join } from 'node:path';
 import { loadConfigFile } from '../lib/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
@@ -55,7 +58,7 @@ program
 program
   .command('episode')
   .description('run one durable episode and print its result')
-  .addOption(new Option('--env <env>', 'environment').choices(['miniwob']))
+  .addOption(new Option('--env <env>', 'environment').choices(['miniwob', 'real']))
   .option('--task <task>', 'task name, e.g. click-button')
   .option('--seed <n>', 'task seed', num('seed'))
   .option('--max-steps <n>', 'step cap', num('max-steps'))
@@ -82,6 +85,46 @@ program
       console.log(`workflow ${result.workflowId}; trajectory ${out.trajectoryPath}`);
     }
   });
+
+const tasks = program
+  .command('tasks')
+  .description('list the tasks of an environment (REAL v2 from the installed agisdk, MiniWoB++ from the installed miniwob)')
+  .addOption(new Option('--env <env>', 'environment').choices(['real', 'miniwob']).default('real'))
+  .option('--json', 'print JSON')
+  .action((opts: { env: 'real' | 'miniwob'; json?: boolean }) => {
+    if (opts.env === 'miniwob') {
+      const names = listMiniwobTasks(findMiniwobHtml());
+      if (opts.json) console.log(JSON.stringify(names));
+      else console.log(`${names.length} MiniWoB++ tasks\n${names.join('\n')}`);
+      return;
+    }
+    const bySite = realTasksBySite();
+    if (opts.json) {
+      console.log(JSON.stringify(registrySnapshot()));
+      return;
+    }
+    const total = Object.values(bySite).reduce((n, t) => n + t.length, 0);
+    console.log(`${total} REAL v2 tasks in ${Object.keys(bySite).length} sites`);
+    for (const [site, list] of Object.entries(bySite).sort(([a], [b]) => a.localeCompare(b))) {
+      console.log(`\n${site} (${list.length})`);
+      for (const t of list) console.log(`  ${t.id.padEnd(16)} ${t.scorable ? '' : '[unscorable: ' + (t.unscorableReason ?? 'empty eval script') + '] '}${clipLine(t.goal, 100)}`);
+    }
+  });
+
+tasks
+  .command('snapshot')
+  .description('write the REAL v2 registry (id, goal, site, start URL, eval script and its sha256) so a run can pin what it trained on')
+  .requiredOption('--out <file>', 'output JSON file')
+  .action((opts: { out: string }) => {
+    const snap = registrySnapshot();
+    writeFileSync(opts.out, JSON.stringify(snap, null, 2) + '\n');
+    console.log(`wrote ${snap.tasks.length} tasks (agisdk ${snap.agisdk_version}) to ${opts.out}`);
+  });
+
+function clipLine(s: string, n: number): string {
+  const one = s.replace(/\s+/g, ' ');
+  return one.length <= n ? one : one.slice(0, n - 1) + '…';
+}
 
 function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;

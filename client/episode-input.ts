@@ -14,5 +14,6 @@ export function episodeInput(cfg: HaloConfig): EpisodeInput {
     heartbeatTimeoutMs: e.heartbeatTimeoutMs,
     mode: 'policy',
     rewardWeights: cfg.rewards,
+    envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
   };
 }

@@ -39,13 +39,8 @@ import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } fro
  * blocked for the agent page as well.
  */
 
-export interface RealTaskSpec {
-  env: 'real';
-  /** A v2 task id, e.g. `gomail-18` (or `v2.gomail-18`). */
-  task: string;
-  /** Unused by REAL (the sites are deterministic); kept so that every TaskSpec has one. */
-  seed: number;
-}
+import type { RealTaskSpec } from './types';
+export type { RealTaskSpec };
 
 export const DEFAULT_REAL_SETTLE_MS = 500;
 export const DEFAULT_FINISH_TIMEOUT_MS = 10_000;

@@ -24,11 +24,21 @@ export interface StepOutcome {
   actionError?: string;
 }
 
-export interface TaskSpec {
+export interface MiniWobTaskSpec {
   env: 'miniwob';
   task: string;
   seed: number;
 }
+
+/** REAL v2 tasks are deterministic clones; the seed is carried for uniformity and ignored. */
+export interface RealTaskSpec {
+  env: 'real';
+  /** A v2 task id, e.g. `gomail-18` (or `v2.gomail-18`). */
+  task: string;
+  seed: number;
+}
+
+export type TaskSpec = MiniWobTaskSpec | RealTaskSpec;
 
 /** Result of executing an action, before (or without) taking a new observation. */
 export type ApplyResult = Omit<StepOutcome, 'observation'>;

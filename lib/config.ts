@@ -44,7 +44,7 @@ export const policySchema = z
 
 export const episodeSchema = z
   .object({
-    env: z.enum(['miniwob']).default('miniwob'),
+    env: z.enum(['miniwob', 'real']).default('miniwob'),
     task: z.string().min(1).default('click-button'),
     seed: z.number().int().min(0).default(0),
     maxSteps: z.number().int().min(1).max(200).default(10),
@@ -54,12 +54,20 @@ export const episodeSchema = z
   })
   .prefault({});
 
+export const realSchema = z
+  .object({
+    runId: z.string().min(1).default('0').describe('run_id sent to /config; "0" keeps episodes off the REAL leaderboard'),
+    evaluateAtCap: z.boolean().default(false).describe('evaluate the final state at the step cap (official rule: reward 0, no evaluation)'),
+  })
+  .prefault({});
+
 export const configSchema = z
   .object({
     temporal: temporalSchema,
     stack: stackSchema,
     policy: policySchema,
     episode: episodeSchema,
+    real: realSchema,
     // Dense reward weights (defaults spelled out in configs/rewards.yaml).
     rewards: rewardWeightsSchema.prefault({}),
   })

@@ -19,9 +19,17 @@ export interface ObservationRef {
 }
 
 export interface TaskRef {
-  env: 'miniwob';
+  env: 'miniwob' | 'real';
   task: string;
   seed: number;
+}
+
+/** Environment options that travel with an episode (REAL only so far). */
+export interface EnvOptions {
+  /** Sent to REAL's /config as run_id; "0" means "not a leaderboard run". */
+  realRunId: string;
+  /** At the step cap, evaluate the final state instead of the official reward 0. */
+  evaluateAtCap: boolean;
 }
 
 export interface SessionHandle {
@@ -38,6 +46,7 @@ export interface StartSessionInput {
   episodeId: string;
   /** Held by the session for shaping every step's reward. */
   rewardWeights: RewardWeights;
+  envOptions?: EnvOptions;
 }
 
 export interface StartSessionResult extends SessionHandle {
@@ -67,6 +76,18 @@ export interface StepSessionResult {
   rewardState: RewardState;
   /** Blob holding this whole result: trajectories reference it instead of copying it through Temporal. */
   resultRef: string;
+  /** REAL: the /finish state the eval script judged. */
+  finalStateRef?: string;
+}
+
+/** The end of an episode that stopped at the step cap (REAL evaluates there only when asked to). */
+export interface FinishSessionResult {
+  done: boolean;
+  reward: number;
+  success: boolean;
+  reason: string | null;
+  evaluated: boolean;
+  finalStateRef?: string;
 }
 
 /** A step's dense reward for payloads and the UI: `+0.1 valid, +1 env reward, +10 task success = 11.1`. */
@@ -120,6 +141,7 @@ export interface EpisodeInput {
   mode?: string;
   /** Dense reward weights; schema defaults when absent. */
   rewardWeights?: RewardWeights;
+  envOptions?: EnvOptions;
 }
 
 export interface StepRecord {

@@ -26,6 +26,8 @@ async function main() {
     miniwobTasks: listMiniwobTasks(htmlDir),
     workerTaskQueue: ownQueue,
     workerName,
+    realOriginOverride: process.env.HALO_REAL_ORIGIN || undefined,
+    siteConcurrency: Number(process.env.HALO_SITE_CONCURRENCY || 4),
   });
   const activities = createSessionActivities(manager);
   const shared = await Worker.create({

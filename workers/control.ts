@@ -2,10 +2,16 @@ import { Worker } from '@temporalio/worker';
 import { join } from 'node:path';
 import { BlobStore } from '../blob/store';
 import { createControlActivities } from '../activities/control';
+import { createLearnerBatchActivities } from '../activities/learner-batches';
+import { adapterActivities } from '../activities/adapters';
 import { haloHome } from '../client/connection';
 import { connectWorker, installRuntime, queueNames } from './runtime';
 
-/** Runs the workflows (deterministic orchestration) and the policy / record activities. */
+/**
+ * Runs the workflows (deterministic orchestration) and the activities that are plain I/O: policy sampling,
+ * trajectory records, learner batch blobs (validated against the learner contract) and vLLM adapter loading.
+ * The learner's own activities run on the Python worker (`gpu` queue), not here.
+ */
 async function main() {
   const log = installRuntime('control-worker');
   const { connection, namespace } = await connectWorker();
@@ -15,7 +21,11 @@ async function main() {
     namespace,
     taskQueue: queueNames().control,
     workflowsPath: require.resolve('../workflows'),
-    activities: createControlActivities(blobs),
+    activities: {
+      ...createControlActivities(blobs),
+      ...createLearnerBatchActivities(blobs),
+      ...adapterActivities,
+    },
     shutdownGraceTime: '10s',
   });
   log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');

@@ -98,6 +98,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     replay: [],
     episodeId: info.workflowId,
     rewardWeights,
+    envOptions: input.envOptions,
   });
   let session: SessionHandle = started;
   let observation: ObservationRef = started.observation;
@@ -118,6 +119,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       replay: actionPath,
       episodeId: info.workflowId,
       rewardWeights,
+      envOptions: input.envOptions,
     });
     session = started;
     observation = started.observation;
@@ -205,6 +207,16 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       setCurrentDetails(
         `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · ${record.shaped.summary} · ${record.url}`,
       );
+    }
+    if (!done && task.env === 'real') {
+      // The step cap: REAL's official rule is reward 0 without evaluation; a switch evaluates instead.
+      const fin = await onSession(session, `step cap reached after ${maxSteps} steps`).finishSession({ sessionId: session.sessionId });
+      if (fin.done) {
+        done = true;
+        success = fin.success;
+        reward = fin.reward;
+        reason = fin.reason;
+      }
     }
   } catch (err) {
     // Also when the episode is cancelled: the page must not outlive it.

@@ -1,2 +1,3 @@
 // Every workflow the control worker runs. Workflow code is deterministic: no I/O, no clocks, no Node APIs.
 export { episode, episodeProgressQuery } from './episode';
+export { learnerContract } from './learner-contract';

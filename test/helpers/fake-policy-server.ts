@@ -7,7 +7,15 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
  * - `garbage`: prose with no action in it;
  * - `status`: an HTTP error with the given status.
  */
-export type FakeMode = { kind: 'scripted' } | { kind: 'garbage' } | { kind: 'status'; status: number };
+export interface EmailScript {
+  to: string;
+  subject: string;
+  body: string;
+}
+export type FakeMode =
+  | { kind: 'scripted'; email?: EmailScript }
+  | { kind: 'garbage' }
+  | { kind: 'status'; status: number };
 
 export interface RecordedRequest {
   model: string;
@@ -35,13 +43,15 @@ interface TreeLine {
   name: string;
   x: number;
   y: number;
+  value?: string;
 }
 
 export function parseTree(text: string): TreeLine[] {
   const out: TreeLine[] = [];
   for (const line of text.split('\n')) {
     const m = /\[(\d+)\]\s+(\S+)(?:\s+"((?:[^"\\]|\\.)*)")?.*@\((\d+),\s*(\d+)\)/.exec(line);
-    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3] ?? '', x: Number(m[4]), y: Number(m[5]) });
+    const value = /value="((?:[^"\\]|\\.)*)"/.exec(line)?.[1];
+    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3] ?? '', x: Number(m[4]), y: Number(m[5]), ...(value !== undefined ? { value } : {}) });
   }
   return out;
 }
@@ -49,9 +59,30 @@ export function parseTree(text: string): TreeLine[] {
 const toolCall = (args: Record<string, unknown>) =>
   `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
 
-/** The scripted "model": enough to solve click-button (by coordinates) and enter-text (type, then submit). */
-export function scriptedAnswer(goal: string, tree: string, previous: string[]): string {
+/** A mail client flow (REAL gomail-like sites): compose, fill To/Subject/Body, send, then answer. */
+function emailAnswer(email: EmailScript, lines: TreeLine[]): string | undefined {
+  const field = (label: string) => lines.find((l) => l.role === 'textbox' && l.name === label);
+  if (lines.some((l) => /message sent/i.test(l.name))) return toolCall({ action: 'answer', text: `Sent the email to ${email.to}.` });
+  const to = field('To');
+  if (!to) {
+    const compose = lines.find((l) => l.role === 'button' && l.name === 'Compose');
+    return compose ? toolCall({ action: 'click_element', element_id: compose.id }) : undefined;
+  }
+  for (const [label, text] of [['To', email.to], ['Subject', email.subject], ['Body', email.body]] as const) {
+    const f = field(label);
+    if (f && !f.value) return toolCall({ action: 'type', element_id: f.id, text });
+  }
+  const send = lines.find((l) => l.role === 'button' && l.name === 'Send');
+  return send ? toolCall({ action: 'left_click', coordinate: [send.x, send.y] }) : undefined;
+}
+
+/** The scripted "model": enough to solve click-button (by coordinates), enter-text and a compose-and-send mail task. */
+export function scriptedAnswer(goal: string, tree: string, previous: string[], email?: EmailScript): string {
   const lines = parseTree(tree);
+  if (email) {
+    const answer = emailAnswer(email, lines);
+    if (answer) return answer;
+  }
   const clickGoal = /Click on the "(.+?)" button/i.exec(goal);
   if (clickGoal) {
     const target = lines.find((l) => l.role === 'button' && l.name === clickGoal[1]);
@@ -118,7 +149,10 @@ export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripte
       finish_reason: 'stop',
       message: {
         role: 'assistant',
-        content: mode.kind === 'garbage' ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}` : scriptedAnswer(goal, tree, previous),
+        content:
+          mode.kind === 'garbage'
+            ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
+            : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined),
       },
     }));
     send(200, {

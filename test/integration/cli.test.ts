@@ -1,7 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -111,4 +111,22 @@ test('halo up twice, episode, temporal CLI, restart keeps history, halo down twi
   } finally {
     await conn2.close();
   }
+});
+
+test('halo tasks lists the 121 REAL v2 tasks by site; tasks snapshot pins each eval script by sha256', async () => {
+  const { stdout } = await halo('tasks', '--env', 'real');
+  assert.match(stdout, /^121 REAL v2 tasks in 11 sites$/m);
+  assert.match(stdout, /^gomail \(21\)$/m);
+  assert.match(stdout, /gocalendar-11 +\[unscorable/);
+  const out = join(home, 'snapshot.json');
+  await halo('tasks', 'snapshot', '--out', out);
+  const snap = JSON.parse(readFileSync(out, 'utf8'));
+  assert.equal(snap.agisdk_version, '0.3.5');
+  assert.equal(snap.tasks.length, 121);
+  const t = snap.tasks.find((x: { id: string }) => x.id === 'gomail-18');
+  assert.match(t.eval_sha256, /^[0-9a-f]{64}$/);
+  assert.match(t.start_url, /^https:\/\//);
+  assert.equal(t.site, 'gomail');
+  const mw = JSON.parse((await halo('tasks', '--env', 'miniwob', '--json')).stdout);
+  assert.equal(mw.length, 125);
 });

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .logprobs import group_backward, group_logprobs, pad_completions, padded_logprobs
+from .logprobs import PackedLayout, pad_completions, packed_group_logprobs, packed_layout, padded_logprobs
 from .prompts import EncodedPrompt
 
 
@@ -69,20 +69,29 @@ def _row_table(samples: list[GrpoSample], L: int, device):
     return adv, old
 
 
+def _chunks(samples: list[GrpoSample], chunk: int, prefix_sharing: bool) -> list[list[int]]:
+    """Row lists processed together: within one prompt group when sharing, else consecutive rows."""
+    if prefix_sharing:
+        return [idx[s:s + chunk] for idx in _groups(samples).values() for s in range(0, len(idx), chunk)]
+    return [list(range(s, min(len(samples), s + chunk))) for s in range(0, len(samples), chunk)]
+
+
 def reference_logprobs(policy, samples: list[GrpoSample], temperature: float, chunk: int,
-                       prefix_sharing: bool = True, on_progress: Callable[[], None] | None = None) -> torch.Tensor:
-    """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient."""
+                       prefix_sharing: bool = True, on_progress: Callable[[], None] | None = None,
+                       layouts: dict[int, PackedLayout] | None = None) -> torch.Tensor:
+    """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient.
+
+    With prefix sharing each chunk of a group is one packed sequence (prompt once, completions after it).
+    `layouts` (first row of a chunk -> its packed layout) lets the caller reuse the layouts it built.
+    """
     L = max(len(s.ids) for s in samples)
     ref = torch.zeros((len(samples), L), dtype=torch.float32, device=policy.device)
-    if prefix_sharing:
-        batches = [idx[s:s + chunk] for idx in _groups(samples).values() for s in range(0, len(idx), chunk)]
-    else:
-        batches = [list(range(s, min(len(samples), s + chunk))) for s in range(0, len(samples), chunk)]
     with torch.no_grad(), policy.model.disable_adapter():
-        for rows in batches:
+        for rows in _chunks(samples, chunk, prefix_sharing):
             ids = [samples[r].ids for r in rows]
             if prefix_sharing:
-                lp, _ = group_logprobs(policy, samples[rows[0]].prompt, ids, temperature)
+                lay = layouts.get(rows[0]) if layouts is not None else None
+                lp, _ = packed_group_logprobs(policy, samples[rows[0]].prompt, ids, temperature, lay)
             else:
                 lp, _ = padded_logprobs(policy, [samples[r].prompt for r in rows], ids, temperature)
             ref[rows, : lp.shape[1]] = lp
@@ -98,16 +107,62 @@ def _groups(samples: list[GrpoSample]) -> dict[str, list[int]]:
     return groups
 
 
+class LoraWorkingCopy:
+    """Run forward/backward with the trainable (LoRA) weights cast to the model's compute dtype.
+
+    peft keeps adapter weights in float32, so in a bf16 model every LoRA call casts its input to float32 and
+    back: thousands of extra kernels per pass and a float32 copy of every projection input kept for the
+    backward. Inside this context the parameters hold bf16 copies instead; `flush()` adds their gradients,
+    in float32, to float32 accumulators, and on exit the float32 master weights come back with the float32
+    accumulated gradient in `.grad`, so the optimiser (and its state) still works on float32 weights.
+    A no-op when the weights already have the compute dtype (float32 models, the CPU tests).
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], dtype: torch.dtype):
+        self.params = [p for p in params if p.dtype != dtype]
+        self.dtype = dtype
+
+    def __enter__(self) -> "LoraWorkingCopy":
+        self.master = [p.data for p in self.params]
+        self.acc = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+            p.data = p.data.to(self.dtype)
+        return self
+
+    def flush(self) -> None:
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                g = p.grad.float()
+                self.acc[i] = g if self.acc[i] is None else self.acc[i].add_(g)
+                p.grad = None
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+        for p, m, a in zip(self.params, self.master, self.acc):
+            p.data = m
+            p.grad = a
+
+
 def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
                   max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
                   on_progress: Callable[[], None] | None = None) -> tuple[float, int]:
-    """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens)."""
+    """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens).
+
+    prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
+    (prompt once, then the completions, block attention mask), run once without the adapter for the KL
+    reference and once with gradient; LoRA weights run in the model dtype (`LoraWorkingCopy`).
+    prefix_sharing=False: the textbook padded batch, `micro_batch` full sequences per forward (the baseline).
+    """
     dev = policy.device
     B = len(samples)
     L = max(len(s.ids) for s in samples)
     norm = float(B * (max_completion_len or L))
     adv, old = _row_table(samples, L, dev)
-    ref = (reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress)
+    chunks = _chunks(samples, micro_batch, prefix_sharing)
+    layouts = ({rows[0]: packed_layout(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows])
+                for rows in chunks} if prefix_sharing else None)
+    ref = (reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts)
            if kl_coef != 0 else None)
     _, mask = pad_completions([s.ids for s in samples], 0, dev)
 
@@ -120,26 +175,22 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
         return (per_token * mask[rows, cols][:, :T]).sum() / norm
 
     total = 0.0
-    if prefix_sharing:
-        for idx in _groups(samples).values():
-            rows = torch.tensor(idx, device=dev)
-
-            # Row indices inside the group map back to batch rows for the per-row tables.
-            def group_loss(logp, local_rows, cols, rows=rows):
-                return loss_fn(logp, rows[local_rows], cols)
-
-            total += group_backward(policy, samples[idx[0]].prompt, [samples[i].ids for i in idx], temperature,
-                                    group_loss, chunk=micro_batch, on_chunk=on_progress)
-            if on_progress:
-                on_progress()
-    else:
-        for s in range(0, B, micro_batch):
-            rows = torch.arange(s, min(B, s + micro_batch), device=dev)
-            logp, _ = padded_logprobs(policy, [samples[i].prompt for i in rows.tolist()],
-                                      [samples[i].ids for i in rows.tolist()], temperature)
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    with LoraWorkingCopy(params, policy.dtype if prefix_sharing else params[0].dtype) as work:
+        for rows_list in chunks:
+            rows = torch.tensor(rows_list, device=dev)
+            if prefix_sharing:
+                logp, _ = packed_group_logprobs(policy, samples[rows_list[0]].prompt,
+                                                [samples[i].ids for i in rows_list], temperature,
+                                                layouts[rows_list[0]])
+            else:
+                logp, _ = padded_logprobs(policy, [samples[i].prompt for i in rows_list],
+                                          [samples[i].ids for i in rows_list], temperature)
             loss = loss_fn(logp, rows, slice(0, logp.shape[1]))
             loss.backward()
             total += float(loss.detach())
+            del logp, loss
+            work.flush()
             if on_progress:
                 on_progress()
     return total, int(mask.sum())

@@ -8,7 +8,7 @@ import torch
 
 from conftest import messages, png_ref
 from halo_learner.grpo import GrpoSample, grpo_backward
-from halo_learner.logprobs import group_logprobs, padded_logprobs
+from halo_learner.logprobs import group_logprobs, packed_group_logprobs, padded_logprobs
 from halo_learner.prompts import encode_prompt, prompt_key
 
 
@@ -55,11 +55,15 @@ def test_padded_single_and_shared_agree(policy, blobs):
         shared, smask = group_logprobs(policy, p2, comps[2:], 0.7)
         assert torch.equal(smask, mask[2:, : smask.shape[1]])
         assert torch.allclose(shared[smask], batch[2:, : smask.shape[1]][smask], atol=1e-5)
+        # Packed: prompt once, the completions after it in one sequence with a block mask.
+        for rows, p in (([0, 1], p1), ([2, 3], p2), ([1], p1), ([3, 2], p2)):
+            packed, pmask = packed_group_logprobs(policy, p, [comps[r] for r in rows], 0.7)
+            assert torch.equal(pmask, mask[rows, : pmask.shape[1]])
+            assert torch.allclose(packed[pmask], batch[rows, : pmask.shape[1]][pmask], atol=1e-5)
+            assert torch.all(packed[~pmask] == 0)
 
 
-def test_prefix_sharing_gradients_equal_unshared(policy, blobs):
-    """LoRA gradients of the dr_grpo loss: shared prompt pass (chunked) vs. one padded batch."""
-    _perturb_lora(policy)
+def _grpo_samples(policy, blobs):
     (m1, p1), (m2, p2) = _two_prompts(policy, blobs)
     comps = _random_completions(policy, [6, 3, 8, 1, 5, 7, 4, 2], seed=1)
     rnd = random.Random(2)
@@ -70,18 +74,50 @@ def test_prefix_sharing_gradients_equal_unshared(policy, blobs):
         old = [rnd.uniform(-7.0, -4.0) for _ in c] if i % 2 == 0 else None
         samples.append(GrpoSample(prompt=p, prompt_key=prompt_key(m), ids=c, advantage=rnd.uniform(-1, 1),
                                   old_logprobs=old))
+    return samples
+
+
+def _grads(policy, samples, prefix_sharing: bool, micro_batch: int, kl_coef: float = 0.05):
     params = policy.trainable_parameters()
+    policy.model.zero_grad(set_to_none=True)
+    loss, _ = grpo_backward(policy, samples, clip_eps=0.2, kl_coef=kl_coef, temperature=0.7,
+                            max_completion_len=10, micro_batch=micro_batch, prefix_sharing=prefix_sharing)
+    return loss, torch.cat([p.grad.flatten() for p in params.values()])
 
-    def grads(prefix_sharing: bool, micro_batch: int):
-        policy.model.zero_grad(set_to_none=True)
-        loss, _ = grpo_backward(policy, samples, clip_eps=0.2, kl_coef=0.05, temperature=0.7,
-                                max_completion_len=10, micro_batch=micro_batch, prefix_sharing=prefix_sharing)
-        return loss, torch.cat([p.grad.flatten() for p in params.values()])
 
-    loss_u, g_u = grads(False, 8)
-    loss_s, g_s = grads(True, 2)  # groups of 3 and 5 split into chunks of 2
-    rel = float((g_s - g_u).norm() / g_u.norm())
-    print(f"prefix sharing: loss {loss_s:.6f} vs {loss_u:.6f}, relative grad difference {rel:.2e}")
-    assert abs(loss_s - loss_u) < 1e-5
+def test_prefix_sharing_gradients_equal_unshared(policy, blobs):
+    """LoRA gradients of the dr_grpo loss: packed groups (whole, and split in chunks) vs. one padded batch."""
+    _perturb_lora(policy)
+    samples = _grpo_samples(policy, blobs)
+    loss_u, g_u = _grads(policy, samples, False, 8)
     assert g_u.norm() > 0
-    assert rel < 1e-4
+    for micro_batch in (8, 2):  # whole groups of 3 and 5 in one packed sequence; chunks of 2
+        loss_s, g_s = _grads(policy, samples, True, micro_batch)
+        rel = float((g_s - g_u).norm() / g_u.norm())
+        print(f"prefix sharing (chunk {micro_batch}): loss {loss_s:.6f} vs {loss_u:.6f}, "
+              f"relative grad difference {rel:.2e}")
+        assert abs(loss_s - loss_u) < 1e-5
+        assert rel < 1e-4
+    loss_u0, g_u0 = _grads(policy, samples, False, 8, kl_coef=0.0)  # no reference pass at all
+    loss_s0, g_s0 = _grads(policy, samples, True, 8, kl_coef=0.0)
+    assert abs(loss_s0 - loss_u0) < 1e-5 and float((g_s0 - g_u0).norm() / g_u0.norm()) < 1e-4
+
+
+def test_bf16_working_copy_keeps_fp32_master(blobs):
+    """In a bf16 model the packed path runs LoRA in bf16 but leaves fp32 weights with fp32 gradients that
+    match the fp32-adapter padded baseline up to bf16 rounding."""
+    from halo_learner.models import load_policy
+
+    policy = load_policy("tiny-random", device=torch.device("cpu"), dtype=torch.bfloat16)
+    _perturb_lora(policy)
+    params = policy.trainable_parameters()
+    assert all(p.dtype == torch.float32 for p in params.values())  # peft's fp32 adapter
+    samples = _grpo_samples(policy, blobs)
+    before = {n: p.detach().clone() for n, p in params.items()}
+    loss_u, g_u = _grads(policy, samples, False, 8)
+    loss_s, g_s = _grads(policy, samples, True, 8)
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in params.values())
+    assert all(torch.equal(p, before[n]) for n, p in params.items())  # masters untouched
+    rel = float((g_s - g_u).norm() / g_u.norm())
+    print(f"bf16: loss {loss_s:.6f} vs {loss_u:.6f}, relative grad difference {rel:.2e}")
+    assert rel < 5e-2

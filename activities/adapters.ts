@@ -1,0 +1,232 @@
+import { ApplicationFailure, Context } from '@temporalio/activity';
+
+/**
+ * Hot-loading the learner's adapters into vLLM through its runtime LoRA API (server started with
+ * `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`):
+ *
+ *   POST /v1/load_lora_adapter   {"lora_name", "lora_path"}  200 "Success: LoRA adapter 'x' added successfully."
+ *   POST /v1/unload_lora_adapter {"lora_name"}               200 "Success: LoRA adapter 'x' removed successfully."
+ *   GET  /v1/models                                          base model + one card per adapter (id = lora_name)
+ *
+ * Errors are `{"error": {"message", "type", "param", "code"}}` (older vLLM: the same keys at top level with
+ * `"object": "error"`). One name per version (`<run_id>-v<N>`) rather than `load_inplace`, so a request that
+ * names a version is served by exactly that version, and the previous one stays available while episodes
+ * sampled with it finish.
+ *
+ * No retries here: Temporal owns them. Unreachable server, timeouts, 5xx, 408/429 → retryable; any other 4xx
+ * (missing adapter folder, runtime updating disabled, bad rank) → non-retryable with vLLM's own message.
+ */
+
+export interface LoadAdapterInput {
+  /** vLLM's address, with or without the OpenAI `/v1` suffix: `http://127.0.0.1:8000` or `http://127.0.0.1:8000/v1`. */
+  base_url: string;
+  run_id: string;
+  version: number;
+  /** The version folder as the vLLM server sees it (adapter_config.json + adapter_model.safetensors). */
+  adapter_path: string;
+  /** Older versions of this run to keep loaded besides the new one; default 1. */
+  keep?: number;
+  /** Per HTTP request; default 120 s (a first load reads the weights from disk). */
+  timeout_ms?: number;
+  /** For servers started with --api-key: the environment variable holding it; default HALO_POLICY_API_KEY. */
+  api_key_env?: string;
+}
+
+export interface LoadAdapterResult {
+  /** The name to put in `model` of chat requests. */
+  name: string;
+  /** False when vLLM already had it (a retried activity, or a second call). */
+  loaded: boolean;
+  /** Names unloaded by this call. */
+  unloaded: string[];
+  /** This run's adapters loaded after the call, oldest first. */
+  run_adapters: string[];
+}
+
+export interface LoadedModel {
+  id: string;
+  root?: string;
+  parent?: string | null;
+}
+
+export function adapterName(runId: string, version: number): string {
+  return `${runId}-v${version}`;
+}
+
+const RETRYABLE_4XX = new Set([408, 425, 429]);
+const ALREADY_LOADED = /has already been loaded/i;
+const NOT_FOUND_ON_UNLOAD = /cannot be found/i;
+
+/** The server's root (without `/v1`), so both config styles work. */
+export function serverRoot(baseUrl: string): string {
+  return baseUrl.replace(/\/+$/, '').replace(/\/v1$/, '');
+}
+
+export async function loadAdapterIntoVllm(input: LoadAdapterInput): Promise<LoadAdapterResult> {
+  const { run_id, version, adapter_path } = input;
+  const keep = input.keep ?? 1;
+  if (!/^[A-Za-z0-9._-]+$/.test(run_id ?? '')) throw badInput(`run_id ${JSON.stringify(run_id)}: letters, digits, ".", "_" and "-" only`);
+  if (!Number.isInteger(version) || version < 1) throw badInput(`version ${version}: an integer ≥ 1`);
+  if (!Number.isInteger(keep) || keep < 0) throw badInput(`keep ${keep}: an integer ≥ 0`);
+  if (!adapter_path) throw badInput('adapter_path is empty');
+  const http = new VllmHttp(input);
+  const name = adapterName(run_id, version);
+
+  // Versions of this run older than this one, beyond the `keep` newest of them, go first: that frees their
+  // slots before the new adapter takes one. Newer versions (a late retry of an old load) are left alone.
+  const before = runVersions(await http.models(), run_id);
+  const older = before.filter((v) => v < version).sort((a, b) => b - a);
+  const unloaded: string[] = [];
+  for (const v of older.slice(keep)) {
+    const n = adapterName(run_id, v);
+    const res = await http.post('/v1/unload_lora_adapter', { lora_name: n });
+    if (res.ok || (res.status === 404 && NOT_FOUND_ON_UNLOAD.test(res.message))) unloaded.push(n);
+    else throw http.failure(res, `unloading ${n}`);
+  }
+
+  const res = await http.post('/v1/load_lora_adapter', { lora_name: name, lora_path: adapter_path });
+  let loaded = true;
+  if (!res.ok) {
+    if (res.status === 400 && ALREADY_LOADED.test(res.message)) loaded = false;
+    else throw http.failure(res, `loading ${name} from ${adapter_path}`);
+  }
+  const after = runVersions(await http.models(), run_id).sort((a, b) => a - b);
+  return { name, loaded, unloaded, run_adapters: after.map((v) => adapterName(run_id, v)) };
+}
+
+/** Everything vLLM serves now (`GET /v1/models`): the base model(s) and every loaded adapter. */
+export async function listLoadedAdapters(input: { base_url: string; timeout_ms?: number; api_key_env?: string }): Promise<LoadedModel[]> {
+  return new VllmHttp(input).models();
+}
+
+function runVersions(models: LoadedModel[], runId: string): number[] {
+  const out: number[] = [];
+  for (const m of models) {
+    if (!m.id.startsWith(`${runId}-v`)) continue;
+    const rest = m.id.slice(runId.length + 2);
+    if (/^[1-9][0-9]*$/.test(rest)) out.push(Number(rest));
+  }
+  return out;
+}
+
+function badInput(msg: string): ApplicationFailure {
+  return ApplicationFailure.create({ message: `loadAdapterIntoVllm: ${msg}`, type: 'InvalidAdapterRequest', nonRetryable: true });
+}
+
+interface HttpAnswer {
+  ok: boolean;
+  status: number;
+  /** vLLM's message (error.message, message, detail) or the raw body. */
+  message: string;
+  errorType?: string;
+  body: unknown;
+}
+
+class VllmHttp {
+  readonly root: string;
+  private readonly timeoutMs: number;
+  private readonly apiKey: string | undefined;
+
+  constructor(o: { base_url: string; timeout_ms?: number; api_key_env?: string }) {
+    if (!/^https?:\/\//.test(o.base_url ?? '')) {
+      throw badInput(`base_url ${JSON.stringify(o.base_url)} is not an http(s) URL`);
+    }
+    this.root = serverRoot(o.base_url);
+    this.timeoutMs = o.timeout_ms ?? 120_000;
+    this.apiKey = process.env[o.api_key_env ?? 'HALO_POLICY_API_KEY'] || undefined;
+  }
+
+  async models(): Promise<LoadedModel[]> {
+    const res = await this.request('GET', '/v1/models');
+    if (!res.ok) throw this.failure(res, 'listing models');
+    const data = (res.body as { data?: unknown })?.data;
+    if (!Array.isArray(data)) throw this.failure({ ...res, ok: false, message: 'GET /v1/models answered without a data list' }, 'listing models');
+    return data
+      .filter((m): m is LoadedModel => typeof m === 'object' && m !== null && typeof (m as LoadedModel).id === 'string')
+      .map((m) => ({ id: m.id, root: m.root, parent: m.parent }));
+  }
+
+  post(path: string, body: unknown): Promise<HttpAnswer> {
+    return this.request('POST', path, body);
+  }
+
+  private async request(method: 'GET' | 'POST', path: string, body?: unknown): Promise<HttpAnswer> {
+    const url = this.root + path;
+    const signals = [AbortSignal.timeout(this.timeoutMs)];
+    const cancel = activitySignal();
+    if (cancel) signals.push(cancel);
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
+    let res: Response;
+    let text: string;
+    try {
+      res = await fetch(url, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.any(signals),
+      });
+      text = await res.text();
+    } catch (err) {
+      if (cancel?.aborted) throw err; // the activity was cancelled: let the SDK report that
+      const e = err as Error & { cause?: { code?: string; message?: string } };
+      const why = e.name === 'TimeoutError' ? `no answer within ${this.timeoutMs / 1000}s` : (e.cause?.code ?? e.cause?.message ?? e.message);
+      throw ApplicationFailure.create({
+        message: `vLLM at ${this.root} unreachable (${method} ${path}: ${why}). Is it running, started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?`,
+        type: 'VllmUnreachable',
+        nonRetryable: false,
+      });
+    }
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : '';
+    } catch {
+      /* success answers are plain text */
+    }
+    const { message, type } = errorMessage(parsed, text);
+    return { ok: res.ok, status: res.status, message, errorType: type, body: parsed };
+  }
+
+  failure(res: HttpAnswer, doing: string): ApplicationFailure {
+    const details = [{ status: res.status, type: res.errorType ?? null, message: res.message }];
+    let message = `vLLM at ${this.root} refused ${doing}: HTTP ${res.status}${res.errorType ? ` ${res.errorType}` : ''}: ${res.message}`;
+    if (res.status === 404 && res.message === 'Not Found') {
+      message += ' (the runtime LoRA endpoints are missing: start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)';
+    }
+    if (res.status === 401 || res.status === 403) message += ' (check the API key variable)';
+    const retryable = res.status >= 500 || RETRYABLE_4XX.has(res.status);
+    return ApplicationFailure.create({
+      message,
+      type: retryable ? 'VllmServerError' : 'VllmAdapterRejected',
+      nonRetryable: !retryable,
+      details,
+    });
+  }
+}
+
+/** vLLM's error shapes: `{"error": {...}}` (current), `{"object": "error", "message": ...}` (older), FastAPI `{"detail": ...}`. */
+function errorMessage(body: unknown, raw: string): { message: string; type?: string } {
+  if (body && typeof body === 'object') {
+    const b = body as { error?: { message?: unknown; type?: unknown }; message?: unknown; type?: unknown; detail?: unknown };
+    if (b.error && typeof b.error === 'object' && typeof b.error.message === 'string') {
+      return { message: b.error.message, type: typeof b.error.type === 'string' ? b.error.type : undefined };
+    }
+    if (typeof b.message === 'string') return { message: b.message, type: typeof b.type === 'string' ? b.type : undefined };
+    if (typeof b.detail === 'string') return { message: b.detail };
+    if (b.detail !== undefined) return { message: JSON.stringify(b.detail) };
+  }
+  return { message: raw.trim().slice(0, 2000) };
+}
+
+/** The activity's cancellation signal; none outside a worker (scripts, tests). */
+function activitySignal(): AbortSignal | undefined {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return undefined;
+  }
+}
+
+export const adapterActivities = { loadAdapterIntoVllm, listLoadedAdapters };
+export type AdapterActivities = typeof adapterActivities;

@@ -1,0 +1,219 @@
+import { z } from 'zod';
+
+/**
+ * The TypeScript half of the learner contract: one zod schema per pydantic model of
+ * `workers/learner/halo_learner/payloads.py`, same snake_case keys, same defaults, unknown keys rejected
+ * (`extra="forbid"` there, strict objects here). Used to check what goes to the `gpu` task queue and what
+ * comes back from it. `test/integration/learner-contract.test.ts` compares these schemas with the pydantic
+ * ones field by field and round-trips real payloads through the Python worker, so the two sides cannot drift
+ * silently.
+ *
+ * Types: `XInput` (z.input) is what a caller may write (defaulted keys optional); `X` (z.output) is the
+ * parsed value with every default filled in, which is what is sent.
+ */
+
+/** Same pattern as `blob/store.ts` and `halo_learner/blobs.py`. */
+export const BLOB_REF = /^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$/;
+const RUN_ID = /^[A-Za-z0-9._-]+$/;
+
+const finite = z.number(); // zod 4 rejects NaN and ±Infinity for z.number()
+const int = z.number().int();
+const runId = z.string().min(1).regex(RUN_ID, 'run_id may contain only letters, digits, ".", "_" and "-"');
+
+// ---- prompts (written by lib/prompt.ts) -----------------------------------------------------------
+
+export const TextPartSchema = z.strictObject({ type: z.literal('text'), text: z.string() });
+export const ImagePartSchema = z.strictObject({ type: z.literal('image'), ref: z.string().regex(BLOB_REF) });
+export const PromptPartSchema = z.discriminatedUnion('type', [TextPartSchema, ImagePartSchema]);
+export const PromptMessageSchema = z.strictObject({
+  role: z.enum(['system', 'user', 'assistant']),
+  content: z.array(PromptPartSchema).min(1),
+});
+export const PromptSchema = z.array(PromptMessageSchema).min(1);
+
+// ---- update_policy ---------------------------------------------------------------------------------
+
+export const GrpoHyperparametersSchema = z.strictObject({
+  learning_rate: finite.gt(0).default(1e-6),
+  kl_coef: finite.min(0).default(0.001),
+  clip_epsilon: finite.gt(0).lt(1).default(0.2),
+  temperature: finite.gt(0).default(0.7),
+  max_grad_norm: finite.gt(0).default(1.0),
+  loss_type: z
+    .string()
+    .refine((v) => v === 'dr_grpo', { message: "loss_type is not supported; the learner implements 'dr_grpo' only" })
+    .default('dr_grpo'),
+});
+
+export const GrpoItemSchema = z
+  .strictObject({
+    prompt: PromptSchema,
+    completion: z.string(),
+    completion_token_ids: z.array(int).nullable().default(null),
+    advantage: finite,
+    old_logprobs: z.array(finite).nullable().default(null),
+    /** Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn. */
+    finish_reason: z.string().nullable().default(null),
+  })
+  .superRefine((it, ctx) => {
+    if (it.completion_token_ids === null) return;
+    if (it.completion_token_ids.length === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['completion_token_ids'],
+        message: 'completion_token_ids must not be empty (use null to retokenise the text)',
+      });
+    } else if (it.old_logprobs !== null && it.old_logprobs.length !== it.completion_token_ids.length) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['old_logprobs'],
+        message: `old_logprobs has ${it.old_logprobs.length} entries but completion_token_ids has ${it.completion_token_ids.length}`,
+      });
+    }
+  });
+
+/** The blob behind `update_policy`'s `batch_ref`. */
+export const GrpoBatchSchema = z.strictObject({
+  items: z.array(GrpoItemSchema).min(1),
+  max_completion_len: int.min(1).nullable().default(null),
+});
+
+export const UpdatePolicyInputSchema = z.strictObject({
+  run_id: runId,
+  version: int.min(1),
+  batch_ref: z.string(),
+  hyperparameters: GrpoHyperparametersSchema.prefault({}),
+});
+
+const updateOutputShape = {
+  run_id: z.string(),
+  version: int,
+  adapter_path: z.string(),
+  loss: finite,
+  grad_norm: finite,
+  tokens: int,
+  seconds: finite,
+  reused: z.boolean(),
+};
+
+export const UpdatePolicyOutputSchema = z.strictObject({
+  ...updateOutputShape,
+  retokenized: int,
+  token_mismatch_rate: finite,
+});
+
+// ---- update_dpo ------------------------------------------------------------------------------------
+
+export const DpoHyperparametersSchema = z.strictObject({
+  learning_rate: finite.gt(0).default(1e-6),
+  beta: finite.gt(0).default(0.1),
+  max_grad_norm: finite.gt(0).default(1.0),
+});
+
+export const DpoPairSchema = z
+  .strictObject({
+    prompt: PromptSchema,
+    chosen: z.string(),
+    rejected: z.string(),
+    ref_chosen_logprob: finite.nullable().default(null),
+    ref_rejected_logprob: finite.nullable().default(null),
+  })
+  .refine((p) => (p.ref_chosen_logprob === null) === (p.ref_rejected_logprob === null), {
+    message: 'give both ref_chosen_logprob and ref_rejected_logprob, or neither',
+  });
+
+/** The blob behind `update_dpo`'s `batch_ref`. */
+export const DpoBatchSchema = z.strictObject({ pairs: z.array(DpoPairSchema).min(1) });
+
+export const UpdateDpoInputSchema = z.strictObject({
+  run_id: runId,
+  version: int.min(1),
+  batch_ref: z.string(),
+  hyperparameters: DpoHyperparametersSchema.prefault({}),
+});
+
+export const UpdateDpoOutputSchema = z.strictObject({
+  ...updateOutputShape,
+  reward_margin: finite,
+  accuracy: finite,
+});
+
+// ---- sample_actions --------------------------------------------------------------------------------
+
+export const SampleActionsInputSchema = z.strictObject({
+  run_id: runId,
+  /** 0 = the base model (adapter disabled); N = adapter v<N> of run_id. */
+  version: int.min(0).default(0),
+  /** A blob holding the prompt messages (`PromptSchema`), as `samplePolicy` writes them. */
+  prompt_ref: z.string(),
+  n: int.min(1).max(64).default(1),
+  temperature: finite.min(0).default(0.7),
+  max_tokens: int.min(1).default(256),
+  seed: int.nullable().default(null),
+});
+
+export const CompletionSchema = z.strictObject({
+  text: z.string(),
+  /** Include the stop token when there is one; `text` leaves it out. */
+  token_ids: z.array(int),
+  logprobs: z.array(finite),
+  finish_reason: z.enum(['stop', 'length']),
+});
+
+export const SampleActionsOutputSchema = z.strictObject({
+  completions: z.array(CompletionSchema),
+  model: z.string(),
+  version: int,
+  seconds: finite,
+});
+
+// ---- types -----------------------------------------------------------------------------------------
+
+export type LearnerPrompt = z.output<typeof PromptSchema>;
+export type GrpoHyperparameters = z.output<typeof GrpoHyperparametersSchema>;
+export type GrpoItemInput = z.input<typeof GrpoItemSchema>;
+export type GrpoItem = z.output<typeof GrpoItemSchema>;
+export type GrpoBatchInput = z.input<typeof GrpoBatchSchema>;
+export type GrpoBatch = z.output<typeof GrpoBatchSchema>;
+export type UpdatePolicyInputArgs = z.input<typeof UpdatePolicyInputSchema>;
+export type UpdatePolicyInput = z.output<typeof UpdatePolicyInputSchema>;
+export type UpdatePolicyOutput = z.output<typeof UpdatePolicyOutputSchema>;
+export type DpoHyperparameters = z.output<typeof DpoHyperparametersSchema>;
+export type DpoPairInput = z.input<typeof DpoPairSchema>;
+export type DpoPair = z.output<typeof DpoPairSchema>;
+export type DpoBatchInput = z.input<typeof DpoBatchSchema>;
+export type DpoBatch = z.output<typeof DpoBatchSchema>;
+export type UpdateDpoInputArgs = z.input<typeof UpdateDpoInputSchema>;
+export type UpdateDpoInput = z.output<typeof UpdateDpoInputSchema>;
+export type UpdateDpoOutput = z.output<typeof UpdateDpoOutputSchema>;
+export type SampleActionsInputArgs = z.input<typeof SampleActionsInputSchema>;
+export type SampleActionsInput = z.output<typeof SampleActionsInputSchema>;
+export type LearnerCompletion = z.output<typeof CompletionSchema>;
+export type SampleActionsOutput = z.output<typeof SampleActionsOutputSchema>;
+
+/** Every schema of the contract under its pydantic class name, for the cross-language schema comparison. */
+export const LEARNER_SCHEMAS = {
+  TextPart: TextPartSchema,
+  ImagePart: ImagePartSchema,
+  PromptMessage: PromptMessageSchema,
+  GrpoHyperparameters: GrpoHyperparametersSchema,
+  GrpoItem: GrpoItemSchema,
+  GrpoBatch: GrpoBatchSchema,
+  UpdatePolicyInput: UpdatePolicyInputSchema,
+  UpdatePolicyOutput: UpdatePolicyOutputSchema,
+  DpoHyperparameters: DpoHyperparametersSchema,
+  DpoPair: DpoPairSchema,
+  DpoBatch: DpoBatchSchema,
+  UpdateDpoInput: UpdateDpoInputSchema,
+  UpdateDpoOutput: UpdateDpoOutputSchema,
+  SampleActionsInput: SampleActionsInputSchema,
+  Completion: CompletionSchema,
+  SampleActionsOutput: SampleActionsOutputSchema,
+} as const;
+
+/** "items.0.completion_token_ids: must not be empty; …": a zod error in one line, first few issues. */
+export function describeZodError(err: z.ZodError, what: string, max = 5): string {
+  const parts = err.issues.slice(0, max).map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+  const more = err.issues.length > max ? ` (and ${err.issues.length - max} more)` : '';
+  return `invalid ${what}: ${parts.join('; ')}${more}`;
+}

@@ -1,0 +1,160 @@
+import { existsSync, statSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { join } from 'node:path';
+
+/**
+ * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
+ * `vllm/entrypoints/openai/serving_models.py` + `serve/lora/api_router.py`), same routes, bodies and status codes:
+ *
+ * - `POST /v1/load_lora_adapter {lora_name, lora_path, load_inplace?}`: 200 text
+ *   `Success: LoRA adapter '<name>' added successfully.`; name taken (no load_inplace) → 400 InvalidUserInput
+ *   `The lora adapter '<name>' has already been loaded. …`; folder or adapter_config.json missing → 404
+ *   NotFoundError `Loading lora <name> failed: No adapter found for <path>`; no adapter_model.safetensors →
+ *   400 BadRequestError `<path> doesn't contain tensors`.
+ * - `POST /v1/unload_lora_adapter {lora_name}`: 200 text `… removed successfully.`; unknown → 404 NotFoundError
+ *   `The lora adapter '<name>' cannot be found.`
+ * - `GET /v1/models`: `{"object": "list", "data": [base card, one card per adapter (root = path, parent = base)]}`.
+ * - Errors: `{"error": {"message", "type", "param": null, "code": <status>}}`; non-JSON bodies → 415 like
+ *   vLLM's `validate_json_request`. With `runtimeLoraUpdating: false` the two POST routes do not exist
+ *   (FastAPI's 404 `{"detail": "Not Found"}`), as when the environment variable is unset.
+ */
+export interface FakeVllmServer {
+  url: string;
+  baseModel: string;
+  /** name → path of the loaded adapters, in load order. */
+  adapters: Map<string, string>;
+  requests: { method: string; path: string; body: unknown }[];
+  /** The next `count` requests answer this status with a vLLM-shaped error (e.g. 500, 503). */
+  failNext(status: number, count?: number): void;
+  close(): Promise<void>;
+}
+
+export async function startFakeVllmServer(
+  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number } = {},
+): Promise<FakeVllmServer> {
+  const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
+  const adapters = new Map<string, string>();
+  const requests: FakeVllmServer['requests'] = [];
+  const created = Math.floor(Date.now() / 1000);
+  let failing: { status: number; count: number } | undefined;
+
+  const server = createServer((req, res) => {
+    void handle(req, res).catch((err) => sendError(res, 500, 'InternalServerError', String(err)));
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse) {
+    const path = (req.url ?? '/').split('?')[0];
+    const raw = await readBody(req);
+    let body: unknown;
+    try {
+      body = raw ? JSON.parse(raw) : undefined;
+    } catch {
+      body = raw;
+    }
+    requests.push({ method: req.method ?? 'GET', path, body });
+    if (failing && failing.count > 0) {
+      failing.count--;
+      const type = failing.status >= 500 ? 'InternalServerError' : 'BadRequestError';
+      return sendError(res, failing.status, type, `injected failure (HTTP ${failing.status})`);
+    }
+
+    if (req.method === 'GET' && path === '/v1/models') {
+      const permission = [{ id: 'modelperm-fake', object: 'model_permission', created, allow_create_engine: false, allow_sampling: true, allow_logprobs: true, allow_search_indices: false, allow_view: true, allow_fine_tuning: false, organization: '*', group: null, is_blocking: false }];
+      const card = (id: string, root: string, parent: string | null, maxLen: number | null) => ({
+        id, object: 'model', created, owned_by: 'vllm', root, parent, max_model_len: maxLen, permission,
+      });
+      return sendJson(res, 200, {
+        object: 'list',
+        data: [card(baseModel, baseModel, null, 8192), ...[...adapters].map(([id, p]) => card(id, p, baseModel, null))],
+      });
+    }
+
+    const lora = (path === '/v1/load_lora_adapter' || path === '/v1/unload_lora_adapter') && opts.runtimeLoraUpdating !== false;
+    if (!lora) return sendJson(res, 404, { detail: 'Not Found' });
+    if (req.method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' });
+    if (!(req.headers['content-type'] ?? '').toLowerCase().startsWith('application/json')) {
+      return sendError(res, 415, 'Unsupported Media Type', "Unsupported Media Type: Only 'application/json' is allowed");
+    }
+    if (typeof body !== 'object' || body === null) return sendError(res, 400, 'BadRequestError', 'Invalid JSON body');
+    const b = body as { lora_name?: unknown; lora_path?: unknown; load_inplace?: unknown };
+
+    if (path === '/v1/load_lora_adapter') {
+      const name = typeof b.lora_name === 'string' ? b.lora_name : '';
+      const lpath = typeof b.lora_path === 'string' ? b.lora_path : '';
+      if (!name || !lpath) return sendError(res, 400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
+      if (adapters.has(name) && b.load_inplace !== true) {
+        return sendError(
+          res,
+          400,
+          'InvalidUserInput',
+          `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`,
+        );
+      }
+      if (!isDir(lpath) || !existsSync(join(lpath, 'adapter_config.json'))) {
+        return sendError(res, 404, 'NotFoundError', `Loading lora ${name} failed: No adapter found for ${lpath}`);
+      }
+      if (!existsSync(join(lpath, 'adapter_model.safetensors')) && !existsSync(join(lpath, 'adapter_model.bin'))) {
+        return sendError(res, 400, 'BadRequestError', `${lpath} doesn't contain tensors`);
+      }
+      adapters.set(name, lpath);
+      return sendText(res, `Success: LoRA adapter '${name}' added successfully.`);
+    }
+
+    const name = typeof b.lora_name === 'string' ? b.lora_name : '';
+    if (!name) return sendError(res, 400, 'InvalidUserInput', "'lora_name' needs to be provided to unload a LoRA adapter.");
+    if (!adapters.has(name)) return sendError(res, 404, 'NotFoundError', `The lora adapter '${name}' cannot be found.`);
+    adapters.delete(name);
+    return sendText(res, `Success: LoRA adapter '${name}' removed successfully.`);
+  }
+
+  await new Promise<void>((resolve) => server.listen(opts.port ?? 0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    baseModel,
+    adapters,
+    requests,
+    failNext(status, count = 1) {
+      failing = { status, count };
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function isDir(p: string): boolean {
+  try {
+    return statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** vLLM's `ErrorResponse`: `{"error": {"message", "type", "param", "code"}}` with code = the HTTP status. */
+function sendError(res: ServerResponse, status: number, type: string, message: string) {
+  sendJson(res, status, { error: { message, type, param: null, code: status } });
+}
+
+/** Success answers are a bare string body (FastAPI `Response(content=...)`, no media type). */
+function sendText(res: ServerResponse, text: string) {
+  res.writeHead(200, { 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
