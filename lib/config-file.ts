@@ -1,19 +1,28 @@
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError, parseConfig, type HaloConfig } from './config';
 
-export function loadConfigFile(path: string): HaloConfig {
+function readYaml(path: string, what: string): unknown {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+    throw new ConfigError(`cannot read ${what} ${path}: ${(err as Error).message}`);
   }
-  let raw: unknown;
   try {
-    raw = parseYaml(text);
+    return parseYaml(text);
   } catch (err) {
-    throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
+    throw new ConfigError(`${what} ${path} is not valid YAML: ${(err as Error).message}`);
+  }
+}
+
+export function loadConfigFile(path: string): HaloConfig {
+  let raw = readYaml(path, 'config file');
+  // `rewards: <file>` points at a weights file (like configs/rewards.yaml), relative to this config file.
+  if (raw && typeof raw === 'object' && typeof (raw as { rewards?: unknown }).rewards === 'string') {
+    const file = resolve(dirname(path), (raw as { rewards: string }).rewards);
+    raw = { ...(raw as object), rewards: readYaml(file, 'rewards file') };
   }
   return parseConfig(raw, `config file ${path}`);
 }

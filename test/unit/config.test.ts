@@ -58,3 +58,18 @@ test('Temporal connection settings come from the environment', () => {
   const mtls = temporalSettings(d, { TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'c.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(dir, 'k.pem') });
   assert.equal(Buffer.from((mtls.tls as { clientCertPair: { crt: Uint8Array } }).clientCertPair.crt).toString(), 'CERT');
 });
+
+test('reward weights come from the YAML file the config names', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'halo-rw-'));
+  writeFileSync(join(dir, 'w.yaml'), 'general:\n  valid_action: 0.3\nsites:\n  gomail:\n    compose_opened: 0.9\n');
+  writeFileSync(join(dir, 'c.yaml'), 'rewards: w.yaml\n');
+  const c = loadConfigFile(join(dir, 'c.yaml'));
+  assert.equal(c.rewards.general.valid_action, 0.3);
+  assert.equal(c.rewards.sites.gomail.compose_opened, 0.9);
+  assert.equal(c.rewards.general.loop, -1);
+  writeFileSync(join(dir, 'bad.yaml'), 'general:\n  loop: 2\n');
+  writeFileSync(join(dir, 'c2.yaml'), 'rewards: bad.yaml\n');
+  assert.throws(() => loadConfigFile(join(dir, 'c2.yaml')), /rewards\.general\.loop/);
+  writeFileSync(join(dir, 'c3.yaml'), 'rewards: missing.yaml\n');
+  assert.throws(() => loadConfigFile(join(dir, 'c3.yaml')), /cannot read rewards file/);
+});

@@ -1,0 +1,134 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ApplicationFailure } from '@temporalio/common';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort } from '../../client/temporal-server';
+import { listLoadedAdapters, loadAdapterIntoVllm, type LoadAdapterInput } from '../../activities/adapters';
+import { startFakeVllmServer, type FakeVllmServer } from '../helpers/fake-vllm-server';
+
+// @temporalio/testing (MockActivityEnvironment) is not installed: the activity is called directly (outside a
+// worker it simply has no cancellation signal), and its ApplicationFailure fields are what Temporal would see.
+
+let vllm: FakeVllmServer;
+let root: string;
+
+/** A version folder in the layout the learner writes (workers/learner/halo_learner/adapters.py). */
+function adapterDir(run: string, version: number, files = ['adapter_config.json', 'adapter_model.safetensors', 'manifest.json']): string {
+  const dir = join(root, run, `v${version}`);
+  mkdirSync(dir, { recursive: true });
+  for (const f of files) writeFileSync(join(dir, f), f.endsWith('.json') ? '{}' : Buffer.alloc(16));
+  return dir;
+}
+
+async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof ApplicationFailure, `expected an ApplicationFailure, got ${String(err)}`);
+    return err;
+  }
+  assert.fail('expected the call to fail');
+}
+
+before(async () => {
+  root = mkdtempSync(join(tmpdir(), 'halo-adapters-'));
+  vllm = await startFakeVllmServer();
+});
+after(async () => {
+  await vllm?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
+  test('versions 1..3 with keep=1 leave v2 and v3 loaded', async () => {
+    const results = [];
+    for (const v of [1, 2, 3]) {
+      results.push(await loadAdapterIntoVllm({ base_url: `${vllm.url}/v1`, run_id: 'run-a', version: v, adapter_path: adapterDir('run-a', v), keep: 1 }));
+    }
+    assert.deepEqual(
+      results.map((r) => [r.name, r.loaded, r.unloaded, r.run_adapters]),
+      [
+        ['run-a-v1', true, [], ['run-a-v1']],
+        ['run-a-v2', true, [], ['run-a-v1', 'run-a-v2']],
+        ['run-a-v3', true, ['run-a-v1'], ['run-a-v2', 'run-a-v3']],
+      ],
+    );
+    assert.deepEqual([...vllm.adapters.keys()], ['run-a-v2', 'run-a-v3']);
+    const models = await listLoadedAdapters({ base_url: vllm.url });
+    assert.deepEqual(models.map((m) => m.id), [vllm.baseModel, 'run-a-v2', 'run-a-v3']);
+    assert.equal(models[2].root, join(root, 'run-a', 'v3'));
+    assert.equal(models[2].parent, vllm.baseModel);
+  });
+
+  test('loading a version again is a success that changes nothing (a retried activity)', async () => {
+    const input: LoadAdapterInput = { base_url: vllm.url, run_id: 'run-a', version: 3, adapter_path: join(root, 'run-a', 'v3'), keep: 1 };
+    const before = vllm.requests.length;
+    const r = await loadAdapterIntoVllm(input);
+    assert.deepEqual(r, { name: 'run-a-v3', loaded: false, unloaded: [], run_adapters: ['run-a-v2', 'run-a-v3'] });
+    // It really asked vLLM, which answered "already loaded" (400), and that counts as done.
+    const load = vllm.requests.slice(before).find((q) => q.path === '/v1/load_lora_adapter');
+    assert.deepEqual(load?.body, { lora_name: 'run-a-v3', lora_path: input.adapter_path });
+    assert.deepEqual([...vllm.adapters.keys()], ['run-a-v2', 'run-a-v3']);
+  });
+
+  test('keep=0 keeps only the new version; other runs are left alone', async () => {
+    await loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-b', version: 1, adapter_path: adapterDir('run-b', 1) });
+    const r = await loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-a', version: 4, adapter_path: adapterDir('run-a', 4), keep: 0 });
+    assert.deepEqual(r.unloaded, ['run-a-v3', 'run-a-v2']);
+    assert.deepEqual([...vllm.adapters.keys()].sort(), ['run-a-v4', 'run-b-v1']);
+  });
+
+  test('a missing adapter folder is a non-retryable failure with vLLM’s message', async () => {
+    const missing = join(root, 'run-c', 'v1');
+    const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-c', version: 1, adapter_path: missing }));
+    assert.equal(f.nonRetryable, true);
+    assert.equal(f.type, 'VllmAdapterRejected');
+    assert.match(f.message, new RegExp(`Loading lora run-c-v1 failed: No adapter found for ${missing}`));
+    assert.match(f.message, /HTTP 404 NotFoundError/);
+    assert.deepEqual(f.details, [{ status: 404, type: 'NotFoundError', message: `Loading lora run-c-v1 failed: No adapter found for ${missing}` }]);
+  });
+
+  test('a folder without adapter_model.safetensors is rejected too (400)', async () => {
+    const dir = adapterDir('run-d', 1, ['adapter_config.json']);
+    const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-d', version: 1, adapter_path: dir }));
+    assert.equal(f.nonRetryable, true);
+    assert.match(f.message, /HTTP 400 BadRequestError: .*doesn't contain tensors/);
+  });
+
+  test('a server error (5xx) is retryable', async () => {
+    vllm.failNext(503);
+    const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-e', version: 1, adapter_path: adapterDir('run-e', 1) }));
+    assert.equal(f.nonRetryable, false);
+    assert.equal(f.type, 'VllmServerError');
+    assert.match(f.message, /HTTP 503/);
+  });
+
+  test('a server that is down is a retryable failure that says so', async () => {
+    const port = await freePort();
+    const f = await failureOf(loadAdapterIntoVllm({ base_url: `http://127.0.0.1:${port}/v1`, run_id: 'run-a', version: 1, adapter_path: join(root, 'run-a', 'v1') }));
+    assert.equal(f.nonRetryable, false);
+    assert.equal(f.type, 'VllmUnreachable');
+    assert.match(f.message, new RegExp(`vLLM at http://127.0.0.1:${port} unreachable .*ECONNREFUSED`));
+  });
+
+  test('runtime updating disabled on the server: non-retryable, with the fix in the message', async () => {
+    const off = await startFakeVllmServer({ runtimeLoraUpdating: false });
+    try {
+      const f = await failureOf(loadAdapterIntoVllm({ base_url: off.url, run_id: 'run-a', version: 1, adapter_path: join(root, 'run-a', 'v1') }));
+      assert.equal(f.nonRetryable, true);
+      assert.match(f.message, /HTTP 404: Not Found .*VLLM_ALLOW_RUNTIME_LORA_UPDATING=True/);
+    } finally {
+      await off.close();
+    }
+  });
+
+  test('bad input fails before any request', async () => {
+    const before = vllm.requests.length;
+    const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run a', version: 1, adapter_path: '/x' }));
+    assert.equal(f.nonRetryable, true);
+    assert.equal(f.type, 'InvalidAdapterRequest');
+    assert.equal(vllm.requests.length, before);
+  });
+});
