@@ -87,3 +87,43 @@ export function temporalBinary(): string {
 export function workerCommand(kind: 'control' | 'browser'): { command: string; args: string[] } {
   return { command: process.execPath, args: ['--import', 'tsx', join(REPO_ROOT, 'workers', `${kind}.ts`)] };
 }
+
+/** The Python of the learner: env HALO_PYTHON, else the repo's .venv, else `python3` on the PATH. */
+export function pythonBinary(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.HALO_PYTHON) return env.HALO_PYTHON;
+  const venv = join(REPO_ROOT, '.venv', 'bin', 'python');
+  if (existsSync(venv)) return venv;
+  return 'python3';
+}
+
+/**
+ * The Python learner worker (`gpu` task queue): `python -m halo_learner.worker` with workers/learner on
+ * PYTHONPATH. It reads HALO_MODEL, HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE and the TEMPORAL_* variables
+ * from `env` (see workers/learner/README.md); the returned env adds what the process itself needs.
+ */
+export function learnerCommand(env: NodeJS.ProcessEnv = process.env): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
+  const command = pythonBinary(env);
+  if (command.includes('/') && !existsSync(command)) {
+    throw new Error(`no Python at ${command} for the learner: create the venv (workers/learner/README.md) or set HALO_PYTHON`);
+  }
+  const learnerPath = join(REPO_ROOT, 'workers', 'learner');
+  return {
+    command,
+    args: ['-m', 'halo_learner.worker'],
+    env: {
+      ...env,
+      PYTHONPATH: env.PYTHONPATH ? `${learnerPath}:${env.PYTHONPATH}` : learnerPath,
+      PYTHONUNBUFFERED: '1',
+      TOKENIZERS_PARALLELISM: env.TOKENIZERS_PARALLELISM ?? 'false',
+    },
+  };
+}
+
+/** The last lines of a log file, for error messages about a process that died on start. */
+export function logTail(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}

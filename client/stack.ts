@@ -2,13 +2,29 @@ import { Client, Connection } from '@temporalio/client';
 import { join, resolve } from 'node:path';
 import type { HaloConfig } from '../lib/config';
 import { temporalSettings } from './connection';
-import { readPid, sleep, spawnBackground, stopProcess, workerCommand, REPO_ROOT } from './processes';
+import {
+  isAlive,
+  learnerCommand,
+  logTail,
+  readPid,
+  sleep,
+  spawnBackground,
+  stopProcess,
+  workerCommand,
+  REPO_ROOT,
+  type ManagedProcess,
+} from './processes';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 
 export interface StackStatus {
   temporal: number | undefined;
   control: number | undefined;
   browsers: (number | undefined)[];
+  /** The Python learner worker; undefined when not running (or disabled with HALO_LEARNER=0). */
+  learner: number | undefined;
+  learnerEnabled: boolean;
+  gpuQueue: string;
+  learnerModel: string;
   address: string;
   namespace: string;
   uiUrl?: string;
@@ -17,7 +33,30 @@ export interface StackStatus {
 
 const isLocal = (address: string) => /^(127\.0\.0\.1|localhost|\[::1\]):\d+$/.test(address);
 
+/**
+ * The learner's settings come from the environment until lib/config.ts has fields for them:
+ * - HALO_LEARNER: `0`/`off`/`false` leaves the learner out of `halo up` (e.g. it runs on a GPU box elsewhere
+ *   and polls the same Temporal server);
+ * - HALO_GPU_QUEUE: its task queue, default `gpu`;
+ * - HALO_MODEL: the model it holds. The local stack defaults to `tiny-random` (a seeded tiny Qwen3-VL built
+ *   on the spot) so `halo up` works offline and on a CPU; set HALO_MODEL=Qwen/Qwen3-VL-8B-Instruct (or a
+ *   local path) for real training. The learner's own default, when started by hand, is the 8B model;
+ * - HALO_LEARNER_START_TIMEOUT_S: how long `up` waits for it to poll (loading the 8B takes minutes), default 600;
+ * - HALO_CHECKPOINTS, HALO_MICRO_BATCH, HALO_LORA_*, HALO_TORCH_THREADS…: passed through (workers/learner/README.md).
+ */
+export function learnerSettings(env: NodeJS.ProcessEnv = process.env) {
+  return {
+    enabled: !/^(0|off|false|no)$/i.test(env.HALO_LEARNER ?? ''),
+    gpuQueue: env.HALO_GPU_QUEUE || 'gpu',
+    model: env.HALO_MODEL || 'tiny-random',
+    startTimeoutMs: 1000 * (Number(env.HALO_LEARNER_START_TIMEOUT_S) || 600),
+    /** SIGTERM lets the running update finish (HALO_SHUTDOWN_GRACE_S, default 60 s) before SIGKILL. */
+    stopGraceMs: 1000 * ((Number(env.HALO_SHUTDOWN_GRACE_S) || 60) + 10),
+  };
+}
+
 function stackEnv(cfg: HaloConfig, home: string, address: string, namespace: string): NodeJS.ProcessEnv {
+  const learner = learnerSettings();
   return {
     ...process.env,
     HALO_HOME: home,
@@ -25,16 +64,23 @@ function stackEnv(cfg: HaloConfig, home: string, address: string, namespace: str
     TEMPORAL_NAMESPACE: namespace,
     HALO_CONTROL_QUEUE: cfg.temporal.controlTaskQueue,
     HALO_BROWSER_QUEUE: cfg.temporal.browserTaskQueue,
+    HALO_GPU_QUEUE: learner.gpuQueue,
+    HALO_MODEL: learner.model,
   };
 }
 
 export function stackStatus(cfg: HaloConfig): StackStatus {
   const home = resolve(REPO_ROOT, cfg.stack.home);
   const s = temporalSettings(cfg.temporal);
+  const learner = learnerSettings();
   return {
     temporal: readPid(home, 'temporal'),
     control: readPid(home, 'control-worker'),
     browsers: Array.from({ length: cfg.stack.browserWorkers }, (_, i) => readPid(home, `browser-worker-${i}`)),
+    learner: readPid(home, 'learner'),
+    learnerEnabled: learner.enabled,
+    gpuQueue: learner.gpuQueue,
+    learnerModel: learner.model,
     address: s.address,
     namespace: s.namespace,
     uiUrl: isLocal(s.address) ? `http://localhost:${cfg.stack.uiPort}` : undefined,
@@ -44,7 +90,8 @@ export function stackStatus(cfg: HaloConfig): StackStatus {
 
 /**
  * Start what is not running yet (Temporal dev server for a local address, control worker, browser
- * workers) and wait until the server answers and every worker polls its queue. Safe to call twice.
+ * workers, the Python learner) and wait until the server answers and every worker polls its queue. Safe to
+ * call twice.
  */
 export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {}): Promise<StackStatus> {
   const st = stackStatus(cfg);
@@ -58,36 +105,79 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {})
   try {
     if (isLocal(address)) await prepareNamespace(conn, namespace, cfg.stack.retentionDays);
     const env = stackEnv(cfg, home, address, namespace);
+    const learner = learnerSettings();
+    const started = new Map<string, ManagedProcess>();
     if (st.control === undefined) {
       say('starting control worker');
       const { command, args } = workerCommand('control');
-      spawnBackground(home, 'control-worker', command, args, env);
+      started.set('control', spawnBackground(home, 'control-worker', command, args, env));
     }
     st.browsers.forEach((pid, i) => {
       if (pid !== undefined) return;
       say(`starting browser worker ${i}`);
       const { command, args } = workerCommand('browser');
-      spawnBackground(home, `browser-worker-${i}`, command, args, env);
+      started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, env));
     });
-    await waitForPollers(conn, namespace, [cfg.temporal.controlTaskQueue, cfg.temporal.browserTaskQueue], home);
+    if (learner.enabled && st.learner === undefined) {
+      say(`starting learner (model ${learner.model}, queue ${learner.gpuQueue})`);
+      const l = learnerCommand(env);
+      started.set('learner', spawnBackground(home, 'learner', l.command, l.args, l.env));
+    }
+    const browser = [...started.entries()].find(([k]) => k.startsWith('browser'))?.[1];
+    await waitForPollers(
+      conn,
+      namespace,
+      [
+        { name: cfg.temporal.controlTaskQueue, type: 'workflow', process: started.get('control') },
+        { name: cfg.temporal.browserTaskQueue, type: 'activity', process: browser },
+      ],
+      home,
+    );
+    if (learner.enabled) {
+      await waitForPollers(
+        conn,
+        namespace,
+        [{ name: learner.gpuQueue, type: 'activity', process: started.get('learner') }],
+        home,
+        learner.startTimeoutMs,
+      );
+    }
   } finally {
     await conn.close();
   }
   return stackStatus(cfg);
 }
 
-export async function waitForPollers(conn: Connection, namespace: string, queues: string[], home: string, timeoutMs = 120_000) {
+/** A task queue to wait for; `process` (one just started) makes the wait fail fast, with its log, if it dies. */
+export interface QueueWait {
+  name: string;
+  type: 'workflow' | 'activity';
+  process?: ManagedProcess;
+}
+
+export async function waitForPollers(
+  conn: Connection,
+  namespace: string,
+  queues: (string | QueueWait)[],
+  home: string,
+  timeoutMs = 120_000,
+) {
   const deadline = Date.now() + timeoutMs;
-  for (const queue of queues) {
+  for (const q of queues) {
+    // Plain names: the browser queues are activity queues, the rest workflow queues (as before).
+    const { name, type, process: proc } = typeof q === 'string' ? { name: q, type: q.includes('browser') ? 'activity' : 'workflow', process: undefined } : q;
     for (;;) {
       const res = await conn.workflowService.describeTaskQueue({
         namespace,
-        taskQueue: { name: queue },
-        taskQueueType: queue.includes('browser') ? 2 /* ACTIVITY */ : 1 /* WORKFLOW */,
+        taskQueue: { name },
+        taskQueueType: type === 'activity' ? 2 /* ACTIVITY */ : 1 /* WORKFLOW */,
       });
       if ((res.pollers ?? []).length > 0) break;
+      if (proc && !isAlive(proc.pid)) {
+        throw new Error(`${proc.name} (pid ${proc.pid}) exited before polling task queue ${name}; the end of ${proc.logFile}:\n${logTail(proc.logFile)}`);
+      }
       if (Date.now() > deadline) {
-        throw new Error(`no worker polls task queue ${queue} after ${timeoutMs / 1000}s; see the logs in ${join(home, 'logs')}`);
+        throw new Error(`no worker polls task queue ${name} after ${timeoutMs / 1000}s; see the logs in ${join(home, 'logs')}`);
       }
       await sleep(300);
     }
@@ -98,7 +188,12 @@ export async function waitForPollers(conn: Connection, namespace: string, queues
 export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {}): Promise<void> {
   const st = stackStatus(cfg);
   const names = ['control-worker', ...st.browsers.map((_, i) => `browser-worker-${i}`)];
-  await Promise.all(names.map(async (n) => (await stopProcess(st.home, n)) && say(`stopped ${n}`)));
+  // The learner is a worker too: stopped with the others (it finishes the running update first), and
+  // whether or not it is enabled now, so a stack started with it never leaves it behind.
+  await Promise.all([
+    ...names.map(async (n) => (await stopProcess(st.home, n)) && say(`stopped ${n}`)),
+    (async () => (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
+  ]);
   if (await stopProcess(st.home, 'temporal')) say('stopped Temporal dev server');
 }
 

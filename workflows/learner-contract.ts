@@ -1,4 +1,5 @@
-import { proxyActivities, type Duration } from '@temporalio/workflow';
+import type { Duration } from '@temporalio/common';
+import { proxyActivities } from '@temporalio/workflow';
 import type { LearnerBatchActivities } from '../activities/learner-batches';
 import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../lib/learner-types';
 import { learnerActivities } from './learner';

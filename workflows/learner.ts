@@ -1,4 +1,5 @@
-import { ApplicationFailure, proxyActivities, type ActivityOptions, type Duration, type RetryPolicy } from '@temporalio/workflow';
+import type { Duration } from '@temporalio/common';
+import { ApplicationFailure, proxyActivities, type ActivityOptions, type RetryPolicy } from '@temporalio/workflow';
 import type { z } from 'zod';
 import {
   SampleActionsInputSchema,

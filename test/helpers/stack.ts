@@ -3,13 +3,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT, workerCommand } from '../../client/processes';
+import { REPO_ROOT, learnerCommand, workerCommand } from '../../client/processes';
 import { freePort, prepareNamespace, startDevServer, waitForServer } from '../../client/temporal-server';
 import { waitForPollers } from '../../client/stack';
 
 /**
  * A real, private stack for a test file: Temporal dev server (headless, own SQLite file, random port),
- * a control worker and browser workers as child processes, exactly as `halo up` runs them.
+ * a control worker and browser workers as child processes, exactly as `halo up` runs them, and on request
+ * the Python learner (`learner: true`: tiny-random model, checkpoints under the test home, a private gpu queue).
  */
 export interface TestStack {
   home: string;
@@ -17,15 +18,28 @@ export interface TestStack {
   namespace: string;
   controlQueue: string;
   browserQueue: string;
+  /** The learner's task queue (unique per stack). */
+  gpuQueue: string;
+  /** HALO_CHECKPOINTS of the learner: `<home>/checkpoints`. */
+  checkpoints: string;
   client: Client;
   connection: Connection;
   startWorker(kind: 'control' | 'browser'): Promise<ChildProcess>;
+  /** Starts a Python learner worker and waits until it polls the gpu queue (the tiny model is built on first start). */
+  startLearner(): Promise<ChildProcess>;
   workers: ChildProcess[];
   restartServer(): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startTestStack(opts: { browserWorkers?: number; control?: boolean } = {}): Promise<TestStack> {
+export interface TestStackOptions {
+  browserWorkers?: number;
+  control?: boolean;
+  /** Start the Python learner too; `model` defaults to tiny-random, `env` adds variables (HALO_MICRO_BATCH…). */
+  learner?: boolean | { model?: string; env?: Record<string, string> };
+}
+
+export async function startTestStack(opts: TestStackOptions = {}): Promise<TestStack> {
   const home = mkdtempSync(join(tmpdir(), 'halo-test-'));
   const port = await freePort();
   const address = `127.0.0.1:${port}`;
@@ -33,6 +47,9 @@ export async function startTestStack(opts: { browserWorkers?: number; control?: 
   const suffix = Math.random().toString(36).slice(2, 8);
   const controlQueue = `halo-control-${suffix}`;
   const browserQueue = `halo-browser-${suffix}`;
+  const gpuQueue = `halo-gpu-${suffix}`;
+  const checkpoints = join(home, 'checkpoints');
+  const learnerOpts = typeof opts.learner === 'object' ? opts.learner : {};
   let server = await startDevServer({ home, port });
   let connection = await waitForServer(address, 90_000);
   await prepareNamespace(connection, namespace, 30);
@@ -44,6 +61,10 @@ export async function startTestStack(opts: { browserWorkers?: number; control?: 
     TEMPORAL_NAMESPACE: namespace,
     HALO_CONTROL_QUEUE: controlQueue,
     HALO_BROWSER_QUEUE: browserQueue,
+    HALO_GPU_QUEUE: gpuQueue,
+    HALO_CHECKPOINTS: checkpoints,
+    HALO_MODEL: learnerOpts.model ?? 'tiny-random',
+    HF_HUB_OFFLINE: '1',
   };
   const stack: TestStack = {
     home,
@@ -51,6 +72,8 @@ export async function startTestStack(opts: { browserWorkers?: number; control?: 
     namespace,
     controlQueue,
     browserQueue,
+    gpuQueue,
+    checkpoints,
     connection,
     client: new Client({ connection, namespace }),
     workers,
@@ -61,6 +84,24 @@ export async function startTestStack(opts: { browserWorkers?: number; control?: 
       closeSync(fd);
       workers.push(child);
       await waitForPollers(connection, namespace, [kind === 'control' ? controlQueue : browserQueue], home);
+      return child;
+    },
+    async startLearner() {
+      const l = learnerCommand({ ...env, ...learnerOpts.env });
+      const logFile = join(home, `learner-${workers.length}.log`);
+      const fd = openSync(logFile, 'a');
+      const child = spawn(l.command, l.args, { cwd: REPO_ROOT, env: l.env, stdio: ['ignore', fd, fd] });
+      child.on('error', () => {}); // a missing interpreter shows as pid undefined below
+      closeSync(fd);
+      workers.push(child);
+      if (child.pid === undefined) throw new Error(`could not start the learner (${l.command})`);
+      await waitForPollers(
+        connection,
+        namespace,
+        [{ name: gpuQueue, type: 'activity', process: { name: 'learner', pid: child.pid, logFile } }],
+        home,
+        180_000,
+      );
       return child;
     },
     async restartServer() {
@@ -85,7 +126,15 @@ export async function startTestStack(opts: { browserWorkers?: number; control?: 
   const starts: Promise<unknown>[] = [];
   if (opts.control !== false) starts.push(stack.startWorker('control'));
   for (let i = 0; i < (opts.browserWorkers ?? 1); i++) starts.push(stack.startWorker('browser'));
-  await Promise.all(starts);
+  if (opts.learner) starts.push(stack.startLearner());
+  try {
+    await Promise.all(starts);
+  } catch (err) {
+    // Leave no server or worker behind when a start fails (HALO_KEEP_TEST_HOME=1 keeps the logs).
+    await Promise.allSettled(starts);
+    await stack.stop().catch(() => {});
+    throw err;
+  }
   return stack;
 }
 

@@ -215,7 +215,6 @@ class PackedLayout:
     """Where each completion token of a packed group sits; built once per (prompt length, completions)."""
 
     input_ids: torch.Tensor  # (1, S): prompt, then c_i[:-1] for each completion i
-    mm_token_type_ids: torch.Tensor  # (1, S)
     position_ids: torch.Tensor  # (3, 1, S) M-RoPE positions
     attention_mask: torch.Tensor  # (1, 1, S, S) bool, True = may attend
     targets: torch.Tensor  # (S - P,) token predicted by kept logits row 1.. (row 0 predicts first tokens)
@@ -223,6 +222,9 @@ class PackedLayout:
     flat_index: torch.Tensor  # (S - P,) index into the (G, L) result, row-major, for kept rows 1..
     mask: torch.Tensor  # (G, L) bool completion mask
     keep: int  # logits kept: the prompt's last position and every completion position
+    visual_mask: torch.Tensor | None  # (1, S) bool: the prompt's image-token positions
+    image_embeds: torch.Tensor | None  # (image tokens, hidden) from the frozen ViT, no grad
+    deepstack_embeds: list[torch.Tensor] | None  # per deepstack layer, (image tokens, hidden)
 
 
 def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -> PackedLayout:
@@ -252,9 +254,18 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
     same = (segment[None, :] == 0) | (segment[None, :] == segment[:, None])
     targets = torch.tensor([t for c in completions for t in c[1:]], dtype=torch.long, device=dev)
     _, mask = pad_completions(completions, 0, dev)
+    visual_mask = image_embeds = deepstack = None
+    if vision:
+        # The ViT is frozen (no LoRA on it) and pixel_values are leaves: its output is a constant of the
+        # step, computed once here and reused by the reference and the gradient pass.
+        with torch.no_grad():
+            feats = hf_model(policy).model.get_image_features(vision["pixel_values"], vision["image_grid_thw"],
+                                                              return_dict=True)
+        image_embeds = torch.cat(list(feats.pooler_output), dim=0)
+        deepstack = list(feats.deepstack_features) if feats.deepstack_features is not None else None
+        visual_mask = torch.cat([mm[0] == 1, torch.zeros(C, dtype=torch.bool, device=dev)])[None]
     return PackedLayout(
         input_ids=torch.cat([ids, comp_ids], dim=1),
-        mm_token_type_ids=torch.cat([mm, torch.zeros_like(comp_ids)], dim=1),
         position_ids=torch.cat([pos, comp_pos.to(pos.dtype)], dim=2),
         attention_mask=(causal & same).view(1, 1, S, S),
         targets=targets,
@@ -262,6 +273,9 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
         flat_index=torch.tensor(flat, dtype=torch.long, device=dev),
         mask=mask,
         keep=C + 1,
+        visual_mask=visual_mask,
+        image_embeds=image_embeds,
+        deepstack_embeds=deepstack,
     )
 
 
@@ -272,13 +286,21 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
     Differentiable: the graph is kept whole, so any loss over the result can be back-propagated through it.
     """
     lay = layout or packed_layout(policy, prompt, completions)
-    vision = _vision_inputs([prompt], policy.device, policy.dtype)
-    out = hf_model(policy)(
-        input_ids=lay.input_ids, attention_mask=lay.attention_mask, position_ids=lay.position_ids,
-        mm_token_type_ids=lay.mm_token_type_ids, use_cache=False, logits_to_keep=lay.keep, **vision,
-    )
-    logp = F.log_softmax(out.logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
-    del out
+    # Qwen3VLModel.forward, image-only, with the placeholders taken from the layout rather than from
+    # `input_ids == image_token_id`: a sampled completion may contain that token id, and it is plain text
+    # there (as in the sampler's cached continuation).
+    m = hf_model(policy)
+    embeds = m.model.get_input_embeddings()(lay.input_ids)
+    if lay.image_embeds is not None:
+        embeds = embeds.masked_scatter(lay.visual_mask[..., None], lay.image_embeds.to(embeds.dtype))
+    hidden = m.model.language_model(
+        inputs_embeds=embeds, attention_mask=lay.attention_mask, position_ids=lay.position_ids, use_cache=False,
+        visual_pos_masks=lay.visual_mask, deepstack_visual_embeds=lay.deepstack_embeds,
+    ).last_hidden_state
+    logits = m.lm_head(hidden[:, -lay.keep:])
+    del hidden, embeds
+    logp = F.log_softmax(logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
+    del logits
     G, L = lay.mask.shape
     first = logp[0].index_select(0, lay.first)  # (G,)
     rest = logp[1:].gather(-1, lay.targets[:, None]).squeeze(-1)

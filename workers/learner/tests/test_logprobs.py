@@ -63,6 +63,21 @@ def test_padded_single_and_shared_agree(policy, blobs):
             assert torch.all(packed[~pmask] == 0)
 
 
+def test_packed_treats_sampled_image_token_as_text(policy, blobs):
+    """A sampled completion may contain <|image_pad|>; only the prompt's placeholders take image features."""
+    _perturb_lora(policy)
+    (_, p1), _ = _two_prompts(policy, blobs)
+    image_id = policy.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    comps = _random_completions(policy, [5, 6], seed=7)
+    comps[0][2] = image_id
+    comps[1][0] = image_id
+    with torch.no_grad():
+        shared, mask = group_logprobs(policy, p1, comps, 0.7)  # the sampler's cached continuation
+        packed, pmask = packed_group_logprobs(policy, p1, comps, 0.7)
+    assert torch.equal(mask, pmask)
+    assert torch.allclose(packed[pmask], shared[mask], atol=1e-5)
+
+
 def _grpo_samples(policy, blobs):
     (m1, p1), (m2, p2) = _two_prompts(policy, blobs)
     comps = _random_completions(policy, [6, 3, 8, 1, 5, 7, 4, 2], seed=1)
