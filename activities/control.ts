@@ -38,6 +38,22 @@ export function createControlActivities(blobs: BlobStore) {
   }
 
   return {
+    /** A JSON value into the blob store (e.g. a run's config, so continue-as-new carries a reference). */
+    async storeJson(input: { value: unknown }): Promise<{ ref: string; hash: string }> {
+      const ref = await blobs.putJson(input.value);
+      return { ref, hash: ref.slice('sha256:'.length, 'sha256:'.length + 16) };
+    },
+
+    async loadJson(input: { ref: string }): Promise<unknown> {
+      return blobs.getJson(input.ref);
+    },
+
+    /** The prompt for the colocated sampler: the same builder and format as the vLLM path, as a blob. */
+    async writePrompt(input: Omit<SampleInput, 'policy'> & { historyLength: number }): Promise<string> {
+      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
+      return blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
+    },
+
     async samplePolicy(input: SampleInput): Promise<SampleResult> {
       const t0 = Date.now();
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
@@ -65,22 +81,23 @@ export function createControlActivities(blobs: BlobStore) {
       const steps = [];
       let before = input.initial;
       for (const step of input.steps) {
-        const completion = (await blobs.get(step.completionRef)).toString('utf8');
+        const completion = step.completionRef ? (await blobs.get(step.completionRef)).toString('utf8') : (step.completion ?? '');
         const result = step.resultRef ? await blobs.getJson<StepResultBlob>(step.resultRef) : undefined;
         steps.push({
           step: step.step,
+          promptRef: step.promptRef,
           observation: before,
           completion,
           completionRef: step.completionRef,
-          action: step.action,
-          valid: step.action.type !== 'invalid',
+          action: result?.action ?? step.action,
+          valid: (result?.action ?? step.action)?.type !== 'invalid',
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },
           reward: result?.reward ?? 0,
           done: result?.done ?? false,
           actionError: result?.actionError,
-          after: result?.observation ?? before,
+          after: result ? { ...result.observation, goal: input.initial.goal } : before,
         });
-        before = result?.observation ?? before;
+        before = result ? { ...result.observation, goal: input.initial.goal } : before;
       }
       const { initial, ...rest } = input;
       return blobs.putJson({ version: 1, ...rest, goal: initial.goal, initial, steps });

@@ -234,8 +234,9 @@ export class SessionManager {
       input.rewardState,
       s.weights,
     );
+    const { goal: _goal, ...observation } = await this.toRef(out.observation);
     const body: Omit<StepSessionResult, 'resultRef'> = {
-      observation: await this.toRef(out.observation),
+      observation,
       reward: out.reward,
       done: out.done,
       success: out.success,

@@ -43,7 +43,7 @@ async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionM
     history.push({ step, action: describeAction(action) });
     if (!isValidAction(action)) continue;
     const out = await manager.step({ sessionId: s.sessionId, index: step - 1, action, rewardState });
-    observation = out.observation;
+    observation = { ...out.observation, goal: observation.goal };
     rewardState = out.rewardState;
     if (out.done || isTerminal(action)) break;
   }

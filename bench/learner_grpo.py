@@ -177,6 +177,8 @@ def main() -> int:
     ap.add_argument("--baseline-micro-batch", type=int, default=4,
                     help="sequences per forward in the padded baseline (4 is the most an H100 fits unshared)")
     ap.add_argument("--gen-tokens", type=int, default=30)
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure (b) with torch.compile'd decoder layers (compiles in the warm-up step)")
     args = ap.parse_args()
     if args.smoke:
         torch.set_num_threads(2)
@@ -200,6 +202,40 @@ def main() -> int:
 
     base_s, base_peak, base_losses = run_mode(policy, batches, False, args.baseline_micro_batch, args.warmup)
     ours_s, ours_peak, ours_losses = run_mode(policy, batches, True, args.group_size, args.warmup)
+    rows = [(f"(a) padded baseline, micro-batch {args.baseline_micro_batch}", base_s, base_peak, base_losses),
+            (f"(b) packed groups, chunk {args.group_size}, eager", ours_s, ours_peak, ours_losses)]
+    dev = torch.cuda.get_device_name() if policy.device.type == "cuda" else "CPU (smoke, tiny random model)"
+    header = (f"\n## learner_grpo: {dev}, torch {torch.__version__}, {policy.dtype}".replace("torch.", "")
+              + f"\n\nmodel built in {build_s:.1f}s; per step: {args.groups} prompts x {args.group_size} completions = "
+              f"{completions} completions; prompt {prompt_tokens} tokens ({image_tokens} image tokens); "
+              f"completions ~{args.completion_len} tokens; LoRA r=16 on q,k,v,o,gate,up,down; kl_coef 0.001 "
+              f"(reference pass included); {args.steps} timed steps after {args.warmup} warm-up\n")
+
+    def table():
+        print(header)
+        print("| mode | step s | completions/s | sequence tokens/s | completion tokens/s | peak GPU mem GiB | "
+              "speed vs (a) | first-step loss |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, s, peak, losses in rows:
+            print(f"| {name} | {s:.3f} | {completions / s:.2f} | {seq_tokens / s:,.0f} | {comp_tokens / s:,.0f} | "
+                  f"{peak:.1f} | {base_s / s:.2f}x | {losses[0]:.6f} |")
+        print("\ntargets for (b): >= 5x the completions/s of (a), peak <= 32 GiB\n", flush=True)
+
+    table()
+    if args.compile:
+        from halo_learner.logprobs import compile_packed_layers
+
+        t1 = time.perf_counter()
+        try:
+            compile_packed_layers(policy)
+            # The warm-up step (not timed) compiles; dynamic lengths, so later groups do not recompile.
+            c_s, c_peak, c_losses = run_mode(policy, batches, True, args.group_size, args.warmup)
+            rows.append((f"(b) packed groups, chunk {args.group_size}, compiled decoder layers", c_s, c_peak,
+                         c_losses))
+            print(f"compiled mode total (compile + warm-up + timed steps): {time.perf_counter() - t1:.1f}s")
+        except Exception as e:  # keep the eager numbers if compilation fails on this machine
+            print(f"compiled mode failed after {time.perf_counter() - t1:.1f}s: {type(e).__name__}: {e}")
+        table()
 
     # (c) colocated generation, n = group size, prefill shared.
     prompt = batches[0][0].prompt
@@ -217,21 +253,6 @@ def main() -> int:
     gen_s = (time.perf_counter() - t1) / gen_rounds
     gen_peak = torch.cuda.max_memory_allocated() / 2**30 if policy.device.type == "cuda" else float("nan")
 
-    dev = torch.cuda.get_device_name() if policy.device.type == "cuda" else "CPU (smoke, tiny random model)"
-    print(f"\n## learner_grpo: {dev}, torch {torch.__version__}, {policy.dtype}".replace("torch.", ""))
-    print(f"\nmodel built in {build_s:.1f}s; per step: {args.groups} prompts x {args.group_size} completions = "
-          f"{completions} completions; prompt {prompt_tokens} tokens ({image_tokens} image tokens); "
-          f"completions ~{args.completion_len} tokens; LoRA r=16 on q,k,v,o,gate,up,down; kl_coef 0.001 "
-          f"(reference pass included); {args.steps} timed steps after {args.warmup} warm-up\n")
-    print("| mode | step s | completions/s | sequence tokens/s | completion tokens/s | peak GPU mem GiB |")
-    print("|---|---|---|---|---|---|")
-    for name, s, peak in ((f"(a) padded baseline, micro-batch {args.baseline_micro_batch}", base_s, base_peak),
-                          (f"(b) prefix-shared, chunk {args.group_size}", ours_s, ours_peak)):
-        print(f"| {name} | {s:.3f} | {completions / s:.2f} | {seq_tokens / s:,.0f} | {comp_tokens / s:,.0f} | "
-              f"{peak:.1f} |")
-    print(f"\nspeed ratio (b)/(a): **{base_s / ours_s:.2f}x** (target >= 5x); peak (b) {ours_peak:.1f} GiB "
-          f"(target <= 32); first-step loss (a) {base_losses[0]:.6f} "
-          f"vs (b) {ours_losses[0]:.6f} (same batch, same weights)")
     print("\n| (c) colocated generation | n | new tokens/completion | s per prompt | completions/s | "
           "generated tokens/s | peak GPU mem GiB |")
     print("|---|---|---|---|---|---|---|")

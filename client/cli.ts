@@ -11,6 +11,7 @@ import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
 import { connectClient, down, stackStatus, up } from './stack';
+import { followTrain, runStatus, startOrAttachTrain } from './train';
 import { BlobStore } from '../blob/store';
 import { episodeInput } from './episode-input';
 
@@ -85,6 +86,77 @@ program
       console.log(`workflow ${result.workflowId}; trajectory ${out.trajectoryPath}`);
     }
   });
+
+program
+  .command('train')
+  .description('start a GRPO training run (or attach to it if the run id exists) and show its progress')
+  .option('--run-id <id>', 'run id (default: train.runId of the config)')
+  .option('--detach', 'return as soon as the run is started')
+  .option('--json', 'print the final result as JSON')
+  .action(async (opts: { runId?: string; detach?: boolean; json?: boolean }) => {
+    const base = loadConfig(program.opts().config);
+    const cfg = parseConfig({ ...base, train: { ...base.train, ...defined({ runId: opts.runId }) } }, 'command line');
+    const { client, connection } = await connectClient(cfg);
+    try {
+      const { handle, attached } = await startOrAttachTrain(client, cfg);
+      console.error(`halo: ${attached ? 'attached to' : 'started'} run ${cfg.train.runId} (workflow id ${cfg.train.runId}, queue ${cfg.temporal.controlTaskQueue})`);
+      if (opts.detach) {
+        if (opts.json) console.log(JSON.stringify({ runId: cfg.train.runId, attached }));
+        return;
+      }
+      const result = await followTrain(handle, (line) => !opts.json && console.error(line));
+      const home = stackStatus(cfg).home;
+      const where = { metrics: join(home, cfg.train.runId, 'metrics.jsonl'), adapters: join(REPO_ROOT, 'checkpoints', cfg.train.runId), ui: stackStatus(cfg).uiUrl };
+      if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
+      else {
+        console.log(`run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+        console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}${where.ui ? `\nUI:       ${where.ui}/namespaces/${stackStatus(cfg).namespace}/workflows/${result.runId}` : ''}`);
+      }
+    } finally {
+      await connection.close();
+    }
+  });
+
+program
+  .command('status')
+  .description("a run's state and its latest metrics")
+  .argument('<run>', 'run id')
+  .option('--json', 'print JSON')
+  .action(async (run: string, opts: { json?: boolean }) => {
+    const cfg = loadConfig(program.opts().config);
+    const { client, connection } = await connectClient(cfg);
+    try {
+      const st = await runStatus(client, run, stackStatus(cfg).home);
+      if (opts.json) console.log(JSON.stringify(st));
+      else {
+        console.log(`run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`);
+        if (st.latest) console.log(`latest: iteration ${st.latest.iteration} · mean reward ${st.latest.mean_reward.toFixed(3)} · success ${(st.latest.success_rate * 100).toFixed(0)}% · validity ${(st.latest.action_validity * 100).toFixed(0)}% · loss ${st.latest.loss}`);
+      }
+    } finally {
+      await connection.close();
+    }
+  });
+
+for (const [name, help] of [
+  ['pause', 'pause a run before its next iteration'],
+  ['resume', 'resume a paused run'],
+  ['stop', 'stop a run gracefully: the current iteration finishes and its adapter is kept'],
+] as const) {
+  program
+    .command(name)
+    .description(help)
+    .argument('<run>', 'run id')
+    .action(async (run: string) => {
+      const cfg = loadConfig(program.opts().config);
+      const { client, connection } = await connectClient(cfg);
+      try {
+        await client.workflow.getHandle(run).signal(name);
+        console.log(`${name} sent to run ${run}`);
+      } finally {
+        await connection.close();
+      }
+    });
+}
 
 const tasks = program
   .command('tasks')

@@ -24,6 +24,10 @@ export const stackSchema = z
 
 export const policySchema = z
   .object({
+    backend: z
+      .enum(['openai', 'colocated'])
+      .default('openai')
+      .describe('openai: an OpenAI-compatible server (vLLM) at baseUrl; colocated: the learner samples with its resident model'),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct'),
     apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
@@ -54,6 +58,28 @@ export const episodeSchema = z
   })
   .prefault({});
 
+export const trainSchema = z
+  .object({
+    runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('grpo-local'),
+    iterations: z.number().int().min(1).max(100_000).default(3),
+    episodesPerIteration: z.number().int().min(1).max(256).default(2),
+    parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once'),
+    tasks: z.array(z.string().min(1)).min(1).default(['click-button', 'enter-text']),
+    heldOutTasks: z.array(z.string().min(1)).default([]),
+    evalEvery: z.number().int().min(0).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
+    grouping: z.enum(['step', 'episode']).default('step'),
+    numGenerations: z.number().int().min(2).max(64).default(4).describe('N: candidates per state (step) or rollouts per task (episode)'),
+    choose: z.enum(['best', 'sampled']).default('best').describe('which candidate the episode continues from (step grouping)'),
+    learningRate: z.number().gt(0).default(1e-6),
+    klCoef: z.number().min(0).default(0.001),
+    clipEpsilon: z.number().gt(0).lt(1).default(0.2),
+    maxGradNorm: z.number().gt(0).default(1),
+    lossType: z.literal('dr_grpo').default('dr_grpo'),
+    gpuTaskQueue: z.string().min(1).default('gpu'),
+    vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
+  })
+  .prefault({});
+
 export const realSchema = z
   .object({
     runId: z.string().min(1).default('0').describe('run_id sent to /config; "0" keeps episodes off the REAL leaderboard'),
@@ -68,6 +94,7 @@ export const configSchema = z
     policy: policySchema,
     episode: episodeSchema,
     real: realSchema,
+    train: trainSchema,
     // Dense reward weights (defaults spelled out in configs/rewards.yaml).
     rewards: rewardWeightsSchema.prefault({}),
   })
@@ -76,6 +103,7 @@ export const configSchema = z
 export type HaloConfig = z.infer<typeof configSchema>;
 export type PolicyConfig = z.infer<typeof policySchema>;
 export type EpisodeConfig = z.infer<typeof episodeSchema>;
+export type TrainConfig = z.infer<typeof trainSchema>;
 
 export { ConfigError };
 

@@ -65,7 +65,8 @@ export interface StepSessionInput {
 }
 
 export interface StepSessionResult {
-  observation: ObservationRef;
+  /** The page after the step; the goal is the episode's and is not repeated here. */
+  observation: Omit<ObservationRef, 'goal'>;
   reward: number;
   done: boolean;
   success: boolean;
@@ -142,13 +143,40 @@ export interface EpisodeInput {
   /** Dense reward weights; schema defaults when absent. */
   rewardWeights?: RewardWeights;
   envOptions?: EnvOptions;
+  /** GRPO step grouping: at each state, N candidates each executed from that state in a forked session. */
+  grouping?: { n: number; choose: 'best' | 'sampled' };
+  /** Colocated policy: the adapter version the learner samples with (0 = base model). */
+  adapterVersion?: number;
+  gpuTaskQueue?: string;
+}
+
+/** One candidate of a step group, as the GRPO batch needs it. */
+export interface GroupCandidate {
+  /** The completion as a blob (vLLM path) or inline (colocated path, which also has the sampler's tokens). */
+  completionRef?: string;
+  completion?: string;
+  tokenIds?: number[];
+  logprobs?: number[];
+  valid: boolean;
+  /** Shaped reward of this candidate's step from the group's shared state. */
+  reward: number;
+}
+
+/** N candidates sampled at one state, each scored from that state; the episode continued from `chosen`. */
+export interface StepGroup {
+  promptRef: string;
+  step: number;
+  candidates: GroupCandidate[];
+  chosen: number;
 }
 
 export interface StepRecord {
   step: number;
   observation: StepObservationRef;
+  /** The prompt the action was sampled from (GRPO episode grouping trains on it). */
+  promptRef: string;
   completion: string;
-  completionRef: string;
+  completionRef?: string;
   action: AgentAction;
   valid: boolean;
   /** The environment's own reward. */
@@ -166,8 +194,11 @@ export interface StepRecord {
 /** One step as the trajectory activity receives it: references, plus the little that exists nowhere else. */
 export interface TrajectoryStepInput {
   step: number;
-  completionRef: string;
-  action: AgentAction;
+  promptRef: string;
+  completionRef?: string;
+  completion?: string;
+  /** Invalid outputs only: a valid action is in its result blob. */
+  action?: AgentAction;
   /** The browser step's result blob (valid actions). */
   resultRef?: string;
   /** Shaped reward of an output that never reached the browser (invalid actions). */
@@ -180,6 +211,7 @@ export interface TrajectoryInput {
   policyModel: string;
   initial: ObservationRef;
   steps: TrajectoryStepInput[];
+  groups?: StepGroup[];
   success: boolean;
   reward: number;
   reason: string | null;
@@ -192,6 +224,8 @@ export interface EpisodeResult {
   reward: number;
   /** Sum of the shaped step rewards. */
   shapedReturn: number;
+  /** Step groups recorded in the trajectory (GRPO step grouping); 0 otherwise. */
+  groups: number;
   steps: number;
   actionValidity: number;
   validActions: number;

@@ -4,6 +4,8 @@ import { BlobStore } from '../blob/store';
 import { createControlActivities } from '../activities/control';
 import { createLearnerBatchActivities } from '../activities/learner-batches';
 import { adapterActivities } from '../activities/adapters';
+import { createGrpoBatchActivities } from '../activities/grpo-batch';
+import { createMetricsActivities } from '../activities/metrics';
 import { haloHome } from '../client/connection';
 import { connectWorker, installRuntime, queueNames } from './runtime';
 
@@ -16,6 +18,7 @@ async function main() {
   const log = installRuntime('control-worker');
   const { connection, namespace } = await connectWorker();
   const blobs = new BlobStore(join(haloHome(), 'blobs'));
+  const batches = createLearnerBatchActivities(blobs);
   const worker = await Worker.create({
     connection,
     namespace,
@@ -23,7 +26,9 @@ async function main() {
     workflowsPath: require.resolve('../workflows'),
     activities: {
       ...createControlActivities(blobs),
-      ...createLearnerBatchActivities(blobs),
+      ...batches,
+      ...createGrpoBatchActivities(blobs, batches),
+      ...createMetricsActivities(haloHome()),
       ...adapterActivities,
     },
     shutdownGraceTime: '10s',

@@ -12,24 +12,34 @@ import {
 } from '@temporalio/workflow';
 import type { SessionActivities } from '../activities/session';
 import type { ControlActivities } from '../activities/control';
-import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
+import { clip, describeAction, isTerminal, isValidAction, type Action, type AgentAction } from '../lib/actions';
+import { parseAction } from '../lib/parse';
+import { chooseCandidate } from '../lib/grpo';
+import { learnerActivities } from './learner';
 import type {
   EpisodeInput,
   EpisodeResult,
   ObservationRef,
   SessionHandle,
+  StartSessionResult,
+  StepGroup,
   StepRecord,
   StepSessionResult,
 } from '../lib/episode-types';
 import { actionValidity } from '../lib/episode-stats';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
-import { rewardForUnparsedOutput, roundReward, summarizeBreakdown } from '../lib/rewards/shaping';
+import { fnv1a32, rewardForUnparsedOutput, roundReward, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardState } from '../lib/rewards/types';
 import { parseRewardWeights } from '../lib/rewards/weights';
 
 export const episodeProgressQuery = defineQuery<{ step: number; steps: StepRecord[]; sessionRebuilds: number }>(
   'episodeProgress',
 );
+
+interface Sampled {
+  promptRef: string;
+  candidates: { action: AgentAction; preview: string; completionRef?: string; completion?: string; tokenIds?: number[]; logprobs?: number[] }[];
+}
 
 /** Session errors that mean "this browser session is gone": rebuild it elsewhere from the action prefix. */
 function isSessionLost(err: unknown): boolean {
@@ -88,6 +98,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     });
 
   const steps: StepRecord[] = [];
+  const groups: StepGroup[] = [];
   const actionPath: Action[] = [];
   let sessionRebuilds = 0;
   setHandler(episodeProgressQuery, () => ({ step: steps.length, steps, sessionRebuilds }));
@@ -141,12 +152,115 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     }
   }
 
-  async function closeQuietly(): Promise<void> {
+  async function closeQuietly(s: SessionHandle = session): Promise<void> {
     try {
-      await onSession(session, 'close session').closeSession({ sessionId: session.sessionId });
+      await onSession(s, 'close session').closeSession({ sessionId: s.sessionId });
     } catch {
       // The session's worker is gone: nothing is left to free.
     }
+  }
+
+  /** Recent actions as the prompt shows them: the activity input (and so the history) stays flat as episodes grow. */
+  function promptHistory() {
+    return steps.slice(steps.length - Math.min(steps.length, policy.historyLength)).map((s) => ({
+      step: s.step,
+      action: describeAction(s.action),
+      note: s.actionError ?? (s.valid ? undefined : 'invalid'),
+    }));
+  }
+
+  /** N candidate actions for the current state from the configured backend, parsed. */
+  async function sampleCandidates(n: number, summary: string): Promise<Sampled> {
+    const { goal, url, step, screenshotRef, axtreeRef } = observation;
+    const obs = { goal, url, step, screenshotRef, axtreeRef };
+    if (policy.backend === 'colocated') {
+      const promptRef = await control(`prompt for step ${step + 1}`).writePrompt({
+        observation: obs,
+        history: promptHistory(),
+        historyLength: policy.historyLength,
+      });
+      const out = await learnerActivities({ taskQueue: input.gpuTaskQueue ?? 'gpu', summary, startToCloseTimeout: '30m' }).sampleActions({
+        run_id: input.runId ?? info.workflowId,
+        version: input.adapterVersion ?? 0,
+        prompt_ref: promptRef,
+        n,
+        temperature: policy.temperature,
+        max_tokens: policy.maxTokens,
+      });
+      return {
+        promptRef,
+        candidates: out.completions.map((c) => ({
+          action: parseAction(c.text),
+          preview: clip(c.text, 200),
+          completion: c.text,
+          tokenIds: c.token_ids,
+          logprobs: c.logprobs,
+        })),
+      };
+    }
+    const res = await control(summary).samplePolicy({ policy: { ...policy, n }, observation: obs, history: promptHistory() });
+    return { promptRef: res.promptRef, candidates: res.candidates };
+  }
+
+  /**
+   * Step grouping: every valid candidate runs from the current state in a session of its own (replaying the
+   * action prefix), so each gets its shaped reward from the same state. The episode continues in the chosen
+   * candidate's session; the others are closed.
+   */
+  async function runGroup(sample: Sampled, stepNo: number) {
+    const n = sample.candidates.length;
+    const outcomes = await Promise.all(
+      sample.candidates.map(async (c, i) => {
+        if (!isValidAction(c.action)) return { invalid: rewardForUnparsedOutput(observation.stateKey, rewardState, rewardWeights) };
+        for (let attempt = 0; ; attempt++) {
+          let fork: StartSessionResult | undefined;
+          try {
+            fork = await opener(`fork ${i + 1}/${n} at step ${stepNo}: replay ${actionPath.length} actions`).startSession({
+              spec: task,
+              replay: actionPath,
+              episodeId: info.workflowId,
+              rewardWeights,
+              envOptions: input.envOptions,
+            });
+            const out = await onSession(fork, `candidate ${i + 1}/${n} step ${stepNo}: ${describeAction(c.action)}`).stepSession({
+              sessionId: fork.sessionId,
+              index: actionPath.length,
+              action: c.action,
+              rewardState,
+            });
+            return { fork, out };
+          } catch (err) {
+            if (fork) await closeQuietly(fork);
+            if (!isSessionLost(err) || attempt >= maxRebuilds) throw err;
+            sessionRebuilds++;
+          }
+        }
+      }),
+    );
+    const rewards = outcomes.map((o) => ('out' in o && o.out ? o.out.shaped.total : o.invalid!.breakdown.total));
+    const u = parseInt(fnv1a32(`${info.workflowId}:${stepNo}`), 16) / 2 ** 32;
+    const chosen = chooseCandidate(rewards, input.grouping!.choose, u);
+    groups.push({
+      promptRef: sample.promptRef,
+      step: stepNo,
+      chosen,
+      candidates: sample.candidates.map((c, i) => ({
+        ...(c.completionRef ? { completionRef: c.completionRef } : { completion: c.completion ?? '' }),
+        ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
+        ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+        valid: isValidAction(c.action),
+        reward: rewards[i],
+      })),
+    });
+    const picked = outcomes[chosen];
+    const closing: Promise<void>[] = [];
+    for (const [i, o] of outcomes.entries()) if (i !== chosen && 'fork' in o && o.fork) closing.push(closeQuietly(o.fork));
+    if ('fork' in picked && picked.fork) {
+      closing.push(closeQuietly(session));
+      session = picked.fork;
+    }
+    await Promise.all(closing);
+    return { chosen, out: 'out' in picked ? picked.out : undefined, invalid: 'invalid' in picked ? picked.invalid : undefined };
   }
 
   let done = false;
@@ -155,57 +269,60 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   let reason: string | null = null;
   try {
     for (let stepNo = 1; stepNo <= maxSteps && !done; stepNo++) {
-      // Only what the prompt shows: the activity input (and so the history) stays flat as episodes grow.
-      const history = steps.slice(steps.length - Math.min(steps.length, policy.historyLength)).map((s) => ({
-        step: s.step,
-        action: describeAction(s.action),
-        note: s.actionError ?? (s.valid ? undefined : 'invalid'),
-      }));
       const last = steps.at(-1);
-      const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${policy.n})${last ? ` · last reward ${last.shaped.total}` : ''} · ${observation.url}`;
-      const { goal, url, step, screenshotRef, axtreeRef } = observation;
-      const sample = await control(sampleSummary).samplePolicy({
-        policy,
-        observation: { goal, url, step, screenshotRef, axtreeRef },
-        history,
-      });
-      const chosen = sample.candidates[0];
+      const n = input.grouping?.n ?? policy.n;
+      const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${n})${last ? ` · last reward ${last.shaped.total}` : ''}`;
+      const sample = await sampleCandidates(n, sampleSummary);
+      let chosen = 0;
+      let stepOut: StepSessionResult | undefined;
+      let invalidReward: ReturnType<typeof rewardForUnparsedOutput> | undefined;
+      if (input.grouping) {
+        const g = await runGroup(sample, stepNo);
+        chosen = g.chosen;
+        stepOut = g.out;
+        invalidReward = g.invalid;
+      } else if (isValidAction(sample.candidates[0].action)) {
+        stepOut = await stepWithRebuild(sample.candidates[0].action, stepNo);
+      } else {
+        invalidReward = rewardForUnparsedOutput(observation.stateKey, rewardState, rewardWeights);
+      }
+      const c = sample.candidates[chosen];
+      const { url, step, screenshotRef, axtreeRef } = observation;
       const record: StepRecord = {
         step: stepNo,
         observation: { url, step, screenshotRef, axtreeRef },
-        completion: chosen.preview,
-        completionRef: chosen.completionRef,
-        action: chosen.action,
-        valid: isValidAction(chosen.action),
+        promptRef: sample.promptRef,
+        completion: c.preview,
+        ...(c.completionRef ? { completionRef: c.completionRef } : {}),
+        action: c.action,
+        valid: isValidAction(c.action),
         reward: 0,
         shaped: { total: 0, summary: '' },
         done: false,
         url: observation.url,
       };
-      if (!isValidAction(chosen.action)) {
-        const r = rewardForUnparsedOutput(observation.stateKey, rewardState, rewardWeights);
-        record.shaped = { total: r.breakdown.total, summary: summarizeBreakdown(r.breakdown) };
-        record.breakdown = r.breakdown;
-        rewardState = r.state;
-      } else {
-        const out = await stepWithRebuild(chosen.action, stepNo);
-        actionPath.push(chosen.action);
-        observation = out.observation;
-        record.reward = out.reward;
-        record.done = out.done || isTerminal(chosen.action);
-        record.url = out.observation.url;
-        record.actionError = out.actionError;
-        record.shaped = out.shaped;
-        record.resultRef = out.resultRef;
-        rewardState = out.rewardState;
+      if (stepOut && isValidAction(c.action)) {
+        actionPath.push(c.action);
+        observation = { ...stepOut.observation, goal: observation.goal };
+        record.reward = stepOut.reward;
+        record.done = stepOut.done || isTerminal(c.action);
+        record.url = stepOut.observation.url;
+        record.actionError = stepOut.actionError;
+        record.shaped = stepOut.shaped;
+        record.resultRef = stepOut.resultRef;
+        rewardState = stepOut.rewardState;
         done = record.done;
-        success = out.success;
-        reward = out.reward;
-        reason = out.reason;
+        success = stepOut.success;
+        reward = stepOut.reward;
+        reason = stepOut.reason;
+      } else if (invalidReward) {
+        record.shaped = { total: invalidReward.breakdown.total, summary: summarizeBreakdown(invalidReward.breakdown) };
+        record.breakdown = invalidReward.breakdown;
+        rewardState = invalidReward.state;
       }
       steps.push(record);
       setCurrentDetails(
-        `step ${stepNo}/${maxSteps} · ${describeAction(chosen.action)} · ${record.shaped.summary} · ${record.url}`,
+        `step ${stepNo}/${maxSteps} · ${describeAction(c.action)} · ${record.shaped.summary} · ${record.url}`,
       );
     }
     if (!done && task.env === 'real') {
@@ -220,7 +337,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     }
   } catch (err) {
     // Also when the episode is cancelled: the page must not outlive it.
-    await CancellationScope.nonCancellable(closeQuietly);
+    await CancellationScope.nonCancellable(() => closeQuietly());
     throw err;
   }
 
@@ -231,11 +348,13 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       task,
       policyModel: policy.model,
       initial: initialObservation,
+      ...(groups.length ? { groups } : {}),
       steps: steps.map((r) => ({
         step: r.step,
-        completionRef: r.completionRef,
-        action: r.action,
-        ...(r.resultRef ? { resultRef: r.resultRef } : { shaped: r.breakdown }),
+        promptRef: r.promptRef,
+        ...(r.completionRef ? { completionRef: r.completionRef } : { completion: r.completion }),
+        // A valid step's action is in its result blob; only an invalid one (and its reason) exists nowhere else.
+        ...(r.resultRef ? { resultRef: r.resultRef } : { action: r.action, shaped: r.breakdown }),
       })),
       success,
       reward,
@@ -257,5 +376,6 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     actionPath,
     sessionRebuilds,
     trajectoryRef,
+    groups: groups.length,
   };
 }

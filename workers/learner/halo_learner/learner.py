@@ -22,6 +22,7 @@ from . import adapters
 from .blobs import BlobStore
 from .dpo import DpoSample, dpo_step
 from .grpo import GrpoSample, grpo_step
+from .logprobs import compile_packed_layers
 from .models import Policy, load_policy
 from .payloads import (
     DpoBatch, GrpoBatch, SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdateDpoOutput,
@@ -44,6 +45,7 @@ class Settings:
     micro_batch: int = 8
     prefix_sharing: bool = True
     dpo_pairs_per_chunk: int = 4
+    compile: bool = False  # torch.compile the decoder layers for the packed GRPO passes (HALO_COMPILE=1)
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -51,6 +53,7 @@ class Settings:
             micro_batch=int(os.environ.get("HALO_MICRO_BATCH", 8)),
             prefix_sharing=os.environ.get("HALO_PREFIX_SHARING", "1") not in ("0", "false", "no"),
             dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 4)),
+            compile=os.environ.get("HALO_COMPILE", "0") in ("1", "true", "yes"),
         )
 
 
@@ -61,6 +64,8 @@ class Learner:
         self.blobs = blobs or BlobStore()
         self.checkpoints = checkpoints
         self.settings = settings or Settings.from_env()
+        if self.settings.compile and self.settings.prefix_sharing:
+            compile_packed_layers(policy)
         params = list(policy.trainable_parameters().values())
         # No weight decay: it would pull the adapter towards 0 (the base policy) between RL steps.
         self.optimizer = torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)

@@ -19,6 +19,7 @@ Positions are Qwen3-VL's 3-D M-RoPE ids, computed here explicitly so all three w
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -209,6 +210,8 @@ def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], 
 
 # ---- shared prefix, packed into one sequence -----------------------------------------------------
 
+PACK_ALIGN = 16
+
 
 @dataclass
 class PackedLayout:
@@ -221,7 +224,8 @@ class PackedLayout:
     first: torch.Tensor  # (G,) first token of every completion (predicted by the prompt's last position)
     flat_index: torch.Tensor  # (S - P,) index into the (G, L) result, row-major, for kept rows 1..
     mask: torch.Tensor  # (G, L) bool completion mask
-    keep: int  # logits kept: the prompt's last position and every completion position
+    first_kept: int  # P - 1: the prompt's last position
+    keep: int  # logits kept from there on: the prompt's last position and every completion position
     visual_mask: torch.Tensor | None  # (1, S) bool: the prompt's image-token positions
     image_embeds: torch.Tensor | None  # (image tokens, hidden) from the frozen ViT, no grad
     deepstack_embeds: list[torch.Tensor] | None  # per deepstack layer, (image tokens, hidden)
@@ -245,10 +249,17 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
         offs += range(n)
         flat += [i * L + j + 1 for j in range(n)]
     C = len(body)
-    comp_ids = torch.tensor(body, dtype=torch.long, device=dev).view(1, C)
-    comp_pos = (base + torch.tensor(offs, dtype=torch.long, device=dev)).view(1, 1, C).expand(3, 1, C)
+    # Pad the packed length to a multiple of 16 (sdpa's memory-efficient kernel wants an aligned mask, and
+    # a compiled graph sees fewer distinct lengths); each pad token attends to the prompt and itself only
+    # and its logits are never computed.
+    pad = (-(P + C)) % PACK_ALIGN
+    body += [policy.tokenizer.pad_token_id or 0] * pad
+    seg += [G + 1 + k for k in range(pad)]
+    offs += [0] * pad
+    comp_ids = torch.tensor(body, dtype=torch.long, device=dev).view(1, C + pad)
+    comp_pos = (base + torch.tensor(offs, dtype=torch.long, device=dev)).view(1, 1, -1).expand(3, 1, C + pad)
     segment = torch.cat([torch.zeros(P, dtype=torch.long, device=dev), torch.tensor(seg, dtype=torch.long, device=dev)])
-    S = P + C
+    S = P + C + pad
     idx = torch.arange(S, device=dev)
     causal = idx[None, :] <= idx[:, None]
     same = (segment[None, :] == 0) | (segment[None, :] == segment[:, None])
@@ -263,7 +274,7 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
                                                               return_dict=True)
         image_embeds = torch.cat(list(feats.pooler_output), dim=0)
         deepstack = list(feats.deepstack_features) if feats.deepstack_features is not None else None
-        visual_mask = torch.cat([mm[0] == 1, torch.zeros(C, dtype=torch.bool, device=dev)])[None]
+        visual_mask = torch.cat([mm[0] == 1, torch.zeros(C + pad, dtype=torch.bool, device=dev)])[None]
     return PackedLayout(
         input_ids=torch.cat([ids, comp_ids], dim=1),
         position_ids=torch.cat([pos, comp_pos.to(pos.dtype)], dim=2),
@@ -272,6 +283,7 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
         first=torch.tensor([c[0] for c in completions], dtype=torch.long, device=dev),
         flat_index=torch.tensor(flat, dtype=torch.long, device=dev),
         mask=mask,
+        first_kept=P - 1,
         keep=C + 1,
         visual_mask=visual_mask,
         image_embeds=image_embeds,
@@ -293,11 +305,12 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
     embeds = m.model.get_input_embeddings()(lay.input_ids)
     if lay.image_embeds is not None:
         embeds = embeds.masked_scatter(lay.visual_mask[..., None], lay.image_embeds.to(embeds.dtype))
-    hidden = m.model.language_model(
-        inputs_embeds=embeds, attention_mask=lay.attention_mask, position_ids=lay.position_ids, use_cache=False,
-        visual_pos_masks=lay.visual_mask, deepstack_visual_embeds=lay.deepstack_embeds,
-    ).last_hidden_state
-    logits = m.lm_head(hidden[:, -lay.keep:])
+    with _compiled_stance(policy):
+        hidden = m.model.language_model(
+            inputs_embeds=embeds, attention_mask=lay.attention_mask, position_ids=lay.position_ids,
+            use_cache=False, visual_pos_masks=lay.visual_mask, deepstack_visual_embeds=lay.deepstack_embeds,
+        ).last_hidden_state
+    logits = m.lm_head(hidden[:, lay.first_kept:lay.first_kept + lay.keep])
     del hidden, embeds
     logp = F.log_softmax(logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
     del logits
@@ -309,3 +322,29 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
     if rest.numel():
         flat = flat.index_put((lay.flat_index,), rest)
     return flat.view(G, L), lay.mask
+
+
+# ---- optional: compiled decoder layers for the packed path ---------------------------------------
+
+_COMPILED = "_halo_compiled_layers"
+
+
+def compile_packed_layers(policy) -> None:
+    """torch.compile each language-model decoder layer (regional compilation: one layer's graph, reused by
+    all 36) for the packed GRPO passes only. Everything else (padded baseline, sampler, DPO) keeps running
+    eager: the process-wide compiler stance becomes "force_eager" and `packed_group_logprobs` switches it
+    back around its decoder stack. Three graphs get compiled on first use (no-grad reference, gradient
+    pass first layer, other layers), with dynamic sequence length, so later groups do not recompile.
+    """
+    if getattr(policy, _COMPILED, False):
+        return
+    for layer in hf_model(policy).model.language_model.layers:
+        layer.compile(dynamic=True)
+    torch.compiler.set_stance("force_eager")
+    setattr(policy, _COMPILED, True)
+
+
+def _compiled_stance(policy):
+    if getattr(policy, _COMPILED, False):
+        return torch.compiler.set_stance("default")
+    return contextlib.nullcontext()

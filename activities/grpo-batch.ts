@@ -1,0 +1,135 @@
+import { ApplicationFailure } from '@temporalio/activity';
+import type { BlobStore } from '../blob/store';
+import type { StepGroup as EpisodeStepGroup } from '../lib/episode-types';
+import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type StepGroup } from '../lib/grpo';
+import type { LearnerBatchActivities } from './learner-batches';
+
+/** What the trajectory blob holds that the batch needs (written by `recordTrajectory`). */
+interface TrajectoryForBatch {
+  task: { env: string; task: string; seed: number };
+  groups?: EpisodeStepGroup[];
+  steps: { promptRef: string; completion: string; completionRef?: string; shaped: { total: number } }[];
+}
+
+export interface BuildGrpoBatchInput {
+  run_id: string;
+  iteration: number;
+  grouping: 'step' | 'episode';
+  trajectory_refs: string[];
+}
+
+export interface BuildGrpoBatchResult {
+  batch_ref: string;
+  items: number;
+  /** Rewards of every group (step: candidates' shaped rewards; episode: rollouts' returns), for metrics. */
+  group_rewards: number[][];
+  /** Every group had equal rewards: the batch carries them with advantage 0 (KL only) to keep versions contiguous. */
+  no_signal: boolean;
+}
+
+/**
+ * Builds one iteration's GRPO batch from its episodes' trajectories. Step grouping: each recorded step group
+ * (N candidates from one state); episode grouping: the N rollouts of one task and seed, compared on their
+ * shaped returns, every step of a rollout carrying its rollout's advantage. Only references cross Temporal.
+ */
+export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatchActivities) {
+  async function completionRef(c: { completionRef?: string; completion?: string }): Promise<string> {
+    return c.completionRef ?? blobs.put(c.completion ?? '', 'txt');
+  }
+
+  async function stepGroups(trajs: TrajectoryForBatch[]): Promise<StepGroup[]> {
+    const out: StepGroup[] = [];
+    for (const t of trajs) {
+      for (const g of t.groups ?? []) {
+        const candidates = [];
+        for (const c of g.candidates) {
+          candidates.push({
+            completionRef: await completionRef(c),
+            tokenIds: c.tokenIds ?? null,
+            logprobs: c.logprobs ?? null,
+            valid: c.valid,
+            reward: c.reward,
+          });
+        }
+        out.push({ promptRef: g.promptRef, step: g.step, chosen: g.chosen, candidates });
+      }
+    }
+    return out;
+  }
+
+  async function episodeItems(trajs: TrajectoryForBatch[]): Promise<{ items: GrpoRefItem[]; groups: number[][] }> {
+    const byTask = new Map<string, TrajectoryForBatch[]>();
+    for (const t of trajs) {
+      const key = `${t.task.env}/${t.task.task}/${t.task.seed}`;
+      byTask.set(key, [...(byTask.get(key) ?? []), t]);
+    }
+    const items: GrpoRefItem[] = [];
+    const groups: number[][] = [];
+    for (const rollouts of byTask.values()) {
+      const returns = rollouts.map((r) => r.steps.reduce((s, st) => s + st.shaped.total, 0));
+      groups.push(returns);
+      const { advantages } = episodeGroup(returns);
+      for (const [i, r] of rollouts.entries()) {
+        for (const st of r.steps) {
+          items.push({
+            prompt_ref: st.promptRef,
+            completion_ref: await completionRef(st),
+            completion_token_ids: null,
+            old_logprobs: null,
+            advantage: advantages[i],
+            finish_reason: null,
+          });
+        }
+      }
+    }
+    return { items, groups };
+  }
+
+  return {
+    async buildGrpoBatch(input: BuildGrpoBatchInput): Promise<BuildGrpoBatchResult> {
+      if (input.trajectory_refs.length === 0) {
+        throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} has no episodes to learn from`, 'EmptyIteration');
+      }
+      const trajs: TrajectoryForBatch[] = [];
+      for (const ref of input.trajectory_refs) trajs.push(await blobs.getJson<TrajectoryForBatch>(ref));
+      let items: GrpoRefItem[];
+      let groupRewards: number[][];
+      let groups: StepGroup[] = [];
+      if (input.grouping === 'step') {
+        groups = await stepGroups(trajs);
+        items = groupsToBatchItems(groups);
+        groupRewards = groups.map(stepGroupRewards);
+      } else {
+        const e = await episodeItems(trajs);
+        items = e.items.filter((it) => it.advantage !== 0);
+        groupRewards = e.groups;
+        if (items.length === 0) items = e.items;
+      }
+      let noSignal = false;
+      if (items.length === 0) {
+        // Every group had equal rewards. The update still runs (KL only, advantage 0) so that adapter versions
+        // advance once per iteration and a run's version is its iteration count.
+        noSignal = true;
+        items = groups.flatMap((g) =>
+          g.candidates.map((c) => ({
+            prompt_ref: g.promptRef,
+            completion_ref: c.completionRef,
+            completion_token_ids: c.tokenIds && c.tokenIds.length ? c.tokenIds : null,
+            old_logprobs: null,
+            advantage: 0,
+            finish_reason: null,
+          })),
+        );
+      } else if (input.grouping === 'episode') {
+        noSignal = items.every((it) => it.advantage === 0);
+      }
+      if (items.length === 0) {
+        throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} produced no samples`, 'EmptyIteration');
+      }
+      const batch_ref = await batches.writeGrpoBatch({ items });
+      return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal };
+    },
+  };
+}
+
+export type GrpoBatchActivities = ReturnType<typeof createGrpoBatchActivities>;
