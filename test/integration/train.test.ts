@@ -1,0 +1,81 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseConfig } from '../../lib/config';
+import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { startOrAttachTrain } from '../../client/train';
+import type { TrainResult } from '../../workflows/train-grpo';
+import { startTestStack, type TestStack } from '../helpers/stack';
+
+// A real (tiny) GRPO run: MiniWoB++ pages in Chromium, the colocated tiny-random Qwen3-VL sampling and
+// learning in the Python learner, Temporal orchestrating; nothing faked.
+let stack: TestStack;
+before(async () => {
+  stack = await startTestStack({ browserWorkers: 1, learner: true });
+});
+after(async () => {
+  await stack?.stop();
+});
+
+function config(runId: string, iterations: number) {
+  return parseConfig({
+    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
+    episode: { env: 'miniwob', maxSteps: 2, sessionStartTimeoutMs: 10_000 },
+    train: {
+      runId,
+      iterations,
+      episodesPerIteration: 1,
+      parallelism: 1,
+      tasks: ['click-button'],
+      grouping: 'step',
+      numGenerations: 2,
+      learningRate: 1e-3,
+      gpuTaskQueue: stack.gpuQueue,
+    },
+  });
+}
+
+test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a second start attaches', async () => {
+  const cfg = config('grpo-test', 2);
+  const first = await startOrAttachTrain(stack.client, cfg);
+  assert.equal(first.attached, false);
+  const again = await startOrAttachTrain(stack.client, cfg);
+  assert.equal(again.attached, true, 'the same run id attaches instead of starting a second run');
+  const result = (await first.handle.result()) as TrainResult;
+  assert.deepEqual(result, { runId: 'grpo-test', iterations: 2, adapterVersion: 2, stoppedEarly: false });
+
+  const adapters = readdirSync(join(stack.checkpoints, 'grpo-test')).filter((d) => /^v\d+$/.test(d)).sort();
+  assert.deepEqual(adapters, ['v1', 'v2']);
+  for (const v of adapters) assert.ok(existsSync(join(stack.checkpoints, 'grpo-test', v, 'adapter_model.safetensors')));
+
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'grpo-test', 'metrics.jsonl'), 'utf8'));
+  assert.deepEqual(lines.map((l) => l.iteration), [1, 2]);
+  for (const l of lines) {
+    assert.equal(l.num_groups > 0, true);
+    assert.ok(Number.isFinite(l.loss ?? NaN));
+    assert.ok(l.action_validity >= 0 && l.action_validity <= 1);
+  }
+  assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2]);
+
+  // After it finished, starting it again still attaches (no second run).
+  const late = await startOrAttachTrain(stack.client, cfg);
+  assert.equal(late.attached, true);
+  assert.deepEqual(await late.handle.result(), result);
+  const runs = [];
+  for await (const w of stack.client.workflow.list({ query: `WorkflowId = 'grpo-test'` })) runs.push(w.runId);
+  assert.equal(runs.length, 2, 'one chain of two runs (continue-as-new), no duplicate run');
+});
+
+test('an invalid config fails before anything starts, naming the field', async () => {
+  const handle = await stack.client.workflow.start('trainGrpo', {
+    taskQueue: stack.controlQueue,
+    workflowId: 'bad-config',
+    args: [{ config: { train: { runId: 'bad-config', numGenerations: 1 } } }],
+  });
+  await assert.rejects(handle.result(), (err: any) => {
+    assert.match(String(err.cause?.message), /train\.numGenerations/);
+    return true;
+  });
+});
