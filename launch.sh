@@ -61,10 +61,12 @@ case "$CMD" in
     exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 test/unit/*.test.ts test/integration/*.test.ts
     ;;
   run)
+    # The default job: local stack, MiniWoB++ tasks, colocated tiny-random policy, a few GRPO iterations.
     npx halo up
-    say "stack is up. Run an episode against your policy server, e.g.:"
-    say "  npx halo episode --env miniwob --task click-button --seed 3 --policy-url http://127.0.0.1:8000/v1"
-    say "Temporal UI: http://localhost:8233   stop with: npx halo down"
+    npx halo train --config configs/default.yaml
+    say "Temporal UI: http://localhost:8233 (workflow id grpo-local; its episodes are grpo-local-it<N>-ep<M>)"
+    say "metrics: runs/grpo-local/metrics.jsonl   adapters: checkpoints/grpo-local/v<N>/"
+    say "status: npx halo status grpo-local   stop the stack: npx halo down (state stays on disk)"
     ;;
   *)
     exec npx halo "${ARGS[@]}"

@@ -17,6 +17,7 @@ Measured in one run, on the same model and the same batches:
       (halo_learner.logprobs.packed_group_logprobs): one no-grad reference pass and one forward+backward
       per group; LoRA weights run as bf16 working copies (fp32 masters and optimiser state);
       gradients equal to (a) up to bf16 rounding (float32: relative difference ~1e-6, see the tests);
+      measured eager, then (unless --no-compile) again with torch.compile'd decoder layers;
   (c) colocated generation: n completions per prompt with the shared-prefix sampler.
 Both (a) and (b) do the reference (adapter-disabled) pass for the KL term, then forward+backward, then
 one AdamW step on the LoRA weights (rank 16 on the 7 language-model projections).

@@ -72,7 +72,8 @@ program
     const base = loadConfig(program.opts().config);
     const cfg = parseConfig({
       ...base,
-      policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }) },
+      // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
+      policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
       episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
     }, 'command line');
     const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));

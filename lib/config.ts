@@ -76,6 +76,12 @@ export const trainSchema = z
     maxGradNorm: z.number().gt(0).default(1),
     lossType: z.literal('dr_grpo').default('dr_grpo'),
     gpuTaskQueue: z.string().min(1).default('gpu'),
+    learnerHeartbeatTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .default(60)
+      .describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
   })
   .prefault({});

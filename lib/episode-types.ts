@@ -148,6 +148,7 @@ export interface EpisodeInput {
   /** Colocated policy: the adapter version the learner samples with (0 = base model). */
   adapterVersion?: number;
   gpuTaskQueue?: string;
+  learnerHeartbeatTimeoutMs?: number;
 }
 
 /** One candidate of a step group, as the GRPO batch needs it. */

@@ -179,7 +179,12 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         history: promptHistory(),
         historyLength: policy.historyLength,
       });
-      const out = await learnerActivities({ taskQueue: input.gpuTaskQueue ?? 'gpu', summary, startToCloseTimeout: '30m' }).sampleActions({
+      const out = await learnerActivities({
+        taskQueue: input.gpuTaskQueue ?? 'gpu',
+        summary,
+        startToCloseTimeout: '30m',
+        heartbeatTimeout: input.learnerHeartbeatTimeoutMs ?? 60_000,
+      }).sampleActions({
         run_id: input.runId ?? info.workflowId,
         version: input.adapterVersion ?? 0,
         prompt_ref: promptRef,

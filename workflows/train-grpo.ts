@@ -31,6 +31,8 @@ export interface TrainState {
   configHash: string;
   zeroStdHistory: number[];
   paused: boolean;
+  /** The previous iteration's metrics, for the status query and progress bar. */
+  lastMetrics?: IterationMetrics | null;
 }
 
 export interface TrainGrpoInput {
@@ -131,7 +133,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   let paused = state.paused;
   let stopping = false;
   let phase = 'starting';
-  let lastMetrics: IterationMetrics | null = null;
+  let lastMetrics: IterationMetrics | null = state.lastMetrics ?? null;
   setHandler(pauseSignal, () => void (paused = true));
   setHandler(resumeSignal, () => void (paused = false));
   setHandler(stopSignal, () => void (stopping = true));
@@ -174,6 +176,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
     adapterVersion: state.adapterVersion,
     gpuTaskQueue: t.gpuTaskQueue,
+    learnerHeartbeatTimeoutMs: t.learnerHeartbeatTimeoutS * 1000,
     ...(t.grouping === 'step' ? { grouping: { n: t.numGenerations, choose: t.choose } } : {}),
   });
   const episodes: EpisodeResult[] = await pool(runs, t.parallelism, (p, j) =>
@@ -198,7 +201,11 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   phaseSeconds.batch = seconds(t0);
   t0 = new Date().getTime();
   const version = state.adapterVersion + 1;
-  const update = await learnerActivities({ taskQueue: t.gpuTaskQueue, summary: `update_policy ${runId} v${version} (${batch.items} items)` }).updatePolicy({
+  const update = await learnerActivities({
+    taskQueue: t.gpuTaskQueue,
+    heartbeatTimeout: t.learnerHeartbeatTimeoutS * 1000,
+    summary: `update_policy ${runId} v${version} (${batch.items} items)`,
+  }).updatePolicy({
     run_id: runId,
     version,
     batch_ref: batch.batch_ref,
@@ -240,7 +247,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     });
   }
 
-  const nextState: TrainState = { ...state, iteration: it + 1, adapterVersion: version, zeroStdHistory, paused };
+  const nextState: TrainState = { ...state, iteration: it + 1, adapterVersion: version, zeroStdHistory, paused, lastMetrics: metrics };
   if (stopping || it >= t.iterations) {
     return { runId, iterations: it, adapterVersion: version, stoppedEarly: it < t.iterations };
   }

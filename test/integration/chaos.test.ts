@@ -1,0 +1,107 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { parseConfig } from '../../lib/config';
+import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { startOrAttachTrain } from '../../client/train';
+import type { TrainResult, TrainStatus } from '../../workflows/train-grpo';
+import { startTestStack, type TestStack } from '../helpers/stack';
+
+// Preemption, automated: during a GRPO run, SIGKILL the browser worker mid-episode, SIGKILL the learner in
+// the middle of an update, restart the Temporal server. The run must finish as if nothing happened.
+let stack: TestStack;
+before(async () => {
+  stack = await startTestStack({ browserWorkers: 1, learner: true });
+});
+after(async () => {
+  await stack?.stop();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
+const isLearner = (p: ChildProcess) => p.spawnargs.includes('halo_learner.worker');
+const isBrowser = (p: ChildProcess) => p.spawnargs.some((a) => a.endsWith('browser.ts'));
+
+async function kill(p: ChildProcess): Promise<void> {
+  p.kill('SIGKILL');
+  if (alive(p)) await new Promise((r) => p.once('exit', r));
+}
+
+/** Polls until `pred` holds on the workflow's pending activities (by type and state). */
+async function waitForPending(runId: string, type: string, timeoutMs = 240_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const d = await stack.client.workflow.getHandle(runId).describe().catch(() => undefined);
+    const pending = d?.raw.pendingActivities ?? [];
+    if (pending.some((a) => a.activityType?.name === type && a.state === 2 /* STARTED */)) return;
+    await sleep(50);
+  }
+  throw new Error(`no ${type} activity started within ${timeoutMs / 1000}s`);
+}
+
+async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs = 240_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const child = `${runId}-it${iteration}-ep0`;
+  while (Date.now() < deadline) {
+    const d = await stack.client.workflow.getHandle(child).describe().catch(() => undefined);
+    if ((d?.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'stepSession' || a.activityType?.name === 'startSession')) return;
+    await sleep(50);
+  }
+  throw new Error(`episode ${child} did not reach the browser within ${timeoutMs / 1000}s`);
+}
+
+test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
+  const iterations = 3;
+  const cfg = parseConfig({
+    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
+    episode: { env: 'miniwob', maxSteps: 3, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
+    train: {
+      runId: 'chaos',
+      iterations,
+      episodesPerIteration: 1,
+      parallelism: 1,
+      tasks: ['click-button'],
+      grouping: 'step',
+      numGenerations: 2,
+      learningRate: 1e-3,
+      gpuTaskQueue: stack.gpuQueue,
+      learnerHeartbeatTimeoutS: 5,
+    },
+  });
+  const { handle } = await startOrAttachTrain(stack.client, cfg);
+
+  // 1. The browser worker dies in the middle of an episode of iteration 1.
+  await waitForRolloutOfChild('chaos', 1);
+  await kill(stack.workers.find((w) => alive(w) && isBrowser(w))!);
+  await stack.startWorker('browser');
+
+  // 2. The learner dies in the middle of iteration 1's update.
+  await waitForPending('chaos', 'update_policy');
+  await kill(stack.workers.find((w) => alive(w) && isLearner(w))!);
+  await stack.startLearner();
+
+  // 3. The Temporal server restarts during iteration 2.
+  for (;;) {
+    const st = await handle.query<TrainStatus>('status').catch(() => undefined);
+    if (st && st.iteration >= 2) break;
+    await sleep(200);
+  }
+  await stack.restartServer();
+
+  const result = (await handle.result()) as TrainResult;
+  assert.deepEqual(result, { runId: 'chaos', iterations, adapterVersion: iterations, stoppedEarly: false });
+
+  const versions = readdirSync(join(stack.checkpoints, 'chaos')).sort();
+  assert.deepEqual(versions, ['v1', 'v2', 'v3'], 'exactly one adapter per version, no gap, no leftover temp folder');
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'chaos', 'metrics.jsonl'), 'utf8'));
+  assert.deepEqual(lines.map((l) => l.iteration), [1, 2, 3], 'every iteration exactly once');
+  assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2, 3]);
+
+  for (let it = 1; it <= iterations; it++) {
+    const d = await stack.client.workflow.getHandle(`chaos-it${it}-ep0`).describe();
+    assert.equal(d.status.name, 'COMPLETED', `episode of iteration ${it}`);
+  }
+});
