@@ -56,6 +56,10 @@ class LearnerActivities:
         except ParentVersionMissing as e:
             raise ApplicationError(f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing",
                                    non_retryable=True) from None
+        except FloatingPointError as e:
+            # The same batch gives the same non-finite gradient on every attempt: retrying cannot help.
+            raise ApplicationError(f"{name}: {e}; lower the learning rate or check the batch", type="NonFiniteGradient",
+                                   non_retryable=True) from None
         except torch.OutOfMemoryError as e:
             self.learner.resident = None
             if torch.cuda.is_available():
