@@ -12,6 +12,7 @@ import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
 import { connectClient, down, stackStatus, up } from './stack';
 import { followTrain, runStatus, startOrAttachTrain } from './train';
+import { register as registerEval } from './commands/eval';
 import { BlobStore } from '../blob/store';
 import { episodeInput } from './episode-input';
 
@@ -245,6 +246,8 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
     await connection.close();
   }
 }
+
+registerEval(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

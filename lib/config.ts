@@ -93,6 +93,59 @@ export const realSchema = z
   })
   .prefault({});
 
+// Agent-Q-style MCTS with step-level DPO (workflows/mcts.ts: `trainMcts` → one `mctsSearch` per task).
+export const mctsCriticSchema = z
+  .object({
+    backend: z
+      .enum(['openai', 'none'])
+      .default('openai')
+      .describe('openai: an OpenAI-compatible server (usually the vLLM serving the base model) ranks candidates and values states; none: neutral priors (0.5) and no critic values, i.e. search outcomes only'),
+    baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
+    model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct').describe('the frozen critic: the base model, not an adapter'),
+    apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
+    timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
+    temperature: z.number().min(0).max(2).default(0),
+    maxTokens: z.number().int().min(16).max(8192).default(256),
+  })
+  .prefault({});
+
+export const mctsSchema = z
+  .object({
+    runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('mcts-local'),
+    iterations: z.number().int().min(1).max(100_000).default(3),
+    tasks: z
+      .array(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'a task name: letters, digits, . _ -'))
+      .min(1)
+      .default(['click-button'])
+      .refine((t) => new Set(t).size === t.length, 'tasks must be distinct (each is searched once per iteration)')
+      .describe('every iteration runs one search per task (seed derived from run id, iteration and task)'),
+    parallelism: z.number().int().min(1).max(64).default(1).describe('searches running at once'),
+    numSimulations: z.number().int().min(1).max(10_000).default(50).describe('simulations (select, expand, evaluate, backpropagate) per search'),
+    ucbConstant: z.number().min(0).default(1.414).describe('UCB1 exploration constant c'),
+    maxChildren: z.number().int().min(1).max(32).default(5).describe('K: candidate actions sampled per expanded state (after dedupe, at most K children)'),
+    alpha: z.number().min(0).max(1).default(0.5).describe('composite Q = alpha * Q_mcts + (1 - alpha) * Q_critic'),
+    pairThreshold: z.number().min(0).max(1).default(0.1).describe('minimum composite-Q gap between two explored siblings for a DPO pair'),
+    maxDepth: z.number().int().min(1).max(200).default(6).describe('depth cap of the tree and of rollouts (a node there that is not done is terminal with reward 0)'),
+    valueMode: z
+      .enum(['rollout', 'critic'])
+      .default('rollout')
+      .describe("value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state"),
+    temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
+    continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),
+    critic: mctsCriticSchema,
+    beta: z.number().gt(0).default(0.1).describe('DPO beta'),
+    learningRate: z.number().gt(0).default(1e-6),
+    maxGradNorm: z.number().gt(0).default(1),
+    evalEvery: z.number().int().min(0).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
+    evalSeeds: z.array(z.number().int().min(0)).min(1).default([0]).describe('seeds of the greedy evaluation episodes'),
+    vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
+  })
+  .refine((m) => m.valueMode !== 'critic' || m.critic.backend !== 'none', {
+    message: 'valueMode critic needs a critic (critic.backend openai)',
+    path: ['valueMode'],
+  })
+  .prefault({});
+
 export const configSchema = z
   .object({
     temporal: temporalSchema,
@@ -101,6 +154,7 @@ export const configSchema = z
     episode: episodeSchema,
     real: realSchema,
     train: trainSchema,
+    mcts: mctsSchema,
     // Dense reward weights (defaults spelled out in configs/rewards.yaml).
     rewards: rewardWeightsSchema.prefault({}),
   })
@@ -110,6 +164,7 @@ export type HaloConfig = z.infer<typeof configSchema>;
 export type PolicyConfig = z.infer<typeof policySchema>;
 export type EpisodeConfig = z.infer<typeof episodeSchema>;
 export type TrainConfig = z.infer<typeof trainSchema>;
+export type MctsConfig = z.infer<typeof mctsSchema>;
 
 export { ConfigError };
 

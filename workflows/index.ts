@@ -2,3 +2,4 @@
 export { episode, episodeProgressQuery } from './episode';
 export { learnerContract } from './learner-contract';
 export { trainGrpo, trainStatusQuery, pauseSignal, resumeSignal, stopSignal } from './train-grpo';
+export { evaluate } from './evaluate';

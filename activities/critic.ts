@@ -1,0 +1,157 @@
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import type OpenAI from 'openai';
+import { BlobStore } from '../blob/store';
+import { buildCriticPrompt, parseCriticAnswer, rankToPriors } from '../lib/critic';
+import { policySchema, type PolicyConfig } from '../lib/config';
+import type { PromptMessage } from '../lib/prompt';
+import { chatCompletions } from './policy-client';
+
+/** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
+export interface CriticConfig {
+  baseUrl: string;
+  model: string;
+  /** Environment variable holding the API key. */
+  apiKeyEnv: string;
+  timeoutMs: number;
+  temperature: number;
+  /** Completion budget; default CRITIC_MAX_TOKENS. */
+  maxTokens?: number;
+}
+
+export interface CritiqueInput {
+  critic: CriticConfig;
+  observation: { goal: string; url: string; step: number; screenshotRef: string; axtreeRef: string };
+  /** describeAction texts of the K candidates, in candidate order. */
+  candidates: string[];
+}
+
+export interface CritiqueResult {
+  /** Candidate indexes, best first (a permutation of 0..K-1). */
+  ranking: number[];
+  /** The critic's probability of success from this state, in [0, 1]. */
+  value: number;
+  /** priors[i]: candidate i's prior from its rank (rankToPriors). */
+  priors: number[];
+  /** False when the critic's answer was unusable: neutral ranking and value (count these). */
+  ok: boolean;
+  reason?: string;
+  promptRef: string;
+  completionRef: string;
+  model: string;
+  latencyMs: number;
+}
+
+/** Enough for `{"ranking": [...], "value": ...}` with room for a short preamble. */
+export const CRITIC_MAX_TOKENS = 256;
+
+function activitySignal(): AbortSignal | undefined {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return undefined;
+  }
+}
+
+function mimeOf(ref: string): string {
+  const ext = ref.slice(ref.lastIndexOf('.') + 1);
+  return ext === 'jpg' || ext === 'jpeg' ? 'image/jpeg' : ext === 'webp' ? 'image/webp' : 'image/png';
+}
+
+/** The critic as a policy-client config (n = 1), validated by the policy schema; a bad config is permanent. */
+function asPolicyConfig(critic: CriticConfig): PolicyConfig {
+  const parsed = policySchema.safeParse({
+    backend: 'openai',
+    baseUrl: critic.baseUrl,
+    model: critic.model,
+    apiKeyEnv: critic.apiKeyEnv,
+    timeoutMs: critic.timeoutMs,
+    temperature: critic.temperature,
+    maxTokens: critic.maxTokens ?? CRITIC_MAX_TOKENS,
+    n: 1,
+    historyLength: 0,
+    maxAttempts: 1,
+  });
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `critic.${i.path.map(String).join('.')}: ${i.message}`).join('; ');
+    throw ApplicationFailure.nonRetryable(`invalid critic config: ${issues}`, 'CriticConfigInvalid');
+  }
+  return parsed.data;
+}
+
+/**
+ * The policy client's classified failure, reworded for the critic; type and retryability are kept, so
+ * retry policies written for the policy client (e.g. nonRetryableErrorTypes) apply unchanged.
+ */
+function asCriticFailure(err: unknown): unknown {
+  if (!(err instanceof ApplicationFailure)) return err;
+  return ApplicationFailure.create({
+    message: `critic call failed: ${err.message}`,
+    type: err.type ?? undefined,
+    nonRetryable: err.nonRetryable ?? undefined,
+    details: err.details ? [...err.details] : undefined,
+    cause: err,
+  });
+}
+
+/** Activities of the AI critic (Agent Q's self-critique): rank a state's candidate actions and value the state. */
+export function createCriticActivities(blobs: BlobStore) {
+  async function toOpenAiMessages(messages: PromptMessage[]): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
+    const out: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [];
+    for (const m of messages) {
+      if (m.role === 'system') {
+        out.push({ role: 'system', content: m.content.map((p) => (p.type === 'text' ? p.text : '')).join('\n') });
+        continue;
+      }
+      const parts: OpenAI.Chat.Completions.ChatCompletionContentPart[] = [];
+      for (const p of m.content) {
+        if (p.type === 'text') parts.push({ type: 'text', text: p.text });
+        else parts.push({ type: 'image_url', image_url: { url: `data:${mimeOf(p.ref)};base64,${(await blobs.get(p.ref)).toString('base64')}` } });
+      }
+      out.push({ role: 'user', content: parts });
+    }
+    return out;
+  }
+
+  return {
+    /**
+     * Asks the critic to rank the candidates and value the state. An unusable answer is data (ok false,
+     * neutral ranking and value 0.5, with the reason), never a failure; transport errors follow the policy
+     * client: 4xx (other than 408/409/425/429) are non-retryable, the rest retryable.
+     */
+    async critiqueCandidates(input: CritiqueInput): Promise<CritiqueResult> {
+      const t0 = Date.now();
+      if (!Array.isArray(input.candidates) || input.candidates.length === 0) {
+        throw ApplicationFailure.nonRetryable('critiqueCandidates needs at least one candidate action', 'CriticBadInput');
+      }
+      const config = asPolicyConfig(input.critic);
+      const k = input.candidates.length;
+      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
+      const { goal, url, step, screenshotRef } = input.observation;
+      const prompt = buildCriticPrompt({ goal, url, step, screenshotRef, axtree }, input.candidates);
+      const promptRef = await blobs.putJson(prompt);
+      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(prompt), activitySignal()).catch(
+        (err: unknown) => {
+          throw asCriticFailure(err);
+        },
+      );
+      const { text, finishReason } = completions[0];
+      const completionRef = await blobs.put(text, 'txt');
+      const verdict = parseCriticAnswer(text, k);
+      const reason =
+        !verdict.ok && finishReason === 'length' ? `${verdict.reason} (the answer hit max_tokens)` : verdict.reason;
+      return {
+        ranking: verdict.ranking,
+        value: verdict.value,
+        priors: rankToPriors(verdict.ranking),
+        ok: verdict.ok,
+        ...(reason !== undefined ? { reason } : {}),
+        promptRef,
+        completionRef,
+        model,
+        latencyMs: Date.now() - t0,
+      };
+    },
+  };
+}
+
+export type CriticActivities = ReturnType<typeof createCriticActivities>;

@@ -1,0 +1,225 @@
+import type { Command } from 'commander';
+import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { findMiniwobHtml } from '../../env/miniwob-server';
+import { listMiniwobTasks } from '../../env/miniwob-tasks';
+import { realTasksBySite } from '../../env/real-tasks';
+import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
+import { loadConfigFile } from '../../lib/config-file';
+import { loadEvalConfigFile, resolveEvalPlan, type EvalConfig, type RealTaskInfo, type ResolveOptions } from '../../lib/eval-config';
+import { summaryMarkdown, type EvalSummary } from '../../lib/eval-summary';
+import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
+import type { EvalProgress, EvaluateInput, EvaluateResult } from '../../workflows/evaluate';
+import { REPO_ROOT } from '../processes';
+import { connectClient, stackStatus } from '../stack';
+
+// `halo eval --config FILE`: greedy evaluation of several policy modes on the same tasks and seeds, as one
+// `evaluate` workflow (id = the eval id; running it again attaches). Results land in
+// <stack.home>/evals/<id>/{episodes.jsonl, summary.json, summary.md}.
+
+export interface EvalFiles {
+  dir: string;
+  episodes: string;
+  summaryJson: string;
+  summaryMd: string;
+}
+
+/** What `summary.json` holds (and `--json` prints). */
+export interface EvalReport extends EvalSummary {
+  modesEvaluated: EvaluateResult['modes'];
+  resultsRef: string;
+  files: EvalFiles;
+}
+
+export interface RunEvalOptions {
+  /** The HALO config of the stack (Temporal queues, reward weights, REAL options, learner queue). */
+  base: HaloConfig;
+  /** Folder for the three files (default <stack.home>/evals/<evalId>). */
+  outDir?: string;
+  /** Where API keys are looked up for the skip decision (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** The learner's checkpoints root for `version: latest` (default HALO_CHECKPOINTS, else <repo>/checkpoints). */
+  checkpoints?: string;
+  /** Progress lines (episodes done / total); none when absent. */
+  progress?: (line: string) => void;
+  /** How often progress is polled (default 1 s). */
+  pollMs?: number;
+  /** A plan already made by planEval (else made here). */
+  plan?: EvaluateInput;
+}
+
+export interface RunEvalOutput {
+  result: EvaluateResult;
+  attached: boolean;
+  markdown: string;
+  report: EvalReport;
+  files: EvalFiles;
+}
+
+/** The installed task registries, for checking names and expanding REAL sites. */
+export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTasks' | 'realSites'> {
+  if (cfg.env === 'miniwob') return { miniwobTasks: listMiniwobTasks(findMiniwobHtml()) };
+  const sites: Record<string, RealTaskInfo[]> = {};
+  for (const [site, tasks] of Object.entries(realTasksBySite())) {
+    sites[site] = tasks.map((t) => ({ id: t.id, site: t.site, scorable: t.scorable, unscorableReason: t.unscorableReason }));
+  }
+  return { realSites: sites };
+}
+
+/** Workflow names exported by workflows/index.ts (read as text: importing workflow code outside a worker is pointless). */
+function registeredWorkflows(): string[] {
+  try {
+    const src = readFileSync(join(REPO_ROOT, 'workflows', 'index.ts'), 'utf8');
+    return [...src.matchAll(/export\s*\{([^}]*)\}/g)].flatMap((m) => m[1].split(',').map((n) => n.trim().split(/\s+as\s+/).pop()!.trim())).filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+/** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
+export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'>): EvaluateInput {
+  return resolveEvalPlan(cfg, opts.base, {
+    env: opts.env,
+    checkpoints: opts.checkpoints,
+    workflows: registeredWorkflows(),
+    ...taskRegistries(cfg),
+  });
+}
+
+/** One evaluation per eval id: starting an id that exists (running or finished) attaches to it. */
+export async function startOrAttachEval(
+  client: Client,
+  input: EvaluateInput,
+): Promise<{ handle: WorkflowHandle; attached: boolean }> {
+  const id = input.evalId;
+  try {
+    const handle = await client.workflow.start('evaluate', {
+      taskQueue: input.controlTaskQueue,
+      workflowId: id,
+      args: [input],
+      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      staticSummary: `eval ${id}: ${input.modes.map((m) => m.label).join(', ') || 'no modes'} on ${input.env} (${input.tasks.length} tasks × ${input.seeds.length} seeds)`,
+      typedSearchAttributes: [
+        { key: RUN_ID, value: id },
+        { key: KIND, value: 'eval' },
+        { key: MODE, value: input.modes.map((m) => m.label).join(',').slice(0, 200) || 'none' },
+        { key: TASK, value: `${input.env}/${input.tasks.map((t) => t.task).join(',')}`.slice(0, 200) },
+      ],
+    });
+    return { handle, attached: false };
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return { handle: client.workflow.getHandle(id), attached: true };
+    throw err;
+  }
+}
+
+function progressBar(done: number, total: number, width = 20): string {
+  const filled = Math.round((Math.max(0, Math.min(done, total)) / Math.max(1, total)) * width);
+  return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}
+
+/** Waits for the evaluation, printing `episodes done / total` whenever it changes. */
+export async function followEval(handle: WorkflowHandle, say?: (line: string) => void, pollMs = 1000): Promise<EvaluateResult> {
+  let shown = '';
+  const timer = say
+    ? setInterval(async () => {
+        try {
+          const p = await handle.query<EvalProgress>('evalProgress');
+          const line = `${progressBar(p.done, p.total)} ${p.done}/${p.total} episodes done${p.failed ? ` (${p.failed} failed)` : ''} · ${p.running} running`;
+          if (line !== shown) say((shown = line));
+        } catch {
+          /* no worker answered the query yet */
+        }
+      }, pollMs)
+    : undefined;
+  try {
+    return (await handle.result()) as EvaluateResult;
+  } finally {
+    if (timer) clearInterval(timer);
+  }
+}
+
+/** episodes.jsonl (one record per line), summary.json and summary.md. */
+export function writeEvalFiles(dir: string, result: EvaluateResult): { files: EvalFiles; report: EvalReport; markdown: string } {
+  mkdirSync(dir, { recursive: true });
+  const files: EvalFiles = {
+    dir,
+    episodes: join(dir, 'episodes.jsonl'),
+    summaryJson: join(dir, 'summary.json'),
+    summaryMd: join(dir, 'summary.md'),
+  };
+  const markdown = summaryMarkdown(result.summary);
+  const report: EvalReport = { ...result.summary, modesEvaluated: result.modes, resultsRef: result.resultsRef, files };
+  writeFileSync(files.episodes, result.episodes.map((e) => JSON.stringify(e)).join('\n') + (result.episodes.length ? '\n' : ''));
+  writeFileSync(files.summaryJson, JSON.stringify(report, null, 2) + '\n');
+  writeFileSync(files.summaryMd, markdown);
+  return { files, report, markdown };
+}
+
+/**
+ * The whole `halo eval` minus argument parsing: plan (resolve tasks, adapters, skips), start or attach to the
+ * `evaluate` workflow, follow it, write the files. An attached evaluation keeps the plan it was started with.
+ */
+export async function runEval(cfg: EvalConfig, client: Client, opts: RunEvalOptions): Promise<RunEvalOutput> {
+  const input = opts.plan ?? planEval(cfg, opts);
+  if (input.evalId !== cfg.runId) throw new ConfigError(`plan ${input.evalId} does not belong to eval config ${cfg.runId}`);
+  const { handle, attached } = await startOrAttachEval(client, input);
+  opts.progress?.(
+    `${attached ? 'attached to' : 'started'} eval ${input.evalId} (workflow id ${input.evalId}, queue ${input.controlTaskQueue}): ` +
+      `${input.modes.length} modes × ${input.tasks.length} tasks × ${input.seeds.length} seeds` +
+      (input.skipped.length ? `; skipped ${input.skipped.map((s) => s.mode).join(', ')}` : ''),
+  );
+  const result = await followEval(handle, opts.progress, opts.pollMs);
+  const dir = resolve(opts.outDir ?? join(stackStatus(opts.base).home, 'evals', result.evalId));
+  const { files, report, markdown } = writeEvalFiles(dir, result);
+  return { result, attached, markdown, report, files };
+}
+
+const DEFAULT_HALO_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
+
+function defaultLoadConfig(path?: string): HaloConfig {
+  if (path) return loadConfigFile(path);
+  return existsSync(DEFAULT_HALO_CONFIG) ? loadConfigFile(DEFAULT_HALO_CONFIG) : parseConfig({});
+}
+
+export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig } = { loadConfig: defaultLoadConfig }): void {
+  program
+    .command('eval')
+    .description('greedy evaluation of policy modes (Qwen3-VL base / GRPO / MCTS adapters, an OpenAI baseline) on the same tasks and seeds; an existing eval id attaches')
+    .option('--config <file>', 'eval config (YAML), e.g. configs/eval-default.yaml')
+    .option('--halo-config <file>', 'HALO config of the stack (Temporal, queues, rewards); default: haloConfig of the eval file, else configs/default.yaml')
+    .option('--id <evalId>', 'eval id (default: runId of the eval config)')
+    .option('--out <dir>', 'folder for episodes.jsonl, summary.json, summary.md (default <stack.home>/evals/<id>)')
+    .option('--json', 'print the summary as JSON instead of the Markdown table')
+    .action(async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean }) => {
+      // `--config` is also the program's own option, and commander gives it to the program wherever it
+      // appears: for `halo eval` it names the eval config.
+      const file = opts.config ?? program.opts().config;
+      if (!file) throw new ConfigError('halo eval needs --config FILE: an eval config such as configs/eval-default.yaml');
+      const { config, haloConfigPath } = loadEvalConfigFile(file);
+      const cfg: EvalConfig = opts.id ? { ...config, runId: opts.id } : config;
+      if (opts.id && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/.test(opts.id)) {
+        throw new ConfigError(`--id ${JSON.stringify(opts.id)}: letters, digits, . _ - (max 81)`);
+      }
+      const base = ctx.loadConfig(opts.haloConfig ?? haloConfigPath);
+      // Plan before connecting: a bad task name or adapter path is reported without a stack.
+      const plan = planEval(cfg, { base });
+      const { client, connection } = await connectClient(base);
+      try {
+        const out = await runEval(cfg, client, {
+          base,
+          plan,
+          outDir: opts.out,
+          progress: opts.json ? undefined : (line) => console.error(`halo: ${line}`),
+        });
+        if (opts.json) console.log(JSON.stringify(out.report));
+        else {
+          console.log(out.markdown);
+          console.log(`episodes: ${out.files.episodes}\nsummary:  ${out.files.summaryJson}\n          ${out.files.summaryMd}`);
+        }
+      } finally {
+        await connection.close();
+      }
+    });
+}

@@ -1,0 +1,272 @@
+/**
+ * AI self-critique (Agent Q's "AI process supervision"), pure part: the critic prompt and the parser of
+ * its answer. The critic is the base model itself, asked once per expanded state to rank the K candidate
+ * actions the policy proposed (best first) and to estimate the probability of task success from that
+ * state. (Agent Q asks K times, removing the best action each round; one call with the full ranking is
+ * our cheaper variant.)
+ *
+ * The critic's output is untrusted data: `parseCriticAnswer` never throws, and anything unusable becomes
+ * a neutral verdict (ranking = identity, value 0.5) with `ok: false` and a reason, which callers count.
+ */
+import { clip } from './actions';
+import type { PromptMessage } from './prompt';
+
+export interface CriticObservation {
+  goal: string;
+  url: string;
+  axtree: string;
+  screenshotRef: string;
+  /** Shown when given. */
+  step?: number;
+}
+
+export interface CriticVerdict {
+  /** A full permutation of 0..k-1, best candidate first. */
+  ranking: number[];
+  /** Estimated probability of task success from this state, in [0, 1]. */
+  value: number;
+  /** False when the answer was unusable and the neutral verdict was returned. */
+  ok: boolean;
+  /** Why the answer was unusable (ok false), or a note on a repaired answer (partial ranking, ok true). */
+  reason?: string;
+}
+
+/** Longer answers are rejected outright (runaway generations); checked first, so rejecting them is O(1). */
+export const MAX_CRITIC_OUTPUT_CHARS = 20_000;
+/** The value of the neutral verdict: no information either way. */
+export const NEUTRAL_VALUE = 0.5;
+/** Candidate texts in the prompt are one line each, clipped to this. */
+export const MAX_CANDIDATE_CHARS = 300;
+const MAX_REASON_CHARS = 200;
+
+/** Header of the candidate list in the prompt; test/helpers/fake-critic-server.ts reads the list after it. */
+export const CANDIDATES_HEADER = 'Candidate actions:';
+
+export function criticSystemPrompt(): string {
+  return [
+    'You are the critic of a web agent. You see a screenshot of a browser page, its accessibility tree, the',
+    "agent's goal and a numbered list of candidate next actions the agent proposed.",
+    '1. Rank ALL candidate actions from best to worst: the best action makes the most progress towards the goal',
+    '   from the current page; actions that do nothing useful, repeat work or end the task too early are worst.',
+    '2. Estimate the probability (0.0 to 1.0) that the agent completes the task successfully from the current state.',
+    '',
+    'Answer with only a JSON object, no other text, in this format:',
+    '{"ranking": [2, 0, 1], "value": 0.6}',
+    '"ranking" lists every candidate number exactly once, best first (candidate numbers start at 0);',
+    '"value" is the success probability.',
+  ].join('\n');
+}
+
+/** The critic prompt, in the same message format as lib/prompt.ts (the screenshot as an image reference). */
+export function buildCriticPrompt(obs: CriticObservation, candidates: readonly string[]): PromptMessage[] {
+  const k = candidates.length;
+  const lines = [
+    `Goal: ${obs.goal}`,
+    `URL: ${obs.url}`,
+    ...(obs.step === undefined ? [] : [`Step: ${obs.step}`]),
+    '',
+    'Accessibility tree:',
+    obs.axtree || '(empty)',
+    '',
+    CANDIDATES_HEADER,
+    ...candidates.map((c, i) => `${i}. ${oneLine(c)}`),
+    '',
+    `Rank all ${k} candidate actions (numbers 0 to ${k - 1}) from best to worst and estimate the probability of ` +
+      'success from this state. Answer with the JSON object only.',
+  ];
+  return [
+    { role: 'system', content: [{ type: 'text', text: criticSystemPrompt() }] },
+    {
+      role: 'user',
+      content: [
+        { type: 'image', ref: obs.screenshotRef },
+        { type: 'text', text: lines.join('\n') },
+      ],
+    },
+  ];
+}
+
+function oneLine(s: string): string {
+  return clip(String(s).replace(/\s*[\r\n]+\s*/g, ' ').trim(), MAX_CANDIDATE_CHARS);
+}
+
+/** The neutral verdict: identity ranking, value 0.5. */
+export function neutralVerdict(k: number, reason: string): CriticVerdict {
+  const n = Number.isInteger(k) && k > 0 ? k : 0;
+  return { ranking: Array.from({ length: n }, (_, i) => i), value: NEUTRAL_VALUE, ok: false, reason: clip(reason, MAX_REASON_CHARS) };
+}
+
+/** Internal control flow: thrown by helpers, caught only by parseCriticAnswer. */
+class CriticParseFailure extends Error {}
+function fail(reason: string): never {
+  throw new CriticParseFailure(reason);
+}
+
+/**
+ * Parses the critic's answer for `k` candidates. Never throws.
+ *
+ * Accepted: a JSON object `{"ranking": [...], "value": x}` (other keys ignored), bare, in a ```json fence or
+ * inside prose, after an optional `<think>...</think>` block. Rules:
+ * - `ranking` is an array of distinct integer indexes in 0..k-1 (JSON numbers; "1" is rejected);
+ * - a partial ranking (some indexes missing) is completed by appending the missing indexes in increasing
+ *   order: the critic's preferences among the ones it named are kept (ok true, with a note in `reason`);
+ *   an empty ranking says nothing and is rejected (for k > 0);
+ * - `value` is a JSON number in [0, 1] (percentages such as 70 are rejected).
+ * Anything else (no JSON, missing fields, out-of-range or duplicate indexes, a value out of range, text
+ * longer than MAX_CRITIC_OUTPUT_CHARS, a non-string) gives the neutral verdict with ok false and a reason.
+ */
+export function parseCriticAnswer(text: string, k: number): CriticVerdict {
+  try {
+    if (!Number.isInteger(k) || k < 0) fail(`invalid candidate count ${String(k)}`);
+    if (typeof text !== 'string') fail(`expected a string, got ${kindOf(text)}`);
+    if (text.length > MAX_CRITIC_OUTPUT_CHARS) fail(`output too long (${text.length} chars)`);
+    if (text.trim() === '') fail('empty output');
+    const obj = extractObject(stripThinking(text));
+    const ranking = readRanking(obj, k);
+    const value = readValue(obj);
+    const verdict: CriticVerdict = { ranking: ranking.full, value, ok: true };
+    if (ranking.named < k) verdict.reason = `partial ranking: ${ranking.named} of ${k} candidates ranked; the rest appended in index order`;
+    return verdict;
+  } catch (err) {
+    const reason =
+      err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
+    return neutralVerdict(k, reason);
+  }
+}
+
+/**
+ * Priors from a ranking, linear in the rank: the best candidate gets 1, the worst 0, evenly spaced in
+ * between (rank r of k gets (k−1−r)/(k−1)); a single candidate gets 1. `priors[i]` is candidate i's prior.
+ * Expects a permutation of 0..k-1 (what parseCriticAnswer returns).
+ */
+export function rankToPriors(ranking: readonly number[]): number[] {
+  const k = ranking.length;
+  const priors = new Array<number>(k).fill(0);
+  ranking.forEach((candidate, rank) => {
+    if (Number.isInteger(candidate) && candidate >= 0 && candidate < k) priors[candidate] = k === 1 ? 1 : (k - 1 - rank) / (k - 1);
+  });
+  return priors;
+}
+
+// ---------------------------------------------------------------------------
+// Locating the JSON object
+// ---------------------------------------------------------------------------
+
+/** Drops reasoning: everything up to the last `</think>`; an unclosed `<think>` hides the rest. */
+function stripThinking(text: string): string {
+  const close = text.lastIndexOf('</think>');
+  const visible = close === -1 ? text : text.slice(close + '</think>'.length);
+  const open = visible.indexOf('<think>');
+  if (open !== -1) {
+    const before = visible.slice(0, open);
+    if (before.trim() === '') fail('no answer found (unterminated <think> block)');
+    return before;
+  }
+  return visible;
+}
+
+type Obj = Record<string, unknown>;
+
+function extractObject(text: string): Obj {
+  const body = stripCodeFence(text.trim());
+  // A completion that is pure JSON but not an object is a format error; say which.
+  if (/^(\[|null|true|false|-?\d|")/.test(body)) {
+    let value: unknown;
+    let parsed = false;
+    try {
+      value = JSON.parse(body);
+      parsed = true;
+    } catch {
+      // Not pure JSON (e.g. prose starting with a number): scan for an object below.
+    }
+    if (parsed) fail(`JSON ${kindOf(value)} at top level; expected {"ranking": [...], "value": ...}`);
+  }
+  let firstError: string | undefined;
+  let from = 0;
+  for (;;) {
+    const open = text.indexOf('{', from);
+    if (open === -1) break;
+    const end = matchingBrace(text, open);
+    if (end === -1) {
+      fail(firstError ?? 'truncated JSON: object is never closed');
+    }
+    try {
+      const value: unknown = JSON.parse(text.slice(open, end));
+      if (isObject(value)) return value;
+    } catch (err) {
+      firstError ??= `invalid JSON: ${err instanceof Error ? err.message : String(err)}`;
+    }
+    from = end;
+  }
+  return fail(firstError ?? 'no JSON object found');
+}
+
+function stripCodeFence(text: string): string {
+  if (text.length < 6 || !text.startsWith('```') || !text.endsWith('```')) return text;
+  const firstNewline = text.indexOf('\n');
+  if (firstNewline === -1 || firstNewline > text.length - 3) return text;
+  return text.slice(firstNewline + 1, text.length - 3).trim();
+}
+
+/** Index just past the `}` matching the `{` at `start` (string-aware), or -1. */
+function matchingBrace(text: string, start: number): number {
+  let depth = 0;
+  let inString = false;
+  for (let i = start; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === '\\') i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === '{') depth++;
+    else if (c === '}') {
+      depth--;
+      if (depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------------------
+// Fields
+// ---------------------------------------------------------------------------
+
+function readRanking(obj: Obj, k: number): { full: number[]; named: number } {
+  if (!has(obj, 'ranking')) fail('missing "ranking"');
+  const raw = obj.ranking;
+  if (!Array.isArray(raw)) fail(`ranking: must be an array (got ${kindOf(raw)})`);
+  if (k > 0 && raw.length === 0) fail('ranking: is empty');
+  if (raw.length > k) fail(`ranking: has ${raw.length} entries for ${k} candidates`);
+  const seen = new Set<number>();
+  for (const [pos, v] of raw.entries()) {
+    if (typeof v !== 'number' || !Number.isInteger(v)) fail(`ranking[${pos}]: must be an integer index (got ${clip(JSON.stringify(v) ?? kindOf(v), 40)})`);
+    if (v < 0 || v >= k) fail(`ranking[${pos}]: index ${v} is out of range 0..${k - 1}`);
+    if (seen.has(v)) fail(`ranking: index ${v} appears twice`);
+    seen.add(v);
+  }
+  const full = raw.map((v) => (Object.is(v, -0) ? 0 : (v as number)));
+  for (let i = 0; i < k; i++) if (!seen.has(i)) full.push(i);
+  return { full, named: raw.length };
+}
+
+function readValue(obj: Obj): number {
+  if (!has(obj, 'value')) fail('missing "value"');
+  const v = obj.value;
+  if (typeof v !== 'number') fail(`value: must be a number (got ${kindOf(v)})`);
+  if (!Number.isFinite(v) || v < 0 || v > 1) fail(`value: must be between 0 and 1 (got ${v})`);
+  return v === 0 ? 0 : v; // -0 → 0
+}
+
+function isObject(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function has(obj: Obj, key: string): boolean {
+  return Object.prototype.hasOwnProperty.call(obj, key);
+}
+
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'array';
+  return typeof value;
+}

@@ -1,0 +1,408 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { ConfigError } from './config-error';
+import type { HaloConfig, PolicyConfig } from './config';
+import type { EvalNote, EvalSkip } from './eval-summary';
+import type { EvalModeName, EvalModePlan, EvaluateInput } from '../workflows/evaluate';
+
+/**
+ * Eval config files (`halo eval --config FILE`, e.g. configs/eval-default.yaml): which modes run greedily on
+ * which tasks and seeds. Every value has a default; an error names the bad field by its dotted path. The
+ * stack itself (Temporal, task queues, reward weights, REAL options) comes from a HALO config
+ * (`haloConfig`, default configs/default.yaml).
+ */
+
+const REPO_ROOT = resolve(__dirname, '..');
+
+export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
+export const MODE_NAMES = ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline'] as const;
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/;
+const LABEL = /^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$/;
+/** `…/<run>/v<N>` (the learner's checkpoint layout: checkpoints/<run_id>/v<N>/). */
+const ADAPTER_PATH = /(?:^|[\\/])([A-Za-z0-9][A-Za-z0-9._-]*)[\\/]v(\d+)[\\/]*$/;
+
+const label = z.string().regex(LABEL, 'letters, digits, . _ - (max 41); used in episode workflow ids');
+const maxTokens = z.number().int().min(1).max(8192);
+const timeoutMs = z.number().int().min(1000).max(600_000);
+
+export const adapterSchema = z.union([
+  z.strictObject({
+    run: z.string().regex(ID, 'a run id: letters, digits, . _ - (max 81)'),
+    version: z
+      .union([z.number().int().min(0), z.literal('latest')])
+      .default(0)
+      .describe("0 = the base model; N = adapter v<N> of the run; 'latest' = its highest version under the checkpoints folder (0 if none)"),
+  }),
+  z.strictObject({
+    path: z
+      .string()
+      .regex(ADAPTER_PATH, 'an adapter folder in the learner layout, …/<run>/v<N> (e.g. checkpoints/grpo-local/v3)')
+      .describe("an adapter folder …/<run>/v<N>: the learner loads that run's v<N> from its own checkpoints root"),
+  }),
+]);
+export type AdapterSpec = z.infer<typeof adapterSchema>;
+
+function qwenMode<N extends Exclude<EvalModeName, 'openai_baseline'>>(name: N, adapter: { run: string; version: number | 'latest' }) {
+  return z.strictObject({
+    name: z.literal(name),
+    label: label.optional().describe('unique name of this mode in the results (default: name)'),
+    backend: z
+      .enum(['colocated', 'openai'])
+      .default('colocated')
+      .describe('colocated: the learner samples with its resident model and the adapter; openai: a vLLM (OpenAI-compatible) server'),
+    adapter: adapterSchema.default(adapter),
+    model: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('openai backend: the served model or adapter name (default: <run>-v<N> for an adapter version ≥ 1, else the HALO config policy.model)'),
+    baseUrl: z.string().url().default('http://127.0.0.1:8000/v1').describe('openai backend: the server'),
+    apiKeyEnv: z.string().min(1).default('HALO_POLICY_API_KEY'),
+    maxTokens: maxTokens.optional().describe('default: policy.maxTokens of the HALO config'),
+    timeoutMs: timeoutMs.optional().describe('default: policy.timeoutMs of the HALO config'),
+  });
+}
+
+export const qwenBaseModeSchema = qwenMode('qwen3vl_base', { run: 'base', version: 0 });
+export const qwenGrpoModeSchema = qwenMode('qwen3vl_grpo', { run: 'grpo-local', version: 'latest' });
+export const qwenMctsModeSchema = qwenMode('qwen3vl_mcts', { run: 'mcts-local', version: 'latest' }).extend({
+  testTimeMcts: z
+    .strictObject({ simulations: z.number().int().min(1).max(10_000).default(16) })
+    .optional()
+    .describe('search at test time (recorded as not implemented until an mctsSearch workflow exists)'),
+});
+
+export const openaiBaselineModeSchema = z.strictObject({
+  name: z.literal('openai_baseline'),
+  label: label.optional(),
+  model: z.string().min(1).default('gpt-4o').describe('any OpenAI chat model with image input (gpt-4o, gpt-4.1, …)'),
+  baseUrl: z.string().url().default(OPENAI_DEFAULT_BASE_URL),
+  apiKeyEnv: z.string().min(1).default('OPENAI_API_KEY'),
+  maxTokens: maxTokens.default(512),
+  timeoutMs: timeoutMs.optional(),
+});
+
+export const evalModeSchema = z.discriminatedUnion('name', [qwenBaseModeSchema, qwenGrpoModeSchema, qwenMctsModeSchema, openaiBaselineModeSchema]);
+export type EvalMode = z.infer<typeof evalModeSchema>;
+
+export const evalConfigSchema = z
+  .strictObject({
+    runId: z.string().regex(ID, 'letters, digits, . _ - (max 81)').default('eval-local').describe('the eval id: workflow id of the evaluation'),
+    haloConfig: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('HALO config file for the stack (Temporal, queues, rewards, REAL), relative to this file; default configs/default.yaml'),
+    env: z.enum(['miniwob', 'real']).default('miniwob'),
+    tasks: z
+      .array(z.string().min(1))
+      .min(1)
+      .default(['click-button', 'enter-text', 'click-link', 'focus-text'])
+      .superRefine(noDuplicates((t) => `task "${t}"`))
+      .describe('MiniWoB++ task names, or REAL task ids and site names (a site means all its tasks)'),
+    seeds: z
+      .array(z.number().int().min(0))
+      .min(1)
+      .superRefine(noDuplicates((s) => `seed ${s}`))
+      .default([0, 1]),
+    maxSteps: z.number().int().min(1).max(200).default(5),
+    parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once, over all modes'),
+    gpuTaskQueue: z.string().min(1).optional().describe('the learner queue (default: train.gpuTaskQueue of the HALO config)'),
+    modes: z
+      .array(evalModeSchema)
+      .min(1)
+      .superRefine((modes, ctx) => {
+        const seen = new Map<string, number>();
+        modes.forEach((m, i) => {
+          const l = m.label ?? m.name;
+          const first = seen.get(l);
+          if (first !== undefined) {
+            ctx.addIssue({ code: 'custom', path: [i, 'label'], message: `mode label "${l}" is already used by modes.${first}; give this one its own label` });
+          } else seen.set(l, i);
+        });
+      })
+      .prefault([{ name: 'qwen3vl_base' }, { name: 'qwen3vl_grpo' }, { name: 'qwen3vl_mcts' }, { name: 'openai_baseline' }]),
+  });
+
+function noDuplicates<T>(what: (v: T) => string) {
+  return (list: T[], ctx: z.RefinementCtx) => {
+    list.forEach((v, i) => {
+      if (list.indexOf(v) !== i) ctx.addIssue({ code: 'custom', path: [i], message: `${what(v)} is listed twice` });
+    });
+  };
+}
+
+export type EvalConfig = z.infer<typeof evalConfigSchema>;
+export type EvalConfigInput = z.input<typeof evalConfigSchema>;
+
+/** Validate a parsed eval config; the error lists every bad field by its dotted path. */
+export function parseEvalConfig(raw: unknown, source = 'eval config'): EvalConfig {
+  const result = evalConfigSchema.safeParse(raw ?? {});
+  if (result.success) return result.data;
+  const lines = result.error.issues.map((i) => `  ${i.path.length ? i.path.join('.') : '(root)'}: ${describeIssue(i)}`);
+  throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/** zod's union errors say only "Invalid input"; say what was expected instead. */
+function describeIssue(i: z.core.$ZodIssue): string {
+  if (i.code === 'invalid_union' && i.path.at(-1) === 'adapter') {
+    return 'expected { run: RUN_ID, version: N | latest } or { path: …/<run>/v<N> }';
+  }
+  if (i.code === 'invalid_union' && 'note' in i && i.note === 'No matching discriminator') {
+    return `name must be one of ${MODE_NAMES.join(', ')}`;
+  }
+  return i.message;
+}
+
+/** An eval config file; `haloConfigPath` is its `haloConfig` resolved against the file's folder. */
+export function loadEvalConfigFile(path: string): { config: EvalConfig; haloConfigPath?: string } {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read eval config ${path}: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`eval config ${path} is not valid YAML: ${(err as Error).message}`);
+  }
+  const config = parseEvalConfig(raw, `eval config ${path}`);
+  return { config, ...(config.haloConfig ? { haloConfigPath: resolve(dirname(path), config.haloConfig) } : {}) };
+}
+
+// ---- resolving a config into the workflow's input ----------------------------------------------------
+
+export interface RealTaskInfo {
+  id: string;
+  site: string;
+  scorable: boolean;
+  unscorableReason?: string;
+}
+
+export interface ResolveOptions {
+  /** Where API keys are looked up (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** The learner's checkpoints root, for `version: latest` (default HALO_CHECKPOINTS, else <repo>/checkpoints). */
+  checkpoints?: string;
+  /** Adapter versions of a run (default: the v<N> folders under `<checkpoints>/<run>`). */
+  listAdapterVersions?: (run: string) => number[];
+  /** Known MiniWoB++ tasks: unknown names are an error when given. */
+  miniwobTasks?: readonly string[];
+  /** REAL tasks by site: task ids are checked and site names expanded when given. */
+  realSites?: Record<string, RealTaskInfo[]>;
+  /** Names of the workflows the control worker has (test-time MCTS runs only if `mctsSearch` is one). */
+  workflows?: readonly string[];
+}
+
+export function defaultCheckpoints(env: NodeJS.ProcessEnv = process.env): string {
+  const c = env.HALO_CHECKPOINTS || 'checkpoints';
+  return isAbsolute(c) ? c : resolve(REPO_ROOT, c);
+}
+
+/** The complete adapter versions of a run (folders `v<N>`; a folder only appears once complete). */
+export function adapterVersionsOnDisk(checkpoints: string, run: string): number[] {
+  const dir = resolve(checkpoints, run);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((d) => d.isDirectory() && /^v\d+$/.test(d.name))
+    .map((d) => Number(d.name.slice(1)))
+    .sort((a, b) => a - b);
+}
+
+/** `…/<run>/v<N>` → { run, version }. */
+export function adapterFromPath(path: string): { run: string; version: number } {
+  const m = ADAPTER_PATH.exec(path);
+  if (!m) throw new ConfigError(`adapter path ${path} is not …/<run>/v<N>`);
+  return { run: m[1], version: Number(m[2]) };
+}
+
+const sameUrl = (a: string, b: string) => a.replace(/\/+$/, '') === b.replace(/\/+$/, '');
+
+/**
+ * Why an `openai_baseline` mode cannot run, or null: it needs either its API key in the environment or a
+ * non-default baseUrl (a local OpenAI-compatible server needs no key).
+ */
+export function baselineSkipReason(mode: Extract<EvalMode, { name: 'openai_baseline' }>, env: NodeJS.ProcessEnv): string | null {
+  if (env[mode.apiKeyEnv]) return null;
+  if (!sameUrl(mode.baseUrl, OPENAI_DEFAULT_BASE_URL)) return null;
+  return `no API key: ${mode.apiKeyEnv} is not set and baseUrl is the default ${OPENAI_DEFAULT_BASE_URL} (set ${mode.apiKeyEnv} for the CLI and the control worker, or point baseUrl at an OpenAI-compatible server)`;
+}
+
+function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]): { task: string; site: string }[] {
+  if (cfg.env === 'miniwob') {
+    const known = opts.miniwobTasks;
+    cfg.tasks.forEach((t, i) => {
+      if (known && !known.includes(t)) {
+        throw new ConfigError(`invalid eval config:\n  tasks.${i}: unknown MiniWoB task "${t}" (${known.length} registered tasks)`);
+      }
+    });
+    return cfg.tasks.map((task) => ({ task, site: 'miniwob' }));
+  }
+  const sites = opts.realSites;
+  const out: { task: string; site: string }[] = [];
+  const add = (task: string, site: string) => {
+    if (!out.some((o) => o.task === task)) out.push({ task, site });
+  };
+  if (!sites) {
+    // No registry at hand: ids as given, their site is the id without its number.
+    for (const t of cfg.tasks) add(t, t.replace(/^v2\./, '').replace(/-\d+$/, ''));
+    return out;
+  }
+  const byId = new Map(Object.values(sites).flat().map((t) => [t.id, t]));
+  cfg.tasks.forEach((entry, i) => {
+    const id = entry.replace(/^v2\./, '');
+    const site = sites[entry];
+    if (site) {
+      for (const t of site) {
+        if (t.scorable) add(t.id, t.site);
+        else notes.push({ mode: 'all', note: `${t.id} left out of site ${entry}: unscorable (${t.unscorableReason ?? 'empty eval script'})` });
+      }
+      return;
+    }
+    const t = byId.get(id);
+    if (!t) {
+      throw new ConfigError(
+        `invalid eval config:\n  tasks.${i}: "${entry}" is neither a REAL v2 task id nor a site (sites: ${Object.keys(sites).sort().join(', ')})`,
+      );
+    }
+    if (!t.scorable) notes.push({ mode: 'all', note: `${t.id} is unscorable (${t.unscorableReason ?? 'empty eval script'}): it can only score 0` });
+    add(t.id, t.site);
+  });
+  return out;
+}
+
+/**
+ * The `evaluate` workflow's input: tasks resolved (REAL sites expanded), `latest` adapters resolved to a version
+ * number, each mode's greedy policy settings, and the modes that cannot run listed with their reason.
+ */
+export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: ResolveOptions = {}): EvaluateInput {
+  const env = opts.env ?? process.env;
+  const checkpoints = opts.checkpoints ?? defaultCheckpoints(env);
+  const versions = opts.listAdapterVersions ?? ((run: string) => adapterVersionsOnDisk(checkpoints, run));
+  const notes: EvalNote[] = [];
+  const skipped: EvalSkip[] = [];
+  const tasks = resolveTasks(cfg, opts, notes);
+  const modes: EvalModePlan[] = [];
+  const greedy = (p: Partial<PolicyConfig>): PolicyConfig => ({ ...base.policy, ...p, n: 1, temperature: 0 });
+
+  for (const m of cfg.modes) {
+    const labelOf = m.label ?? m.name;
+    if (m.name === 'openai_baseline') {
+      const why = baselineSkipReason(m, env);
+      if (why) {
+        skipped.push({ mode: labelOf, reason: why });
+        continue;
+      }
+      modes.push({
+        label: labelOf,
+        name: m.name,
+        backend: 'openai',
+        policy: greedy({
+          backend: 'openai',
+          baseUrl: m.baseUrl,
+          model: m.model,
+          apiKeyEnv: m.apiKeyEnv,
+          maxTokens: m.maxTokens,
+          timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
+        }),
+        runId: cfg.runId,
+        adapterVersion: 0,
+        describe: `${m.model} at ${m.baseUrl}`,
+      });
+      continue;
+    }
+
+    // Qwen3-VL modes: which adapter.
+    let run: string;
+    let version: number;
+    if ('path' in m.adapter) {
+      ({ run, version } = adapterFromPath(m.adapter.path));
+      notes.push({ mode: labelOf, note: `adapter ${m.adapter.path} = run ${run} v${version} (the learner loads it from its own checkpoints root)` });
+    } else if (m.adapter.version === 'latest') {
+      run = m.adapter.run;
+      const have = versions(run);
+      version = have.length ? have[have.length - 1] : 0;
+      notes.push({
+        mode: labelOf,
+        note: have.length
+          ? `latest adapter of run ${run}: v${version}`
+          : `run ${run} has no adapter under ${resolve(checkpoints, run)}: evaluated version 0 (the base model)`,
+      });
+    } else {
+      run = m.adapter.run;
+      version = m.adapter.version;
+    }
+    const adapterText = version === 0 ? 'base model (v0)' : `adapter ${run}/v${version}`;
+    if (m.name === 'qwen3vl_mcts' && m.testTimeMcts) {
+      const available = (opts.workflows ?? []).includes('mctsSearch');
+      notes.push({
+        mode: labelOf,
+        note: available
+          ? `testTimeMcts (${m.testTimeMcts.simulations} simulations) requested, but evaluate does not call mctsSearch yet: ran greedy episodes with ${adapterText}`
+          : `testTimeMcts (${m.testTimeMcts.simulations} simulations) is not implemented yet: ran greedy episodes with ${adapterText}`,
+      });
+    }
+    const runId = version === 0 ? cfg.runId : run;
+    if (m.backend === 'colocated') {
+      modes.push({
+        label: labelOf,
+        name: m.name,
+        backend: 'colocated',
+        policy: greedy({
+          backend: 'colocated',
+          model: version === 0 ? base.policy.model : `${run}-v${version}`,
+          maxTokens: m.maxTokens ?? base.policy.maxTokens,
+          timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
+        }),
+        runId,
+        adapterVersion: version,
+        describe: `colocated learner, ${adapterText}`,
+      });
+    } else {
+      // vLLM serves adapters by name (`<run>-v<N>`, see activities/adapters.ts); version 0 is the base model.
+      const model = m.model ?? (version === 0 ? base.policy.model : `${run}-v${version}`);
+      modes.push({
+        label: labelOf,
+        name: m.name,
+        backend: 'openai',
+        policy: greedy({
+          backend: 'openai',
+          baseUrl: m.baseUrl,
+          model,
+          apiKeyEnv: m.apiKeyEnv,
+          maxTokens: m.maxTokens ?? base.policy.maxTokens,
+          timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
+        }),
+        runId,
+        adapterVersion: version,
+        describe: `${model} at ${m.baseUrl}`,
+      });
+    }
+  }
+
+  return {
+    evalId: cfg.runId,
+    env: cfg.env,
+    tasks,
+    seeds: cfg.seeds,
+    maxSteps: cfg.maxSteps,
+    parallelism: cfg.parallelism,
+    modes,
+    skipped,
+    notes,
+    controlTaskQueue: base.temporal.controlTaskQueue,
+    browserTaskQueue: base.temporal.browserTaskQueue,
+    gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue,
+    learnerHeartbeatTimeoutMs: base.train.learnerHeartbeatTimeoutS * 1000,
+    maxSessionRebuilds: base.episode.maxSessionRebuilds,
+    sessionStartTimeoutMs: base.episode.sessionStartTimeoutMs,
+    heartbeatTimeoutMs: base.episode.heartbeatTimeoutMs,
+    rewardWeights: base.rewards,
+    envOptions: { realRunId: base.real.runId, evaluateAtCap: base.real.evaluateAtCap },
+  };
+}

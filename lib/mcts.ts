@@ -1,0 +1,376 @@
+/**
+ * Agent-Q-style Monte Carlo tree search over browser states: pure tree operations for workflow code.
+ *
+ * Workflow-safe: no I/O, no Node APIs, no clocks, no randomness; every tie is broken by a fixed rule, so
+ * the same calls on the same tree always give the same result (Temporal replays it). The tree is a plain
+ * JSON value (node ids are indexes into `nodes`), so it can live in workflow state, be snapshotted to the
+ * blob store and be read back with JSON.parse without changing any result below.
+ *
+ * The functions that change the tree (`expand`, `backpropagate`, `setObservation`, `setCriticValue`,
+ * `markTerminal`) mutate it in place; everything else only reads.
+ *
+ * One simulation, as the MCTS workflow drives it:
+ *   1. `select` a node (UCB1 on the composite Q, unvisited children first);
+ *   2. if it is not terminal: replay `actionPath` in a browser, observe, `setObservation`, sample K actions
+ *      with the policy, let the critic rank them, `expand` with `rankToPriors` (lib/critic.ts) as priors
+ *      and `setCriticValue` with the critic's state value;
+ *   3. roll out (or use the terminal reward) to get a value in [0, 1] and `backpropagate` it.
+ * Afterwards `bestPath` is the search's answer and `dpoPairs` are the step-level DPO pairs.
+ */
+import { actionKey, type Action } from './actions';
+
+/** Where a node's browser state is stored (blob references; no image bytes in workflow state). */
+export interface ObservationRef {
+  screenshotRef: string;
+  axtreeRef: string;
+  url: string;
+  /** Identifies the page state (e.g. a hash of url + axtree), to spot actions that changed nothing. */
+  stateKey: string;
+}
+
+export interface MctsNode {
+  id: number;
+  parent: number | null;
+  /** The action that leads from the parent's state to this node's state; null at the root. */
+  action: Action | null;
+  /** `actionKey(action)`: equal actions have equal keys. Null at the root. */
+  actionKey: string | null;
+  depth: number;
+  /** The state after `action`, once it has been executed. */
+  observationRef?: ObservationRef;
+  visits: number;
+  valueSum: number;
+  /** The critic's prior for `action` among its siblings, in [0, 1] (from its ranking). 1 at the root. */
+  prior: number;
+  /** The critic's estimate of the probability of success from this node's state, in [0, 1]; null until asked. */
+  criticValue: number | null;
+  /** The episode ended at this node (answer action, step cap, environment done). Terminal nodes are never expanded. */
+  terminal: boolean;
+  /** The terminal reward, when terminal. */
+  reward: number | null;
+  children: number[];
+}
+/** Alias of MctsNode (the name used in the design notes). */
+export type Node = MctsNode;
+
+export interface Tree {
+  /** `nodes[i].id === i`. */
+  nodes: MctsNode[];
+  nextId: number;
+}
+
+export interface ExpandCandidate {
+  action: Action;
+  prior: number;
+}
+
+export interface DpoPair {
+  parentId: number;
+  chosenId: number;
+  rejectedId: number;
+  chosenQ: number;
+  rejectedQ: number;
+  /** chosenQ − rejectedQ, > 0. */
+  deltaQ: number;
+}
+
+export interface TreeStats {
+  nodes: number;
+  /** Depth of the deepest node (the root is depth 0). */
+  maxDepth: number;
+  /** The root's visit count: every backpropagation passes through the root, so it is the number of simulations. */
+  totalVisits: number;
+  /** Nodes without children. */
+  leaves: number;
+  terminalNodes: number;
+}
+
+export const MCTS_DEFAULTS = {
+  /** UCB1 exploration constant c (√2, the textbook value for rewards in [0, 1]). */
+  ucbConstant: 1.414,
+  /** K: children kept per expansion, the critic's top K by prior (policy samples beyond that are dropped). */
+  maxChildren: 5,
+  /** Simulations (select, expand, roll out, backpropagate) per task. */
+  numSimulations: 50,
+  /** α in Q = α·Q_mcts + (1−α)·Q_critic (Agent Q eq. 10): 0.5 weighs search outcomes and the critic equally. */
+  alpha: 0.5,
+  /** θ: minimum composite-Q gap between two explored siblings for a DPO pair. */
+  pairThreshold: 0.1,
+} as const;
+
+/** Absolute tolerance of the pair threshold, so a gap of exactly θ in decimal still counts despite float rounding. */
+const THRESHOLD_EPSILON = 1e-9;
+
+/** A fresh tree holding only the root (id 0): the task's initial state. */
+export function newTree(rootObservation?: ObservationRef): Tree {
+  const root: MctsNode = {
+    id: 0,
+    parent: null,
+    action: null,
+    actionKey: null,
+    depth: 0,
+    visits: 0,
+    valueSum: 0,
+    prior: 1,
+    criticValue: null,
+    terminal: false,
+    reward: null,
+    children: [],
+  };
+  if (rootObservation) root.observationRef = { ...rootObservation };
+  return { nodes: [root], nextId: 1 };
+}
+
+/** The node with this id; throws (a bug in the caller) when there is none. */
+export function getNode(tree: Tree, id: number): MctsNode {
+  const node = tree.nodes[id];
+  if (!node || node.id !== id) throw new RangeError(`MCTS tree has no node ${id} (it has ${tree.nodes.length})`);
+  return node;
+}
+
+/** Node ids from the root to `nodeId`, both included. */
+export function pathTo(tree: Tree, nodeId: number): number[] {
+  const ids: number[] = [];
+  let node = getNode(tree, nodeId);
+  ids.push(node.id);
+  while (node.parent !== null) {
+    if (ids.length > tree.nodes.length) throw new RangeError(`MCTS tree has a cycle through node ${nodeId}`);
+    node = getNode(tree, node.parent);
+    ids.push(node.id);
+  }
+  return ids.reverse();
+}
+
+/** The actions from the root's state to `nodeId`'s state: replaying them from the task's seed rebuilds the state. */
+export function actionPath(tree: Tree, nodeId: number): Action[] {
+  const actions: Action[] = [];
+  for (const id of pathTo(tree, nodeId)) {
+    const a = tree.nodes[id].action;
+    if (a) actions.push(a);
+  }
+  return actions;
+}
+
+/** Mean backed-up value, Q̃_mcts = valueSum / visits; 0 while unvisited (Agent Q initialises Q to 0). */
+export function qMcts(node: MctsNode): number {
+  return node.visits > 0 ? node.valueSum / node.visits : 0;
+}
+
+/**
+ * Composite Q = α·Q_mcts + (1−α)·Q_critic (Agent Q eq. 10).
+ * Q_critic is the critic's value of the state this action leads to (`criticValue`) once the critic has
+ * been asked about that state, and until then the critic's rank prior for the action among its siblings
+ * (`prior`), so a child has a critic term from the moment its parent is expanded.
+ */
+export function compositeQ(node: MctsNode, alpha: number): number {
+  const qCritic = node.criticValue ?? node.prior;
+  return alpha * qMcts(node) + (1 - alpha) * qCritic;
+}
+
+/**
+ * UCB1 of a child: compositeQ + c·sqrt(ln N(parent) / n(child)); +Infinity while the child is unvisited,
+ * so every child is tried once before any is tried twice (ties among those: see `select`).
+ */
+export function ucb1(child: MctsNode, parentVisits: number, c: number, alpha: number): number {
+  if (child.visits <= 0) return Infinity;
+  const logN = Math.log(Math.max(parentVisits, 1));
+  return compositeQ(child, alpha) + c * Math.sqrt(logN / child.visits);
+}
+
+/** A node counts as expanded when it has children or is terminal (a terminal node is never expanded further). */
+export function isExpanded(node: MctsNode): boolean {
+  return node.children.length > 0 || node.terminal;
+}
+
+/**
+ * The child to descend into: highest UCB1; ties (including all unvisited children, whose UCB1 is
+ * infinite) go to the highest prior, then to the lowest id. Undefined when the node has no children.
+ */
+export function selectChild(tree: Tree, nodeId: number, c: number, alpha: number): number | undefined {
+  const parent = getNode(tree, nodeId);
+  let best: MctsNode | undefined;
+  let bestUcb = -Infinity;
+  for (const id of parent.children) {
+    const child = getNode(tree, id);
+    const u = ucb1(child, parent.visits, c, alpha);
+    if (
+      best === undefined ||
+      u > bestUcb ||
+      (u === bestUcb && (child.prior > best.prior || (child.prior === best.prior && child.id < best.id)))
+    ) {
+      best = child;
+      bestUcb = u;
+    }
+  }
+  return best?.id;
+}
+
+/**
+ * Selection: from the root, descend by UCB1 while the node has children and is not terminal. Returns the
+ * node to work on: a terminal node (backpropagate its reward again) or an unexpanded one (expand it, or
+ * evaluate it when it is a freshly added, unvisited child).
+ */
+export function select(tree: Tree, c: number, alpha: number): number {
+  let node = getNode(tree, 0);
+  while (!node.terminal && node.children.length > 0) {
+    node = getNode(tree, selectChild(tree, node.id, c, alpha)!);
+  }
+  return node.id;
+}
+
+/**
+ * Expansion: adds the candidates as children of `nodeId` and returns the new child ids (highest prior first).
+ * - Equivalent actions (same `actionKey`) are merged: a candidate equal to an existing child or to a
+ *   higher-prior candidate is dropped (the highest prior of a group is the one kept; equal priors keep the
+ *   earlier candidate).
+ * - The node ends up with at most `maxChildren` children in all, existing ones included; the candidates
+ *   with the highest priors fill the free slots (ties: earlier candidate first).
+ * - Priors are clamped to [0, 1] (NaN counts as 0).
+ * - A terminal node is never expanded: returns [].
+ */
+export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCandidate[], maxChildren: number): number[] {
+  const parent = getNode(tree, nodeId);
+  if (parent.terminal) return [];
+  const seen = new Set<string>();
+  for (const id of parent.children) {
+    const key = getNode(tree, id).actionKey;
+    if (key !== null) seen.add(key);
+  }
+  const ordered = candidates
+    .map((c, index) => ({ action: c.action, prior: clamp01(c.prior), index }))
+    .sort((a, b) => b.prior - a.prior || a.index - b.index);
+  const free = Math.max(0, Math.floor(maxChildren) - parent.children.length);
+  const added: number[] = [];
+  for (const cand of ordered) {
+    if (added.length >= free) break;
+    const key = actionKey(cand.action);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const id = tree.nextId;
+    if (tree.nodes.length !== id) throw new RangeError(`MCTS tree is inconsistent: nextId ${id} but ${tree.nodes.length} nodes`);
+    tree.nodes.push({
+      id,
+      parent: parent.id,
+      action: cand.action,
+      actionKey: key,
+      depth: parent.depth + 1,
+      visits: 0,
+      valueSum: 0,
+      prior: cand.prior,
+      criticValue: null,
+      terminal: false,
+      reward: null,
+      children: [],
+    });
+    tree.nextId = id + 1;
+    parent.children.push(id);
+    added.push(id);
+  }
+  return added;
+}
+
+/** Backpropagation: visits + 1 and valueSum + value on `nodeId` and every ancestor up to the root. */
+export function backpropagate(tree: Tree, nodeId: number, value: number): void {
+  if (!Number.isFinite(value)) throw new RangeError(`MCTS backpropagate: value must be a finite number (got ${value})`);
+  for (const id of pathTo(tree, nodeId)) {
+    tree.nodes[id].visits += 1;
+    tree.nodes[id].valueSum += value;
+  }
+}
+
+/** Records the observed state of a node (after executing its action). */
+export function setObservation(tree: Tree, nodeId: number, observation: ObservationRef): void {
+  getNode(tree, nodeId).observationRef = { ...observation };
+}
+
+/** Records the critic's value estimate (clamped to [0, 1]) of a node's state. */
+export function setCriticValue(tree: Tree, nodeId: number, value: number): void {
+  getNode(tree, nodeId).criticValue = clamp01(value);
+}
+
+/** Marks a node terminal with its reward. */
+export function markTerminal(tree: Tree, nodeId: number, reward: number): void {
+  const node = getNode(tree, nodeId);
+  node.terminal = true;
+  node.reward = reward;
+}
+
+/**
+ * The search's answer: from the root, repeatedly the child with the most visits (ties: higher composite
+ * Q, then lower id) until a node without children. Returns the node ids after the root (empty when the root
+ * has no children); `actionPath(tree, path[path.length - 1])` gives the actions.
+ */
+export function bestPath(tree: Tree, alpha: number): number[] {
+  const path: number[] = [];
+  let node = getNode(tree, 0);
+  while (node.children.length > 0) {
+    let best: MctsNode | undefined;
+    let bestQ = -Infinity;
+    for (const id of node.children) {
+      const child = getNode(tree, id);
+      const q = compositeQ(child, alpha);
+      if (
+        best === undefined ||
+        child.visits > best.visits ||
+        (child.visits === best.visits && (q > bestQ || (q === bestQ && child.id < best.id)))
+      ) {
+        best = child;
+        bestQ = q;
+      }
+    }
+    node = best!;
+    path.push(node.id);
+  }
+  return path;
+}
+
+/**
+ * Step-level DPO pairs (Agent Q): for every node with at least two visited (explored) children, every pair
+ * of visited siblings whose composite Q differ by at least `threshold` (within 1e-9, so decimal thresholds
+ * such as 0.1 behave as written) and by more than 0; the chosen action is the one with the higher Q.
+ * Unvisited children never take part. Sorted by parentId, then deltaQ descending, then chosenId, then rejectedId.
+ */
+export function dpoPairs(tree: Tree, alpha: number, threshold: number): DpoPair[] {
+  const pairs: DpoPair[] = [];
+  for (const parent of tree.nodes) {
+    if (parent.children.length < 2) continue;
+    const explored = parent.children.map((id) => getNode(tree, id)).filter((c) => c.visits > 0);
+    if (explored.length < 2) continue;
+    const qs = explored.map((c) => compositeQ(c, alpha));
+    for (let i = 0; i < explored.length; i++) {
+      for (let j = i + 1; j < explored.length; j++) {
+        const delta = Math.abs(qs[i] - qs[j]);
+        if (delta <= 0 || delta < threshold - THRESHOLD_EPSILON) continue;
+        const [w, l] = qs[i] > qs[j] ? [i, j] : [j, i];
+        pairs.push({
+          parentId: parent.id,
+          chosenId: explored[w].id,
+          rejectedId: explored[l].id,
+          chosenQ: qs[w],
+          rejectedQ: qs[l],
+          deltaQ: qs[w] - qs[l],
+        });
+      }
+    }
+  }
+  return pairs.sort(
+    (a, b) => a.parentId - b.parentId || b.deltaQ - a.deltaQ || a.chosenId - b.chosenId || a.rejectedId - b.rejectedId,
+  );
+}
+
+export function treeStats(tree: Tree): TreeStats {
+  let maxDepth = 0;
+  let leaves = 0;
+  let terminalNodes = 0;
+  for (const n of tree.nodes) {
+    if (n.depth > maxDepth) maxDepth = n.depth;
+    if (n.children.length === 0) leaves++;
+    if (n.terminal) terminalNodes++;
+  }
+  return { nodes: tree.nodes.length, maxDepth, totalVisits: tree.nodes[0]?.visits ?? 0, leaves, terminalNodes };
+}
+
+function clamp01(x: number): number {
+  if (!(x > 0)) return 0; // also NaN
+  return x > 1 ? 1 : x;
+}

@@ -1,0 +1,136 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { CANDIDATES_HEADER } from '../../lib/critic';
+
+/**
+ * A local stand-in for an OpenAI-compatible server playing the critic. It reads the candidate list that
+ * lib/critic.ts's prompt builder wrote and answers:
+ * - `prefer`: `{"ranking": [...], "value": v}` with the candidates whose text contains `substring` first
+ *   (in index order), then the others (in index order); `value` defaults to 0.8;
+ * - `raw`: exactly `text` (to feed the parser any answer);
+ * - `garbage`: prose with no JSON in it;
+ * - `status`: an HTTP error with the given status.
+ */
+export type FakeCriticMode =
+  | { kind: 'prefer'; substring: string; value?: number }
+  | { kind: 'raw'; text: string; finishReason?: string }
+  | { kind: 'garbage' }
+  | { kind: 'status'; status: number };
+
+export interface RecordedCriticRequest {
+  model: string;
+  n: number;
+  temperature: number;
+  maxTokens: number;
+  /** The user message carries a base64 data-URL image part. */
+  hasImage: boolean;
+  /** The data URL's media type and the decoded image bytes (first image part), when there is one. */
+  imageMime?: string;
+  imageBytes?: Buffer;
+  system: string;
+  /** The user message's text parts. */
+  text: string;
+  goal: string;
+  /** The candidate texts listed in the prompt, in order. */
+  candidates: string[];
+}
+
+export interface FakeCriticServer {
+  url: string;
+  requests: RecordedCriticRequest[];
+  setMode(mode: FakeCriticMode): void;
+  close(): Promise<void>;
+}
+
+/** The candidate texts listed after CANDIDATES_HEADER ("0. ...", "1. ...") up to the first blank line. */
+export function parseCandidates(text: string): string[] {
+  const start = text.indexOf(`${CANDIDATES_HEADER}\n`);
+  if (start === -1) return [];
+  const out: string[] = [];
+  for (const line of text.slice(start + CANDIDATES_HEADER.length + 1).split('\n')) {
+    const m = /^(\d+)\. (.*)$/.exec(line);
+    if (!m) break;
+    out.push(m[2]);
+  }
+  return out;
+}
+
+/** The `prefer` mode's ranking: matching candidates first, each group in index order. */
+export function preferRanking(candidates: string[], substring: string): number[] {
+  const idx = candidates.map((_, i) => i);
+  return [...idx.filter((i) => candidates[i].includes(substring)), ...idx.filter((i) => !candidates[i].includes(substring))];
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'garbage' }): Promise<FakeCriticServer> {
+  let mode = initial;
+  const requests: RecordedCriticRequest[] = [];
+  const server: Server = createServer(async (req, res) => {
+    const send = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: 'fake-critic', object: 'model' }] });
+    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
+    let body: any;
+    try {
+      body = JSON.parse(await readBody(req));
+    } catch {
+      return send(400, { error: { message: 'body is not JSON', type: 'BadRequestError' } });
+    }
+    const messages: any[] = Array.isArray(body.messages) ? body.messages : [];
+    const sys = messages.find((m) => m.role === 'system');
+    const user = messages.find((m) => m.role === 'user');
+    const parts: any[] = Array.isArray(user?.content) ? user.content : [];
+    const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+    const image = parts.find((p) => p.type === 'image_url');
+    const dataUrl = /^data:(image\/[a-z]+);base64,(.*)$/s.exec(image?.image_url?.url ?? '');
+    const candidates = parseCandidates(text);
+    const index = requests.length;
+    requests.push({
+      model: body.model,
+      n: body.n ?? 1,
+      temperature: body.temperature,
+      maxTokens: body.max_tokens,
+      hasImage: dataUrl !== null,
+      ...(dataUrl ? { imageMime: dataUrl[1], imageBytes: Buffer.from(dataUrl[2], 'base64') } : {}),
+      system: typeof sys?.content === 'string' ? sys.content : '',
+      text,
+      goal: /^Goal: (.*)$/m.exec(text)?.[1] ?? '',
+      candidates,
+    });
+    if (mode.kind === 'status') return send(mode.status, { error: { message: `fake critic says ${mode.status}`, type: 'Error' } });
+    let content: string;
+    let finishReason = 'stop';
+    if (mode.kind === 'prefer') {
+      content = JSON.stringify({ ranking: preferRanking(candidates, mode.substring), value: mode.value ?? 0.8 });
+    } else if (mode.kind === 'raw') {
+      content = mode.text;
+      finishReason = mode.finishReason ?? 'stop';
+    } else {
+      content = 'The page looks nice. I would probably click something, but it is hard to say which one.';
+    }
+    send(200, {
+      id: `chatcmpl-fake-critic-${index}`,
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: body.model,
+      choices: [{ index: 0, finish_reason: finishReason, message: { role: 'assistant', content } }],
+      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`,
+    requests,
+    setMode: (m) => (mode = m),
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}

@@ -1,0 +1,413 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { Browser, CDPSession, Page } from 'playwright-core';
+import { BlobStore } from '../../blob/store';
+import { createControlActivities } from '../../activities/control';
+import { launchChromium } from '../../env/browser';
+import { captureViewport, executePageAction, readPageView, type PageAction, type PageGeometry } from '../../env/page-actions';
+import { actionKey, isValidAction, type AgentAction } from '../../lib/actions';
+import type { ObservationRef, StepResultBlob, TrajectoryInput, TrajectoryStepInput } from '../../lib/episode-types';
+import { parseAction } from '../../lib/parse';
+import { pngInfo } from '../../lib/png';
+import { buildPrompt } from '../../lib/prompt';
+import { computeReward, defaultRewardWeights, initialRewardState, stateKey, summarizeBreakdown } from '../../lib/rewards';
+import { rewardForUnparsedOutput } from '../../lib/rewards/shaping';
+import type { RewardState } from '../../lib/rewards/types';
+import { formatMetricsLine, type MetricsLine } from '../../lib/run-metrics';
+import { findElementCentre } from '../../client/viewer-html';
+import { writeEpisodeView, type Trajectory } from '../../client/commands/view';
+import { NoMetricsError, writeRunReport } from '../../client/commands/report';
+import { REPORT_METRICS } from '../../client/report-html';
+
+// A small but real episode: a local page driven by the environment's own page script and action executor,
+// screenshots and accessibility trees into a real blob store, shaped rewards from the real calculator, and
+// the trajectory assembled by the real recordTrajectory activity. Then the viewer and the report are opened
+// in headless Chromium and checked for what a person would look at.
+
+const PAGE = `<!doctype html><html><head><title>tiny</title><style>
+  body { margin:0; font:20px sans-serif; background:#fafafa; }
+  h1 { position:absolute; left:20px; top:10px; margin:0; font-size:22px; }
+  #name { position:absolute; left:40px; top:80px; width:240px; height:36px; font-size:18px; }
+  #ok { position:absolute; left:400px; top:200px; width:120px; height:50px; font-size:20px; background:#2b6cb0; color:#fff; border:0; }
+  #status { position:absolute; left:40px; top:290px; }
+</style></head><body>
+  <h1>Type your name and press OK</h1>
+  <input id="name" aria-label="Name" placeholder="name">
+  <button id="ok" onclick="document.getElementById('status').textContent = 'Hello ' + document.getElementById('name').value">OK</button>
+  <div id="status">waiting</div>
+</body></html>`;
+
+const GEOM: PageGeometry = { zoom: 1, viewport: { width: 640, height: 360 } };
+const AX = { zoom: 1, width: 640, height: 360, maxLines: 200, maxChars: 8000 };
+const GOAL = 'Type your name and press OK.';
+
+let server: Server;
+let baseUrl: string;
+let browser: Browser;
+let work: string;
+
+before(async () => {
+  work = mkdtempSync(join(tmpdir(), 'halo-viewer-'));
+  server = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    res.end(PAGE);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const addr = server.address();
+  if (!addr || typeof addr === 'string') throw new Error('no port');
+  baseUrl = `http://127.0.0.1:${addr.port}/tiny.html`;
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+  await new Promise<void>((r) => server.close(() => r()));
+  rmSync(work, { recursive: true, force: true });
+});
+
+interface Obs {
+  ref: Omit<ObservationRef, 'goal'>;
+  axtree: string;
+  url: string;
+}
+
+async function observe(page: Page, cdp: CDPSession, blobs: BlobStore, step: number): Promise<Obs> {
+  const view = await readPageView(page, AX);
+  const png = await captureViewport(cdp, GEOM, view.scrollX, view.scrollY);
+  const url = page.url();
+  return {
+    ref: {
+      url,
+      step,
+      width: GEOM.viewport.width,
+      height: GEOM.viewport.height,
+      screenshotRef: await blobs.put(png, 'png'),
+      axtreeRef: await blobs.put(view.axtree, 'txt'),
+      stateKey: stateKey({ url, axtree: view.axtree }),
+    },
+    axtree: view.axtree,
+    url,
+  };
+}
+
+function elementId(axtree: string, pattern: RegExp): number {
+  const line = axtree.split('\n').find((l) => pattern.test(l));
+  assert.ok(line, `no line matching ${pattern} in\n${axtree}`);
+  return Number(/^\[(\d+)\]/.exec(line!)![1]);
+}
+
+const toolCall = (args: Record<string, unknown>) => `I will act now.\n<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
+
+/** Runs the scripted episode and records it with the real recordTrajectory activity; returns the trajectory ref. */
+async function recordEpisode(blobs: BlobStore): Promise<string> {
+  const page = await browser.newPage({ viewport: GEOM.viewport });
+  const cdp = await page.context().newCDPSession(page);
+  await page.goto(baseUrl);
+  const weights = defaultRewardWeights();
+  const first = await observe(page, cdp, blobs, 0);
+  const initial: ObservationRef = { ...first.ref, goal: GOAL };
+  let state: RewardState = initialRewardState({ url: first.url, axtree: first.axtree });
+  let current = first;
+  const steps: TrajectoryStepInput[] = [];
+  const history: { step: number; action: string }[] = [];
+
+  const nameId = elementId(first.axtree, /textbox "Name"/);
+  const okCentre = findElementCentre(first.axtree, elementId(first.axtree, /button "OK"/))!;
+  const completions = [
+    toolCall({ action: 'click_element', element_id: nameId }),
+    toolCall({ action: 'type', text: 'Ada' }),
+    toolCall({ action: 'left_click', coordinate: [okCentre.x + 10, okCentre.y - 5] }),
+    'Sorry, I cannot decide what to do here.',
+    toolCall({ action: 'answer', text: 'Pressed OK after typing Ada.' }),
+  ];
+
+  for (const [i, completion] of completions.entries()) {
+    const stepNo = i + 1;
+    const promptRef = await blobs.putJson(buildPrompt({ goal: GOAL, url: current.url, axtree: current.axtree, step: stepNo, screenshotRef: current.ref.screenshotRef }, history, 5));
+    const completionRef = await blobs.put(completion, 'txt');
+    const action: AgentAction = parseAction(completion);
+    if (!isValidAction(action)) {
+      const r = rewardForUnparsedOutput(current.ref.stateKey, state, weights);
+      state = r.state;
+      steps.push({ step: stepNo, promptRef, completionRef, action, shaped: r.breakdown });
+      history.push({ step: stepNo, action: 'invalid' });
+      continue;
+    }
+    if (action.type !== 'answer') {
+      const err = await executePageAction(page, action as PageAction, GEOM);
+      assert.equal(err, undefined, `action ${action.type} failed: ${err}`);
+    }
+    const done = action.type === 'answer';
+    const next = await observe(page, cdp, blobs, stepNo);
+    const success = done && (await page.textContent('#status')) === 'Hello Ada';
+    const envReward = done ? (success ? 1 : 0) : 0;
+    const r = computeReward(
+      {
+        site: null,
+        valid: true,
+        actionKey: actionKey(action),
+        before: { url: current.url, axtree: current.axtree },
+        after: { url: next.url, axtree: next.axtree },
+        taskSuccess: done ? success : null,
+        envReward,
+      },
+      state,
+      weights,
+    );
+    state = r.state;
+    const blob: StepResultBlob = {
+      index: i,
+      action,
+      breakdown: r.breakdown,
+      observation: next.ref,
+      reward: envReward,
+      done,
+      success,
+      reason: done ? 'answered' : null,
+      shaped: { total: r.breakdown.total, summary: summarizeBreakdown(r.breakdown) },
+      rewardState: state,
+    };
+    steps.push({ step: stepNo, promptRef, completionRef, resultRef: await blobs.putJson(blob) });
+    history.push({ step: stepNo, action: action.type });
+    current = next;
+  }
+  await page.close();
+  const input: TrajectoryInput = {
+    workflowId: 'episode-test-tiny-s0',
+    task: { env: 'miniwob', task: 'tiny-form', seed: 0 },
+    policyModel: 'scripted',
+    initial,
+    steps,
+    success: true,
+    reward: 1,
+    reason: 'answered',
+  };
+  return createControlActivities(blobs).recordTrajectory(input);
+}
+
+test('the episode viewer shows every step with its screenshot, action overlay and reward terms', async () => {
+  const blobs = new BlobStore(join(work, 'blobs'));
+  const ref = await recordEpisode(blobs);
+  const t = await blobs.getJson<Trajectory>(ref);
+  assert.equal(t.steps.length, 5);
+  assert.deepEqual(
+    t.steps.map((s) => s.action.type),
+    ['click_element', 'type', 'click', 'invalid', 'answer'],
+  );
+
+  const out = join(work, 'views', 'episode.html');
+  const res = await writeEpisodeView({ trajectory: ref, blobs, out, writeJson: true });
+  assert.equal(res.path, out);
+  assert.equal(res.steps, 5);
+  assert.ok(existsSync(res.jsonPath!));
+  const html = readFileSync(out, 'utf8');
+  assert.doesNotMatch(html, /src="(?!data:)/, 'every image is embedded');
+
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  try {
+    await page.goto(pathToFileURL(out).href);
+    await page.waitForFunction(() => Array.from(document.images).every((i) => i.complete));
+    const header = await page.$eval('header.episode', (h) => ({
+      success: h.getAttribute('data-success'),
+      steps: h.getAttribute('data-steps'),
+      goal: h.querySelector('.goal')?.textContent ?? '',
+      text: h.textContent ?? '',
+    }));
+    assert.equal(header.success, 'true');
+    assert.equal(header.steps, '5');
+    assert.match(header.goal, /Type your name and press OK\./);
+    assert.match(header.text, /tiny-form/);
+
+    const sections = await page.$$eval('section.step', (els) =>
+      els.map((s) => {
+        const img = s.querySelector('img');
+        const svg = s.querySelector('svg.overlay');
+        const marker = s.querySelector('g.marker');
+        const ring = s.querySelector('g.marker circle.ring');
+        const ib = img?.getBoundingClientRect();
+        const rb = ring?.getBoundingClientRect();
+        return {
+          step: Number(s.getAttribute('data-step')),
+          action: s.getAttribute('data-action'),
+          natural: img ? { w: img.naturalWidth, h: img.naturalHeight } : null,
+          viewBox: svg?.getAttribute('viewBox') ?? null,
+          marker: marker
+            ? {
+                gridX: Number(marker.getAttribute('data-grid-x')),
+                gridY: Number(marker.getAttribute('data-grid-y')),
+                cx: Number(ring!.getAttribute('cx')),
+                cy: Number(ring!.getAttribute('cy')),
+                // Where the marker is drawn, as a fraction of the displayed image.
+                fx: (rb!.left + rb!.width / 2 - ib!.left) / ib!.width,
+                fy: (rb!.top + rb!.height / 2 - ib!.top) / ib!.height,
+              }
+            : null,
+          caption: s.querySelector('.caption')?.textContent ?? null,
+          terms: Array.from(s.querySelectorAll('table.breakdown tr.term')).map((r) => ({ term: r.getAttribute('data-term'), value: Number(r.getAttribute('data-value')) })),
+          total: Number(s.querySelector('table.breakdown tr.total')?.getAttribute('data-value')),
+          completion: s.querySelector('pre.completion')?.textContent ?? '',
+          action_json: s.querySelector('pre.action')?.textContent ?? '',
+          url: s.querySelector('.url')?.textContent ?? '',
+          envReward: Number(s.querySelector('.env-reward')?.textContent),
+        };
+      }),
+    );
+    assert.equal(sections.length, t.steps.length, 'one section per step');
+
+    for (const [i, s] of sections.entries()) {
+      const ts = t.steps[i];
+      assert.equal(s.step, ts.step);
+      assert.equal(s.action, ts.action.type);
+      assert.ok(s.natural && s.natural.w > 0 && s.natural.h > 0, `step ${s.step}: image loaded`);
+      assert.deepEqual(s.natural, { w: 640, h: 360 });
+      assert.equal(s.viewBox, '0 0 640 360');
+      // The reward breakdown: every term that fired, with its value, and the total.
+      assert.ok(ts.shaped.terms.length > 0, `step ${s.step} has shaped terms`);
+      assert.deepEqual(s.terms, ts.shaped.terms.map((x) => ({ term: x.term, value: x.value })));
+      assert.equal(s.total, ts.shaped.total);
+      assert.equal(s.completion, ts.completion);
+      assert.deepEqual(JSON.parse(s.action_json), ts.action);
+      assert.equal(s.url, ts.observation.url);
+      assert.equal(s.envReward, ts.reward);
+    }
+
+    // click_element: the marker sits at the element's @(x,y) in that step's accessibility tree.
+    const axtree0 = (await blobs.get(t.steps[0].observation.axtreeRef)).toString('utf8');
+    const a0 = t.steps[0].action as { type: 'click_element'; id: number };
+    const centre = findElementCentre(axtree0, a0.id)!;
+    const m0 = sections[0].marker!;
+    assert.ok(m0, 'click_element has a marker');
+    assert.deepEqual([m0.gridX, m0.gridY], [centre.x, centre.y]);
+    assert.ok(Math.abs(m0.cx - (centre.x / 1000) * 640) < 0.01 && Math.abs(m0.cy - (centre.y / 1000) * 360) < 0.01);
+    assert.ok(Math.abs(m0.fx * 1000 - centre.x) < 3 && Math.abs(m0.fy * 1000 - centre.y) < 3, `drawn at ${m0.fx}, ${m0.fy}`);
+
+    // click: a crosshair at the clicked grid point, mapped onto the image.
+    const a2 = t.steps[2].action as { type: 'click'; x: number; y: number };
+    const m2 = sections[2].marker!;
+    assert.ok(m2, 'click has a marker');
+    assert.deepEqual([m2.gridX, m2.gridY], [a2.x, a2.y]);
+    assert.ok(Math.abs(m2.cx - (a2.x / 1000) * 640) < 0.01, `cx ${m2.cx}`);
+    assert.ok(Math.abs(m2.cy - (a2.y / 1000) * 360) < 0.01, `cy ${m2.cy}`);
+    assert.ok(Math.abs(m2.fx * 1000 - a2.x) < 3 && Math.abs(m2.fy * 1000 - a2.y) < 3, `drawn at ${m2.fx}, ${m2.fy}`);
+
+    // Typing, invalid output and the answer get captions instead of a marker.
+    assert.equal(sections[1].marker, null);
+    assert.match(sections[1].caption!, /type "Ada"/);
+    assert.equal(sections[3].marker, null);
+    assert.match(sections[3].caption!, /invalid output/);
+    assert.equal(sections[4].marker, null);
+    assert.match(sections[4].caption!, /answer "Pressed OK after typing Ada\."/);
+    assert.deepEqual(
+      sections[3].terms.map((x) => x.term),
+      t.steps[3].shaped.terms.map((x) => x.term),
+    );
+    assert.ok(sections[3].terms.some((x) => x.term === 'invalid_action'));
+    assert.ok(sections[4].terms.some((x) => x.term === 'task_success'));
+
+    // The page after the last step is shown too.
+    const finalLoaded = await page.$eval('section.final img', (i) => (i as HTMLImageElement).naturalWidth);
+    assert.equal(finalLoaded, 640);
+  } finally {
+    await page.close();
+  }
+});
+
+function metricsLine(iteration: number, loss: number | null): MetricsLine {
+  return {
+    run_id: 'viewer-run',
+    iteration,
+    time: new Date(Date.UTC(2026, 10, 21, 12, iteration)).toISOString(),
+    mean_reward: 0.5 + iteration * 0.75,
+    reward_std: 0.3,
+    frac_reward_zero_std: 0.5 - iteration * 0.1,
+    episode_length: 4,
+    success_rate: Math.min(1, iteration * 0.3),
+    mean_return: 1,
+    action_validity: 0.6 + iteration * 0.1,
+    loss,
+    grad_norm: loss === null ? null : 0.8,
+    adapter_version: loss === null ? 0 : iteration,
+    tokens: 1000,
+    seconds: { rollout: 10, update: 2 },
+    num_groups: 4,
+    num_episodes: 2,
+  };
+}
+
+test('the run report has one chart per metric with one point per value, and a valid PNG per chart', async () => {
+  const runDir = join(work, 'runs', 'viewer-run');
+  mkdirSync(runDir, { recursive: true });
+  const lines = [metricsLine(0, null), metricsLine(1, 0.42), metricsLine(2, 0.31), metricsLine(3, -0.05)];
+  // A torn last line (no newline) is ignored, as the metrics reader specifies.
+  writeFileSync(join(runDir, 'metrics.jsonl'), lines.map(formatMetricsLine).join('') + '{"run_id":"viewer-run","itera');
+  const outDir = join(work, 'report-out');
+  const res = await writeRunReport({ runId: 'viewer-run', metricsPath: join(runDir, 'metrics.jsonl'), outDir });
+  assert.equal(res.iterations, 4);
+  assert.equal(res.html, join(outDir, 'report.html'));
+
+  const expected: Record<string, number[]> = {};
+  for (const m of REPORT_METRICS) expected[m.key] = lines.flatMap((l) => (l[m.key] === null ? [] : [l[m.key] as number]));
+  assert.equal(expected.loss.length, 3);
+
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  try {
+    await page.goto(pathToFileURL(res.html).href);
+    const charts = await page.$$eval('figure.chart', (figs) =>
+      figs.map((f) => ({
+        metric: f.getAttribute('data-metric'),
+        values: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('data-value'))),
+        iterations: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('data-iteration'))),
+        cx: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('cx'))),
+        cy: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('cy'))),
+        line: f.querySelector('path.line')?.getAttribute('d') ?? '',
+        xTicks: f.querySelectorAll('.x-axis .tick').length,
+        yTicks: f.querySelectorAll('.y-axis .tick').length,
+        labels: Array.from(f.querySelectorAll('.axis-label')).map((t) => t.textContent),
+      })),
+    );
+    assert.deepEqual(
+      charts.map((c) => c.metric),
+      REPORT_METRICS.map((m) => m.key),
+    );
+    for (const c of charts) {
+      const want = expected[c.metric!];
+      assert.equal(c.values.length, want.length, `${c.metric}: one point per value`);
+      assert.deepEqual(c.values, want);
+      assert.ok(c.cx.every((x, i) => i === 0 || x > c.cx[i - 1]), `${c.metric}: x grows with the iteration`);
+      assert.ok(c.xTicks >= 2 && c.yTicks >= 2, `${c.metric}: axes have ticks`);
+      assert.deepEqual(c.labels, ['iteration', c.metric]);
+      assert.ok(c.line.startsWith('M'), `${c.metric}: a line`);
+    }
+    // Higher values are drawn higher (smaller y).
+    const mr = charts.find((c) => c.metric === 'mean_reward')!;
+    assert.ok(mr.cy.every((y, i) => i === 0 || y < mr.cy[i - 1]));
+    const loss = charts.find((c) => c.metric === 'loss')!;
+    assert.deepEqual(loss.iterations, [1, 2, 3]);
+  } finally {
+    await page.close();
+  }
+
+  assert.deepEqual(Object.keys(res.pngs).sort(), REPORT_METRICS.map((m) => m.key).sort());
+  for (const m of REPORT_METRICS) {
+    const path = join(outDir, `${m.key}.png`);
+    assert.equal(res.pngs[m.key], path);
+    assert.ok(existsSync(path), path);
+    const info = pngInfo(readFileSync(path));
+    assert.ok(info.width > 600 && info.height > 300, `${m.key}.png is ${info.width}x${info.height}`);
+  }
+});
+
+test('a run without a metrics file gets a clear error', async () => {
+  await assert.rejects(
+    writeRunReport({ runId: 'nope', metricsPath: join(work, 'runs', 'nope', 'metrics.jsonl'), png: false }),
+    (err: Error) => err instanceof NoMetricsError && /run nope has no metrics file: .*metrics\.jsonl does not exist/.test(err.message),
+  );
+  mkdirSync(join(work, 'runs', 'empty'), { recursive: true });
+  writeFileSync(join(work, 'runs', 'empty', 'metrics.jsonl'), '');
+  await assert.rejects(writeRunReport({ runId: 'empty', metricsPath: join(work, 'runs', 'empty', 'metrics.jsonl'), png: false }), /has no metrics yet/);
+});

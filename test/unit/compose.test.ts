@@ -1,0 +1,319 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, normalize, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { REPO_ROOT } from '../../client/processes';
+import { parseConfig } from '../../lib/config';
+import { loadConfigFile } from '../../lib/config-file';
+
+// docker-compose.yml for one GPU machine: checked against the repository (paths, Dockerfiles), against the
+// code (every variable a worker gets is one it reads, and every one it needs is set), and for the properties
+// the design relies on (runtime LoRA loading, same adapter path in learner and vLLM, restarts, GPUs).
+
+interface Service {
+  image?: string;
+  build?: string | { context?: string; dockerfile?: string };
+  command?: string | string[];
+  entrypoint?: string | string[];
+  environment?: Record<string, string | number | boolean | null> | string[];
+  ports?: (string | number | { target: number; published?: string | number; host_ip?: string })[];
+  volumes?: (string | { type?: string; source?: string; target: string; read_only?: boolean })[];
+  restart?: string;
+  depends_on?: string[] | Record<string, { condition?: string }>;
+  deploy?: { resources?: { reservations?: { devices?: { driver?: string; count?: number | string; device_ids?: string[]; capabilities?: string[] }[] } } };
+  stop_grace_period?: string;
+}
+
+interface Compose {
+  services: Record<string, Service>;
+  volumes?: Record<string, unknown>;
+}
+
+const COMPOSE_PATH = join(REPO_ROOT, 'docker-compose.yml');
+const compose = parseYaml(readFileSync(COMPOSE_PATH, 'utf8')) as Compose;
+const services = compose.services;
+
+const NODE_WORKERS = ['control-worker', 'browser-worker'];
+const PY_WORKERS = ['learner'];
+const ONE_SHOTS = ['temporal-schema', 'temporal-namespace'];
+
+function env(s: Service): Record<string, string> {
+  const e = s.environment ?? {};
+  if (Array.isArray(e)) return Object.fromEntries(e.map((kv) => [kv.split('=')[0], kv.includes('=') ? kv.slice(kv.indexOf('=') + 1) : '']));
+  return Object.fromEntries(Object.entries(e).map(([k, v]) => [k, v === null ? '' : String(v)]));
+}
+
+function argv(x: string | string[] | undefined): string[] {
+  if (x === undefined) return [];
+  return Array.isArray(x) ? x.map(String) : x.split(/\s+/).filter(Boolean);
+}
+
+interface Mount {
+  source: string;
+  target: string;
+  bind: boolean;
+  readOnly: boolean;
+}
+
+function mounts(s: Service): Mount[] {
+  return (s.volumes ?? []).map((v) => {
+    if (typeof v === 'string') {
+      const [source, target, mode] = v.split(':');
+      assert.ok(target, `volume ${v} needs a target`);
+      return { source, target, bind: /^(\.|\/|~)/.test(source), readOnly: mode === 'ro' };
+    }
+    return { source: v.source ?? '', target: v.target, bind: v.type === 'bind', readOnly: Boolean(v.read_only) };
+  });
+}
+
+/** Files of the code base in `dirs` (recursively) with one of `exts`. */
+function sources(dirs: string[], exts: string[]): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.name === 'node_modules' || e.name.startsWith('.') || e.name === '__pycache__') continue;
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (exts.some((x) => e.name.endsWith(x))) out.push(p);
+    }
+  };
+  for (const d of dirs) walk(join(REPO_ROOT, d));
+  return out;
+}
+
+/** Environment variables the TypeScript code reads (`process.env.X`, `process.env['X']`, `env.X` of a ProcessEnv). */
+function tsEnvReads(): Set<string> {
+  const names = new Set<string>();
+  for (const f of sources(['lib', 'env', 'blob', 'workflows', 'activities', 'workers', 'client'], ['.ts'])) {
+    const text = readFileSync(f, 'utf8');
+    for (const m of text.matchAll(/\b(?:process\.)?env(?:\.([A-Z][A-Z0-9_]*)|\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\])/g)) names.add(m[1] ?? m[2]);
+  }
+  return names;
+}
+
+/** Environment variables the learner reads (`os.environ.get("X")`, `os.environ["X"]`, `env.get("X")`). */
+function pyEnvReads(): Set<string> {
+  const names = new Set<string>();
+  for (const f of sources(['workers/learner/halo_learner'], ['.py'])) {
+    const text = readFileSync(f, 'utf8');
+    for (const m of text.matchAll(/\b(?:environ|env)(?:\.get\(\s*|\[\s*)["']([A-Z][A-Z0-9_]*)["']/g)) names.add(m[1]);
+  }
+  return names;
+}
+
+test('the services of one GPU machine are all there, and every depends_on names one of them', () => {
+  for (const name of ['postgres', 'temporal-schema', 'temporal', 'temporal-namespace', 'temporal-ui', 'vllm', ...NODE_WORKERS, ...PY_WORKERS]) {
+    assert.ok(services[name], `service ${name} is missing`);
+  }
+  for (const [name, s] of Object.entries(services)) {
+    assert.ok(s.image || s.build, `${name} has neither image nor build`);
+    const deps = Array.isArray(s.depends_on) ? s.depends_on : Object.keys(s.depends_on ?? {});
+    for (const d of deps) assert.ok(services[d], `${name} depends on unknown service ${d}`);
+    if (s.depends_on && !Array.isArray(s.depends_on)) {
+      for (const [d, c] of Object.entries(s.depends_on)) {
+        if (c.condition === 'service_completed_successfully') assert.ok(ONE_SHOTS.includes(d), `${name} waits for ${d} to complete, but ${d} is not a one-shot`);
+        if (c.condition === 'service_healthy') assert.ok((services[d] as { healthcheck?: unknown }).healthcheck, `${name} waits for ${d} to be healthy, but ${d} has no healthcheck`);
+      }
+    }
+  }
+  assert.match(services.temporal.image ?? '', /^temporalio\/server:/);
+  assert.match(services['temporal-ui'].image ?? '', /^temporalio\/ui:/);
+  assert.match(services.vllm.image ?? '', /^vllm\/vllm-openai:/);
+});
+
+test('build contexts, Dockerfiles and bind-mounted host paths exist in the repository', () => {
+  // Folders the setup creates (launch.sh `mkdir -p ...`) count as existing: they are gitignored outputs.
+  const launch = readFileSync(join(REPO_ROOT, 'launch.sh'), 'utf8');
+  const created = new Set([...launch.matchAll(/mkdir -p ([^\n]+)/g)].flatMap((m) => m[1].trim().split(/\s+/)).map((p) => normalize(p)));
+  let builds = 0;
+  for (const [name, s] of Object.entries(services)) {
+    if (s.build) {
+      const b = typeof s.build === 'string' ? { context: s.build } : s.build;
+      const context = resolve(REPO_ROOT, b.context ?? '.');
+      assert.ok(existsSync(context) && statSync(context).isDirectory(), `${name}: build context ${b.context} is not a folder`);
+      const dockerfile = resolve(context, b.dockerfile ?? 'Dockerfile');
+      assert.ok(existsSync(dockerfile), `${name}: ${b.dockerfile} does not exist`);
+      // BuildKit's per-Dockerfile ignore file keeps node_modules, .venv and runs out of the context.
+      assert.ok(existsSync(`${dockerfile}.dockerignore`), `${name}: ${b.dockerfile}.dockerignore is missing`);
+      builds++;
+    }
+    for (const m of mounts(s).filter((x) => x.bind)) {
+      const host = normalize(m.source);
+      assert.ok(!host.startsWith('..') && !host.startsWith('/'), `${name}: bind mount ${m.source} is outside the repository`);
+      assert.ok(existsSync(join(REPO_ROOT, host)) || created.has(host), `${name}: bind-mounted ${m.source} does not exist in the repository`);
+    }
+  }
+  assert.ok(builds >= 3);
+  const node = readFileSync(join(REPO_ROOT, 'docker/node.Dockerfile'), 'utf8');
+  assert.match(node, /^FROM node:20/m);
+  assert.match(node, /apt-get install[^\n]*\\?\n?[^\n]*chromium/);
+  assert.match(node, /npm ci/);
+  assert.match(node, /miniwob==1\.1\.0/);
+  assert.match(node, /agisdk==0\.3\.5/);
+  assert.match(readFileSync(join(REPO_ROOT, 'docker/node.Dockerfile.dockerignore'), 'utf8'), /^node_modules$/m);
+  const learner = readFileSync(join(REPO_ROOT, 'docker/learner.Dockerfile'), 'utf8');
+  assert.match(learner, /pip install -r workers\/learner\/requirements\.txt/);
+  assert.match(learner, /torch\.version\.cuda/, 'the learner image checks that torch is a CUDA build');
+  const torchPin = /^torch==(\S+)$/m.exec(readFileSync(join(REPO_ROOT, 'workers/learner/requirements.txt'), 'utf8'))?.[1];
+  assert.match(learner, new RegExp(`TORCH_VERSION=${torchPin!.replace(/\./g, '\\.')}\\b`), 'the same torch as requirements.txt');
+});
+
+function parsePort(p: string | number | { target: number; published?: string | number; host_ip?: string }): { ip?: string; host: number; container: number } {
+  if (typeof p === 'object') return { ip: p.host_ip, host: Number(p.published), container: Number(p.target) };
+  const m = /^(?:(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-f:]+\]):)?(\d+):(\d+)(?:\/(tcp|udp))?$/.exec(String(p));
+  assert.ok(m, `port ${p} is not [ip:]host:container[/proto]`);
+  return { ip: m![1], host: Number(m![2]), container: Number(m![3]) };
+}
+
+test('ports are valid mappings, unique on the host, with the UI on 8233 and gRPC on 7233', () => {
+  const hostPorts = new Map<number, string>();
+  for (const [name, s] of Object.entries(services)) {
+    for (const p of s.ports ?? []) {
+      const { ip, host, container } = parsePort(p);
+      for (const n of [host, container]) assert.ok(Number.isInteger(n) && n >= 1 && n <= 65535, `${name}: port ${n} out of range`);
+      if (ip) assert.ok(ip.split('.').every((o) => Number(o) <= 255), `${name}: bad address ${ip}`);
+      assert.ok(!hostPorts.has(host), `host port ${host} used by ${hostPorts.get(host)} and ${name}`);
+      hostPorts.set(host, name);
+    }
+  }
+  assert.equal(hostPorts.get(7233), 'temporal');
+  assert.equal(hostPorts.get(8233), 'temporal-ui');
+  assert.deepEqual(parsePort(services['temporal-ui'].ports![0]).container, 8080);
+  // The defaults of the config and the CLI point at these ports.
+  const cfg = parseConfig({});
+  assert.equal(Number(cfg.temporal.address.split(':').pop()), 7233);
+  assert.equal(cfg.stack.uiPort, 8233);
+  assert.equal(hostPorts.get(Number(new URL(cfg.policy.baseUrl).port)), 'vllm');
+});
+
+test('every variable a worker gets is one its code reads, and every variable it needs is set', () => {
+  const ts = tsEnvReads();
+  const py = pyEnvReads();
+  // Sanity: the scans find what the code is known to read.
+  for (const k of ['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'HALO_HOME', 'HALO_CONTROL_QUEUE', 'HALO_BROWSER_QUEUE', 'HALO_CHROMIUM']) assert.ok(ts.has(k), `scan missed ${k}`);
+  for (const k of ['TEMPORAL_ADDRESS', 'HALO_MODEL', 'HALO_CHECKPOINTS', 'HALO_GPU_QUEUE', 'HALO_HOME']) assert.ok(py.has(k), `scan missed ${k}`);
+
+  const required: Record<string, string[]> = {
+    'control-worker': ['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'HALO_HOME', 'HALO_CONTROL_QUEUE', 'HALO_BROWSER_QUEUE'],
+    'browser-worker': ['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'HALO_HOME', 'HALO_BROWSER_QUEUE', 'HALO_CHROMIUM'],
+    learner: ['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'HALO_HOME', 'HALO_CHECKPOINTS', 'HALO_GPU_QUEUE', 'HALO_MODEL'],
+    'temporal-namespace': ['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE'],
+  };
+  for (const [name, need] of Object.entries(required)) {
+    const e = env(services[name]);
+    const reads = PY_WORKERS.includes(name) ? py : ts;
+    for (const k of Object.keys(e)) assert.ok(reads.has(k), `${name} sets ${k}, which its code never reads`);
+    for (const k of need) assert.ok(e[k], `${name} does not set ${k}`);
+  }
+
+  // The values agree with the rest of the stack.
+  const cfg = parseConfig({});
+  const temporalPort = parsePort(services.temporal.ports![0]).container;
+  for (const name of Object.keys(required)) {
+    const e = env(services[name]);
+    assert.equal(e.TEMPORAL_ADDRESS, `temporal:${temporalPort}`, `${name}: TEMPORAL_ADDRESS`);
+    assert.equal(e.TEMPORAL_NAMESPACE, cfg.temporal.namespace, `${name}: TEMPORAL_NAMESPACE`);
+  }
+  for (const name of NODE_WORKERS) {
+    const e = env(services[name]);
+    assert.equal(e.HALO_CONTROL_QUEUE ?? cfg.temporal.controlTaskQueue, cfg.temporal.controlTaskQueue);
+    assert.equal(e.HALO_BROWSER_QUEUE, cfg.temporal.browserTaskQueue);
+  }
+  const learner = env(services.learner);
+  assert.equal(learner.HALO_GPU_QUEUE, cfg.train.gpuTaskQueue);
+  // Blobs, metrics and adapters: each worker's HALO_HOME / HALO_CHECKPOINTS is a mounted folder, the same for all.
+  const homeMount = (name: string, path: string) => mounts(services[name]).find((m) => m.target === path);
+  for (const name of [...NODE_WORKERS, ...PY_WORKERS]) {
+    const m = homeMount(name, env(services[name]).HALO_HOME);
+    assert.ok(m && !m.readOnly, `${name}: HALO_HOME ${env(services[name]).HALO_HOME} is not a writable mount`);
+    assert.equal(normalize(m!.source), 'runs', `${name}: HALO_HOME is not ./runs`);
+  }
+  const ck = homeMount('learner', learner.HALO_CHECKPOINTS);
+  assert.ok(ck && !ck.readOnly, 'the learner writes adapters into a mounted folder');
+});
+
+test('vLLM serves the learner\'s model with runtime LoRA loading, and sees adapters at the learner\'s path', () => {
+  const v = services.vllm;
+  const args = [...argv(v.entrypoint), ...argv(v.command)];
+  const flag = (name: string) => {
+    const i = args.findIndex((a) => a === name || a.startsWith(`${name}=`));
+    if (i < 0) return undefined;
+    return args[i].includes('=') ? args[i].split('=')[1] : args[i + 1];
+  };
+  assert.ok(args.includes('--enable-lora'), '--enable-lora');
+  assert.equal(flag('--max-lora-rank'), '64');
+  assert.ok(Number(flag('--max-loras')) >= 2, '--max-loras: the new adapter and the previous one');
+  assert.equal(flag('--gpu-memory-utilization'), '0.5');
+  assert.match(env(v).VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? '', /^true$/i);
+  const learner = env(services.learner);
+  assert.ok(args.includes(learner.HALO_MODEL), `vLLM serves ${learner.HALO_MODEL}, the learner's HALO_MODEL`);
+  assert.equal(learner.HALO_MODEL, parseConfig({}).policy.model);
+  // The learner reports adapter_path as it sees it; vLLM loads that path, so both mount the same folder there.
+  const ckL = mounts(services.learner).find((m) => m.target === learner.HALO_CHECKPOINTS)!;
+  const ckV = mounts(v).find((m) => m.target === learner.HALO_CHECKPOINTS);
+  assert.ok(ckV, `vLLM does not mount ${learner.HALO_CHECKPOINTS}`);
+  assert.equal(ckV!.source, ckL.source);
+  // The HF cache is shared, so the 8B model is downloaded once.
+  const hfV = mounts(v).find((m) => !m.bind && /hf/.test(m.source));
+  const hfL = mounts(services.learner).find((m) => !m.bind && /hf/.test(m.source));
+  assert.ok(hfV && hfL && hfV.source === hfL.source && hfV.target === hfL.target);
+  // The port vLLM listens on is the one it publishes.
+  assert.equal(flag('--port'), String(parsePort(v.ports![0]).container));
+});
+
+test('named volumes are declared; restart policies bring everything back after a reboot; GPUs are reserved', () => {
+  const declared = new Set(Object.keys(compose.volumes ?? {}));
+  for (const [name, s] of Object.entries(services)) {
+    for (const m of mounts(s).filter((x) => !x.bind)) assert.ok(declared.has(m.source), `${name} uses undeclared volume ${m.source}`);
+  }
+  assert.ok(mounts(services.postgres).some((m) => !m.bind && m.target === '/var/lib/postgresql/data'), "Temporal's database is on a volume");
+  for (const [name, s] of Object.entries(services)) {
+    if (ONE_SHOTS.includes(name)) assert.match(s.restart ?? '', /^on-failure/, `${name} (one-shot) restarts on failure`);
+    else assert.ok(['unless-stopped', 'always'].includes(s.restart ?? ''), `${name} restart policy is ${s.restart}`);
+  }
+  for (const name of ['vllm', 'learner']) {
+    const devices = services[name].deploy?.resources?.reservations?.devices ?? [];
+    assert.ok(devices.some((d) => d.driver === 'nvidia' && (d.capabilities ?? []).includes('gpu')), `${name} reserves no GPU`);
+  }
+  for (const name of ['control-worker', 'browser-worker', 'temporal', 'postgres']) {
+    assert.equal(services[name].deploy?.resources?.reservations?.devices, undefined, `${name} needs no GPU`);
+  }
+  // The learner gets longer than its own drain time to finish a running update.
+  const grace = Number(env(services.learner).HALO_SHUTDOWN_GRACE_S);
+  const stop = /^(\d+)s$/.exec(services.learner.stop_grace_period ?? '');
+  assert.ok(stop && Number(stop[1]) > grace, 'learner stop_grace_period exceeds HALO_SHUTDOWN_GRACE_S');
+});
+
+test('docker/compose-config.yaml points the policy and adapter loading at the vllm service', () => {
+  const cfg = loadConfigFile(join(REPO_ROOT, 'docker/compose-config.yaml'));
+  const vllmPort = parsePort(services.vllm.ports![0]).container;
+  assert.equal(cfg.policy.backend, 'openai');
+  assert.equal(new URL(cfg.policy.baseUrl).host, `vllm:${vllmPort}`);
+  assert.equal(new URL(cfg.train.vllmBaseUrl!).host, `vllm:${vllmPort}`);
+  assert.equal(cfg.train.gpuTaskQueue, env(services.learner).HALO_GPU_QUEUE);
+  assert.equal(cfg.policy.model, env(services.learner).HALO_MODEL);
+});
+
+test('teardown.sh stops gracefully, keeps volumes, and purges only after confirmation', () => {
+  const path = join(REPO_ROOT, 'teardown.sh');
+  assert.ok(statSync(path).mode & 0o111, 'teardown.sh is executable');
+  const text = readFileSync(path, 'utf8');
+  assert.equal(spawnSync('bash', ['-n', path]).status, 0, 'bash -n teardown.sh');
+  assert.match(text, /docker compose stop/);
+  assert.match(text, /--purge/);
+  assert.match(text, /read -r/);
+  assert.match(text, /down --volumes/);
+  // Workers stop first, with a timeout at least as long as the learner's grace period.
+  const timeout = Number(/HALO_STOP_TIMEOUT:-(\d+)/.exec(text)?.[1]);
+  assert.ok(timeout >= Number(/^(\d+)s$/.exec(services.learner.stop_grace_period ?? '')?.[1]), 'stop timeout covers the learner');
+  // Without a terminal and without --yes, --purge refuses instead of deleting.
+  // (PATH leads nowhere, so it could not reach docker even if it tried.)
+  const r = spawnSync('/bin/bash', [path, '--purge'], { input: '', encoding: 'utf8', env: { PATH: '/nonexistent' } });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /refusing/);
+  assert.doesNotMatch(r.stderr, /docker is not installed/);
+  const bad = spawnSync('/bin/bash', [path, '--bogus'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
+  assert.equal(bad.status, 2);
+});
