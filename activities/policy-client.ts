@@ -31,8 +31,7 @@ export async function chatCompletions(
         model: policy.model,
         messages,
         n: policy.n,
-        temperature: policy.temperature,
-        max_tokens: policy.maxTokens,
+        ...samplingParams(policy),
       },
       { signal },
     );
@@ -47,6 +46,16 @@ export async function chatCompletions(
   } catch (err) {
     throw classifyPolicyError(err, policy);
   }
+}
+
+/**
+ * OpenAI's reasoning models (o-series, gpt-5 class) reject `max_tokens` and any temperature but the default;
+ * vLLM and older models take `max_tokens` and `temperature`.
+ */
+export function samplingParams(policy: Pick<PolicyConfig, 'model' | 'maxTokens' | 'temperature'>): { max_tokens?: number; max_completion_tokens?: number; temperature?: number } {
+  const name = policy.model.split('/').pop() ?? policy.model;
+  if (/^(o\d|gpt-5)/i.test(name)) return { max_completion_tokens: policy.maxTokens };
+  return { max_tokens: policy.maxTokens, temperature: policy.temperature };
 }
 
 export function classifyPolicyError(err: unknown, policy: PolicyConfig): Error {

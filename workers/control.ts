@@ -6,6 +6,9 @@ import { createLearnerBatchActivities } from '../activities/learner-batches';
 import { adapterActivities } from '../activities/adapters';
 import { createGrpoBatchActivities } from '../activities/grpo-batch';
 import { createMetricsActivities } from '../activities/metrics';
+import { createCriticActivities } from '../activities/critic';
+import { createMctsStoreActivities } from '../activities/mcts-store';
+import { createMctsMetricsActivities } from '../activities/mcts-metrics';
 import { haloHome } from '../client/connection';
 import { connectWorker, installRuntime, queueNames } from './runtime';
 
@@ -30,6 +33,9 @@ async function main() {
       ...createGrpoBatchActivities(blobs, batches),
       ...createMetricsActivities(haloHome()),
       ...adapterActivities,
+      ...createCriticActivities(blobs),
+      ...createMctsStoreActivities(blobs),
+      ...createMctsMetricsActivities(haloHome()),
     },
     shutdownGraceTime: '10s',
   });

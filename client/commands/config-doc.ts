@@ -65,11 +65,11 @@ function isObjectSchema(s: JsonSchema): boolean {
 function bounds(s: JsonSchema): string {
   const lo = s.minimum !== undefined && s.minimum > -MAX_SAFE ? s.minimum : undefined;
   const hi = s.maximum !== undefined && s.maximum < MAX_SAFE ? s.maximum : undefined;
+  if (lo !== undefined && hi !== undefined) return lo < 0 ? `${lo} to ${hi}` : `${lo}–${hi}`;
   const parts: string[] = [];
-  if (lo !== undefined && hi !== undefined) parts.push(lo < 0 ? `${lo} to ${hi}` : `${lo}–${hi}`);
-  else if (lo !== undefined) parts.push(`≥ ${lo}`);
-  else if (hi !== undefined) parts.push(`≤ ${hi}`);
+  if (lo !== undefined) parts.push(`≥ ${lo}`);
   if (s.exclusiveMinimum !== undefined) parts.push(`> ${s.exclusiveMinimum}`);
+  if (hi !== undefined) parts.push(`≤ ${hi}`);
   if (s.exclusiveMaximum !== undefined) parts.push(`< ${s.exclusiveMaximum}`);
   return parts.join(', ');
 }

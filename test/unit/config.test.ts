@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { ConfigError, parseConfig } from '../../lib/config';
 import { loadConfigFile } from '../../lib/config-file';
 import { temporalSettings } from '../../client/connection';
+import { samplingParams } from '../../activities/policy-client';
 
 test('an empty config gets every default', () => {
   const c = parseConfig({});
@@ -72,4 +73,11 @@ test('reward weights come from the YAML file the config names', () => {
   assert.throws(() => loadConfigFile(join(dir, 'c2.yaml')), /rewards\.general\.loop/);
   writeFileSync(join(dir, 'c3.yaml'), 'rewards: missing.yaml\n');
   assert.throws(() => loadConfigFile(join(dir, 'c3.yaml')), /cannot read rewards file/);
+});
+
+test('reasoning models get max_completion_tokens and no temperature; others max_tokens and temperature', () => {
+  assert.deepEqual(samplingParams({ model: 'gpt-5-mini', maxTokens: 100, temperature: 0 }), { max_completion_tokens: 100 });
+  assert.deepEqual(samplingParams({ model: 'o3', maxTokens: 50, temperature: 0 }), { max_completion_tokens: 50 });
+  assert.deepEqual(samplingParams({ model: 'Qwen/Qwen3-VL-8B-Instruct', maxTokens: 256, temperature: 0.7 }), { max_tokens: 256, temperature: 0.7 });
+  assert.deepEqual(samplingParams({ model: 'gpt-4o', maxTokens: 8, temperature: 0 }), { max_tokens: 8, temperature: 0 });
 });
