@@ -13,6 +13,7 @@ import { REPO_ROOT } from './processes';
 import { connectClient, down, stackStatus, up } from './stack';
 import { followTrain, runStatus, startOrAttachTrain } from './train';
 import { register as registerEval } from './commands/eval';
+import { register as registerRuns } from './commands/runs';
 import { BlobStore } from '../blob/store';
 import { episodeInput } from './episode-input';
 
@@ -141,7 +142,6 @@ program
 
 for (const [name, help] of [
   ['pause', 'pause a run before its next iteration'],
-  ['resume', 'resume a paused run'],
   ['stop', 'stop a run gracefully: the current iteration finishes and its adapter is kept'],
 ] as const) {
   program
@@ -248,6 +248,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 }
 
 registerEval(program, { loadConfig });
+registerRuns(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

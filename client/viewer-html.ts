@@ -187,17 +187,21 @@ function markerSvg(m: Marker, size: { width: number; height: number }): string {
     .map(([x1, y1, x2, y2]) => `<line x1="${round2(x1)}" y1="${round2(y1)}" x2="${round2(x2)}" y2="${round2(y2)}"/>`)
     .join('');
   const fontSize = Math.max(14, Math.round(r * 1.3));
-  // Keep the label inside the image: right of the marker unless that runs off the right edge.
-  const right = x + arm + 4 + m.label.length * fontSize * 0.6 < size.width;
-  const tx = right ? x + arm + 4 : x - arm - 4;
-  const ty = y - r < fontSize ? y + r + fontSize : y - r;
+  // A label pill next to the marker, kept inside the image (left of the marker when it would run off the right).
+  const padX = Math.round(fontSize * 0.4);
+  const w = Math.round(m.label.length * fontSize * 0.62) + 2 * padX;
+  const h = Math.round(fontSize * 1.4);
+  const right = x + arm + 4 + w < size.width;
+  const bx = right ? x + arm + 4 : Math.max(0, x - arm - 4 - w);
+  const by = Math.min(Math.max(0, y - r - h), size.height - h);
   return (
     `<g class="marker" data-kind="${m.kind}" data-grid-x="${m.gridX}" data-grid-y="${m.gridY}" data-x="${m.x}" data-y="${m.y}">` +
     `<circle class="halo" cx="${x}" cy="${y}" r="${r}"/>` +
     `<circle class="ring" cx="${x}" cy="${y}" r="${r}"/>` +
     `<g class="cross">${lines}</g>` +
     `<circle class="dot" cx="${x}" cy="${y}" r="${Math.max(2, Math.round(r / 5))}"/>` +
-    `<text x="${round2(tx)}" y="${round2(ty)}" font-size="${fontSize}" text-anchor="${right ? 'start' : 'end'}">${escapeHtml(m.label)}</text>` +
+    `<rect class="label-bg" x="${round2(bx)}" y="${round2(by)}" width="${w}" height="${h}" rx="${Math.round(h / 4)}"/>` +
+    `<text x="${round2(bx + w / 2)}" y="${round2(by + h / 2)}" dy="0.35em" font-size="${fontSize}" text-anchor="middle">${escapeHtml(m.label)}</text>` +
     `</g>`
   );
 }
@@ -300,7 +304,8 @@ figure.shot { margin:0; }
 .marker .ring { fill:rgba(228,87,46,.15); stroke:var(--accent); stroke-width:3; }
 .marker .cross line { stroke:var(--accent); stroke-width:3; }
 .marker .dot { fill:var(--accent); }
-.marker text { fill:#fff; stroke:#000; stroke-width:2.5px; paint-order:stroke; font-weight:700; font-family:system-ui, sans-serif; }
+.marker .label-bg { fill:var(--accent); opacity:.92; }
+.marker text { fill:#fff; font-weight:700; font-family:system-ui, sans-serif; }
 .caption { margin-top:6px; padding:6px 10px; background:#1d2330; color:#fff; border-radius:4px; font-family:ui-monospace, monospace; font-size:13px; white-space:pre-wrap; word-break:break-word; }
 .noimage { padding:40px; text-align:center; color:var(--bad); border:1px dashed var(--bad); }
 dl { display:grid; grid-template-columns:max-content 1fr; gap:2px 12px; margin:0; }

@@ -44,6 +44,7 @@ import {
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
+  type RetryPolicy,
 } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { SessionActivities } from '../activities/session';
@@ -174,6 +175,11 @@ export interface MctsCounters {
 /** The blob behind `snapshotRef`. */
 export interface MctsSnapshot {
   version: 1;
+  runId: string;
+  iteration: number | null;
+  task: MctsSearchInput['task'];
+  alpha: number;
+  pairThreshold: number;
   goal: string;
   simulations: number;
   tree: Tree;
@@ -235,6 +241,7 @@ export interface MctsTreeView extends MctsProgress {
   task: MctsSearchInput['task'];
   goal: string;
   alpha: number;
+  pairThreshold: number;
   /** Null only while a continued run loads its snapshot. */
   tree: Tree | null;
   meta: NodeMeta[] | null;
@@ -485,6 +492,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     task,
     goal,
     alpha: P.alpha,
+    pairThreshold: P.pairThreshold,
     tree,
     meta: tree ? meta : null,
     bestPath: tree ? bestPathView(tree, P.alpha) : null,
@@ -493,7 +501,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
   }));
 
   // ---- activity proxies ----
-  const retry = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: policy.maxAttempts };
+  const retry: RetryPolicy = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: policy.maxAttempts };
   const quick = (summary: string) =>
     proxyActivities<ControlActivities & MctsStoreActivities>({ summary, startToCloseTimeout: '30s', retry });
   const policyCall = (summary: string) =>
@@ -828,7 +836,19 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 
   async function snapshot(summary: string): Promise<string> {
     await flushCloses();
-    const snap: MctsSnapshot = { version: 1, goal, simulations, tree: T, meta, counters };
+    const snap: MctsSnapshot = {
+      version: 1,
+      runId: input.runId,
+      iteration: input.iteration ?? null,
+      task,
+      alpha: P.alpha,
+      pairThreshold: P.pairThreshold,
+      goal,
+      simulations,
+      tree: T,
+      meta,
+      counters,
+    };
     const { ref } = await quick(summary).storeJson({ value: snap });
     return ref;
   }

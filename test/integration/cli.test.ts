@@ -130,3 +130,22 @@ test('halo tasks lists the 121 REAL v2 tasks by site; tasks snapshot pins each e
   const mw = JSON.parse((await halo('tasks', '--env', 'miniwob', '--json')).stdout);
   assert.equal(mw.length, 125);
 });
+
+test('every command has --help; a wrong argument is a clear error with a non-zero exit', async () => {
+  const { stdout } = await halo('--help');
+  const commands = [...stdout.matchAll(/^  ([a-z-]+)(?: |$)/gm)].map((m) => m[1]).filter((c) => c !== 'help');
+  for (const expected of ['up', 'down', 'episode', 'train', 'status', 'pause', 'resume', 'stop', 'tasks', 'eval', 'runs', 'episodes']) {
+    assert.ok(commands.includes(expected), `${expected} is listed in --help: ${commands.join(' ')}`);
+  }
+  for (const c of commands) {
+    const out = await halo(c, '--help');
+    assert.match(out.stdout, new RegExp(`^Usage: halo ${c}`, 'm'), c);
+  }
+  for (const bad of [['episode', '--seed', 'abc'], ['tasks', '--env', 'nope'], ['runs', '--status', 'Sleeping'], ['frobnicate']]) {
+    await assert.rejects(halo(...bad), (err: { code: number; stderr: string }) => {
+      assert.notEqual(err.code, 0, bad.join(' '));
+      assert.match(err.stderr, /(must be|invalid|unknown command|Allowed choices)/i, `${bad.join(' ')}: ${err.stderr}`);
+      return true;
+    });
+  }
+});

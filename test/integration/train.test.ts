@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { parseConfig } from '../../lib/config';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
+import { listEpisodes, listRuns } from '../../client/commands/runs';
 import type { TrainResult } from '../../workflows/train-grpo';
 import { startTestStack, type TestStack } from '../helpers/stack';
 
@@ -66,6 +67,12 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
   const runs = [];
   for await (const w of stack.client.workflow.list({ query: `WorkflowId = 'grpo-test'` })) runs.push(w.runId);
   assert.equal(runs.length, 2, 'one chain of two runs (continue-as-new), no duplicate run');
+
+  // halo runs / halo episodes: found through the search attributes the workflows set.
+  const listed = await listRuns(stack.client, { kind: 'train', mode: 'grpo' });
+  assert.deepEqual(listed.map((r) => [r.workflowId, r.status]), [['grpo-test', 'COMPLETED']]);
+  const eps = await listEpisodes(stack.client, 'grpo-test');
+  assert.deepEqual(eps.map((e) => e.workflowId).sort(), ['grpo-test-it1-ep0', 'grpo-test-it2-ep0']);
 });
 
 test('an invalid config fails before anything starts, naming the field', async () => {

@@ -1,4 +1,4 @@
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,12 @@ import { rewardForUnparsedOutput } from '../../lib/rewards/shaping';
 import type { RewardState } from '../../lib/rewards/types';
 import { formatMetricsLine, type MetricsLine } from '../../lib/run-metrics';
 import { findElementCentre } from '../../client/viewer-html';
-import { writeEpisodeView, type Trajectory } from '../../client/commands/view';
+import { resolveEpisodeSource, writeEpisodeView, type Trajectory } from '../../client/commands/view';
+import { episodeInput } from '../../client/episode-input';
+import { parseConfig } from '../../lib/config';
+import type { EpisodeResult } from '../../lib/episode-types';
+import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
+import { startTestStack, type TestStack } from '../helpers/stack';
 import { NoMetricsError, writeRunReport } from '../../client/commands/report';
 import { REPORT_METRICS } from '../../client/report-html';
 
@@ -410,4 +415,71 @@ test('a run without a metrics file gets a clear error', async () => {
   mkdirSync(join(work, 'runs', 'empty'), { recursive: true });
   writeFileSync(join(work, 'runs', 'empty', 'metrics.jsonl'), '');
   await assert.rejects(writeRunReport({ runId: 'empty', metricsPath: join(work, 'runs', 'empty', 'metrics.jsonl'), png: false }), /has no metrics yet/);
+});
+
+describe('halo view by workflow id, on a real Temporal stack', () => {
+  let stack: TestStack;
+  let policy: FakePolicyServer;
+  before(async () => {
+    policy = await startFakePolicyServer({ kind: 'scripted' });
+    stack = await startTestStack({ browserWorkers: 1 });
+  });
+  after(async () => {
+    await stack?.stop();
+    await policy?.close();
+  });
+
+  test('a finished episode is found by its workflow id; running and unknown ids get clear errors', async () => {
+    const cfg = parseConfig({
+      temporal: { address: stack.address, namespace: stack.namespace, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+      stack: { home: stack.home },
+      policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000 },
+      episode: { task: 'click-button', seed: 3, maxSteps: 5, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
+    });
+    const id = `view-test-${Date.now()}`;
+    const result = (await stack.client.workflow.execute('episode', { taskQueue: stack.controlQueue, workflowId: id, args: [episodeInput(cfg)] })) as EpisodeResult;
+    assert.equal(result.success, true);
+
+    const src = await resolveEpisodeSource(cfg, id);
+    assert.equal(src.trajectory, result.trajectoryRef);
+    assert.equal(src.workflowId, id);
+    const out = join(work, 'views', `${id}.html`);
+    const res = await writeEpisodeView({ trajectory: src.trajectory, blobs: src.blobs, out });
+    assert.equal(res.workflowId, id);
+    assert.equal(res.steps, result.steps);
+
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await page.goto(pathToFileURL(out).href);
+      await page.waitForFunction(() => Array.from(document.images).every((i) => i.complete));
+      const steps = await page.$$eval('section.step', (els) =>
+        els.map((s) => ({
+          width: (s.querySelector('img') as HTMLImageElement | null)?.naturalWidth ?? 0,
+          marker: s.querySelector('g.marker') !== null,
+          terms: Array.from(s.querySelectorAll('tr.term')).map((r) => r.getAttribute('data-term')),
+        })),
+      );
+      assert.equal(steps.length, result.steps);
+      assert.ok(steps.every((s) => s.width === 1280), 'MiniWoB screenshots are 1280 wide');
+      assert.ok(steps[0].marker, 'the click is drawn');
+      assert.ok(steps[steps.length - 1].terms.includes('task_success'));
+    } finally {
+      await page.close();
+    }
+
+    // The trajectory file itself (a path in the blob store) works too, and finds its blob store.
+    const byPath = await resolveEpisodeSource(parseConfig({}), new BlobStore(join(stack.home, 'blobs')).pathOf(result.trajectoryRef));
+    assert.equal(byPath.blobs.root, join(stack.home, 'blobs'));
+
+    // An episode nobody runs (no worker polls its queue) is still running: no trajectory yet.
+    const stuck = `view-test-stuck-${Date.now()}`;
+    const handle = await stack.client.workflow.start('episode', { taskQueue: `nobody-${Date.now()}`, workflowId: stuck, args: [episodeInput(cfg)] });
+    try {
+      await assert.rejects(resolveEpisodeSource(cfg, stuck), /still running/);
+    } finally {
+      await handle.terminate('test done');
+    }
+    await assert.rejects(resolveEpisodeSource(cfg, stuck), /ended terminated: it has no trajectory/);
+    await assert.rejects(resolveEpisodeSource(cfg, 'no-such-episode-anywhere'), /neither a trajectory file, a blob reference .* nor a workflow/);
+  });
 });

@@ -294,6 +294,16 @@ test('docker/compose-config.yaml points the policy and adapter loading at the vl
   assert.equal(new URL(cfg.train.vllmBaseUrl!).host, `vllm:${vllmPort}`);
   assert.equal(cfg.train.gpuTaskQueue, env(services.learner).HALO_GPU_QUEUE);
   assert.equal(cfg.policy.model, env(services.learner).HALO_MODEL);
+  // Every HTTP URL of the config (policy, adapter loading, critic, and any added later) is reached by a
+  // worker inside the compose network, so none may be left at a 127.0.0.1 default.
+  const urls: [string, string][] = [];
+  const walk = (v: unknown, path: string) => {
+    if (typeof v === 'string' && /^https?:\/\//.test(v)) urls.push([path, v]);
+    else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, path ? `${path}.${k}` : k);
+  };
+  walk(cfg, '');
+  assert.ok(urls.length >= 2);
+  for (const [path, url] of urls) assert.equal(new URL(url).hostname, 'vllm', `${path} = ${url} is not reachable from the workers`);
 });
 
 test('teardown.sh stops gracefully, keeps volumes, and purges only after confirmation', () => {

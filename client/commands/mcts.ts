@@ -1,0 +1,269 @@
+import type { Command } from 'commander';
+import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
+import { join } from 'node:path';
+import { BlobStore } from '../../blob/store';
+import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
+import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/mcts';
+import { describeAction, type AgentAction } from '../../lib/actions';
+import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
+import { MCTS_METRICS_FILE } from '../../activities/mcts-metrics';
+import type { MctsIterationMetrics } from '../../activities/mcts-metrics';
+import {
+  bestPathView,
+  collectPairs,
+  searchWorkflowId,
+  type MctsSearchResult,
+  type MctsSnapshot,
+  type MctsTreeView,
+  type TrainMctsResult,
+  type TrainMctsStatus,
+  type MctsProgress,
+} from '../../workflows/mcts';
+import { REPO_ROOT } from '../processes';
+import { connectClient, stackStatus } from '../stack';
+
+// `halo mcts --config FILE [--detach] [--json]`: start the MCTS run `mcts.runId` (workflow `trainMcts`, id =
+// run id) or attach to it, and show its progress. `halo mcts tree RUN TASK [--json]`: the tree of the task's
+// current (or last) `mctsSearch` in that run.
+
+export const MCTS_DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'mcts-default.yaml');
+
+/** One run per run id: a second start (running or finished) attaches to the existing run. */
+export async function startOrAttachMcts(client: Client, cfg: HaloConfig): Promise<{ handle: WorkflowHandle; attached: boolean }> {
+  const runId = cfg.mcts.runId;
+  try {
+    const handle = await client.workflow.start('trainMcts', {
+      taskQueue: cfg.temporal.controlTaskQueue,
+      workflowId: runId,
+      args: [{ config: cfg }],
+      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      staticSummary: `MCTS run ${runId}: ${cfg.mcts.iterations} iterations × ${cfg.mcts.tasks.length} tasks × ${cfg.mcts.numSimulations} simulations on ${cfg.episode.env}`,
+      typedSearchAttributes: [
+        { key: RUN_ID, value: runId },
+        { key: KIND, value: 'train' },
+        { key: MODE, value: 'mcts' },
+        { key: TASK, value: `${cfg.episode.env}/${cfg.mcts.tasks.join(',')}`.slice(0, 200) },
+      ],
+    });
+    return { handle, attached: false };
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return { handle: client.workflow.getHandle(runId), attached: true };
+    throw err;
+  }
+}
+
+function bar(done: number, total: number, width = 20): string {
+  const filled = Math.round((Math.max(0, Math.min(done, total)) / Math.max(1, total)) * width);
+  return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}
+
+const f3 = (x: number | null | undefined) => (x === null || x === undefined ? '–' : x.toFixed(3));
+
+/** One line per finished iteration. */
+export function describeIteration(iteration: number, m: MctsIterationMetrics): string {
+  return (
+    `iteration ${iteration}: ${m.simulations} simulations, ${m.nodes} nodes, best-path success ${(m.best_path_success_rate * 100).toFixed(0)}%, ` +
+    `${m.pairs} pairs (mean |ΔQ| ${f3(m.mean_abs_delta_q)}), ` +
+    (m.update_skipped ? 'no update (no pairs)' : `DPO loss ${f3(m.dpo_loss)}, accuracy ${f3(m.accuracy)} → adapter v${m.adapter_version}`) +
+    (m.critic_failures ? `, ${m.critic_failures}/${m.critic_calls} critic answers unusable` : '') +
+    (m.eval_success_rate !== null ? `, greedy eval success ${(m.eval_success_rate * 100).toFixed(0)}%` : '')
+  );
+}
+
+/** Waits for the run, printing a line whenever its progress changes, and one per finished iteration. */
+export async function followMcts(client: Client, handle: WorkflowHandle, say: (line: string) => void): Promise<TrainMctsResult> {
+  let shown = '';
+  let reported = 0;
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const st = await handle.query<TrainMctsStatus>('status');
+      if (st.lastMetrics && st.iteration - 1 > reported) {
+        reported = st.iteration - 1;
+        say(describeIteration(reported, st.lastMetrics));
+      }
+      const parts: string[] = [];
+      for (const id of st.phase === 'search' ? st.searches : []) {
+        const p = await client.workflow
+          .getHandle(id)
+          .query<MctsProgress>('progress')
+          .catch(() => undefined);
+        if (p) parts.push(`${id.slice(id.indexOf(`-it${st.iteration}-`) + `-it${st.iteration}-`.length)} ${p.simulations}/${p.numSimulations} sims, ${p.stats.nodes} nodes`);
+      }
+      const line = `${bar(st.iteration - 1, st.iterations)} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${parts.length ? ` · ${parts.join(' · ')}` : ''} · adapter v${st.adapterVersion}`;
+      if (line !== shown) say((shown = line));
+    } catch {
+      /* between runs of a continue-as-new chain, or no worker yet */
+    } finally {
+      busy = false;
+    }
+  }, 1000);
+  try {
+    return (await handle.result()) as TrainMctsResult;
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/**
+ * The workflow id of the task's current or last search in a run: from the run's `status` query (its
+ * current iteration) or, for a finished run, its result, searching back to iteration 1.
+ */
+export async function findSearch(client: Client, runId: string, task: string): Promise<string> {
+  const run = client.workflow.getHandle(runId);
+  let latest: number | undefined;
+  const st = await run.query<TrainMctsStatus>('status').catch(() => undefined);
+  if (st) latest = st.iteration;
+  else {
+    const d = await run.describe().catch((err: Error) => {
+      throw new Error(`no MCTS run ${runId}: ${err.message}`);
+    });
+    if (d.status.name === 'COMPLETED') latest = ((await run.result()) as TrainMctsResult).iterations;
+    else throw new Error(`run ${runId} is ${d.status.name} and no worker answered its status query`);
+  }
+  for (let it = latest; it >= 1; it--) {
+    const id = searchWorkflowId(runId, it, task);
+    if (await client.workflow.getHandle(id).describe().then(() => true, () => false)) return id;
+  }
+  throw new Error(`run ${runId} has no search of task ${JSON.stringify(task)} (looked for ${searchWorkflowId(runId, latest, task)} back to iteration 1)`);
+}
+
+/** The search's tree: its `tree` query, or for a finished search without a worker, its final snapshot. */
+export async function readTree(client: Client, workflowId: string, blobs: BlobStore): Promise<MctsTreeView & { status: string }> {
+  const handle = client.workflow.getHandle(workflowId);
+  const d = await handle.describe();
+  try {
+    return { ...(await handle.query<MctsTreeView>('tree')), status: d.status.name };
+  } catch (err) {
+    if (d.status.name !== 'COMPLETED') throw err;
+  }
+  const result = (await handle.result()) as MctsSearchResult;
+  const snap = await blobs.getJson<MctsSnapshot>(result.snapshotRef);
+  const alpha = snap.alpha;
+  return {
+    status: d.status.name,
+    workflowId,
+    phase: 'done',
+    simulations: snap.simulations,
+    numSimulations: snap.simulations,
+    stats: treeStats(snap.tree),
+    runs: result.runs,
+    runId: snap.runId,
+    iteration: snap.iteration,
+    task: result.task,
+    goal: snap.goal,
+    alpha,
+    pairThreshold: snap.pairThreshold,
+    tree: snap.tree,
+    meta: snap.meta,
+    bestPath: bestPathView(snap.tree, alpha),
+    pairs: result.pairs.length,
+    counters: snap.counters,
+  };
+}
+
+/** Text rendering: a header and one line per node, children under their parent (★ marks the best path). */
+export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 300): string {
+  const lines: string[] = [];
+  lines.push(
+    `${view.workflowId}${view.status ? ` (${view.status})` : ''} · ${view.task.env}/${view.task.task} seed ${view.task.seed} · ` +
+      `${view.simulations}/${view.numSimulations} simulations · ${view.stats.nodes} nodes, depth ${view.stats.maxDepth}, ${view.stats.terminalNodes} terminal · ${view.pairs} DPO pairs`,
+  );
+  if (view.goal) lines.push(`goal: ${view.goal}`);
+  if (view.bestPath) lines.push(`best path: ${view.bestPath.actions.join(' → ') || '(none)'}${view.bestPath.success ? ' (success)' : ''}`);
+  if (view.counters) {
+    const c = view.counters;
+    lines.push(
+      `candidates ${c.candidates} (${c.invalidCandidates} unparseable) · critic ${c.criticCalls} calls, ${c.criticFailures} unusable · ` +
+        `${c.restores} restores (${c.replayedActions} actions replayed), ${c.sessionRebuilds} session rebuilds`,
+    );
+  }
+  const tree: Tree | null = view.tree;
+  if (!tree) {
+    lines.push(`(${view.phase})`);
+    return lines.join('\n');
+  }
+  const best = new Set(view.bestPath?.nodeIds ?? []);
+  let count = 0;
+  const walk = (id: number, prefix: string, last: boolean, isRoot: boolean) => {
+    if (count >= maxNodes) return;
+    count++;
+    const n = tree.nodes[id];
+    const m = view.meta?.[id] ?? {};
+    const what = n.action ? describeAction(n.action as AgentAction) : 'root';
+    const stats =
+      `N=${n.visits} Q=${compositeQ(n, view.alpha).toFixed(3)} Q̃=${qMcts(n).toFixed(3)} prior=${n.prior.toFixed(2)}` +
+      (n.criticValue !== null ? ` critic=${n.criticValue.toFixed(2)}` : '') +
+      (n.terminal ? ` terminal r=${n.reward}${m.outcome ? ` (${m.outcome})` : ''}` : '');
+    const head = isRoot ? '' : `${prefix}${last ? '└─ ' : '├─ '}`;
+    lines.push(`${head}${best.has(id) ? '★ ' : ''}[${id}] ${what}  ${stats}`);
+    const kids = n.children;
+    kids.forEach((k, i) => walk(k, isRoot ? '' : `${prefix}${last ? '   ' : '│  '}`, i === kids.length - 1, false));
+  };
+  walk(0, '', true, true);
+  if (count >= maxNodes && tree.nodes.length > maxNodes) lines.push(`… ${tree.nodes.length - maxNodes} more nodes (--json for all)`);
+  return lines.join('\n');
+}
+
+export function register(program: Command, ctx: { loadConfig(path?: string): HaloConfig }): void {
+  const mcts = program
+    .command('mcts')
+    .description('start an Agent-Q-style MCTS + step-level DPO run (or attach to it if the run id exists) and show its progress')
+    .option('--config <file>', 'config file (YAML); default configs/mcts-default.yaml')
+    .option('--run-id <id>', 'run id (default: mcts.runId of the config)')
+    .option('--detach', 'return as soon as the run is started')
+    .option('--json', 'print the final result as JSON')
+    .action(async (_opts: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean }>();
+      const base = ctx.loadConfig(opts.config ?? MCTS_DEFAULT_CONFIG);
+      const cfg = opts.runId ? parseConfig({ ...base, mcts: { ...base.mcts, runId: opts.runId } }, 'command line') : base;
+      const runId = cfg.mcts.runId;
+      const { client, connection } = await connectClient(cfg);
+      try {
+        const { handle, attached } = await startOrAttachMcts(client, cfg);
+        console.error(`halo: ${attached ? 'attached to' : 'started'} MCTS run ${runId} (workflow id ${runId}, queue ${cfg.temporal.controlTaskQueue})`);
+        if (opts.detach) {
+          if (opts.json) console.log(JSON.stringify({ runId, attached }));
+          return;
+        }
+        const result = await followMcts(client, handle, (line) => !opts.json && console.error(line));
+        const st = stackStatus(cfg);
+        const where = { metrics: join(st.home, runId, MCTS_METRICS_FILE), adapters: join(REPO_ROOT, 'checkpoints', runId), ui: st.uiUrl };
+        if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
+        else {
+          console.log(`MCTS run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+          console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}`);
+          console.log(`trees:    npx halo mcts tree ${runId} <task>`);
+        }
+      } finally {
+        await connection.close();
+      }
+    });
+
+  mcts
+    .command('tree')
+    .description("the search tree of a task's current (or last) mctsSearch in a run")
+    .argument('<run>', 'run id (mcts.runId)')
+    .argument('<task>', 'task name, e.g. click-button')
+    .option('--json', 'print the tree (nodes, per-node data, statistics) as JSON')
+    .option('--max-nodes <n>', 'nodes shown in the text view', '300')
+    .action(async (run: string, task: string, _opts: unknown, cmd: Command) => {
+      const opts = cmd.optsWithGlobals<{ config?: string; json?: boolean; maxNodes?: string }>();
+      const maxNodes = Number(opts.maxNodes ?? 300);
+      if (!Number.isInteger(maxNodes) || maxNodes < 1) throw new ConfigError(`--max-nodes must be a positive integer, got ${JSON.stringify(opts.maxNodes)}`);
+      const cfg = ctx.loadConfig(opts.config ?? MCTS_DEFAULT_CONFIG);
+      const { client, connection } = await connectClient(cfg);
+      try {
+        const id = await findSearch(client, run, task);
+        const view = await readTree(client, id, new BlobStore(join(stackStatus(cfg).home, 'blobs')));
+        if (opts.json) {
+          const pairs = view.tree && view.meta ? collectPairs(view.tree, view.meta, view.alpha, view.pairThreshold) : [];
+          console.log(JSON.stringify({ ...view, pairList: pairs }));
+        } else console.log(renderTree(view, maxNodes));
+      } finally {
+        await connection.close();
+      }
+    });
+}
