@@ -14,6 +14,9 @@ import { connectClient, down, stackStatus, up } from './stack';
 import { followTrain, runStatus, startOrAttachTrain } from './train';
 import { register as registerEval } from './commands/eval';
 import { register as registerRuns } from './commands/runs';
+import { register as registerView } from './commands/view';
+import { register as registerReport } from './commands/report';
+import { register as registerConfigDoc } from './commands/config-doc';
 import { BlobStore } from '../blob/store';
 import { episodeInput } from './episode-input';
 
@@ -249,6 +252,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc]) register(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

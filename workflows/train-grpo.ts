@@ -103,6 +103,26 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 },
   });
 
+  // Handlers first, so `status`, pause and stop work from the first moment (before the config is stored).
+  let paused = false;
+  let stopping = false;
+  let phase = 'starting';
+  let lastMetrics: IterationMetrics | null = null;
+  let statusView = (): TrainStatus => ({
+    runId: info.workflowId,
+    iteration: input.state?.iteration ?? 1,
+    iterations: 0,
+    adapterVersion: input.state?.adapterVersion ?? 0,
+    phase,
+    paused,
+    stopping,
+    lastMetrics,
+  });
+  setHandler(pauseSignal, () => void (paused = true));
+  setHandler(resumeSignal, () => void (paused = false));
+  setHandler(stopSignal, () => void (stopping = true));
+  setHandler(trainStatusQuery, () => statusView());
+
   let cfg: HaloConfig;
   let state: TrainState;
   if (input.state) {
@@ -130,24 +150,19 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     { key: TASK, value: `${cfg.episode.env}/${t.tasks.join(',')}`.slice(0, 200) },
   ]);
 
-  let paused = state.paused;
-  let stopping = false;
-  let phase = 'starting';
-  let lastMetrics: IterationMetrics | null = state.lastMetrics ?? null;
-  setHandler(pauseSignal, () => void (paused = true));
-  setHandler(resumeSignal, () => void (paused = false));
-  setHandler(stopSignal, () => void (stopping = true));
-  setHandler(trainStatusQuery, () => ({
+  paused = paused || state.paused;
+  lastMetrics = state.lastMetrics ?? null;
+  const iterationsTotal = cfg.train.iterations;
+  statusView = () => ({
     runId,
     iteration: state.iteration,
-    iterations: t.iterations,
+    iterations: iterationsTotal,
     adapterVersion: state.adapterVersion,
     phase,
     paused,
     stopping,
     lastMetrics,
-  }));
-
+  });
   if (paused) {
     phase = 'paused';
     await condition(() => !paused || stopping);

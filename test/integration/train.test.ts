@@ -86,3 +86,26 @@ test('an invalid config fails before anything starts, naming the field', async (
     return true;
   });
 });
+
+test('pause holds the run between iterations, resume continues, stop ends it gracefully keeping the adapter', async () => {
+  const cfg = config('grpo-signals', 20);
+  const { handle } = await startOrAttachTrain(stack.client, cfg);
+  await handle.signal('pause');
+  const status = async () => handle.query<{ iteration: number; paused: boolean; phase: string; adapterVersion: number }>('status');
+  let st = await status();
+  for (let i = 0; i < 600 && st.phase !== 'paused'; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    st = await status().catch(() => st);
+  }
+  assert.equal(st.phase, 'paused');
+  const heldAt = st.iteration;
+  await new Promise((r) => setTimeout(r, 3000));
+  assert.equal((await status()).iteration, heldAt, 'no progress while paused');
+  await handle.signal('resume');
+  await handle.signal('stop');
+  const result = (await handle.result()) as TrainResult;
+  assert.equal(result.stoppedEarly, true);
+  assert.ok(result.iterations >= heldAt - 1 && result.iterations < 20);
+  const adapters = readdirSync(join(stack.checkpoints, 'grpo-signals')).filter((d) => /^v\d+$/.test(d));
+  assert.equal(adapters.length, result.adapterVersion, 'every finished iteration kept its adapter');
+});
