@@ -1,13 +1,43 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import type { BlobStore } from '../blob/store';
+import { BlobNotFoundError, type BlobStore } from '../blob/store';
+import type { LearnerBatchActivities } from './learner-batches';
+import {
+  collectPairs,
+  joinSnapshot,
+  pairsSummary,
+  type MctsPair,
+  type MctsPairsSummary,
+  type MctsSnapshot,
+  type MctsSnapshotChunk,
+  type NodeMeta,
+} from '../workflows/mcts';
+import type { Tree } from '../lib/mcts';
 
 /**
- * Blob writes of the MCTS search (control worker). The colocated sampler returns its completions inline;
- * the search keeps only references in its tree (and so in its snapshots and DPO pairs), so the texts go
- * to the blob store once, here. Content-addressed: a retried call writes nothing new and returns the same
- * references.
+ * Blob work of the MCTS search (control worker): what grows with the tree stays out of workflow payloads.
+ * - `storeCompletions`: the colocated sampler returns its completions inline; the tree keeps only their
+ *   references (content-addressed: a retried call writes nothing new and returns the same references).
+ * - `collectMctsPairs`: the step-level DPO pairs of a finished search, from its stored tree, as a blob.
+ * - `writeMctsDpoBatch`: the learner's DPO batch from those blobs, through `writeDpoBatch` (validated
+ *   against the learner's schema, references resolved).
  */
-export function createMctsStoreActivities(blobs: BlobStore) {
+
+/** A stored search tree (manifest + node chunks) from the blob store. */
+export async function loadMctsSnapshot(blobs: BlobStore, ref: string): Promise<{ snapshot: MctsSnapshot; tree: Tree; meta: NodeMeta[] }> {
+  const snapshot = await blobs.getJson<MctsSnapshot>(ref);
+  if (snapshot?.version !== 1 || !Array.isArray(snapshot.chunks)) throw new Error(`${ref} is not an MCTS tree snapshot`);
+  const chunks = await Promise.all(snapshot.chunks.map((c) => blobs.getJson<MctsSnapshotChunk>(c)));
+  return { snapshot, ...joinSnapshot(snapshot, chunks) };
+}
+
+function permanent(err: unknown, type: string): never {
+  if (err instanceof BlobNotFoundError || (err instanceof Error && !('code' in err))) {
+    throw ApplicationFailure.create({ message: (err as Error).message, type, nonRetryable: true });
+  }
+  throw err; // I/O trouble: let Temporal retry
+}
+
+export function createMctsStoreActivities(blobs: BlobStore, batches: Pick<LearnerBatchActivities, 'writeDpoBatch'>) {
   return {
     /** Stores each text as a `.txt` blob; `refs[i]` is the reference of `texts[i]`. */
     async storeCompletions(input: { texts: string[] }): Promise<{ refs: string[] }> {
@@ -17,6 +47,32 @@ export function createMctsStoreActivities(blobs: BlobStore) {
       const refs: string[] = [];
       for (const t of input.texts) refs.push(await blobs.put(t, 'txt'));
       return { refs };
+    },
+
+    /** The DPO pairs of the stored tree (its α and θ): summary plus a blob holding the `MctsPair[]`. */
+    async collectMctsPairs(input: { snapshot_ref: string }): Promise<MctsPairsSummary> {
+      const loaded = await loadMctsSnapshot(blobs, input.snapshot_ref).catch((err: unknown) => permanent(err, 'MctsSnapshotInvalid'));
+      const { snapshot, tree, meta } = loaded;
+      const pairs = collectPairs(tree, meta, snapshot.alpha, snapshot.pairThreshold);
+      return pairsSummary(pairs, pairs.length > 0 ? await blobs.putJson(pairs) : null);
+    },
+
+    /** One DPO batch from the pair blobs of an iteration's searches; returns the `batch_ref` for `update_dpo`. */
+    async writeMctsDpoBatch(input: { pairs_refs: string[] }): Promise<{ batch_ref: string; pairs: number }> {
+      const all: MctsPair[] = [];
+      for (const ref of input.pairs_refs ?? []) {
+        all.push(...(await blobs.getJson<MctsPair[]>(ref).catch((err: unknown) => permanent(err, 'BlobNotFound'))));
+      }
+      const batchRef = await batches.writeDpoBatch({
+        pairs: all.map((p) => ({
+          prompt_ref: p.prompt_ref,
+          chosen_ref: p.chosen_ref,
+          rejected_ref: p.rejected_ref,
+          ref_chosen_logprob: p.ref_chosen_logprob,
+          ref_rejected_logprob: p.ref_rejected_logprob,
+        })),
+      });
+      return { batch_ref: batchRef, pairs: all.length };
     },
   };
 }

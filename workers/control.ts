@@ -34,7 +34,7 @@ async function main() {
       ...createMetricsActivities(haloHome()),
       ...adapterActivities,
       ...createCriticActivities(blobs),
-      ...createMctsStoreActivities(blobs),
+      ...createMctsStoreActivities(blobs, batches),
       ...createMctsMetricsActivities(haloHome()),
     },
     shutdownGraceTime: '10s',

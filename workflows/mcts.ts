@@ -25,6 +25,11 @@
  * carrying only that reference, the simulation count and a few numbers; the tree never travels as
  * workflow input.
  *
+ * At the end the tree is stored once more and the step-level DPO pairs (explored siblings whose composite
+ * Q differ by at least mcts.pairThreshold; chosen = higher Q; the parent's prompt, both completions and,
+ * where the colocated sampler gave them, reference log-probs logged at collection time) are computed from
+ * it by an activity and stored as a blob: the result carries their reference and summary only.
+ *
  * `trainMcts` (one per run, id = mcts.runId) mirrors `trainGrpo`: per iteration one search per task as
  * child workflows, the DPO pairs of all searches → `writeDpoBatch` → learner `update_dpo` (adapter
  * v<N> of the run, the `qwen3vl_mcts` adapter) → into vLLM when serving from one → optional greedy
@@ -172,7 +177,11 @@ export interface MctsCounters {
   seconds: { restore: number; sample: number; critic: number; step: number; total: number };
 }
 
-/** The blob behind `snapshotRef`. */
+/**
+ * The blob behind `snapshotRef`: everything but the nodes, which are in chunks of SNAPSHOT_CHUNK_NODES
+ * (`MctsSnapshotChunk` blobs), so no single payload between the workflow and the blob store grows with
+ * the tree (Temporal warns above 256 KB per payload and refuses 2 MB; a node is ~0.5–1 KB).
+ */
 export interface MctsSnapshot {
   version: 1;
   runId: string;
@@ -182,9 +191,29 @@ export interface MctsSnapshot {
   pairThreshold: number;
   goal: string;
   simulations: number;
-  tree: Tree;
-  meta: NodeMeta[];
   counters: MctsCounters;
+  nodeCount: number;
+  nextId: number;
+  chunks: string[];
+}
+
+/** Nodes `from .. from + nodes.length - 1` and their meta. */
+export interface MctsSnapshotChunk {
+  from: number;
+  nodes: Tree['nodes'];
+  meta: NodeMeta[];
+}
+
+export const SNAPSHOT_CHUNK_NODES = 200;
+
+/** The DPO pairs of a finished search: stored as a blob (`MctsPair[]`), summarised here. */
+export interface MctsPairsSummary {
+  /** Blob holding the `MctsPair[]`; null when there are none. */
+  ref: string | null;
+  count: number;
+  meanAbsDeltaQ: number | null;
+  /** Pairs that carry the sampler's reference log-probs. */
+  withRefLogprobs: number;
 }
 
 /** A step-level DPO pair in the learner's batch-request format (references only), plus where it came from. */
@@ -218,8 +247,7 @@ export interface MctsSearchResult {
   simulations: number;
   stats: TreeStats;
   bestPath: BestPathView;
-  pairs: MctsPair[];
-  meanAbsDeltaQ: number | null;
+  pairs: MctsPairsSummary;
   counters: MctsCounters;
   /** The final tree (`MctsSnapshot`), for `halo mcts tree` after the workers are gone. */
   snapshotRef: string;
@@ -343,6 +371,36 @@ export function collectPairs(tree: Tree, meta: readonly NodeMeta[], alpha: numbe
 export function meanAbsDeltaQ(pairs: readonly { delta_q: number }[]): number | null {
   if (pairs.length === 0) return null;
   return pairs.reduce((s, p) => s + Math.abs(p.delta_q), 0) / pairs.length;
+}
+
+/** The tree's nodes and meta in chunks of `size` nodes, in id order. */
+export function snapshotChunks(tree: Tree, meta: readonly NodeMeta[], size = SNAPSHOT_CHUNK_NODES): MctsSnapshotChunk[] {
+  const out: MctsSnapshotChunk[] = [];
+  for (let from = 0; from < tree.nodes.length; from += size) {
+    out.push({ from, nodes: tree.nodes.slice(from, from + size), meta: Array.from({ length: Math.min(size, tree.nodes.length - from) }, (_, i) => meta[from + i] ?? {}) });
+  }
+  return out;
+}
+
+/** The tree and meta back from a snapshot's chunks (in the manifest's order); throws when they do not fit together. */
+export function joinSnapshot(snap: Pick<MctsSnapshot, 'nodeCount' | 'nextId'>, chunks: readonly MctsSnapshotChunk[]): { tree: Tree; meta: NodeMeta[] } {
+  const nodes: Tree['nodes'] = [];
+  const meta: NodeMeta[] = [];
+  for (const c of chunks) {
+    if (c.from !== nodes.length || c.nodes.length !== c.meta.length) {
+      throw new Error(`MCTS snapshot chunk starting at node ${c.from} does not follow node ${nodes.length - 1}`);
+    }
+    nodes.push(...c.nodes);
+    meta.push(...c.meta);
+  }
+  if (nodes.length !== snap.nodeCount || snap.nextId !== nodes.length || nodes.some((n, i) => n.id !== i)) {
+    throw new Error(`MCTS snapshot is inconsistent: ${nodes.length} nodes in its chunks, manifest says ${snap.nodeCount} (nextId ${snap.nextId})`);
+  }
+  return { tree: { nodes, nextId: snap.nextId }, meta };
+}
+
+export function pairsSummary(pairs: readonly MctsPair[], ref: string | null): MctsPairsSummary {
+  return { ref, count: pairs.length, meanAbsDeltaQ: meanAbsDeltaQ(pairs), withRefLogprobs: pairs.filter((p) => p.ref_chosen_logprob !== null).length };
 }
 
 export function bestPathView(tree: Tree, alpha: number): BestPathView {
@@ -504,10 +562,12 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
   const retry: RetryPolicy = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: policy.maxAttempts };
   const quick = (summary: string) =>
     proxyActivities<ControlActivities & MctsStoreActivities>({ summary, startToCloseTimeout: '30s', retry });
+  // The model clients time out on their own (timeoutMs); the margin covers blob reads and writes, and bounds
+  // how long a call that died with its worker waits before it is retried.
   const policyCall = (summary: string) =>
-    proxyActivities<ControlActivities>({ summary, startToCloseTimeout: policy.timeoutMs + 30_000, retry });
+    proxyActivities<ControlActivities>({ summary, startToCloseTimeout: policy.timeoutMs + 10_000, retry });
   const criticCall = (summary: string, critic: CriticConfig) =>
-    proxyActivities<CriticActivities>({ summary, startToCloseTimeout: critic.timeoutMs + 30_000, retry });
+    proxyActivities<CriticActivities>({ summary, startToCloseTimeout: critic.timeoutMs + 10_000, retry });
   const opener = (summary: string) =>
     proxyActivities<SessionActivities>({
       summary,
@@ -544,11 +604,14 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 
   // ---- load the tree ----
   if (input.state) {
-    const snap = (await quick(`load tree snapshot (${input.state.simulations}/${P.numSimulations} simulations)`).loadJson({
-      ref: input.state.snapshotRef,
-    })) as MctsSnapshot;
-    tree = snap.tree;
-    meta = snap.meta;
+    const load = quick(`load tree snapshot (${input.state.simulations}/${P.numSimulations} simulations, ${input.state.stats.nodes} nodes)`);
+    const snap = (await load.loadJson({ ref: input.state.snapshotRef })) as MctsSnapshot;
+    const chunks = (await Promise.all(snap.chunks.map((ref) => load.loadJson({ ref })))) as MctsSnapshotChunk[];
+    try {
+      ({ tree, meta } = joinSnapshot(snap, chunks));
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable(`${(err as Error).message} (${input.state.snapshotRef})`, 'MctsSnapshotMismatch');
+    }
     counters = snap.counters;
     goal = snap.goal;
     if (snap.simulations !== simulations) {
@@ -836,6 +899,8 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 
   async function snapshot(summary: string): Promise<string> {
     await flushCloses();
+    const store = quick(summary);
+    const chunks = await Promise.all(snapshotChunks(T, meta).map(async (c) => (await store.storeJson({ value: c })).ref));
     const snap: MctsSnapshot = {
       version: 1,
       runId: input.runId,
@@ -845,11 +910,12 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       pairThreshold: P.pairThreshold,
       goal,
       simulations,
-      tree: T,
-      meta,
       counters,
+      nodeCount: T.nodes.length,
+      nextId: T.nextId,
+      chunks,
     };
-    const { ref } = await quick(summary).storeJson({ value: snap });
+    const { ref } = await store.storeJson({ value: snap });
     return ref;
   }
 
@@ -867,8 +933,9 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
   }
 
   phase = 'done';
-  const pairs = collectPairs(T, meta, P.alpha, P.pairThreshold);
-  const snapshotRef = await snapshot(`final tree: ${simulations} simulations, ${treeStats(T).nodes} nodes, ${pairs.length} DPO pairs`);
+  const snapshotRef = await snapshot(`final tree: ${simulations} simulations, ${treeStats(T).nodes} nodes`);
+  // The pairs are computed from the stored tree and stored next to it (their number grows with the tree).
+  const pairs = await quick(`DPO pairs from siblings with |ΔQ| ≥ ${P.pairThreshold}`).collectMctsPairs({ snapshot_ref: snapshotRef });
   return {
     workflowId: info.workflowId,
     task,
@@ -877,7 +944,6 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     stats: treeStats(T),
     bestPath: bestPathView(T, P.alpha),
     pairs,
-    meanAbsDeltaQ: meanAbsDeltaQ(pairs),
     counters,
     snapshotRef,
     runs,
@@ -962,16 +1028,17 @@ export function mctsIterationMetrics(input: {
   seconds: Record<string, number>;
 }): MctsIterationMetrics {
   const s = input.searches;
-  const pairs = s.flatMap((r) => r.pairs);
   const sum = (f: (r: (typeof s)[number]) => number) => s.reduce((a, r) => a + f(r), 0);
+  const pairs = sum((r) => r.pairs.count);
+  const sumAbsDeltaQ = sum((r) => (r.pairs.meanAbsDeltaQ ?? 0) * r.pairs.count);
   return {
     searches: s.length,
     simulations: sum((r) => r.simulations),
     nodes: sum((r) => r.stats.nodes),
     best_path_success_rate: s.length ? s.filter((r) => r.bestPath.success).length / s.length : 0,
-    pairs: pairs.length,
-    mean_abs_delta_q: meanAbsDeltaQ(pairs),
-    pairs_with_ref_logprobs: pairs.filter((p) => p.ref_chosen_logprob !== null).length,
+    pairs,
+    mean_abs_delta_q: pairs > 0 ? sumAbsDeltaQ / pairs : null,
+    pairs_with_ref_logprobs: sum((r) => r.pairs.withRefLogprobs),
     dpo_loss: input.update?.loss ?? null,
     reward_margin: input.update?.reward_margin ?? null,
     accuracy: input.update ? Math.min(1, Math.max(0, input.update.accuracy)) : null,
@@ -998,7 +1065,7 @@ const seconds = (t0: number) => (new Date().getTime() - t0) / 1000;
  */
 export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult> {
   const info = workflowInfo();
-  const control = proxyActivities<ControlActivities & LearnerBatchActivities & MctsMetricsActivities & AdapterActivities>({
+  const control = proxyActivities<ControlActivities & LearnerBatchActivities & MctsStoreActivities & MctsMetricsActivities & AdapterActivities>({
     startToCloseTimeout: '10m',
     retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 },
   });
@@ -1097,28 +1164,22 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   phaseSeconds.search = seconds(t0);
 
   // 2. Step-level DPO on all pairs of the iteration: adapter v<N>.
-  const pairs = results.flatMap((r) => r.pairs);
+  const pairRefs = results.flatMap((r) => (r.pairs.ref && r.pairs.count > 0 ? [r.pairs.ref] : []));
+  const pairCount = results.reduce((n, r) => n + r.pairs.count, 0);
   let version = state.adapterVersion;
   let update: { loss: number; reward_margin: number; accuracy: number; grad_norm: number } | null = null;
-  if (pairs.length > 0) {
+  if (pairCount > 0) {
     phase = 'update';
     t0 = new Date().getTime();
-    const batchRef = await control.writeDpoBatch({
-      pairs: pairs.map((p) => ({
-        prompt_ref: p.prompt_ref,
-        chosen_ref: p.chosen_ref,
-        rejected_ref: p.rejected_ref,
-        ref_chosen_logprob: p.ref_chosen_logprob,
-        ref_rejected_logprob: p.ref_rejected_logprob,
-      })),
-    });
+    // writeDpoBatch (validated against the learner's schema) over the searches' pair blobs.
+    const { batch_ref: batchRef } = await control.writeMctsDpoBatch({ pairs_refs: pairRefs });
     phaseSeconds.batch = seconds(t0);
     t0 = new Date().getTime();
     const next = version + 1;
     const out = await learnerActivities({
       taskQueue: gpuTaskQueue,
       heartbeatTimeout: learnerHeartbeatTimeoutMs,
-      summary: `update_dpo ${runId} v${next} (${pairs.length} pairs)`,
+      summary: `update_dpo ${runId} v${next} (${pairCount} pairs)`,
     }).updateDpo({
       run_id: runId,
       version: next,

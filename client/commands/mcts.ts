@@ -7,13 +7,13 @@ import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/mcts';
 import { describeAction, type AgentAction } from '../../lib/actions';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
 import { MCTS_METRICS_FILE } from '../../activities/mcts-metrics';
+import { loadMctsSnapshot } from '../../activities/mcts-store';
 import type { MctsIterationMetrics } from '../../activities/mcts-metrics';
 import {
   bestPathView,
   collectPairs,
   searchWorkflowId,
   type MctsSearchResult,
-  type MctsSnapshot,
   type MctsTreeView,
   type TrainMctsResult,
   type TrainMctsStatus,
@@ -140,7 +140,7 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
     if (d.status.name !== 'COMPLETED') throw err;
   }
   const result = (await handle.result()) as MctsSearchResult;
-  const snap = await blobs.getJson<MctsSnapshot>(result.snapshotRef);
+  const { snapshot: snap, tree, meta } = await loadMctsSnapshot(blobs, result.snapshotRef);
   const alpha = snap.alpha;
   return {
     status: d.status.name,
@@ -148,7 +148,7 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
     phase: 'done',
     simulations: snap.simulations,
     numSimulations: snap.simulations,
-    stats: treeStats(snap.tree),
+    stats: treeStats(tree),
     runs: result.runs,
     runId: snap.runId,
     iteration: snap.iteration,
@@ -156,10 +156,10 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
     goal: snap.goal,
     alpha,
     pairThreshold: snap.pairThreshold,
-    tree: snap.tree,
-    meta: snap.meta,
-    bestPath: bestPathView(snap.tree, alpha),
-    pairs: result.pairs.length,
+    tree,
+    meta,
+    bestPath: bestPathView(tree, alpha),
+    pairs: result.pairs.count,
     counters: snap.counters,
   };
 }

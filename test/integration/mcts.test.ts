@@ -11,7 +11,10 @@ import { getNode } from '../../lib/mcts';
 import { parseMctsMetricsJsonl } from '../../activities/mcts-metrics';
 import { register as registerMcts, startOrAttachMcts } from '../../client/commands/mcts';
 import { temporalBinary } from '../../client/processes';
-import type { MctsSearchResult, MctsTreeView, TrainMctsResult } from '../../workflows/mcts';
+import type { MctsPair, MctsProgress, MctsSearchResult, MctsTreeView, TrainMctsResult } from '../../workflows/mcts';
+import { BlobStore } from '../../blob/store';
+import { startBranchingPolicyServer } from '../../bench/mcts-sims';
+import { mctsParams, type MctsSearchInput } from '../../workflows/mcts';
 import { startFakeCriticServer, type FakeCriticServer } from '../helpers/fake-critic-server';
 import { startTestStack, type TestStack } from '../helpers/stack';
 
@@ -55,6 +58,25 @@ async function waitForStarted(workflowId: string, types: string[], timeoutMs: nu
   return false;
 }
 
+/** The run ids of a workflow's continue-as-new chain, oldest first. */
+async function chainRuns(workflowId: string): Promise<string[]> {
+  const runs: { runId: string; start: number }[] = [];
+  for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push({ runId: w.runId, start: w.startTime.getTime() });
+  return runs.sort((a, b) => a.start - b.start).map((r) => r.runId);
+}
+
+/** With HALO_RECORD_MCTS_HISTORY=<dir>: `temporal workflow show --output json` of one run into `<dir>/<workflowId>.<label>.json`. */
+function recordHistory(workflowId: string, runId: string, label: string): void {
+  const out = process.env.HALO_RECORD_MCTS_HISTORY;
+  if (!out) return;
+  const json = execFileSync(
+    temporalBinary(),
+    ['workflow', 'show', '--address', stack.address, '--namespace', stack.namespace, '--workflow-id', workflowId, '--run-id', runId, '--output', 'json'],
+    { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 },
+  );
+  writeFileSync(join(out, `${workflowId}.${label}.json`), json);
+}
+
 function config(runId: string): HaloConfig {
   return parseConfig({
     temporal: { address: stack.address, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
@@ -76,7 +98,7 @@ function config(runId: string): HaloConfig {
   });
 }
 
-test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers: tree intact, 6 simulations exactly, DPO pairs, adapter v1 once', async () => {
+test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers: tree intact, 6 simulations exactly, DPO pairs, adapter v1 once', async (t) => {
   const runId = 'mcts-test';
   const searchId = `${runId}-it1-click-button`;
   const cfg = config(runId);
@@ -120,6 +142,7 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   }
   for (const s of samples) assert.equal(s.visits, s.simulations, 'root visits = simulations (each backed up once)');
   const search = (await stack.client.workflow.getHandle(searchId).result()) as MctsSearchResult;
+  t.diagnostic(`killed the control worker during ${during}; tree: ${JSON.stringify(search.stats)}; counters: ${JSON.stringify(search.counters)}; ${search.pairs.count} pairs`);
   assert.equal(search.simulations, 6);
   assert.equal(search.stats.totalVisits, 6, 'the root was visited once per simulation, no simulation counted twice');
   assert.ok(search.runs >= 3, `continued as new with a snapshot (${search.runs} runs)`);
@@ -128,8 +151,11 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   assert.ok(search.counters.candidates >= 3);
 
   // DPO pairs (the critic's ranking separates siblings), the update wrote v1 and only v1.
-  assert.ok(search.pairs.length > 0, 'DPO pairs were collected');
-  for (const p of search.pairs) {
+  assert.ok(search.pairs.count > 0 && search.pairs.ref, 'DPO pairs were collected');
+  const blobs = new BlobStore(join(stack.home, 'blobs'));
+  const pairs = await blobs.getJson<MctsPair[]>(search.pairs.ref!);
+  assert.equal(pairs.length, search.pairs.count);
+  for (const p of pairs) {
     assert.ok(p.delta_q >= 0.1 - 1e-9);
     assert.match(p.prompt_ref, /^sha256:[0-9a-f]{64}\.json$/);
     assert.notEqual(p.chosen_ref, p.rejected_ref);
@@ -138,31 +164,20 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   assert.deepEqual(readdirSync(join(stack.checkpoints, runId)).sort(), ['v1']);
   const lines = parseMctsMetricsJsonl(readFileSync(join(stack.home, runId, 'mcts-metrics.jsonl'), 'utf8'));
   assert.deepEqual(lines.map((l) => l.iteration), [1]);
-  assert.equal(lines[0].pairs, search.pairs.length);
+  assert.equal(lines[0].pairs, search.pairs.count);
   assert.equal(lines[0].adapter_version, 1);
   assert.equal(lines[0].simulations, 6);
   assert.ok(lines[0].mean_abs_delta_q! >= 0.1 - 1e-9);
   assert.ok(Number.isFinite(lines[0].dpo_loss));
 
-  // Every run of the search's continue-as-new chain replays against the current code.
-  const runs: { runId: string; start: number }[] = [];
-  for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${searchId}'` })) runs.push({ runId: w.runId, start: w.startTime.getTime() });
-  runs.sort((a, b) => a.start - b.start);
+  // Every run of the search's continue-as-new chain replays against the current code; HALO_RECORD_MCTS_HISTORY=<dir>
+  // records the first one (worker kills, root expansion, continue-as-new) as a fixture for test/integration/replay.test.ts.
+  const runs = await chainRuns(searchId);
   assert.equal(runs.length, search.runs);
   for (const r of runs) {
-    const history = await stack.client.workflow.getHandle(searchId, r.runId).fetchHistory();
-    await Worker.runReplayHistory({ workflowsPath: require.resolve('../../workflows') }, history, searchId);
+    await Worker.runReplayHistory({ workflowsPath: require.resolve('../../workflows') }, await stack.client.workflow.getHandle(searchId, r).fetchHistory(), searchId);
   }
-  // HALO_RECORD_MCTS_HISTORY=<dir>: record the first run (kills, root expansion, continue-as-new) as a fixture.
-  const out = process.env.HALO_RECORD_MCTS_HISTORY;
-  if (out) {
-    const json = execFileSync(
-      temporalBinary(),
-      ['workflow', 'show', '--address', stack.address, '--namespace', stack.namespace, '--workflow-id', searchId, '--run-id', runs[0].runId, '--output', 'json'],
-      { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 },
-    );
-    writeFileSync(join(out, `${searchId}.chaos-first-run.json`), json);
-  }
+  recordHistory(searchId, runs[0], 'chaos-first-run');
 
   // `halo mcts tree RUN TASK --json`, in process (the command module as the CLI registers it).
   const printed: string[] = [];
@@ -179,5 +194,124 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   assert.equal(view.workflowId, searchId);
   assert.equal(view.simulations, 6);
   assert.equal(view.tree.nodes.length, search.stats.nodes);
-  assert.equal(view.pairList.length, search.pairs.length);
+  assert.equal(view.pairList.length, search.pairs.count);
+  assert.deepEqual(view.pairList, pairs);
+});
+
+/** Samples the `tree` query every 100 ms until stopped; returns the samples. */
+function sampleTree(workflowId: string) {
+  const samples: { nodes: number; simulations: number; visits: number }[] = [];
+  let on = true;
+  const done = (async () => {
+    while (on) {
+      const v = await stack.client.workflow
+        .getHandle(workflowId)
+        .query<MctsTreeView>('tree')
+        .catch(() => undefined);
+      if (v) samples.push({ nodes: v.stats.nodes, simulations: v.simulations, visits: v.tree ? getNode(v.tree, 0).visits : v.stats.totalVisits });
+      await sleep(100);
+    }
+  })();
+  return {
+    samples,
+    async stop() {
+      on = false;
+      await done;
+      return samples;
+    },
+  };
+}
+
+/** Waits until the search has done `sims` simulations and only browser activities are running (none of the control worker's). */
+async function waitForBrowserOnly(workflowId: string, sims: number, types: string[], timeoutMs = 120_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const h = stack.client.workflow.getHandle(workflowId);
+    const p = await h.query<MctsProgress>('progress').catch(() => undefined);
+    if (p && p.simulations >= sims) {
+      const d = await h.describe().catch(() => undefined);
+      const pending = d?.raw.pendingActivities ?? [];
+      const names = pending.map((a) => a.activityType?.name ?? '');
+      if (pending.some((a) => types.includes(a.activityType?.name ?? '') && a.state === 2) && names.every((n) => ['startSession', 'stepSession', 'closeSession'].includes(n))) return;
+    }
+    await sleep(30);
+  }
+  throw new Error(`${workflowId} did not reach simulation ${sims} with a browser activity running within ${timeoutMs / 1000}s`);
+}
+
+test('a deeper search (branching scripted policy): control worker SIGKILL in a continued run, browser worker SIGKILL mid-step; tree intact, simulations exact', async (t) => {
+  const policy = await startBranchingPolicyServer();
+  const searchId = 'mcts-deep-search';
+  try {
+    const cfg = parseConfig({
+      policy: { backend: 'openai', baseUrl: policy.url, model: 'scripted', maxTokens: 64, timeoutMs: 5_000 },
+      mcts: {
+        numSimulations: 9,
+        maxChildren: 3,
+        maxDepth: 4,
+        continueAsNewEvery: 3,
+        critic: { backend: 'openai', baseUrl: critic.url, model: 'fake-critic', timeoutMs: 5_000 },
+      },
+    });
+    const input: MctsSearchInput = {
+      runId: 'mcts-deep',
+      task: { env: 'miniwob', task: 'enter-text', seed: 2 },
+      params: mctsParams(cfg),
+      policy: cfg.policy,
+      adapterVersion: 0,
+      browserTaskQueue: stack.browserQueue,
+      gpuTaskQueue: stack.gpuQueue,
+      learnerHeartbeatTimeoutMs: 10_000,
+      maxSessionRebuilds: 5,
+      sessionStartTimeoutMs: 4_000,
+      heartbeatTimeoutMs: 3_000,
+    };
+    const handle = await stack.client.workflow.start('mctsSearch', { taskQueue: stack.controlQueue, workflowId: searchId, args: [input] });
+    const sampler = sampleTree(searchId);
+
+    // 1. The control worker dies in the second run (its tree came from a snapshot) while a browser activity runs.
+    await waitForBrowserOnly(searchId, 4, ['startSession', 'stepSession']);
+    const before = await handle.query<MctsTreeView>('tree');
+    await kill(stack.workers.find((w) => alive(w) && isControl(w))!);
+    await stack.startWorker('control');
+    // 2. The browser worker dies in the middle of a step (the simulation's session is lost and rebuilt).
+    await waitForBrowserOnly(searchId, 6, ['stepSession']);
+    await kill(stack.workers.find((w) => alive(w) && isBrowser(w))!);
+    await stack.startWorker('browser');
+
+    const res = (await handle.result()) as MctsSearchResult;
+    const samples = await sampler.stop();
+    t.diagnostic(`tree: ${JSON.stringify(res.stats)}; counters: ${JSON.stringify(res.counters)}; ${res.pairs.count} pairs; ${samples.length} tree samples`);
+    assert.equal(res.simulations, 9);
+    assert.equal(res.stats.totalVisits, 9, 'root visits = simulations: none lost, none counted twice');
+    assert.equal(res.runs, 3, 'continued as new after simulations 3 and 6');
+    assert.ok(res.stats.maxDepth >= 2, `a deeper tree (depth ${res.stats.maxDepth})`);
+    assert.ok(res.counters.browserSteps >= 9);
+    assert.ok(samples.length > 5);
+    for (let i = 1; i < samples.length; i++) {
+      assert.ok(samples[i].nodes >= samples[i - 1].nodes, `node count dropped: ${JSON.stringify(samples.slice(i - 1, i + 1))}`);
+      assert.ok(samples[i].simulations >= samples[i - 1].simulations);
+    }
+    // The tree as it was before the control worker died is a prefix of the final one: same nodes, same actions.
+    const final = await handle.query<MctsTreeView>('tree');
+    const beforeTree = before.tree!;
+    const finalTree = final.tree!;
+    for (const n of beforeTree.nodes) {
+      const f = finalTree.nodes[n.id];
+      assert.deepEqual([f.parent, f.actionKey, f.depth], [n.parent, n.actionKey, n.depth]);
+      assert.ok(f.visits >= n.visits);
+    }
+    assert.equal(res.pairs.count > 0, res.pairs.ref !== null);
+    if (res.pairs.count > 0) assert.ok(res.pairs.meanAbsDeltaQ! >= 0.1 - 1e-9);
+
+    // Every run of the chain replays against the current code; HALO_RECORD_MCTS_HISTORY=<dir> records them.
+    const runs = await chainRuns(searchId);
+    assert.equal(runs.length, 3);
+    for (const [i, r] of runs.entries()) {
+      await Worker.runReplayHistory({ workflowsPath: require.resolve('../../workflows') }, await stack.client.workflow.getHandle(searchId, r).fetchHistory(), searchId);
+      recordHistory(searchId, r, `run${i + 1}-of-3`);
+    }
+  } finally {
+    await policy.close();
+  }
 });

@@ -1,0 +1,262 @@
+import { Command, Option } from 'commander';
+import { WorkflowIdConflictPolicy } from '@temporalio/client';
+import { existsSync, writeFileSync } from 'node:fs';
+import { findMiniwobHtml } from '../env/miniwob-server';
+import { listMiniwobTasks } from '../env/miniwob-tasks';
+import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
+import { join } from 'node:path';
+import { loadConfigFile } from '../lib/config-file';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import type { EpisodeResult } from '../lib/episode-types';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { REPO_ROOT } from './processes';
+import { connectClient, down, stackStatus, up } from './stack';
+import { followTrain, runStatus, startOrAttachTrain } from './train';
+import { register as registerEval } from './commands/eval';
+import { register as registerRuns } from './commands/runs';
+import { register as registerView } from './commands/view';
+import { register as registerReport } from './commands/report';
+import { register as registerConfigDoc } from './commands/config-doc';
+import { BlobStore } from '../blob/store';
+import { episodeInput } from './episode-input';
+import { register as registerMcts } from './commands/mcts';
+
+const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
+
+function loadConfig(path: string | undefined): HaloConfig {
+  if (path) return loadConfigFile(path);
+  return existsSync(DEFAULT_CONFIG) ? loadConfigFile(DEFAULT_CONFIG) : parseConfig({});
+}
+
+const num = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, got ${JSON.stringify(v)}`);
+  return n;
+};
+
+const program = new Command('halo')
+  .description('HALO-Agent: durable online RL for a vision-language browser agent')
+  .option('-c, --config <file>', 'config file (YAML)', undefined)
+  .showHelpAfterError();
+
+program
+  .command('up')
+  .description('start the local stack (Temporal dev server, control and browser workers) and wait until it is healthy')
+  .option('--json', 'print the stack status as JSON')
+  .action(async (opts: { json?: boolean }) => {
+    const cfg = loadConfig(program.opts().config);
+    const st = await up(cfg, (m) => !opts.json && console.error(`halo: ${m}`));
+    if (opts.json) console.log(JSON.stringify(st));
+    else {
+      console.log(`stack is up: Temporal ${st.address} (namespace ${st.namespace})${st.uiUrl ? `, UI ${st.uiUrl}` : ''}`);
+      console.log(`logs: ${join(st.home, 'logs')}`);
+    }
+  });
+
+program
+  .command('down')
+  .description('stop the local stack gracefully (workers first, then Temporal); state stays on disk')
+  .action(async () => {
+    const cfg = loadConfig(program.opts().config);
+    await down(cfg, (m) => console.error(`halo: ${m}`));
+    console.log('stack is down');
+  });
+
+program
+  .command('episode')
+  .description('run one durable episode and print its result')
+  .addOption(new Option('--env <env>', 'environment').choices(['miniwob', 'real']))
+  .option('--task <task>', 'task name, e.g. click-button')
+  .option('--seed <n>', 'task seed', num('seed'))
+  .option('--max-steps <n>', 'step cap', num('max-steps'))
+  .option('--policy-url <url>', 'OpenAI-compatible base URL of the policy (vLLM), e.g. http://127.0.0.1:8000/v1')
+  .option('--model <name>', 'model or LoRA adapter name served there')
+  .option('--temperature <t>', 'sampling temperature', num('temperature'))
+  .option('--id <workflowId>', 'workflow id (running it again with the same id attaches to the episode)')
+  .option('--json', 'print the result as JSON only')
+  .action(async (opts) => {
+    const base = loadConfig(program.opts().config);
+    const cfg = parseConfig({
+      ...base,
+      // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
+      policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
+      episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
+    }, 'command line');
+    const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));
+    const home = stackStatus(cfg).home;
+    const out = { ...result, trajectoryPath: new BlobStore(join(home, 'blobs')).pathOf(result.trajectoryRef) };
+    if (opts.json) console.log(JSON.stringify(out));
+    else {
+      console.log(
+        `${result.success ? 'success' : 'failure'}: reward ${result.reward}, ${result.steps} steps, action validity ${(result.actionValidity * 100).toFixed(0)}%`,
+      );
+      console.log(`workflow ${result.workflowId}; trajectory ${out.trajectoryPath}`);
+    }
+  });
+
+program
+  .command('train')
+  .description('start a GRPO training run (or attach to it if the run id exists) and show its progress')
+  .option('--run-id <id>', 'run id (default: train.runId of the config)')
+  .option('--detach', 'return as soon as the run is started')
+  .option('--json', 'print the final result as JSON')
+  .action(async (opts: { runId?: string; detach?: boolean; json?: boolean }) => {
+    const base = loadConfig(program.opts().config);
+    const cfg = parseConfig({ ...base, train: { ...base.train, ...defined({ runId: opts.runId }) } }, 'command line');
+    const { client, connection } = await connectClient(cfg);
+    try {
+      const { handle, attached } = await startOrAttachTrain(client, cfg);
+      console.error(`halo: ${attached ? 'attached to' : 'started'} run ${cfg.train.runId} (workflow id ${cfg.train.runId}, queue ${cfg.temporal.controlTaskQueue})`);
+      if (opts.detach) {
+        if (opts.json) console.log(JSON.stringify({ runId: cfg.train.runId, attached }));
+        return;
+      }
+      const result = await followTrain(handle, (line) => !opts.json && console.error(line));
+      const home = stackStatus(cfg).home;
+      const where = { metrics: join(home, cfg.train.runId, 'metrics.jsonl'), adapters: join(REPO_ROOT, 'checkpoints', cfg.train.runId), ui: stackStatus(cfg).uiUrl };
+      if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
+      else {
+        console.log(`run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+        console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}${where.ui ? `\nUI:       ${where.ui}/namespaces/${stackStatus(cfg).namespace}/workflows/${result.runId}` : ''}`);
+      }
+    } finally {
+      await connection.close();
+    }
+  });
+
+program
+  .command('status')
+  .description("a run's state and its latest metrics")
+  .argument('<run>', 'run id')
+  .option('--json', 'print JSON')
+  .action(async (run: string, opts: { json?: boolean }) => {
+    const cfg = loadConfig(program.opts().config);
+    const { client, connection } = await connectClient(cfg);
+    try {
+      const st = await runStatus(client, run, stackStatus(cfg).home);
+      if (opts.json) console.log(JSON.stringify(st));
+      else {
+        console.log(`run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`);
+        if (st.latest) console.log(`latest: iteration ${st.latest.iteration} · mean reward ${st.latest.mean_reward.toFixed(3)} · success ${(st.latest.success_rate * 100).toFixed(0)}% · validity ${(st.latest.action_validity * 100).toFixed(0)}% · loss ${st.latest.loss}`);
+      }
+    } finally {
+      await connection.close();
+    }
+  });
+
+for (const [name, help] of [
+  ['pause', 'pause a run before its next iteration'],
+  ['stop', 'stop a run gracefully: the current iteration finishes and its adapter is kept'],
+] as const) {
+  program
+    .command(name)
+    .description(help)
+    .argument('<run>', 'run id')
+    .action(async (run: string) => {
+      const cfg = loadConfig(program.opts().config);
+      const { client, connection } = await connectClient(cfg);
+      try {
+        await client.workflow.getHandle(run).signal(name);
+        console.log(`${name} sent to run ${run}`);
+      } finally {
+        await connection.close();
+      }
+    });
+}
+
+const tasks = program
+  .command('tasks')
+  .description('list the tasks of an environment (REAL v2 from the installed agisdk, MiniWoB++ from the installed miniwob)')
+  .addOption(new Option('--env <env>', 'environment').choices(['real', 'miniwob']).default('real'))
+  .option('--json', 'print JSON')
+  .action((opts: { env: 'real' | 'miniwob'; json?: boolean }) => {
+    if (opts.env === 'miniwob') {
+      const names = listMiniwobTasks(findMiniwobHtml());
+      if (opts.json) console.log(JSON.stringify(names));
+      else console.log(`${names.length} MiniWoB++ tasks\n${names.join('\n')}`);
+      return;
+    }
+    const bySite = realTasksBySite();
+    if (opts.json) {
+      console.log(JSON.stringify(registrySnapshot()));
+      return;
+    }
+    const total = Object.values(bySite).reduce((n, t) => n + t.length, 0);
+    console.log(`${total} REAL v2 tasks in ${Object.keys(bySite).length} sites`);
+    for (const [site, list] of Object.entries(bySite).sort(([a], [b]) => a.localeCompare(b))) {
+      console.log(`\n${site} (${list.length})`);
+      for (const t of list) console.log(`  ${t.id.padEnd(16)} ${t.scorable ? '' : '[unscorable: ' + (t.unscorableReason ?? 'empty eval script') + '] '}${clipLine(t.goal, 100)}`);
+    }
+  });
+
+tasks
+  .command('snapshot')
+  .description('write the REAL v2 registry (id, goal, site, start URL, eval script and its sha256) so a run can pin what it trained on')
+  .requiredOption('--out <file>', 'output JSON file')
+  .action((opts: { out: string }) => {
+    const snap = registrySnapshot();
+    writeFileSync(opts.out, JSON.stringify(snap, null, 2) + '\n');
+    console.log(`wrote ${snap.tasks.length} tasks (agisdk ${snap.agisdk_version}) to ${opts.out}`);
+  });
+
+function clipLine(s: string, n: number): string {
+  const one = s.replace(/\s+/g, ' ');
+  return one.length <= n ? one : one.slice(0, n - 1) + '…';
+}
+
+function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined, progress?: (m: string) => void): Promise<EpisodeResult> {
+  const { client, connection } = await connectClient(cfg);
+  try {
+    const input = episodeInput(cfg);
+    const id = workflowId ?? `episode-${input.task.env}-${input.task.task}-s${input.task.seed}-${Date.now().toString(36)}`;
+    const handle = await client.workflow.start('episode', {
+      taskQueue: cfg.temporal.controlTaskQueue,
+      workflowId: id,
+      args: [input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+      staticSummary: `${input.task.env}/${input.task.task} seed ${input.task.seed} · ${cfg.policy.model}`,
+      typedSearchAttributes: [
+        { key: KIND, value: 'episode' },
+        { key: TASK, value: `${input.task.env}/${input.task.task}` },
+        { key: RUN_ID, value: id },
+        { key: MODE, value: 'policy' },
+      ],
+    });
+    progress?.(`episode ${id} started; watch it at the Temporal UI (workflow id ${id})`);
+    let shown = 0;
+    const timer = progress
+      ? setInterval(async () => {
+          try {
+            const p = await handle.query<{ steps: { step: number; action: { type: string }; reward: number; url: string }[] }>('episodeProgress');
+            for (; shown < p.steps.length; shown++) {
+              const s = p.steps[shown];
+              progress(`  step ${s.step}: ${s.action.type} → reward ${s.reward}`);
+            }
+          } catch {
+            /* no worker answered the query yet */
+          }
+        }, 1000)
+      : undefined;
+    try {
+      return (await handle.result()) as EpisodeResult;
+    } finally {
+      if (timer) clearInterval(timer);
+    }
+  } finally {
+    await connection.close();
+  }
+}
+
+registerEval(program, { loadConfig });
+registerRuns(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc]) register(program, { loadConfig });
+
+registerMcts(program, { loadConfig: (p?: string) => loadConfig(p) });
+program.parseAsync(process.argv).catch((err: Error) => {
+  console.error(`halo: ${err.message}`);
+  process.exit(err instanceof ConfigError ? 2 : 1);
+});
