@@ -2,8 +2,8 @@ import { Command, Option } from 'commander';
 import { WorkflowIdConflictPolicy } from '@temporalio/client';
 import { existsSync, writeFileSync } from 'node:fs';
 import { findMiniwobHtml } from '../env/miniwob-server';
-import { listMiniwobTasks } from '../env/miniwob-tasks';
-import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
+import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
+import { getRealTask, realTasksBySite, registrySnapshot } from '../env/real-tasks';
 import { join } from 'node:path';
 import { loadConfigFile } from '../lib/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
@@ -102,6 +102,7 @@ program
   .action(async (opts: { runId?: string; detach?: boolean; json?: boolean }) => {
     const base = loadConfig(program.opts().config);
     const cfg = parseConfig({ ...base, train: { ...base.train, ...defined({ runId: opts.runId }) } }, 'command line');
+    assertTrainTasks(cfg);
     const { client, connection } = await connectClient(cfg);
     try {
       const { handle, attached } = await startOrAttachTrain(client, cfg);
@@ -201,6 +202,24 @@ tasks
 function clipLine(s: string, n: number): string {
   const one = s.replace(/\s+/g, ' ');
   return one.length <= n ? one : one.slice(0, n - 1) + '…';
+}
+
+/** Every task the run will use exists (and is scorable): checked before anything starts. */
+function assertTrainTasks(cfg: HaloConfig): void {
+  const names = [...cfg.train.tasks, ...cfg.train.heldOutTasks];
+  try {
+    if (cfg.episode.env === 'real') {
+      for (const id of names) {
+        const t = getRealTask(id);
+        if (!t.scorable) throw new ConfigError(`REAL task ${id} is unscorable (its eval script is empty)`);
+      }
+    } else {
+      const known = listMiniwobTasks(findMiniwobHtml());
+      for (const name of names) assertMiniwobTask(name, known);
+    }
+  } catch (err) {
+    throw new ConfigError(`train.tasks / train.heldOutTasks: ${(err as Error).message}`);
+  }
 }
 
 function defined<T extends Record<string, unknown>>(o: T): Partial<T> {

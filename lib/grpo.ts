@@ -267,6 +267,8 @@ export interface IterationMetrics {
   seconds: Record<string, number>;
   num_groups: number;
   num_episodes: number;
+  /** Greedy evaluation on held-out tasks, on the iterations that ran one. */
+  eval?: { success_rate: number; mean_return: number; episodes: number };
 }
 
 /**

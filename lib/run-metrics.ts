@@ -60,6 +60,8 @@ export const IterationMetricsSchema = z.object({
   seconds: z.record(z.string(), finite.min(0)),
   num_groups: int.min(0),
   num_episodes: int.min(0),
+  /** Greedy evaluation on held-out tasks, on the iterations that ran one (train.evalEvery). */
+  eval: z.object({ success_rate: fraction, mean_return: finite, episodes: int.min(0) }).optional(),
 });
 
 export const MetricsLineSchema = z.object({

@@ -251,6 +251,25 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     update: { loss: update.loss, grad_norm: update.grad_norm, version: update.version, tokens: update.tokens },
     phaseSeconds,
   });
+  // 6. Greedy evaluation on held-out tasks every K iterations, with the adapter just written.
+  if (t.evalEvery > 0 && it % t.evalEvery === 0 && t.heldOutTasks.length > 0) {
+    phase = 'evaluation';
+    t0 = new Date().getTime();
+    const evals: EpisodeResult[] = await pool(pickTasks(t.heldOutTasks, t.heldOutTasks.length, `${runId}-eval`, it), t.parallelism, (p, j) =>
+      executeChild(episode, {
+        workflowId: `${runId}-it${it}-eval${j}`,
+        taskQueue: cfg.temporal.controlTaskQueue,
+        args: [{ ...episodeBase(p), policy: { ...cfg.policy, temperature: 0, n: 1 }, adapterVersion: version, grouping: undefined, mode: 'grpo-eval' }],
+        staticSummary: `${runId} iteration ${it} greedy evaluation: ${cfg.episode.env}/${p.task}`,
+      }),
+    );
+    metrics.eval = {
+      success_rate: evals.filter((e) => e.success).length / evals.length,
+      mean_return: evals.reduce((s, e) => s + e.shapedReturn, 0) / evals.length,
+      episodes: evals.length,
+    };
+    metrics.seconds = { ...metrics.seconds, eval: seconds(t0) };
+  }
   lastMetrics = metrics;
   await control.appendIterationMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString() });
   const zeroStdHistory = [...state.zeroStdHistory, metrics.frac_reward_zero_std].slice(-10);

@@ -2,7 +2,10 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { parseConfig } from '../../lib/config';
+import { temporalBinary } from '../../client/processes';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
@@ -34,6 +37,8 @@ function config(runId: string, iterations: number) {
       numGenerations: 2,
       learningRate: 1e-3,
       gpuTaskQueue: stack.gpuQueue,
+      heldOutTasks: ['enter-text'],
+      evalEvery: 2,
     },
   });
 }
@@ -59,6 +64,8 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
     assert.ok(l.action_validity >= 0 && l.action_validity <= 1);
   }
   assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2]);
+  assert.equal(lines[0].eval, undefined);
+  assert.equal(lines[1].eval?.episodes, 1, 'greedy evaluation on the held-out task every 2 iterations');
 
   // After it finished, starting it again still attaches (no second run).
   const late = await startOrAttachTrain(stack.client, cfg);
@@ -72,7 +79,7 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
   const listed = await listRuns(stack.client, { kind: 'train', mode: 'grpo' });
   assert.deepEqual(listed.map((r) => [r.workflowId, r.status]), [['grpo-test', 'COMPLETED']]);
   const eps = await listEpisodes(stack.client, 'grpo-test');
-  assert.deepEqual(eps.map((e) => e.workflowId).sort(), ['grpo-test-it1-ep0', 'grpo-test-it2-ep0']);
+  assert.deepEqual(eps.map((e) => e.workflowId).sort(), ['grpo-test-it1-ep0', 'grpo-test-it2-ep0', 'grpo-test-it2-eval0']);
 });
 
 test('an invalid config fails before anything starts, naming the field', async () => {
@@ -108,4 +115,20 @@ test('pause holds the run between iterations, resume continues, stop ends it gra
   assert.ok(result.iterations >= heldAt - 1 && result.iterations < 20);
   const adapters = readdirSync(join(stack.checkpoints, 'grpo-signals')).filter((d) => /^v\d+$/.test(d));
   assert.equal(adapters.length, result.adapterVersion, 'every finished iteration kept its adapter');
+});
+
+test("the README's `temporal workflow start --type trainGrpo` form starts a run", async () => {
+  const input = JSON.stringify({
+    config: {
+      temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+      policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 16 },
+      episode: { env: 'miniwob', maxSteps: 1 },
+      train: { runId: 'cli-grpo', iterations: 1, episodesPerIteration: 1, tasks: ['click-button'], numGenerations: 2, gpuTaskQueue: stack.gpuQueue },
+    },
+  });
+  const { stdout } = await promisify(execFile)(temporalBinary(), [
+    'workflow', 'execute', '--address', stack.address, '--type', 'trainGrpo', '--task-queue', stack.controlQueue,
+    '--workflow-id', 'cli-grpo', '--input', input, '--output', 'json',
+  ], { timeout: 240_000, maxBuffer: 1 << 24 });
+  assert.match(stdout, /"adapterVersion":\s*1/);
 });
