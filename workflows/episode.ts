@@ -4,6 +4,7 @@ import {
   CancellationScope,
   TimeoutFailure,
   proxyActivities,
+  patched,
   setCurrentDetails,
   upsertSearchAttributes,
   workflowInfo,
@@ -99,6 +100,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
 
   const steps: StepRecord[] = [];
   const groups: StepGroup[] = [];
+  const backgroundCloses: Promise<void>[] = [];
   const actionPath: Action[] = [];
   let sessionRebuilds = 0;
   setHandler(episodeProgressQuery, () => ({ step: steps.length, steps, sessionRebuilds }));
@@ -264,7 +266,11 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       closing.push(closeQuietly(session));
       session = picked.fork;
     }
-    await Promise.all(closing);
+    // Not awaited here: a session on a worker that died would hold the episode for the schedule-to-start
+    // timeout. The closes finish in the background and the episode waits for them only at its end.
+    // Episodes started before this change awaited them here; patched() keeps their histories replayable.
+    if (patched('background-session-closes')) backgroundCloses.push(...closing);
+    else await Promise.all(closing);
     return { chosen, out: 'out' in picked ? picked.out : undefined, invalid: 'invalid' in picked ? picked.invalid : undefined };
   }
 
@@ -342,7 +348,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     }
   } catch (err) {
     // Also when the episode is cancelled: the page must not outlive it.
-    await CancellationScope.nonCancellable(() => closeQuietly());
+    await CancellationScope.nonCancellable(() => Promise.all([closeQuietly(), ...backgroundCloses]));
     throw err;
   }
 
@@ -366,6 +372,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       reason,
     }),
     closeQuietly(),
+    ...backgroundCloses,
   ]);
   return {
     workflowId: info.workflowId,
