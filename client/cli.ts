@@ -17,6 +17,7 @@ import { register as registerRuns } from './commands/runs';
 import { register as registerView } from './commands/view';
 import { register as registerReport } from './commands/report';
 import { register as registerConfigDoc } from './commands/config-doc';
+import { register as registerMcts } from './commands/mcts';
 import { BlobStore } from '../blob/store';
 import { episodeInput } from './episode-input';
 
@@ -271,7 +272,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
-for (const register of [registerView, registerReport, registerConfigDoc]) register(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc, registerMcts]) register(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

@@ -134,7 +134,7 @@ test('halo tasks lists the 121 REAL v2 tasks by site; tasks snapshot pins each e
 test('every command has --help; a wrong argument is a clear error with a non-zero exit', async () => {
   const { stdout } = await halo('--help');
   const commands = [...stdout.matchAll(/^  ([a-z-]+)(?: |$)/gm)].map((m) => m[1]).filter((c) => c !== 'help');
-  for (const expected of ['up', 'down', 'episode', 'train', 'status', 'pause', 'resume', 'stop', 'tasks', 'eval', 'runs', 'episodes']) {
+  for (const expected of ['up', 'down', 'episode', 'train', 'status', 'pause', 'resume', 'stop', 'tasks', 'eval', 'runs', 'episodes', 'mcts', 'view', 'report']) {
     assert.ok(commands.includes(expected), `${expected} is listed in --help: ${commands.join(' ')}`);
   }
   for (const c of commands) {
