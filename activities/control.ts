@@ -1,10 +1,10 @@
 import { Context } from '@temporalio/activity';
-import type OpenAI from 'openai';
 import { BlobStore } from '../blob/store';
 import { clip } from '../lib/actions';
 import { parseAction } from '../lib/parse';
-import { buildPrompt, type PromptMessage } from '../lib/prompt';
+import { buildPrompt } from '../lib/prompt';
 import type { SampleInput, SampleResult, StepResultBlob, TrajectoryInput } from '../lib/episode-types';
+import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
 
 const PREVIEW_CHARS = 200;
@@ -20,22 +20,6 @@ function activitySignal(): AbortSignal | undefined {
 
 /** Activities of the control worker: policy sampling and trajectory records (I/O that is not a browser). */
 export function createControlActivities(blobs: BlobStore) {
-  async function toOpenAiMessages(messages: PromptMessage[]): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
-    const out: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [];
-    for (const m of messages) {
-      if (m.role === 'system') {
-        out.push({ role: 'system', content: m.content.map((p) => (p.type === 'text' ? p.text : '')).join('\n') });
-        continue;
-      }
-      const parts: OpenAI.Chat.Completions.ChatCompletionContentPart[] = [];
-      for (const p of m.content) {
-        if (p.type === 'text') parts.push({ type: 'text', text: p.text });
-        else parts.push({ type: 'image_url', image_url: { url: `data:image/png;base64,${(await blobs.get(p.ref)).toString('base64')}` } });
-      }
-      out.push({ role: 'user', content: parts });
-    }
-    return out;
-  }
 
   return {
     /** A JSON value into the blob store (e.g. a run's config, so continue-as-new carries a reference). */
@@ -61,7 +45,7 @@ export function createControlActivities(blobs: BlobStore) {
       const promptRef = await blobs.putJson(prompt);
       const { completions, model } = await chatCompletions(
         input.policy,
-        await toOpenAiMessages(prompt),
+        await toOpenAiMessages(blobs, prompt),
         activitySignal(),
       );
       const candidates = [];

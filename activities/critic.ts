@@ -1,9 +1,8 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import type OpenAI from 'openai';
 import { BlobStore } from '../blob/store';
 import { buildCriticPrompt, parseCriticAnswer, rankToPriors } from '../lib/critic';
 import { policySchema, type PolicyConfig } from '../lib/config';
-import type { PromptMessage } from '../lib/prompt';
+import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
 
 /** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
@@ -52,11 +51,6 @@ function activitySignal(): AbortSignal | undefined {
   }
 }
 
-function mimeOf(ref: string): string {
-  const ext = ref.slice(ref.lastIndexOf('.') + 1);
-  return ext === 'jpg' || ext === 'jpeg' ? 'image/jpeg' : ext === 'webp' ? 'image/webp' : 'image/png';
-}
-
 /** The critic as a policy-client config (n = 1), validated by the policy schema; a bad config is permanent. */
 function asPolicyConfig(critic: CriticConfig): PolicyConfig {
   const parsed = policySchema.safeParse({
@@ -95,22 +89,6 @@ function asCriticFailure(err: unknown): unknown {
 
 /** Activities of the AI critic (Agent Q's self-critique): rank a state's candidate actions and value the state. */
 export function createCriticActivities(blobs: BlobStore) {
-  async function toOpenAiMessages(messages: PromptMessage[]): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
-    const out: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [];
-    for (const m of messages) {
-      if (m.role === 'system') {
-        out.push({ role: 'system', content: m.content.map((p) => (p.type === 'text' ? p.text : '')).join('\n') });
-        continue;
-      }
-      const parts: OpenAI.Chat.Completions.ChatCompletionContentPart[] = [];
-      for (const p of m.content) {
-        if (p.type === 'text') parts.push({ type: 'text', text: p.text });
-        else parts.push({ type: 'image_url', image_url: { url: `data:${mimeOf(p.ref)};base64,${(await blobs.get(p.ref)).toString('base64')}` } });
-      }
-      out.push({ role: 'user', content: parts });
-    }
-    return out;
-  }
 
   return {
     /**
@@ -129,7 +107,7 @@ export function createCriticActivities(blobs: BlobStore) {
       const { goal, url, step, screenshotRef } = input.observation;
       const prompt = buildCriticPrompt({ goal, url, step, screenshotRef, axtree }, input.candidates);
       const promptRef = await blobs.putJson(prompt);
-      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(prompt), activitySignal()).catch(
+      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
         (err: unknown) => {
           throw asCriticFailure(err);
         },
