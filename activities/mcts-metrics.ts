@@ -1,8 +1,6 @@
-import { ApplicationFailure } from '@temporalio/activity';
-import { mkdir, open, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { z } from 'zod';
-import { RunIdSchema, runIdProblem } from '../lib/run-metrics';
+import { RunIdSchema } from '../lib/run-metrics';
+import { createIterationLog } from './iteration-log';
 
 /**
  * The MCTS run's metrics file, `<runsRoot>/<run_id>/mcts-metrics.jsonl` (control worker): one JSON line per
@@ -125,98 +123,22 @@ export interface AppendMctsMetricsInput {
 }
 
 export function createMctsMetricsActivities(runsRoot: string) {
-  const queues = new Map<string, Promise<unknown>>();
-  function serialised<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const prev = queues.get(key) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => undefined);
-    queues.set(key, tail);
-    void tail.then(() => {
-      if (queues.get(key) === tail) queues.delete(key);
-    });
-    return next;
-  }
-
-  function fileOf(runId: unknown): string {
-    const problem = runIdProblem(runId);
-    if (problem !== null) throw ApplicationFailure.create({ message: problem, type: 'InvalidRunId', nonRetryable: true });
-    return join(runsRoot, runId as string, MCTS_METRICS_FILE);
-  }
-
-  async function readOrEmpty(path: string): Promise<Buffer> {
-    try {
-      return await readFile(path);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return Buffer.alloc(0);
-      throw err;
-    }
-  }
-
-  function parse(text: string, path: string): MctsMetricsLine[] {
-    try {
-      return parseMctsMetricsJsonl(text, path);
-    } catch (err) {
-      if (err instanceof MctsMetricsParseError) {
-        throw ApplicationFailure.create({ message: err.message, type: 'InvalidMetricsFile', nonRetryable: true });
-      }
-      throw err;
-    }
-  }
-
+  const log = createIterationLog<MctsMetricsLine>(runsRoot, {
+    fileName: MCTS_METRICS_FILE,
+    what: 'MCTS metrics',
+    schema: MctsMetricsLineSchema,
+    parseJsonl: parseMctsMetricsJsonl,
+    parseLine: parseMctsMetricsLine,
+    isParseError: (err) => err instanceof MctsMetricsParseError,
+  });
   return {
-    /** Appends the iteration's line unless the file already has one for that iteration. */
+    /** Appends the iteration's line unless the file already has one for that iteration (exactly once). */
     async appendMctsMetrics(input: AppendMctsMetricsInput): Promise<{ appended: boolean }> {
-      const path = fileOf(input?.run_id);
-      const parsed = MctsMetricsLineSchema.safeParse({
-        run_id: input.run_id,
-        iteration: input.iteration,
-        time: input.time ?? new Date().toISOString(),
-        ...input.metrics,
-      });
-      if (!parsed.success) {
-        throw ApplicationFailure.create({ message: `invalid MCTS metrics: ${issues(parsed.error)}`, type: 'InvalidMetrics', nonRetryable: true });
-      }
-      const line = parsed.data;
-      return serialised(path, async () => {
-        await mkdir(join(runsRoot, line.run_id), { recursive: true });
-        const buf = await readOrEmpty(path);
-        const completeLen = buf.lastIndexOf(0x0a) + 1;
-        const existing = parse(buf.subarray(0, completeLen).toString('utf8'), path);
-        const fragment = buf.subarray(completeLen).toString('utf8');
-        let finished: MctsMetricsLine | null = null;
-        if (fragment.trim() !== '') {
-          try {
-            finished = parseMctsMetricsLine(fragment.trim(), 0);
-          } catch {
-            finished = null;
-          }
-        }
-        const known = finished ? [...existing, finished] : existing;
-        const fh = await open(path, 'a+');
-        try {
-          let prefix = '';
-          if (completeLen < buf.length) {
-            if (finished) prefix = '\n';
-            else await fh.truncate(completeLen);
-          }
-          if (known.some((l) => l.iteration === line.iteration)) {
-            if (prefix) await fh.write(prefix);
-            return { appended: false };
-          }
-          const bytes = Buffer.from(prefix + JSON.stringify(line) + '\n', 'utf8');
-          let off = 0;
-          while (off < bytes.length) off += (await fh.write(bytes, off, bytes.length - off)).bytesWritten;
-          await fh.datasync();
-          return { appended: true };
-        } finally {
-          await fh.close();
-        }
-      });
+      return log.append(input);
     },
 
     async readMctsMetrics(input: { run_id: string }): Promise<MctsMetricsLine[]> {
-      const path = fileOf(input?.run_id);
-      return parse((await readOrEmpty(path)).toString('utf8'), path);
+      return log.read(input?.run_id);
     },
   };
 }
