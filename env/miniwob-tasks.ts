@@ -1,3 +1,4 @@
+import { editDistance } from '../lib/text';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
@@ -33,20 +34,6 @@ export function listMiniwobTasks(htmlDir: string): string[] {
   const tasks = [...names].sort();
   cache.set(dir, tasks);
   return [...tasks];
-}
-
-function editDistance(a: string, b: string): number {
-  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let diag = prev[0];
-    prev[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const up = prev[j];
-      prev[j] = Math.min(prev[j] + 1, prev[j - 1] + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
-      diag = up;
-    }
-  }
-  return prev[b.length];
 }
 
 /** Up to `n` known task names closest to `name` (substring matches first, then by edit distance). */

@@ -1,3 +1,4 @@
+import { editDistance } from '../lib/text';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -282,20 +283,6 @@ export function realTasksBySite(registry: RealRegistry = loadRealRegistry()): Re
   const out: Record<string, RealTask[]> = {};
   for (const t of registry.tasks) (out[t.site] ??= []).push(t);
   return out;
-}
-
-function editDistance(a: string, b: string): number {
-  const prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let diag = prev[0];
-    prev[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const up = prev[j];
-      prev[j] = Math.min(prev[j] + 1, prev[j - 1] + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
-      diag = up;
-    }
-  }
-  return prev[b.length];
 }
 
 function normaliseId(id: string): string {

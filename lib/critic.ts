@@ -8,6 +8,7 @@
  * The critic's output is untrusted data: `parseCriticAnswer` never throws, and anything unusable becomes
  * a neutral verdict (ranking = identity, value 0.5) with `ok: false` and a reason, which callers count.
  */
+import { matchingBrace, stripCodeFence } from './text';
 import { clip } from './actions';
 import type { PromptMessage } from './prompt';
 
@@ -199,32 +200,6 @@ function extractObject(text: string): Obj {
     from = end;
   }
   return fail(firstError ?? 'no JSON object found');
-}
-
-function stripCodeFence(text: string): string {
-  if (text.length < 6 || !text.startsWith('```') || !text.endsWith('```')) return text;
-  const firstNewline = text.indexOf('\n');
-  if (firstNewline === -1 || firstNewline > text.length - 3) return text;
-  return text.slice(firstNewline + 1, text.length - 3).trim();
-}
-
-/** Index just past the `}` matching the `{` at `start` (string-aware), or -1. */
-function matchingBrace(text: string, start: number): number {
-  let depth = 0;
-  let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const c = text[i];
-    if (inString) {
-      if (c === '\\') i++;
-      else if (c === '"') inString = false;
-    } else if (c === '"') inString = true;
-    else if (c === '{') depth++;
-    else if (c === '}') {
-      depth--;
-      if (depth === 0) return i + 1;
-    }
-  }
-  return -1;
 }
 
 // ---------------------------------------------------------------------------

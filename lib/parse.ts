@@ -11,6 +11,7 @@
  *  2. A JSON object anywhere in the text (bare, in a ```json fence, or with prose),
  *     either in the same `{"name", "arguments"}` shape or flat: `{"action": "click", "x": 1, "y": 2}`.
  */
+import { matchingBrace, stripCodeFence } from './text';
 import type { z } from 'zod';
 import { actionSchema, clip, GRID_MAX, type AgentAction, type InvalidAction } from './actions';
 
@@ -166,38 +167,6 @@ function rejectNonObjectJson(text: string): void {
   }
   if (Array.isArray(value)) fail('JSON array at top level; expected a single action object');
   fail(`JSON ${kindOf(value)} at top level; expected an action object`);
-}
-
-/** "```json\n...\n```" -> "...". Done by hand: a lazy regex anchored at both ends can backtrack quadratically. */
-function stripCodeFence(text: string): string {
-  if (text.length < 6 || !text.startsWith('```') || !text.endsWith('```')) return text;
-  const firstNewline = text.indexOf('\n');
-  if (firstNewline === -1 || firstNewline > text.length - 3) return text;
-  return text.slice(firstNewline + 1, text.length - 3).trim();
-}
-
-/**
- * Index just past the `}` matching the `{` at `start`, or -1 if the text ends first.
- * String-aware (braces inside "..." and escaped quotes do not count), which a regex cannot do.
- */
-function matchingBrace(text: string, start: number): number {
-  let depth = 0;
-  let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const c = text[i];
-    if (inString) {
-      if (c === '\\') i++;
-      else if (c === '"') inString = false;
-    } else if (c === '"') {
-      inString = true;
-    } else if (c === '{') {
-      depth++;
-    } else if (c === '}') {
-      depth--;
-      if (depth === 0) return i + 1;
-    }
-  }
-  return -1;
 }
 
 /** JSON.parse, with its error message (which says where it failed) under `prefix`. */
