@@ -1,6 +1,6 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { BlobStore } from '../blob/store';
-import { buildCriticPrompt, parseCriticAnswer, rankToPriors } from '../lib/critic';
+import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors } from '../lib/critic';
 import { policySchema, type PolicyConfig } from '../lib/config';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
@@ -32,6 +32,25 @@ export interface CritiqueResult {
   /** priors[i]: candidate i's prior from its rank (rankToPriors). */
   priors: number[];
   /** False when the critic's answer was unusable: neutral ranking and value (count these). */
+  ok: boolean;
+  reason?: string;
+  promptRef: string;
+  completionRef: string;
+  model: string;
+  latencyMs: number;
+}
+
+export interface JudgeOutcomeInput {
+  critic: CriticConfig;
+  /** The final state. */
+  observation: CritiqueInput['observation'];
+  /** describeAction texts of the actions taken since the reset, in order. */
+  actions: string[];
+}
+
+export interface JudgeOutcomeResult {
+  /** The critic's probability that the goal was achieved, in [0, 1]; 0.5 when its answer was unusable. */
+  value: number;
   ok: boolean;
   reason?: string;
   promptRef: string;
@@ -121,6 +140,38 @@ export function createCriticActivities(blobs: BlobStore) {
         ranking: verdict.ranking,
         value: verdict.value,
         priors: rankToPriors(verdict.ranking),
+        ok: verdict.ok,
+        ...(reason !== undefined ? { reason } : {}),
+        promptRef,
+        completionRef,
+        model,
+        latencyMs: Date.now() - t0,
+      };
+    },
+
+    /**
+     * Asks the critic whether an ended episode achieved its goal (test-time search values ended states this
+     * way instead of reading the environment's success). Errors and unusable answers as critiqueCandidates.
+     */
+    async judgeOutcome(input: JudgeOutcomeInput): Promise<JudgeOutcomeResult> {
+      const t0 = Date.now();
+      if (!Array.isArray(input.actions)) throw ApplicationFailure.nonRetryable('judgeOutcome needs the list of actions taken', 'CriticBadInput');
+      const config = asPolicyConfig(input.critic);
+      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
+      const { goal, url, step, screenshotRef } = input.observation;
+      const prompt = buildOutcomePrompt({ goal, url, step, screenshotRef, axtree }, input.actions);
+      const promptRef = await blobs.putJson(prompt);
+      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
+        (err: unknown) => {
+          throw asCriticFailure(err);
+        },
+      );
+      const { text, finishReason } = completions[0];
+      const completionRef = await blobs.put(text, 'txt');
+      const verdict = parseOutcomeAnswer(text);
+      const reason = !verdict.ok && finishReason === 'length' ? `${verdict.reason} (the answer hit max_tokens)` : verdict.reason;
+      return {
+        value: verdict.value,
         ok: verdict.ok,
         ...(reason !== undefined ? { reason } : {}),
         promptRef,

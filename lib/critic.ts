@@ -245,3 +245,73 @@ function kindOf(value: unknown): string {
   if (Array.isArray(value)) return 'array';
   return typeof value;
 }
+
+// ---------------------------------------------------------------------------
+// Outcome judgement (test-time search): was the goal achieved when the episode ended?
+// ---------------------------------------------------------------------------
+
+/** Header of the action list in the outcome prompt; test/helpers/fake-critic-server.ts tells the prompts apart by it. */
+export const ACTIONS_TAKEN_HEADER = 'Actions taken:';
+
+export function outcomeSystemPrompt(): string {
+  return [
+    'You are the critic of a web agent. The agent has ended its episode: it finished the task, sent its final',
+    'answer, or the page ended the task. You see a screenshot of the final page, its accessibility tree, the',
+    "agent's goal and the actions it took.",
+    'Estimate the probability (0.0 to 1.0) that the goal was achieved.',
+    '',
+    'Answer with only a JSON object, no other text, in this format:',
+    '{"value": 0.9}',
+  ].join('\n');
+}
+
+/** The outcome prompt: the final state and the action path, no candidates. */
+export function buildOutcomePrompt(obs: CriticObservation, actions: readonly string[]): PromptMessage[] {
+  const lines = [
+    `Goal: ${obs.goal}`,
+    `URL: ${obs.url}`,
+    '',
+    'Accessibility tree:',
+    obs.axtree || '(empty)',
+    '',
+    ACTIONS_TAKEN_HEADER,
+    ...(actions.length ? actions.map((a, i) => `${i + 1}. ${oneLine(a)}`) : ['(none)']),
+    '',
+    'Estimate the probability that the goal was achieved. Answer with the JSON object only.',
+  ];
+  return [
+    { role: 'system', content: [{ type: 'text', text: outcomeSystemPrompt() }] },
+    {
+      role: 'user',
+      content: [
+        { type: 'image', ref: obs.screenshotRef },
+        { type: 'text', text: lines.join('\n') },
+      ],
+    },
+  ];
+}
+
+export interface OutcomeVerdict {
+  /** Estimated probability that the goal was achieved, in [0, 1]; NEUTRAL_VALUE when unusable. */
+  value: number;
+  ok: boolean;
+  reason?: string;
+}
+
+/**
+ * Parses the critic's outcome answer. Never throws. Accepted: a JSON object with `value` (a JSON number in
+ * [0, 1]; other keys such as a `ranking` are ignored), found as parseCriticAnswer finds it. Anything else gives
+ * the neutral value with ok false and a reason.
+ */
+export function parseOutcomeAnswer(text: string): OutcomeVerdict {
+  try {
+    if (typeof text !== 'string') fail(`expected a string, got ${kindOf(text)}`);
+    if (text.length > MAX_CRITIC_OUTPUT_CHARS) fail(`output too long (${text.length} chars)`);
+    if (text.trim() === '') fail('empty output');
+    return { value: readValue(extractObject(stripThinking(text))), ok: true };
+  } catch (err) {
+    const reason =
+      err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
+    return { value: NEUTRAL_VALUE, ok: false, reason: clip(reason, MAX_REASON_CHARS) };
+  }
+}

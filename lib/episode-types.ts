@@ -1,3 +1,4 @@
+import type { MctsParams } from './mcts-params';
 import type { AgentAction, Action } from './actions';
 import type { PolicyConfig } from './config';
 import type { RewardBreakdown, RewardState } from './rewards/types';
@@ -145,6 +146,12 @@ export interface EpisodeInput {
   envOptions?: EnvOptions;
   /** GRPO step grouping: at each state, N candidates each executed from that state in a forked session. */
   grouping?: { n: number; choose: 'best' | 'sampled' };
+  /**
+   * Test-time MCTS (Agent Q at inference): before every step an `mctsSearch` child workflow searches from the
+   * current state (its action path as the root) and the episode plays the search's decision at the root.
+   * The search values ended states by self-evaluation, never by the environment's success.
+   */
+  search?: { params: MctsParams };
   /** Colocated policy: the adapter version the learner samples with (0 = base model). */
   adapterVersion?: number;
   gpuTaskQueue?: string;

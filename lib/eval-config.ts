@@ -3,9 +3,10 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from './config-error';
-import type { HaloConfig, PolicyConfig } from './config';
+import { mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
 import type { EvalNote, EvalSkip } from './eval-summary';
 import type { EvalModeName, EvalModePlan, EvaluateInput } from '../workflows/evaluate';
+import { criticParams, mctsParams, type MctsParams } from './mcts-params';
 
 /**
  * Eval config files (`halo eval --config FILE`, e.g. configs/eval-default.yaml): which modes run greedily on
@@ -70,9 +71,26 @@ export const qwenBaseModeSchema = qwenMode('qwen3vl_base', { run: 'base', versio
 export const qwenGrpoModeSchema = qwenMode('qwen3vl_grpo', { run: 'grpo-local', version: 'latest' });
 export const qwenMctsModeSchema = qwenMode('qwen3vl_mcts', { run: 'mcts-local', version: 'latest' }).extend({
   testTimeMcts: z
-    .strictObject({ simulations: z.number().int().min(1).max(10_000).default(16) })
+    .strictObject({
+      simulations: z.number().int().min(1).max(10_000).default(16).describe('simulations of the search before every step'),
+      maxChildren: z.number().int().min(1).max(32).optional().describe('K candidates per expanded state (default: mcts.maxChildren of the HALO config)'),
+      maxDepth: z
+        .number()
+        .int()
+        .min(1)
+        .max(200)
+        .optional()
+        .describe('search depth below the current state (default: mcts.maxDepth of the HALO config; never beyond the steps left)'),
+      // z.undefined first: the critic section's own defaults would otherwise fill in an absent one.
+      critic: z
+        .union([z.undefined(), mctsCriticSchema])
+        .optional()
+        .describe("the critic that ranks candidates and judges ended episodes (default: mcts.critic of the HALO config); { backend: none } searches without one"),
+    })
     .optional()
-    .describe('search at test time (recorded as not implemented until an mctsSearch workflow exists)'),
+    .describe(
+      "test-time MCTS (Agent Q at inference): before every step a search from the current state picks the action; UCB, value mode, temperature and critic come from the HALO config's mcts section, and ended states are judged by that critic (neutral 0.5 without one), never by the task's success signal",
+    ),
 });
 
 export const openaiBaselineModeSchema = z.strictObject({
@@ -195,8 +213,6 @@ export interface ResolveOptions {
   miniwobTasks?: readonly string[];
   /** REAL tasks by site: task ids are checked and site names expanded when given. */
   realSites?: Record<string, RealTaskInfo[]>;
-  /** Names of the workflows the control worker has (test-time MCTS runs only if `mctsSearch` is one). */
-  workflows?: readonly string[];
 }
 
 export function defaultCheckpoints(env: NodeJS.ProcessEnv = process.env): string {
@@ -338,15 +354,12 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
       version = m.adapter.version;
     }
     const adapterText = version === 0 ? 'base model (v0)' : `adapter ${run}/v${version}`;
+    let search: MctsParams | undefined;
     if (m.name === 'qwen3vl_mcts' && m.testTimeMcts) {
-      const available = (opts.workflows ?? []).includes('mctsSearch');
-      notes.push({
-        mode: labelOf,
-        note: available
-          ? `testTimeMcts (${m.testTimeMcts.simulations} simulations) requested, but evaluate does not call mctsSearch yet: ran greedy episodes with ${adapterText}`
-          : `testTimeMcts (${m.testTimeMcts.simulations} simulations) is not implemented yet: ran greedy episodes with ${adapterText}`,
-      });
+      search = testTimeSearchParams(base, m.testTimeMcts, `modes.${cfg.modes.indexOf(m)}.testTimeMcts`);
+      notes.push({ mode: labelOf, note: describeTestTimeSearch(search) });
     }
+    const searchText = search ? ` + test-time MCTS (${search.numSimulations} simulations per step)` : '';
     const runId = version === 0 ? cfg.runId : run;
     if (m.backend === 'colocated') {
       modes.push({
@@ -361,7 +374,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
         }),
         runId,
         adapterVersion: version,
-        describe: `colocated learner, ${adapterText}`,
+        describe: `colocated learner, ${adapterText}${searchText}`,
+        ...(search ? { search } : {}),
       });
     } else {
       // vLLM serves adapters by name (`<run>-v<N>`, see activities/adapters.ts); version 0 is the base model.
@@ -380,7 +394,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
         }),
         runId,
         adapterVersion: version,
-        describe: `${model} at ${m.baseUrl}`,
+        describe: `${model} at ${m.baseUrl}${searchText}`,
+        ...(search ? { search } : {}),
       });
     }
   }
@@ -405,4 +420,42 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
     rewardWeights: base.rewards,
     envOptions: { realRunId: base.real.runId, evaluateAtCap: base.real.evaluateAtCap },
   };
+}
+
+/**
+ * The search of a `testTimeMcts` mode: the HALO config's mcts section with the mode's budget, valuing ended
+ * states by self-evaluation. The sampling temperature stays the search's (greedy decoding would give K equal
+ * candidates); the episode itself plays the search's decision at each step.
+ */
+export function testTimeSearchParams(
+  base: HaloConfig,
+  t: { simulations: number; maxChildren?: number; maxDepth?: number; critic?: HaloConfig['mcts']['critic'] },
+  where = 'testTimeMcts',
+): MctsParams {
+  const p = mctsParams(base);
+  const critic = t.critic ? criticParams(t.critic) : p.critic;
+  if (!critic && p.valueMode === 'critic') {
+    throw new ConfigError(
+      `invalid eval config:\n  ${where}.critic: the search values states by the critic (mcts.valueMode of the HALO config) and needs one; configure a critic or set mcts.valueMode: rollout`,
+    );
+  }
+  return {
+    ...p,
+    numSimulations: t.simulations,
+    maxChildren: t.maxChildren ?? p.maxChildren,
+    maxDepth: t.maxDepth ?? p.maxDepth,
+    critic,
+    outcome: 'self-evaluation',
+  };
+}
+
+/** The summary's note on a test-time search: its budget and what judges an ended episode. */
+export function describeTestTimeSearch(p: MctsParams): string {
+  const judge = p.critic
+    ? `ended episodes are judged by the critic ${p.critic.model} at ${p.critic.baseUrl}`
+    : 'no critic (critic backend none): every ended episode counts 0.5, so the search only tells valid actions from unparseable ones and depth caps';
+  return (
+    `test-time MCTS: ${p.numSimulations} simulations before every step (K=${p.maxChildren}, depth ≤ ${p.maxDepth}, ` +
+    `value by ${p.valueMode}, temperature ${p.temperature}; depth also capped at the steps left); ${judge}; the task's success signal is never read by the search`
+  );
 }

@@ -9,8 +9,11 @@ import {
   upsertSearchAttributes,
   workflowInfo,
   defineQuery,
+  executeChild,
   setHandler,
 } from '@temporalio/workflow';
+// Type only: mcts.ts imports this module (trainMcts runs episodes), so the child is started by name.
+import type { mctsSearch, MctsSearchInput } from './mcts';
 import type { SessionActivities } from '../activities/session';
 import type { ControlActivities } from '../activities/control';
 import { clip, describeAction, isTerminal, isValidAction, type Action, type AgentAction } from '../lib/actions';
@@ -210,6 +213,52 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   }
 
   /**
+   * Test-time MCTS: an `mctsSearch` child searches from the current state (the action path so far is its
+   * root) with `search.params`, valuing ended states by self-evaluation; the step plays its root decision,
+   * recorded with the completion and prompt it came from. Depth is capped at the steps left.
+   */
+  async function searchStep(stepNo: number): Promise<Sampled> {
+    const params = input.search!.params;
+    const workflowId = `${info.workflowId}-search${stepNo}`;
+    const res = await executeChild<typeof mctsSearch>('mctsSearch', {
+      workflowId,
+      taskQueue: info.taskQueue,
+      staticSummary: `test-time MCTS for step ${stepNo} of ${label}: ${params.numSimulations} simulations from ${actionPath.length} actions`,
+      args: [
+        {
+          runId: input.runId ?? info.workflowId,
+          task,
+          params: { ...params, maxDepth: Math.max(1, Math.min(params.maxDepth, maxSteps - stepNo + 1)), outcome: 'self-evaluation' },
+          policy,
+          adapterVersion: input.adapterVersion ?? 0,
+          browserTaskQueue: input.browserTaskQueue,
+          gpuTaskQueue: input.gpuTaskQueue ?? 'gpu',
+          learnerHeartbeatTimeoutMs: input.learnerHeartbeatTimeoutMs ?? 60_000,
+          maxSessionRebuilds: maxRebuilds,
+          sessionStartTimeoutMs: startTimeoutMs,
+          heartbeatTimeoutMs,
+          ...(input.rewardWeights ? { rewardWeights: input.rewardWeights } : {}),
+          ...(input.envOptions ? { envOptions: input.envOptions } : {}),
+          rootPath: [...actionPath],
+        } satisfies MctsSearchInput,
+      ],
+    });
+    const d = res.decision;
+    // Every simulation starts by expanding the root, so a finished search always has a decision.
+    if (!d) throw ApplicationFailure.nonRetryable(`test-time search ${workflowId} ended without a decision at its root`, 'SearchFailed');
+    return {
+      promptRef: d.promptRef,
+      candidates: [
+        {
+          action: d.action,
+          preview: d.preview ?? '',
+          ...(d.completionRef ? { completionRef: d.completionRef } : {}),
+        },
+      ],
+    };
+  }
+
+  /**
    * Step grouping: every valid candidate runs from the current state in a session of its own (replaying the
    * action prefix), so each gets its shaped reward from the same state. The episode continues in the chosen
    * candidate's session; the others are closed.
@@ -283,7 +332,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       const last = steps.at(-1);
       const n = input.grouping?.n ?? policy.n;
       const sampleSummary = `sample step ${stepNo} (${policy.model}, n=${n})${last ? ` · last reward ${last.shaped.total}` : ''}`;
-      const sample = await sampleCandidates(n, sampleSummary);
+      const sample = input.search ? await searchStep(stepNo) : await sampleCandidates(n, sampleSummary);
       let chosen = 0;
       let stepOut: StepSessionResult | undefined;
       let invalidReward: ReturnType<typeof rewardForUnparsedOutput> | undefined;

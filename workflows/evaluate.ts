@@ -12,6 +12,7 @@ import {
 } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { PolicyConfig } from '../lib/config';
+import type { MctsParams } from '../lib/mcts-params';
 import type { EnvOptions, EpisodeInput, EpisodeResult } from '../lib/episode-types';
 import { summarizeEval, type EvalEpisodeRecord, type EvalNote, type EvalSkip, type EvalSummary } from '../lib/eval-summary';
 import type { RewardWeights } from '../lib/rewards/weights';
@@ -34,6 +35,8 @@ export interface EvalModePlan {
   adapterVersion: number;
   /** One line for the summary: which model / adapter this mode evaluated. */
   describe: string;
+  /** Test-time MCTS: every step of its episodes is chosen by a search with these parameters. */
+  search?: MctsParams;
 }
 
 export interface EvaluateInput {
@@ -155,6 +158,7 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
       mode: r.mode.label,
       ...(input.rewardWeights ? { rewardWeights: input.rewardWeights } : {}),
       ...(input.envOptions ? { envOptions: input.envOptions } : {}),
+      ...(r.mode.search ? { search: { params: r.mode.search } } : {}),
       ...(r.mode.backend === 'colocated'
         ? {
             adapterVersion: r.mode.adapterVersion,

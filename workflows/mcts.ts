@@ -82,6 +82,8 @@ import {
   type TreeStats,
 } from '../lib/mcts';
 import { parseAction } from '../lib/parse';
+import { NEUTRAL_VALUE } from '../lib/critic';
+import { mctsParams, type MctsParams } from '../lib/mcts-params';
 import type { RewardState } from '../lib/rewards/types';
 import { parseRewardWeights, type RewardWeights } from '../lib/rewards/weights';
 import { fnv1a32 } from '../lib/rewards/shaping';
@@ -94,21 +96,8 @@ import { pauseSignal, resumeSignal, stopSignal } from './train-grpo';
 // Types
 // ---------------------------------------------------------------------------------------------------
 
-/** The search's parameters (from `mcts:` of the config). */
-export interface MctsParams {
-  numSimulations: number;
-  ucbConstant: number;
-  maxChildren: number;
-  alpha: number;
-  pairThreshold: number;
-  maxDepth: number;
-  valueMode: 'rollout' | 'critic';
-  /** Sampling temperature of expansions and rollouts. */
-  temperature: number;
-  continueAsNewEvery: number;
-  /** null: no critic (neutral priors 0.5, no state values): search outcomes alone separate siblings. */
-  critic: CriticConfig | null;
-}
+export type { MctsParams } from '../lib/mcts-params';
+export { mctsParams } from '../lib/mcts-params';
 
 export interface MctsSearchInput {
   runId: string;
@@ -127,6 +116,11 @@ export interface MctsSearchInput {
   heartbeatTimeoutMs: number;
   rewardWeights?: RewardWeights;
   envOptions?: EnvOptions;
+  /**
+   * Actions already taken since the task's reset (test-time search inside an episode): the tree's root is
+   * the state they lead to, every restore replays them first, and tree depths count from there.
+   */
+  rootPath?: Action[];
   /** Present on continuation only. */
   state?: MctsSearchState;
 }
@@ -157,7 +151,7 @@ export interface NodeMeta {
   promptRef?: string;
   /** The critic's answer at this node's state was unusable (neutral verdict). */
   criticOk?: boolean;
-  /** Why the node is terminal: `success`, `failure`, `unparseable`, `depth cap`. */
+  /** Why the node is terminal: `success`, `failure` (environment outcomes), `ended, …` (self-evaluated), `unparseable`, `depth cap`. */
   outcome?: string;
   /** The environment's complaint when the action could not be applied (the state did not change). */
   actionError?: string;
@@ -240,6 +234,18 @@ export interface BestPathView {
   reward: number | null;
 }
 
+/** The search's decision at its root: the first action of the best path (what a test-time search plays). */
+export interface RootDecision {
+  nodeId: number;
+  action: AgentAction;
+  /** The completion that proposed it, and the prompt at the root it was sampled from. */
+  completionRef?: string;
+  preview?: string;
+  promptRef: string;
+  visits: number;
+  q: number;
+}
+
 export interface MctsSearchResult {
   workflowId: string;
   task: MctsSearchInput['task'];
@@ -252,6 +258,8 @@ export interface MctsSearchResult {
   /** The final tree (`MctsSnapshot`), for `halo mcts tree` after the workers are gone. */
   snapshotRef: string;
   runs: number;
+  /** The first step of the best path; null when the root was never expanded. */
+  decision?: RootDecision | null;
 }
 
 export interface MctsProgress {
@@ -415,6 +423,25 @@ export function bestPathView(tree: Tree, alpha: number): BestPathView {
   };
 }
 
+/** The best path's first node as the search's decision at the root (null when the root has no children). */
+export function rootDecision(tree: Tree, meta: readonly NodeMeta[], alpha: number): RootDecision | null {
+  const [first] = bestPath(tree, alpha);
+  if (first === undefined) return null;
+  const node = getNode(tree, first);
+  const m = meta[first] ?? {};
+  const promptRef = meta[0]?.promptRef;
+  if (!promptRef) return null;
+  return {
+    nodeId: first,
+    action: node.action as AgentAction,
+    ...(m.completionRef ? { completionRef: m.completionRef } : {}),
+    ...(m.preview !== undefined ? { preview: m.preview } : {}),
+    promptRef,
+    visits: node.visits,
+    q: round(compositeQ(node, alpha)),
+  };
+}
+
 /** The prompt's "previous actions" for a state reached by `path` (the last `historyLength`). */
 export function historyOf(path: readonly Action[], historyLength: number) {
   const from = Math.max(0, path.length - historyLength);
@@ -435,33 +462,6 @@ export function searchWorkflowId(runId: string, iteration: number, task: string)
 /** The task's seed in an iteration: derived from run id, iteration and task (deterministic). */
 export function searchSeed(runId: string, iteration: number, task: string): number {
   return parseInt(fnv1a32(`${runId}:${iteration}:${task}`), 16) % 100_000;
-}
-
-/** The search parameters from a validated config. */
-export function mctsParams(cfg: HaloConfig): MctsParams {
-  const m = cfg.mcts;
-  return {
-    numSimulations: m.numSimulations,
-    ucbConstant: m.ucbConstant,
-    maxChildren: m.maxChildren,
-    alpha: m.alpha,
-    pairThreshold: m.pairThreshold,
-    maxDepth: m.maxDepth,
-    valueMode: m.valueMode,
-    temperature: m.temperature,
-    continueAsNewEvery: m.continueAsNewEvery,
-    critic:
-      m.critic.backend === 'none'
-        ? null
-        : {
-            baseUrl: m.critic.baseUrl,
-            model: m.critic.model,
-            apiKeyEnv: m.critic.apiKeyEnv,
-            timeoutMs: m.critic.timeoutMs,
-            temperature: m.critic.temperature,
-            maxTokens: m.critic.maxTokens,
-          },
-  };
 }
 
 function treeObservation(o: EpisodeObservation): TreeObservation {
@@ -516,7 +516,8 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
   const info = workflowInfo();
   const P = input.params;
   const { task, policy } = input;
-  const label = `${task.env}/${task.task} seed ${task.seed}`;
+  const rootPath: Action[] = input.rootPath ?? [];
+  const label = `${task.env}/${task.task} seed ${task.seed}${rootPath.length ? ` after ${rootPath.length} actions` : ''}`;
   const rewardWeights = parseRewardWeights(input.rewardWeights ?? {});
 
   upsertSearchAttributes([
@@ -645,14 +646,14 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     const started = await timed('restore', () =>
       opener(summary).startSession({
         spec: task,
-        replay: path,
+        replay: [...rootPath, ...path],
         episodeId: `${info.workflowId}#${sim}`,
         rewardWeights,
         envOptions: input.envOptions,
       }),
     );
     counters.restores++;
-    counters.replayedActions += path.length;
+    counters.replayedActions += rootPath.length + path.length;
     if (!goal) goal = started.observation.goal;
     return { handle: started, path: [...path], observation: started.observation, rewardState: started.rewardState };
   }
@@ -663,7 +664,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     for (;;) {
       try {
         const out = await timed('step', () =>
-          onSession(s.handle, summary).stepSession({ sessionId: s.handle.sessionId, index: s.path.length, action, rewardState: s.rewardState }),
+          onSession(s.handle, summary).stepSession({ sessionId: s.handle.sessionId, index: rootPath.length + s.path.length, action, rewardState: s.rewardState }),
         );
         counters.browserSteps++;
         s.path.push(action);
@@ -696,8 +697,8 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 
   /** n candidates at the session's state. `keep`: store the completions (expansions) or not (rollouts). */
   async function sampleAt(s: SimSession, n: number, keep: boolean, summary: string): Promise<{ promptRef: string; candidates: Candidate[] }> {
-    const observation = promptObservation(s.observation, s.path.length);
-    const history = historyOf(s.path, policy.historyLength);
+    const observation = promptObservation(s.observation, rootPath.length + s.path.length);
+    const history = historyOf([...rootPath, ...s.path], policy.historyLength);
     return timed('sample', async () => {
       if (policy.backend === 'colocated') {
         const promptRef = await quick(`${summary}: prompt`).writePrompt({ observation, history, historyLength: policy.historyLength });
@@ -756,7 +757,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       const verdict = await timed('critic', () =>
         criticCall(`${tag} · critic ranks ${unique.length} candidates at node ${id}`, critic).critiqueCandidates({
           critic,
-          observation: { ...promptObservation(s.observation, s.path.length) },
+          observation: { ...promptObservation(s.observation, rootPath.length + s.path.length) },
           candidates: unique.map((c) => criticText(c.action, c.preview)),
         }),
       );
@@ -784,6 +785,26 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     return added;
   }
 
+  /**
+   * The value of a state where the episode ended (params.outcome): the environment's success (training), or
+   * the critic's judgement of the final page and the actions taken (test-time search; neutral without a critic).
+   */
+  async function endValue(s: SimSession, envSuccess: boolean, tag: string): Promise<{ value: number; outcome: string }> {
+    if (P.outcome !== 'self-evaluation') return { value: envSuccess ? 1 : 0, outcome: envSuccess ? 'success' : 'failure' };
+    if (!P.critic) return { value: NEUTRAL_VALUE, outcome: `ended, not judged (no critic): ${NEUTRAL_VALUE}` };
+    const critic = P.critic;
+    const verdict = await timed('critic', () =>
+      criticCall(`${tag} · critic judges the ended episode (${rootPath.length + s.path.length} actions)`, critic).judgeOutcome({
+        critic,
+        observation: promptObservation(s.observation, rootPath.length + s.path.length),
+        actions: [...rootPath, ...s.path].map((a) => describeAction(a)),
+      }),
+    );
+    counters.criticCalls++;
+    if (!verdict.ok) counters.criticFailures++;
+    return { value: verdict.value, outcome: `ended, critic's judgement ${round(verdict.value)}${verdict.ok ? '' : ' (unusable answer: neutral)'}` };
+  }
+
   /** Rollout with the policy from the session's state (node at `depth`) to a terminal state or maxDepth. */
   async function rollout(s: SimSession, from: number, ctx: SimContext): Promise<{ value: number; how: string }> {
     const { tag } = ctx;
@@ -799,7 +820,8 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       steps++;
       depth++;
       if (out.done || isTerminal(c.action)) {
-        return { value: out.success ? 1 : 0, how: `rollout: ${out.success ? 'success' : 'failure'} after ${steps} steps` };
+        const end = await endValue(s, out.success, tag);
+        return { value: end.value, how: `rollout: ${end.outcome} after ${steps} steps` };
       }
     }
     return { value: 0, how: `rollout: depth cap ${P.maxDepth} after ${steps} steps` };
@@ -815,10 +837,10 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     setObservation(T, id, treeObservation(s.observation));
     if (out.actionError) meta[id] = { ...meta[id], actionError: clip(out.actionError, 200) };
     if (out.done || isTerminal(action)) {
-      const reward = out.success ? 1 : 0;
-      markTerminal(T, id, reward);
-      meta[id] = { ...meta[id], outcome: out.success ? 'success' : 'failure' };
-      return { value: reward, how: `terminal: ${out.success ? 'success' : 'failure'}` };
+      const end = await endValue(s, out.success, tag);
+      markTerminal(T, id, end.value);
+      meta[id] = { ...meta[id], outcome: end.outcome };
+      return { value: end.value, how: `terminal: ${end.outcome}` };
     }
     if (node.depth >= P.maxDepth) {
       markTerminal(T, id, 0);
@@ -947,6 +969,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     counters,
     snapshotRef,
     runs,
+    decision: rootDecision(T, meta, P.alpha),
   };
 }
 

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { findMiniwobHtml } from '../../env/miniwob-server';
 import { listMiniwobTasks } from '../../env/miniwob-tasks';
@@ -67,22 +67,11 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
   return { realSites: sites };
 }
 
-/** Workflow names exported by workflows/index.ts (read as text: importing workflow code outside a worker is pointless). */
-function registeredWorkflows(): string[] {
-  try {
-    const src = readFileSync(join(REPO_ROOT, 'workflows', 'index.ts'), 'utf8');
-    return [...src.matchAll(/export\s*\{([^}]*)\}/g)].flatMap((m) => m[1].split(',').map((n) => n.trim().split(/\s+as\s+/).pop()!.trim())).filter(Boolean);
-  } catch {
-    return [];
-  }
-}
-
 /** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
 export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'>): EvaluateInput {
   return resolveEvalPlan(cfg, opts.base, {
     env: opts.env,
     checkpoints: opts.checkpoints,
-    workflows: registeredWorkflows(),
     ...taskRegistries(cfg),
   });
 }

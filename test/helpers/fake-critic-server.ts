@@ -1,17 +1,18 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import { CANDIDATES_HEADER } from '../../lib/critic';
+import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../../lib/critic';
 
 /**
  * A local stand-in for an OpenAI-compatible server playing the critic. It reads the candidate list that
  * lib/critic.ts's prompt builder wrote and answers:
  * - `prefer`: `{"ranking": [...], "value": v}` with the candidates whose text contains `substring` first
- *   (in index order), then the others (in index order); `value` defaults to 0.8;
+ *   (in index order), then the others (in index order); `value` defaults to 0.8; an outcome prompt (an ended
+ *   episode to judge, lib/critic.ts `buildOutcomePrompt`) gets `{"value": outcomeValue}` (default `value`);
  * - `raw`: exactly `text` (to feed the parser any answer);
  * - `garbage`: prose with no JSON in it;
  * - `status`: an HTTP error with the given status.
  */
 export type FakeCriticMode =
-  | { kind: 'prefer'; substring: string; value?: number }
+  | { kind: 'prefer'; substring: string; value?: number; outcomeValue?: number }
   | { kind: 'raw'; text: string; finishReason?: string }
   | { kind: 'garbage' }
   | { kind: 'status'; status: number };
@@ -32,6 +33,10 @@ export interface RecordedCriticRequest {
   goal: string;
   /** The candidate texts listed in the prompt, in order. */
   candidates: string[];
+  /** rank: candidates to rank (critiqueCandidates); outcome: an ended episode to judge (judgeOutcome). */
+  kind: 'rank' | 'outcome';
+  /** Outcome prompts: the actions taken, as listed. */
+  actions: string[];
 }
 
 export interface FakeCriticServer {
@@ -43,10 +48,15 @@ export interface FakeCriticServer {
 
 /** The candidate texts listed after CANDIDATES_HEADER ("0. ...", "1. ...") up to the first blank line. */
 export function parseCandidates(text: string): string[] {
-  const start = text.indexOf(`${CANDIDATES_HEADER}\n`);
+  return listedAfter(text, CANDIDATES_HEADER);
+}
+
+/** The numbered lines ("0. ..." or "1. ...") after `header`, up to the first line that is not one. */
+function listedAfter(text: string, header: string): string[] {
+  const start = text.indexOf(`${header}\n`);
   if (start === -1) return [];
   const out: string[] = [];
-  for (const line of text.slice(start + CANDIDATES_HEADER.length + 1).split('\n')) {
+  for (const line of text.slice(start + header.length + 1).split('\n')) {
     const m = /^(\d+)\. (.*)$/.exec(line);
     if (!m) break;
     out.push(m[2]);
@@ -93,6 +103,7 @@ export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'g
     const image = parts.find((p) => p.type === 'image_url');
     const dataUrl = /^data:(image\/[a-z]+);base64,(.*)$/s.exec(image?.image_url?.url ?? '');
     const candidates = parseCandidates(text);
+    const outcome = text.includes(`\n${ACTIONS_TAKEN_HEADER}\n`);
     const index = requests.length;
     requests.push({
       model: body.model,
@@ -105,12 +116,16 @@ export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'g
       text,
       goal: /^Goal: (.*)$/m.exec(text)?.[1] ?? '',
       candidates,
+      kind: outcome ? 'outcome' : 'rank',
+      actions: outcome ? listedAfter(text, ACTIONS_TAKEN_HEADER) : [],
     });
     if (mode.kind === 'status') return send(mode.status, { error: { message: `fake critic says ${mode.status}`, type: 'Error' } });
     let content: string;
     let finishReason = 'stop';
     if (mode.kind === 'prefer') {
-      content = JSON.stringify({ ranking: preferRanking(candidates, mode.substring), value: mode.value ?? 0.8 });
+      content = outcome
+        ? JSON.stringify({ value: mode.outcomeValue ?? mode.value ?? 0.8 })
+        : JSON.stringify({ ranking: preferRanking(candidates, mode.substring), value: mode.value ?? 0.8 });
     } else if (mode.kind === 'raw') {
       content = mode.text;
       finishReason = mode.finishReason ?? 'stop';

@@ -5,6 +5,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
  * tree from the prompt our prompt builder wrote and answers like a (very simple) model would:
  * - `scripted`: a Qwen computer-use tool call that solves simple MiniWoB tasks from the tree;
  * - `garbage`: prose with no action in it;
+ * - `custom`: `answer` writes choice `choice` of a request from the parsed prompt (to script branching policies);
  * - `status`: an HTTP error with the given status.
  */
 export interface EmailScript {
@@ -15,6 +16,7 @@ export interface EmailScript {
 export type FakeMode =
   | { kind: 'scripted'; email?: EmailScript }
   | { kind: 'garbage' }
+  | { kind: 'custom'; answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number }) => string }
   | { kind: 'status'; status: number };
 
 export interface RecordedRequest {
@@ -37,7 +39,7 @@ export interface FakePolicyServer {
   close(): Promise<void>;
 }
 
-interface TreeLine {
+export interface TreeLine {
   id: number;
   role: string;
   name: string;
@@ -56,7 +58,7 @@ export function parseTree(text: string): TreeLine[] {
   return out;
 }
 
-const toolCall = (args: Record<string, unknown>) =>
+export const toolCall = (args: Record<string, unknown>) =>
   `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
 
 /** A mail client flow (REAL gomail-like sites): compose, fill To/Subject/Body, send, then answer. */
@@ -152,7 +154,9 @@ export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripte
         content:
           mode.kind === 'garbage'
             ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
-            : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined),
+            : mode.kind === 'custom'
+              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i })
+              : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined),
       },
     }));
     send(200, {

@@ -7,6 +7,7 @@ import { runEval } from '../../client/commands/eval';
 import { parseConfig } from '../../lib/config';
 import { parseEvalConfig } from '../../lib/eval-config';
 import type { EvalEpisodeRecord, EvalSummary } from '../../lib/eval-summary';
+import type { MctsSearchResult } from '../../workflows/mcts';
 import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
 import { startTestStack, type TestStack } from '../helpers/stack';
 
@@ -45,8 +46,14 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
     modes: [
       { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
       { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: 'grpo-local', version: 0 } },
-      // No run mcts-local under this stack's checkpoints: 'latest' resolves to version 0.
-      { name: 'qwen3vl_mcts', backend: 'colocated', adapter: { run: 'mcts-local', version: 'latest' }, testTimeMcts: { simulations: 4 } },
+      // No run mcts-local under this stack's checkpoints: 'latest' resolves to version 0. Test-time search
+      // without a critic model: a 2-simulation search before every step.
+      {
+        name: 'qwen3vl_mcts',
+        backend: 'colocated',
+        adapter: { run: 'mcts-local', version: 'latest' },
+        testTimeMcts: { simulations: 2, critic: { backend: 'none' } },
+      },
       { name: 'openai_baseline', model: 'gpt-4o', baseUrl: fake.url },
       // Default baseUrl and no key in the environment: listed as skipped.
       { name: 'openai_baseline', label: 'openai_nokey', model: 'gpt-4o', apiKeyEnv: NO_KEY },
@@ -89,9 +96,23 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
   assert.equal(summary.skipped.length, 1);
   assert.equal(summary.skipped[0].mode, 'openai_nokey');
   assert.match(summary.skipped[0].reason, new RegExp(`no API key: ${NO_KEY} is not set and baseUrl is the default https://api\\.openai\\.com/v1`));
-  assert.ok(summary.notes.some((n) => n.mode === 'qwen3vl_mcts' && /testTimeMcts \(4 simulations\) (is not implemented yet|requested, but evaluate does not call mctsSearch yet)/.test(n.note)));
+  assert.ok(summary.notes.some((n) => n.mode === 'qwen3vl_mcts' && /^test-time MCTS: 2 simulations before every step/.test(n.note)));
   assert.ok(summary.notes.some((n) => n.mode === 'qwen3vl_mcts' && /run mcts-local has no adapter/.test(n.note)));
   assert.match(summary.resultsRef, /^sha256:/);
+
+  // The MCTS mode's steps were chosen by searches: one finished mctsSearch child per step, 2 simulations each.
+  for (const e of episodes.filter((x) => x.mode === 'qwen3vl_mcts')) {
+    assert.ok(e.steps >= 1);
+    for (let step = 1; step <= e.steps; step++) {
+      const res = (await stack.client.workflow.getHandle(`${e.workflowId}-search${step}`).result()) as MctsSearchResult;
+      assert.equal(res.simulations, 2);
+      assert.ok(res.decision, `${e.workflowId} step ${step}: the search made a decision`);
+    }
+    await assert.rejects(stack.client.workflow.getHandle(`${e.workflowId}-search${e.steps + 1}`).describe(), /not found/i);
+  }
+  for (const e of episodes.filter((x) => x.mode === 'qwen3vl_base')) {
+    await assert.rejects(stack.client.workflow.getHandle(`${e.workflowId}-search1`).describe(), /not found/i, 'greedy modes do not search');
+  }
 
   // summary.md (also what `halo eval` prints): one table row per mode with n = 2, and the skipped section.
   const md = readFileSync(run.files.summaryMd, 'utf8');

@@ -1,6 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  ACTIONS_TAKEN_HEADER,
+  buildOutcomePrompt,
+  outcomeSystemPrompt,
+  parseOutcomeAnswer,
   buildCriticPrompt,
   CANDIDATES_HEADER,
   criticSystemPrompt,
@@ -142,4 +146,46 @@ test('rankToPriors: linear in rank, best 1 and worst 0, indexed by candidate', (
 test('fake critic preference ranking', () => {
   assert.deepEqual(preferRanking(['click element [1]', 'type "x"', 'click element [2]', 'wait 1s'], 'click element'), [0, 2, 1, 3]);
   assert.deepEqual(preferRanking(['a', 'b'], 'zzz'), [0, 1]);
+});
+
+test('the outcome prompt: final screenshot, goal, tree and the numbered actions taken; no candidates', () => {
+  const actions = [describeAction({ type: 'type', text: 'hello\nworld', id: 3 }), describeAction({ type: 'click_element', id: 1 })];
+  const [sys, user] = buildOutcomePrompt(obs, actions);
+  assert.equal((sys.content[0] as { text: string }).text, outcomeSystemPrompt());
+  // The format example in the system prompt is itself a valid answer.
+  assert.deepEqual(parseOutcomeAnswer('{"value": 0.9}'), { value: 0.9, ok: true });
+  assert.deepEqual(user.content[0], { type: 'image', ref: screenshotRef });
+  const text = (user.content[1] as { text: string }).text;
+  assert.match(text, /^Goal: Click on the "OK" button\.$/m);
+  assert.match(text, new RegExp(`^${ACTIONS_TAKEN_HEADER}\\n1\\. type "hello\\\\nworld" into \\[3\\]\\n2\\. click element \\[1\\]$`, 'm'));
+  assert.doesNotMatch(text, new RegExp(CANDIDATES_HEADER));
+  assert.deepEqual(parseCandidates(text), [], 'the fake critic does not mistake it for a ranking prompt');
+  const none = (buildOutcomePrompt(obs, [])[1].content[1] as { text: string }).text;
+  assert.match(none, new RegExp(`^${ACTIONS_TAKEN_HEADER}\\n\\(none\\)$`, 'm'));
+});
+
+test('outcome answers: a value in [0, 1] anywhere a critic answer may be; anything else is neutral with a reason', () => {
+  for (const [text, value] of [
+    ['{"value": 0.25}', 0.25],
+    ['{"ranking": [], "value": 1}', 1],
+    ['```json\n{"value": 0}\n```', 0],
+    ['<think>the OK button was clicked</think>The goal was achieved: {"value": 0.95, "why": "clicked OK"}', 0.95],
+  ] as const) {
+    assert.deepEqual(parseOutcomeAnswer(text), { value, ok: true }, text);
+  }
+  for (const [text, reason] of [
+    ['', /empty output/],
+    ['Looks done to me.', /no JSON object found/],
+    ['{"value": 1.5}', /value: must be between 0 and 1 \(got 1\.5\)/],
+    ['{"value": "0.9"}', /value: must be a number \(got string\)/],
+    ['{"ranking": [0]}', /missing "value"/],
+    ['{"value": 0.9', /truncated JSON/],
+    ['x'.repeat(MAX_CRITIC_OUTPUT_CHARS + 1), /output too long/],
+    [42 as unknown as string, /expected a string, got number/],
+  ] as const) {
+    const v = parseOutcomeAnswer(text);
+    assert.equal(v.ok, false, String(text).slice(0, 40));
+    assert.equal(v.value, NEUTRAL_VALUE);
+    assert.match(v.reason ?? '', reason);
+  }
 });

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { parseConfig } from '../../lib/config';
+import { mctsParams } from '../../lib/mcts-params';
 import { ConfigError } from '../../lib/config-error';
 import {
   adapterFromPath,
@@ -136,7 +137,7 @@ test('markdown: the table, the skipped section, notes; JSON round-trips', () => 
       ep('openai_baseline', 'miniwob', 'enter-text', 0, { success: true, reward: 0.6, steps: 2, validActions: 2 }),
     ],
     skipped: [{ mode: 'gpt5', reason: 'no API key: OPENAI_API_KEY is not set' }],
-    notes: [{ mode: 'qwen3vl_mcts', note: 'testTimeMcts is not implemented yet' }],
+    notes: [{ mode: 'qwen3vl_mcts', note: 'adapter mcts-local/v2 evaluated' }],
     modeDetails: [{ mode: 'openai_baseline', describe: 'gpt-4o at https://api.openai.com/v1' }],
   });
   const md = summaryMarkdown(s);
@@ -145,7 +146,7 @@ test('markdown: the table, the skipped section, notes; JSON round-trips', () => 
   assert.ok(lines.includes('| qwen3vl_base | miniwob | 1 | 0.0% (0.0–79.3%) | 5.0 | 0.000 | 0.0% |'), md);
   assert.ok(lines.includes('| openai_baseline | miniwob | 2 | 100.0% (34.2–100.0%) | 1.5 | 0.700 | 100.0% |'), md);
   assert.match(md, /### Skipped\n\n- gpt5: no API key: OPENAI_API_KEY is not set/);
-  assert.match(md, /### Notes\n\n- qwen3vl_mcts: testTimeMcts is not implemented yet/);
+  assert.match(md, /### Notes\n\n- qwen3vl_mcts: adapter mcts-local\/v2 evaluated/);
   assert.match(md, /### Modes\n\n- openai_baseline: gpt-4o at https:\/\/api\.openai\.com\/v1/);
   assert.equal(formatSuccess({ successRate: 0.5, ci95: wilsonInterval(5, 10) }), '50.0% (23.7–76.3%)');
   assert.deepEqual(JSON.parse(summaryJson(s)), s);
@@ -171,7 +172,7 @@ test('eval config: defaults, and configs/eval-default.yaml is valid', () => {
   assert.deepEqual(config.seeds, [0, 1]);
   assert.ok(haloConfigPath?.endsWith(join('configs', 'default.yaml')));
   const mcts = config.modes.find((m) => m.name === 'qwen3vl_mcts');
-  assert.ok(mcts && 'testTimeMcts' in mcts && mcts.testTimeMcts?.simulations === 8);
+  assert.ok(mcts && 'testTimeMcts' in mcts && mcts.testTimeMcts?.simulations === 4 && mcts.testTimeMcts.critic?.backend === 'none');
 });
 
 test('eval config: errors name every bad field', () => {
@@ -215,7 +216,7 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
     modes: [
       { name: 'qwen3vl_base' },
       { name: 'qwen3vl_grpo' },
-      { name: 'qwen3vl_mcts', adapter: { path: '/ckpt/mcts-a/v2' }, testTimeMcts: {} },
+      { name: 'qwen3vl_mcts', adapter: { path: '/ckpt/mcts-a/v2' }, testTimeMcts: { critic: { backend: 'none' } } },
       { name: 'qwen3vl_grpo', label: 'grpo_vllm', backend: 'openai', adapter: { run: 'grpo-local', version: 4 }, baseUrl: 'http://10.0.0.2:8000/v1' },
       { name: 'openai_baseline' },
       { name: 'openai_baseline', label: 'local_compat', baseUrl: 'http://127.0.0.1:9999/v1', model: 'fake' },
@@ -243,7 +244,42 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   assert.equal(plan.skipped[0].mode, 'openai_baseline');
   assert.match(plan.skipped[0].reason, /no API key: OPENAI_API_KEY is not set/);
   assert.ok(plan.notes.some((n) => n.mode === 'qwen3vl_grpo' && /latest adapter of run grpo-local: v5/.test(n.note)));
-  assert.ok(plan.notes.some((n) => n.mode === 'qwen3vl_mcts' && /testTimeMcts \(16 simulations\) is not implemented yet/.test(n.note)));
+  // Test-time MCTS: only the mode that asks for it searches, with the HALO config's mcts section and the mode's
+  // budget, judging ended episodes by self-evaluation; without a critic the note says what that means.
+  assert.deepEqual(
+    plan.modes.filter((m) => m.search).map((m) => m.label),
+    ['qwen3vl_mcts'],
+  );
+  assert.deepEqual(by.qwen3vl_mcts.search, { ...mctsParams(base), numSimulations: 16, critic: null, outcome: 'self-evaluation' });
+  assert.match(by.qwen3vl_mcts.describe, /adapter mcts-a\/v2 \+ test-time MCTS \(16 simulations per step\)/);
+  const ttNote = plan.notes.find((n) => n.mode === 'qwen3vl_mcts' && /^test-time MCTS/.test(n.note))?.note ?? '';
+  assert.match(ttNote, /16 simulations before every step \(K=5, depth ≤ 6, value by rollout, temperature 1; depth also capped at the steps left\)/);
+  assert.match(ttNote, /no critic \(critic backend none\): every ended episode counts 0\.5/);
+  assert.match(ttNote, /the task's success signal is never read by the search/);
+  const withCritic = parseConfig({
+    train: { gpuTaskQueue: 'gpu-x' },
+    mcts: { maxChildren: 3, critic: { backend: 'openai', baseUrl: 'http://127.0.0.1:8000/v1', model: 'Qwen/Qwen3-VL-8B-Instruct' } },
+  });
+  const tt = resolveEvalPlan(
+    parseEvalConfig({ modes: [{ name: 'qwen3vl_mcts', adapter: { run: 'm', version: 1 }, testTimeMcts: { simulations: 4, maxDepth: 2 } }] }),
+    withCritic,
+    { env: {} },
+  );
+  assert.deepEqual(
+    [tt.modes[0].search?.numSimulations, tt.modes[0].search?.maxChildren, tt.modes[0].search?.maxDepth, tt.modes[0].search?.critic?.model],
+    [4, 3, 2, 'Qwen/Qwen3-VL-8B-Instruct'],
+  );
+  assert.match(tt.notes.at(-1)!.note, /ended episodes are judged by the critic Qwen\/Qwen3-VL-8B-Instruct at http:\/\/127\.0\.0\.1:8000\/v1/);
+  // Valuing states by a critic needs one.
+  assert.throws(
+    () =>
+      resolveEvalPlan(
+        parseEvalConfig({ modes: [{ name: 'qwen3vl_base' }, { name: 'qwen3vl_mcts', testTimeMcts: { critic: { backend: 'none' } } }] }),
+        parseConfig({ mcts: { valueMode: 'critic' } }),
+        { env: {}, listAdapterVersions: () => [] },
+      ),
+    /modes\.1\.testTimeMcts\.critic: the search values states by the critic/,
+  );
 
   // No adapter yet: 'latest' falls back to version 0, and says so.
   const empty = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), base, { env: {}, listAdapterVersions: () => [] });

@@ -30,6 +30,7 @@ import {
   meanAbsDeltaQ,
   pairsSummary,
   refLogprob,
+  rootDecision,
   searchSeed,
   searchWorkflowId,
   type MctsTreeView,
@@ -128,6 +129,23 @@ test('best path view: success only at a terminal node with reward 1', () => {
   v = bestPathView(tree, 0.5);
   assert.equal(v.success, true);
   assert.deepEqual(bestPathView(newTree(), 0.5), { nodeIds: [], actions: [], success: false, terminal: false, reward: null });
+});
+
+test('root decision: the first action of the best path with its completion and the root prompt', () => {
+  const { tree, meta, ids } = searchTree();
+  const [a, b] = ids;
+  assert.equal(rootDecision(newTree(), [{}], 0.5), null, 'no children: no decision');
+  assert.equal(rootDecision(tree, [{}, ...meta.slice(1)], 0.5), null, 'a root without its prompt cannot be played');
+  // Unvisited children tie at 0 visits: the higher composite Q (its prior) wins, the valid click.
+  assert.deepEqual(rootDecision(tree, meta, 0.5), { nodeId: a, action: el(3), completionRef: ref('a'), promptRef: ref('p', 'json'), visits: 0, q: 0.5 });
+  // Most visits decide, even against a higher Q: what the search explored most is what it plays.
+  backpropagate(tree, b, 0);
+  backpropagate(tree, b, 0);
+  backpropagate(tree, a, 1);
+  const d = rootDecision(tree, meta, 0.5)!;
+  assert.equal(d.nodeId, b);
+  assert.equal(d.action.type, 'invalid');
+  assert.equal(d.visits, 2);
 });
 
 test('prompt history and critic texts', () => {
