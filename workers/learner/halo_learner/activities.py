@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from .adapters import ParentVersionMissing
 from .blobs import BadBlobRef, BlobNotFound
+from .inflight import InflightLedger
 from .learner import InvalidBatch, Learner
 from .payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
 
@@ -34,8 +35,9 @@ def _heartbeat(details: dict) -> None:
 
 
 class LearnerActivities:
-    def __init__(self, learner: Learner):
+    def __init__(self, learner: Learner, ledger: InflightLedger | None = None):
         self.learner = learner
+        self.ledger = ledger
         # max_concurrent_activities=1 already serialises; the lock keeps direct callers honest too.
         self._lock = threading.Lock()
 
@@ -44,9 +46,16 @@ class LearnerActivities:
             inp = model.model_validate(raw)
         except ValidationError as e:
             raise ApplicationError(_describe(e, f"{name} input"), type="InvalidPayload", non_retryable=True) from None
+        tracked = self.ledger is not None and activity.in_activity()
         try:
             with self._lock:
-                return fn(inp, _heartbeat).model_dump()
+                if tracked:
+                    self.ledger.begin(activity.info())
+                try:
+                    return fn(inp, _heartbeat).model_dump()
+                finally:
+                    if tracked:
+                        self.ledger.end()
         except ValidationError as e:
             raise ApplicationError(_describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True) from None
         except (InvalidBatch, BadBlobRef) as e:

@@ -5,6 +5,8 @@
 Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
 HALO_LORA_RANK/ALPHA/SEED. SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit.
+An activity a killed predecessor left running is failed at startup (halo_learner/inflight.py), so its retry
+starts at once rather than after the heartbeat timeout.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from .activities import LearnerActivities
+from .inflight import InflightLedger, release_orphan
 from .learner import Learner
+from .paths import halo_home
 
 log = logging.getLogger("halo_learner.worker")
 
@@ -49,11 +54,20 @@ def temporal_settings(env=os.environ) -> dict:
                 namespace=env.get("TEMPORAL_NAMESPACE") or "default", api_key=api_key, tls=tls)
 
 
-async def serve(learner: Learner, task_queue: str | None = None) -> None:
+async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None = None) -> None:
+    """Serves the queue; `learner` may be a factory, called after a dead predecessor's attempt is released
+    (loading an 8B model takes a while, and the retry can be queued meanwhile)."""
     settings = temporal_settings()
     queue = task_queue or os.environ.get("HALO_GPU_QUEUE") or "gpu"
     client = await Client.connect(**settings)
-    acts = LearnerActivities(learner)
+    ledger = InflightLedger(halo_home() / "learner" / f"inflight-{queue}.json")
+    released = await release_orphan(client, ledger)
+    if released:
+        log.warning(released)
+        print(f"halo-learner: {released}", flush=True)
+    if not isinstance(learner, Learner):
+        learner = await asyncio.get_running_loop().run_in_executor(None, learner)
+    acts = LearnerActivities(learner, ledger)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,8 +94,7 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(int(torch_threads))
-    learner = Learner.from_env()
-    asyncio.run(serve(learner))
+    asyncio.run(serve(Learner.from_env))
     return 0
 
 

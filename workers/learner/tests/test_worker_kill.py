@@ -37,7 +37,8 @@ class UpdateOnce:
     async def run(self, args: dict) -> dict:
         return await workflow.execute_activity(
             "update_policy", args["input"], task_queue=args["queue"],
-            start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=3),
+            start_to_close_timeout=timedelta(minutes=30),
+            heartbeat_timeout=timedelta(seconds=args.get("heartbeat_s", 3)),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
         )
 
@@ -117,7 +118,11 @@ async def _heartbeat_seen(handle) -> bool:
     return False
 
 
-def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_home, tmp_path):
+@pytest.mark.parametrize("heartbeat_s", [3, 600], ids=["heartbeat-timeout", "successor-releases"])
+def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_home, tmp_path, heartbeat_s):
+    """heartbeat-timeout: Temporal notices the dead attempt after 3 s. successor-releases: with a 10-minute
+    heartbeat timeout only the restarted learner, failing its predecessor's attempt through the task token it
+    left on disk, can get the update retried within the test's time limit."""
     blobs = BlobStore(halo_home / "blobs")
     rnd = random.Random(0)
     # A long batch: many groups, micro-batch 1, so the update takes seconds and heartbeats per chunk.
@@ -144,7 +149,7 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
             async with Worker(client, task_queue=wf_queue, workflows=[UpdateOnce],
                               workflow_runner=UnsandboxedWorkflowRunner()):
                 handle = await client.start_workflow(
-                    UpdateOnce.run, {"queue": queue, "input": {
+                    UpdateOnce.run, {"queue": queue, "heartbeat_s": heartbeat_s, "input": {
                         "run_id": "killrun", "version": 1, "batch_ref": batch_ref,
                         "hyperparameters": {"learning_rate": 1e-3, "kl_coef": 0.001}}},
                     id=f"update-{queue}", task_queue=wf_queue)
@@ -157,7 +162,7 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
                 killed_at = time.monotonic()
                 assert not (checkpoints / "killrun" / "v1").exists(), "update finished before the kill"
                 second = _start_learner(temporal_server, queue, checkpoints, halo_home, log)
-                result = await asyncio.wait_for(handle.result(), 240)
+                result = await asyncio.wait_for(handle.result(), 240 if heartbeat_s < 240 else heartbeat_s / 3)
                 attempts = [e.activity_task_started_event_attributes.attempt
                             async for e in handle.fetch_history_events()
                             if e.HasField("activity_task_started_event_attributes")]
@@ -167,6 +172,10 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
         print(f"\nretried after SIGKILL: attempts {attempts}, recovered in {recovery_s:.1f}s, result {result}")
         assert result["version"] == 1 and result["reused"] is False and result["tokens"] == 240 * 48
         assert max(attempts) >= 2
+        released = "failed the attempt a dead learner left running: update_policy" in log.read_text(errors="replace")
+        # With a short heartbeat timeout the server may fail the attempt first; with a long one the successor must.
+        assert released or heartbeat_s < 240
+        assert not (halo_home / "learner" / f"inflight-{queue}.json").exists(), "the ledger is cleared after the update"
         run_dir = checkpoints / "killrun"
         assert sorted(p.name for p in run_dir.iterdir()) == ["v1"]  # no temp folders, one version
         assert {p.name for p in (run_dir / "v1").iterdir()} >= {"adapter_config.json", "adapter_model.safetensors",
