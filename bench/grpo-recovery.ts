@@ -291,7 +291,7 @@ async function main() {
     const p = PROFILES[profile];
     console.log(
       `profile ${profile}: episode.heartbeatTimeoutMs ${p.heartbeatTimeoutMs}, episode.sessionStartTimeoutMs ${p.sessionStartTimeoutMs}, ` +
-        `train.learnerHeartbeatTimeoutS ${p.learnerHeartbeatTimeoutS}; fixed in code: startSession retry 1 s, learner retry 5 s (initial intervals)`,
+        `train.learnerHeartbeatTimeoutS ${p.learnerHeartbeatTimeoutS}; fixed in code: startSession retry 1 s, learner retry 1 s (initial intervals); a restarted learner fails its predecessor's attempt at startup`,
     );
   }
   console.log('');

@@ -7,7 +7,7 @@ import { SessionManager, createSessionActivities } from '../activities/session';
 import { haloHome } from '../client/connection';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
-import { connectWorker, installRuntime, queueNames } from './runtime';
+import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 
 /**
  * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
@@ -15,7 +15,8 @@ import { connectWorker, installRuntime, queueNames } from './runtime';
  */
 async function main() {
   const log = installRuntime('browser-worker');
-  const { connection, namespace } = await connectWorker();
+  const { connection, namespace, settings } = await connectWorker();
+  const ledger = await takeOverLedger('browser-worker', settings, log);
   const htmlDir = findMiniwobHtml();
   const miniwob = await startMiniwobServer({});
   const workerName = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -36,6 +37,7 @@ async function main() {
     taskQueue: queueNames().browser,
     activities: { startSession: activities.startSession },
     maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
+    interceptors: { activity: [ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   const own = await Worker.create({
@@ -43,6 +45,7 @@ async function main() {
     namespace,
     taskQueue: ownQueue,
     activities,
+    interceptors: { activity: [ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   log.info({ sharedQueue: queueNames().browser, ownQueue, miniwob: miniwob.baseUrl, pid: process.pid }, 'browser worker ready');

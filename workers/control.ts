@@ -10,7 +10,7 @@ import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { createMctsMetricsActivities } from '../activities/mcts-metrics';
 import { haloHome } from '../client/connection';
-import { connectWorker, installRuntime, queueNames } from './runtime';
+import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 
 /**
  * Runs the workflows (deterministic orchestration) and the activities that are plain I/O: policy sampling,
@@ -19,7 +19,8 @@ import { connectWorker, installRuntime, queueNames } from './runtime';
  */
 async function main() {
   const log = installRuntime('control-worker');
-  const { connection, namespace } = await connectWorker();
+  const { connection, namespace, settings } = await connectWorker();
+  const ledger = await takeOverLedger('control-worker', settings, log);
   const blobs = new BlobStore(join(haloHome(), 'blobs'));
   const batches = createLearnerBatchActivities(blobs);
   const worker = await Worker.create({
@@ -37,6 +38,7 @@ async function main() {
       ...createMctsStoreActivities(blobs, batches),
       ...createMctsMetricsActivities(haloHome()),
     },
+    interceptors: { activity: [ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');

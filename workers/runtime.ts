@@ -1,5 +1,6 @@
 import { DefaultLogger, NativeConnection, Runtime, type LogLevel } from '@temporalio/worker';
-import { temporalSettings } from '../client/connection';
+import { haloHome, temporalSettings, type TemporalSettings } from '../client/connection';
+import { InflightLedger, ledgerDir } from './inflight';
 import { createLogger, type Logger } from '../lib/log';
 
 /** The Temporal runtime logs through pino too, so worker and SDK lines share one format. */
@@ -29,10 +30,21 @@ export function installRuntime(name: string): Logger {
   return log;
 }
 
-export async function connectWorker(): Promise<{ connection: NativeConnection; namespace: string }> {
+export async function connectWorker(): Promise<{ connection: NativeConnection; namespace: string; settings: TemporalSettings }> {
   const s = temporalSettings({ address: '127.0.0.1:7233', namespace: 'default' });
   const connection = await NativeConnection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey });
-  return { connection, namespace: s.namespace };
+  return { connection, namespace: s.namespace, settings: s };
+}
+
+/**
+ * The ledger of this process's running activities (workers/inflight.ts), after failing the attempts that
+ * dead processes of the same role left running on this host.
+ */
+export async function takeOverLedger(role: string, settings: TemporalSettings, log: Logger): Promise<InflightLedger> {
+  const ledger = new InflightLedger(ledgerDir(haloHome()), role);
+  const failed = await ledger.releaseOrphans(settings, log);
+  if (failed > 0) log.warn({ failed }, `failed ${failed} attempt(s) that a dead ${role} left running: their retries start now`);
+  return ledger;
 }
 
 export function queueNames() {

@@ -44,8 +44,12 @@ export interface LearnerProxyOptions {
   summary?: string;
 }
 
+/**
+ * A retry of a killed learner's attempt is queued when its successor starts (halo_learner/inflight.py), so the
+ * first interval is what a restart waits for; out-of-memory retries back off from there.
+ */
 export const DEFAULT_LEARNER_RETRY: RetryPolicy = {
-  initialInterval: '5s',
+  initialInterval: '1s',
   backoffCoefficient: 2,
   maximumInterval: '2m',
   maximumAttempts: 10,
