@@ -1,6 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { BlobStore } from '../blob/store';
-import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors } from '../lib/critic';
+import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors, type CriticObservation } from '../lib/critic';
+import type { PromptMessage } from '../lib/prompt';
 import { policySchema, type PolicyConfig } from '../lib/config';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
@@ -108,6 +109,25 @@ function asCriticFailure(err: unknown): unknown {
 
 /** Activities of the AI critic (Agent Q's self-critique): rank a state's candidate actions and value the state. */
 export function createCriticActivities(blobs: BlobStore) {
+  /** One critic call: the prompt built from the observation (its tree read from the blob store), both texts stored. */
+  async function ask(critic: CriticConfig, observation: CritiqueInput['observation'], build: (obs: CriticObservation) => PromptMessage[]) {
+    const config = asPolicyConfig(critic);
+    const axtree = (await blobs.get(observation.axtreeRef)).toString('utf8');
+    const { goal, url, step, screenshotRef } = observation;
+    const prompt = build({ goal, url, step, screenshotRef, axtree });
+    const promptRef = await blobs.putJson(prompt);
+    const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
+      (err: unknown) => {
+        throw asCriticFailure(err);
+      },
+    );
+    const { text, finishReason } = completions[0];
+    const completionRef = await blobs.put(text, 'txt');
+    /** An unusable answer's reason, saying so when the answer was cut by max_tokens. */
+    const explain = (ok: boolean, reason: string | undefined) =>
+      !ok && finishReason === 'length' ? `${reason} (the answer hit max_tokens)` : reason;
+    return { text, promptRef, completionRef, model, explain };
+  }
 
   return {
     /**
@@ -120,22 +140,12 @@ export function createCriticActivities(blobs: BlobStore) {
       if (!Array.isArray(input.candidates) || input.candidates.length === 0) {
         throw ApplicationFailure.nonRetryable('critiqueCandidates needs at least one candidate action', 'CriticBadInput');
       }
-      const config = asPolicyConfig(input.critic);
       const k = input.candidates.length;
-      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
-      const { goal, url, step, screenshotRef } = input.observation;
-      const prompt = buildCriticPrompt({ goal, url, step, screenshotRef, axtree }, input.candidates);
-      const promptRef = await blobs.putJson(prompt);
-      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
-        (err: unknown) => {
-          throw asCriticFailure(err);
-        },
+      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) =>
+        buildCriticPrompt(obs, input.candidates),
       );
-      const { text, finishReason } = completions[0];
-      const completionRef = await blobs.put(text, 'txt');
       const verdict = parseCriticAnswer(text, k);
-      const reason =
-        !verdict.ok && finishReason === 'length' ? `${verdict.reason} (the answer hit max_tokens)` : verdict.reason;
+      const reason = explain(verdict.ok, verdict.reason);
       return {
         ranking: verdict.ranking,
         value: verdict.value,
@@ -156,20 +166,11 @@ export function createCriticActivities(blobs: BlobStore) {
     async judgeOutcome(input: JudgeOutcomeInput): Promise<JudgeOutcomeResult> {
       const t0 = Date.now();
       if (!Array.isArray(input.actions)) throw ApplicationFailure.nonRetryable('judgeOutcome needs the list of actions taken', 'CriticBadInput');
-      const config = asPolicyConfig(input.critic);
-      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
-      const { goal, url, step, screenshotRef } = input.observation;
-      const prompt = buildOutcomePrompt({ goal, url, step, screenshotRef, axtree }, input.actions);
-      const promptRef = await blobs.putJson(prompt);
-      const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
-        (err: unknown) => {
-          throw asCriticFailure(err);
-        },
+      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) =>
+        buildOutcomePrompt(obs, input.actions),
       );
-      const { text, finishReason } = completions[0];
-      const completionRef = await blobs.put(text, 'txt');
       const verdict = parseOutcomeAnswer(text);
-      const reason = !verdict.ok && finishReason === 'length' ? `${verdict.reason} (the answer hit max_tokens)` : verdict.reason;
+      const reason = explain(verdict.ok, verdict.reason);
       return {
         value: verdict.value,
         ok: verdict.ok,
