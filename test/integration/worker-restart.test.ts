@@ -92,13 +92,11 @@ test('browser worker SIGKILLed during a step: the restarted worker fails that st
 
 test('control worker SIGKILLed during a policy call: its successor fails the call and the retry starts at once', async () => {
   const id = 'restart-control';
-  let killed = false;
   policy.delayMs = 1500;
   try {
     const handle = await stack.client.workflow.start('episode', { taskQueue: stack.controlQueue, workflowId: id, args: [input('click-button')] });
     await waitForRecorded(id, 'samplePolicy');
     await kill(stack.workers.find((w) => alive(w) && isKind('control')(w))!);
-    killed = true;
     policy.delayMs = 0;
     await stack.startWorker('control');
     const res = (await Promise.race([handle.result(), sleep(LONG_MS / 2).then(() => null)])) as EpisodeResult | null;
@@ -112,6 +110,5 @@ test('control worker SIGKILLed during a policy call: its successor fails the cal
     assert.equal(retried.length, 1, 'one policy call was failed by the restarted control worker and retried');
   } finally {
     policy.delayMs = 0;
-    assert.ok(killed);
   }
 });
