@@ -1,12 +1,9 @@
-import { execFileSync } from 'node:child_process';
 import { createReadStream, existsSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { extname, join, resolve, sep } from 'node:path';
-
-/** The repository root (this file lives in <repo>/env). */
-const REPO_ROOT = resolve(__dirname, '..');
+import { locateWithProjectPython, NOT_INSTALLED_STATUS } from './project-python';
 
 const INSTALL_HINT = 'pip install miniwob==1.1.0 into .venv; ./launch.sh does it';
 
@@ -14,7 +11,7 @@ const INSTALL_HINT = 'pip install miniwob==1.1.0 into .venv; ./launch.sh does it
 const FIND_SPEC_SCRIPT = [
   'import importlib.util, os, sys',
   "s = importlib.util.find_spec('miniwob')",
-  'if s is None or not s.submodule_search_locations: sys.exit(3)',
+  `if s is None or not s.submodule_search_locations: sys.exit(${NOT_INSTALLED_STATUS})`,
   "print(os.path.join(list(s.submodule_search_locations)[0], 'html'))",
 ].join('\n');
 
@@ -38,27 +35,16 @@ export function findMiniwobHtml(): string {
     return dir;
   }
   if (cachedHtmlDir) return cachedHtmlDir;
-  const venvPython = join(REPO_ROOT, '.venv', 'bin', 'python');
-  const pythons = existsSync(venvPython) ? [venvPython, 'python3'] : ['python3'];
-  const tried: string[] = [];
-  for (const py of pythons) {
-    try {
-      const out = execFileSync(py, ['-c', FIND_SPEC_SCRIPT], {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 30_000,
-      }).trim();
-      if (out && looksLikeMiniwobHtml(out)) {
-        cachedHtmlDir = out;
-        return out;
-      }
-      tried.push(`${py}: ${out || 'no output'} is not a MiniWoB html folder`);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException & { status?: number };
-      tried.push(`${py}: ${e.code === 'ENOENT' ? 'not found' : e.status === 3 ? 'miniwob not installed' : e.message}`);
-    }
-  }
-  throw new Error(`MiniWoB++ is not installed (${tried.join('; ')}); ${INSTALL_HINT}`);
+  cachedHtmlDir = locateWithProjectPython(
+    'miniwob',
+    FIND_SPEC_SCRIPT,
+    (out) => {
+      if (!out || !looksLikeMiniwobHtml(out)) throw new Error(`${out || 'no output'} is not a MiniWoB html folder`);
+      return out;
+    },
+    INSTALL_HINT,
+  );
+  return cachedHtmlDir;
 }
 
 const CONTENT_TYPES: Record<string, string> = {

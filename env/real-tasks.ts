@@ -1,8 +1,8 @@
 import { editDistance } from '../lib/text';
-import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { locateWithProjectPython, NOT_INSTALLED_STATUS } from './project-python';
 
 /**
  * The REAL v2 task registry, read at run time from the installed `agisdk` Python package (pinned 0.3.5):
@@ -15,8 +15,6 @@ export const EXPECTED_AGISDK_VERSION = '0.3.5';
 
 /** The package-relative folder holding the v2 tasks and eval scripts. */
 const V2_RELATIVE = join('REAL', 'browsergym', 'webclones', 'v2');
-
-const REPO_ROOT = resolve(__dirname, '..');
 
 const INSTALL_HINT = 'pip install --no-deps agisdk==0.3.5 into .venv; ./launch.sh does it';
 
@@ -82,7 +80,7 @@ export class UnknownRealTaskError extends Error {
 const FIND_SPEC_SCRIPT = [
   'import importlib.util, importlib.metadata, json, sys',
   "s = importlib.util.find_spec('agisdk')",
-  'if s is None or not s.submodule_search_locations: sys.exit(3)',
+  `if s is None or not s.submodule_search_locations: sys.exit(${NOT_INSTALLED_STATUS})`,
   'try:',
   "    v = importlib.metadata.version('agisdk')",
   'except Exception:',
@@ -138,28 +136,17 @@ export function findAgisdk(): AgisdkLocation {
     return { dir, version: versionFromDistInfo(dir) };
   }
   if (cachedLocation) return cachedLocation;
-  const venvPython = join(REPO_ROOT, '.venv', 'bin', 'python');
-  const pythons = existsSync(venvPython) ? [venvPython, 'python3'] : ['python3'];
-  const tried: string[] = [];
-  for (const py of pythons) {
-    try {
-      const out = execFileSync(py, ['-c', FIND_SPEC_SCRIPT], {
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: 30_000,
-      }).trim();
+  cachedLocation = locateWithProjectPython(
+    'agisdk',
+    FIND_SPEC_SCRIPT,
+    (out) => {
       const found = JSON.parse(out) as { dir: string; version: string };
-      if (looksLikeAgisdk(found.dir)) {
-        cachedLocation = { dir: found.dir, version: found.version === 'unknown' ? versionFromDistInfo(found.dir) : found.version };
-        return cachedLocation;
-      }
-      tried.push(`${py}: ${found.dir} has no ${join(V2_RELATIVE, 'tasks')}`);
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException & { status?: number };
-      tried.push(`${py}: ${e.code === 'ENOENT' ? 'not found' : e.status === 3 ? 'agisdk not installed' : e.message}`);
-    }
-  }
-  throw new Error(`agisdk is not installed (${tried.join('; ')}); ${INSTALL_HINT}`);
+      if (!looksLikeAgisdk(found.dir)) throw new Error(`${found.dir} has no ${join(V2_RELATIVE, 'tasks')}`);
+      return { dir: found.dir, version: found.version === 'unknown' ? versionFromDistInfo(found.dir) : found.version };
+    },
+    INSTALL_HINT,
+  );
+  return cachedLocation;
 }
 
 interface RawTask {
