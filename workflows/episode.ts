@@ -1,8 +1,6 @@
 import {
-  ActivityFailure,
   ApplicationFailure,
   CancellationScope,
-  TimeoutFailure,
   proxyActivities,
   patched,
   setCurrentDetails,
@@ -12,6 +10,7 @@ import {
   executeChild,
   setHandler,
 } from '@temporalio/workflow';
+import { isSessionLost } from './session-lost';
 // Type only: mcts.ts imports this module (trainMcts runs episodes), so the child is started by name.
 import type { mctsSearch, MctsSearchInput } from './mcts';
 import type { SessionActivities } from '../activities/session';
@@ -43,15 +42,6 @@ export const episodeProgressQuery = defineQuery<{ step: number; steps: StepRecor
 interface Sampled {
   promptRef: string;
   candidates: { action: AgentAction; preview: string; completionRef?: string; completion?: string; tokenIds?: number[]; logprobs?: number[] }[];
-}
-
-/** Session errors that mean "this browser session is gone": rebuild it elsewhere from the action prefix. */
-function isSessionLost(err: unknown): boolean {
-  if (!(err instanceof ActivityFailure)) return false;
-  const cause = err.cause;
-  if (cause instanceof TimeoutFailure) return true;
-  if (cause instanceof ApplicationFailure) return !cause.nonRetryable;
-  return false;
 }
 
 /**

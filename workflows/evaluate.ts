@@ -10,6 +10,7 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
+import { pool } from './pool';
 import type { ControlActivities } from '../activities/control';
 import type { PolicyConfig } from '../lib/config';
 import type { MctsParams } from '../lib/mcts-params';
@@ -86,20 +87,6 @@ export const evalProgressQuery = defineQuery<EvalProgress>('evalProgress');
 /** Deterministic child id: `<evalId>-<mode>-<task>-s<seed>`. */
 export function evalEpisodeId(evalId: string, mode: string, task: string, seed: number): string {
   return `${evalId}-${mode}-${task}-s${seed}`;
-}
-
-async function pool<T, R>(items: T[], limit: number, fn: (item: T, i: number) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(Math.max(1, limit), items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i], i);
-      }
-    }),
-  );
-  return out;
 }
 
 function failureMessage(err: unknown): string {

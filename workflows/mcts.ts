@@ -36,9 +36,7 @@
  * evaluation → one metrics line (`runs/<run>/mcts-metrics.jsonl`) → continue-as-new with a small state.
  */
 import {
-  ActivityFailure,
   ApplicationFailure,
-  TimeoutFailure,
   condition,
   continueAsNew,
   defineQuery,
@@ -51,6 +49,9 @@ import {
   workflowInfo,
   type RetryPolicy,
 } from '@temporalio/workflow';
+import { pool } from './pool';
+import { isSessionLost } from './session-lost';
+import { runConfig } from './run-config';
 import type { ControlActivities } from '../activities/control';
 import type { SessionActivities } from '../activities/session';
 import type { CriticActivities, CriticConfig } from '../activities/critic';
@@ -59,7 +60,7 @@ import type { AdapterActivities } from '../activities/adapters';
 import type { MctsStoreActivities } from '../activities/mcts-store';
 import type { MctsIterationMetrics, MctsMetricsActivities } from '../activities/mcts-metrics';
 import { actionKey, clip, describeAction, isTerminal, isValidAction, type Action, type AgentAction } from '../lib/actions';
-import { ConfigError, parseConfig, type HaloConfig, type PolicyConfig } from '../lib/config';
+import type { HaloConfig, PolicyConfig } from '../lib/config';
 import type { EnvOptions, EpisodeInput, EpisodeResult, ObservationRef as EpisodeObservation, SessionHandle } from '../lib/episode-types';
 import {
   actionPath,
@@ -480,15 +481,6 @@ export function describeNode(tree: Tree, id: number, alpha: number): string {
 // ---------------------------------------------------------------------------------------------------
 // mctsSearch
 // ---------------------------------------------------------------------------------------------------
-
-/** Session errors that mean "this browser session is gone" (same rule as the episode). */
-function isSessionLost(err: unknown): boolean {
-  if (!(err instanceof ActivityFailure)) return false;
-  const cause = err.cause;
-  if (cause instanceof TimeoutFailure) return true;
-  if (cause instanceof ApplicationFailure) return !cause.nonRetryable;
-  return false;
-}
 
 interface Candidate {
   action: AgentAction;
@@ -1017,20 +1009,6 @@ export interface TrainMctsResult {
 /** Same name as trainGrpo's query, so `halo status` and the pause/resume/stop signals work for MCTS runs too. */
 export const trainMctsStatusQuery = defineQuery<TrainMctsStatus>('status');
 
-async function pool<T, R>(items: T[], limit: number, fn: (item: T, i: number) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i], i);
-      }
-    }),
-  );
-  return out;
-}
-
 /** The vLLM name of adapter v<N> of a run (activities/adapters.ts `adapterName`). */
 export function servedAdapterName(runId: string, version: number): string {
   return `${runId}-v${version}`;
@@ -1093,21 +1071,8 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
     retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 },
   });
 
-  let cfg: HaloConfig;
-  let state: TrainMctsState;
-  if (input.state) {
-    state = input.state;
-    cfg = parseConfig(await control.loadJson({ ref: state.configRef }), 'stored run config');
-  } else {
-    try {
-      cfg = parseConfig(input.config ?? input, 'trainMcts input');
-    } catch (err) {
-      if (err instanceof ConfigError) throw ApplicationFailure.nonRetryable(err.message, 'InvalidConfig');
-      throw err;
-    }
-    const { ref, hash } = await control.storeJson({ value: cfg });
-    state = { iteration: 1, adapterVersion: 0, configRef: ref, configHash: hash, paused: false };
-  }
+  const { cfg, stored } = await runConfig(input, control, 'trainMcts input');
+  const state: TrainMctsState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, paused: false };
   const m = cfg.mcts;
   const runId = m.runId;
   if (info.workflowId !== runId) {

@@ -11,11 +11,12 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
+import { pool } from './pool';
+import { runConfig } from './run-config';
 import type { ControlActivities } from '../activities/control';
 import type { GrpoBatchActivities } from '../activities/grpo-batch';
 import type { createMetricsActivities } from '../activities/metrics';
 import type { AdapterActivities } from '../activities/adapters';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
 import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../lib/grpo';
 import { fnv1a32 } from '../lib/rewards/shaping';
@@ -75,20 +76,6 @@ export function pickTasks(tasks: string[], count: number, runId: string, iterati
   });
 }
 
-async function pool<T, R>(items: T[], limit: number, fn: (item: T, i: number) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i], i);
-      }
-    }),
-  );
-  return out;
-}
-
 const seconds = (t0: number) => (new Date().getTime() - t0) / 1000;
 
 /**
@@ -123,21 +110,15 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   setHandler(stopSignal, () => void (stopping = true));
   setHandler(trainStatusQuery, () => statusView());
 
-  let cfg: HaloConfig;
-  let state: TrainState;
-  if (input.state) {
-    state = input.state;
-    cfg = parseConfig(await control.loadJson({ ref: state.configRef }), 'stored run config');
-  } else {
-    try {
-      cfg = parseConfig(input.config ?? input, 'trainGrpo input');
-    } catch (err) {
-      if (err instanceof ConfigError) throw ApplicationFailure.nonRetryable(err.message, 'InvalidConfig');
-      throw err;
-    }
-    const { ref, hash } = await control.storeJson({ value: cfg });
-    state = { iteration: 1, adapterVersion: 0, configRef: ref, configHash: hash, zeroStdHistory: [], paused: false };
-  }
+  const { cfg, stored } = await runConfig(input, control, 'trainGrpo input');
+  const state: TrainState = input.state ?? {
+    iteration: 1,
+    adapterVersion: 0,
+    configRef: stored!.ref,
+    configHash: stored!.hash,
+    zeroStdHistory: [],
+    paused: false,
+  };
   const t = cfg.train;
   const runId = t.runId;
   if (info.workflowId !== runId) {
