@@ -10,7 +10,8 @@
  * Prints simulations per minute, the share of wall time in restores (startSession with replay, from the
  * workflow histories: scheduled → completed), the mean replay length, and the other phases.
  */
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { readBody } from '../test/helpers/read-body';
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
 import { parseConfig } from '../lib/config';
@@ -27,20 +28,13 @@ import { startTestStack } from '../test/helpers/stack';
  */
 export async function startBranchingPolicyServer(): Promise<{ url: string; requests: number; close(): Promise<void> }> {
   let requests = 0;
-  const read = (req: IncomingMessage) =>
-    new Promise<string>((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-      req.on('error', reject);
-    });
   const server: Server = createServer(async (req, res) => {
     const send = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(body));
     };
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
-    const body = JSON.parse(await read(req));
+    const body = JSON.parse(await readBody(req));
     const user = (body.messages ?? []).find((m: { role: string }) => m.role === 'user');
     const text = (user?.content ?? []).filter((p: { type: string }) => p.type === 'text').map((p: { text: string }) => p.text).join('\n');
     const goal = /^Goal: (.*)$/m.exec(text)?.[1] ?? '';

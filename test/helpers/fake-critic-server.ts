@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { readBody } from './read-body';
 import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../../lib/critic';
 
 /**
@@ -70,14 +71,6 @@ export function preferRanking(candidates: string[], substring: string): number[]
   return [...idx.filter((i) => candidates[i].includes(substring)), ...idx.filter((i) => !candidates[i].includes(substring))];
 }
 
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'garbage' }): Promise<FakeCriticServer> {
   let mode = initial;

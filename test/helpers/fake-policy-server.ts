@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { readBody } from './read-body';
 
 /**
  * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
@@ -101,14 +102,6 @@ export function scriptedAnswer(goal: string, tree: string, previous: string[], e
   return toolCall({ action: 'wait', time: 0 });
 }
 
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }): Promise<FakePolicyServer> {
   let mode = initial;
