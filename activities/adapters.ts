@@ -1,4 +1,5 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
+import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
 
 /**
  * Hot-loading the learner's adapters into vLLM through its runtime LoRA API (server started with
@@ -12,6 +13,10 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
  * `"object": "error"`). One name per version (`<run_id>-v<N>`) rather than `load_inplace`, so a request that
  * names a version is served by exactly that version, and the previous one stays available while episodes
  * sampled with it finish.
+ *
+ * A restarted vLLM has forgotten every runtime adapter and answers a request naming one with 404 "The model
+ * `<name>` does not exist.": sampling goes through `withServedAdapter` (load if needed, reload and repeat on
+ * that 404), and `ensureAdapters` reloads what open runs need after `halo up` / `halo resume`.
  *
  * No retries here: Temporal owns them. Unreachable server, timeouts, 5xx, 408/429 → retryable; any other 4xx
  * (missing adapter folder, runtime updating disabled, bad rank) → non-retryable with vLLM's own message.
@@ -49,9 +54,8 @@ export interface LoadedModel {
   parent?: string | null;
 }
 
-export function adapterName(runId: string, version: number): string {
-  return `${runId}-v${version}`;
-}
+/** The served name of adapter v<N> of a run: the one naming rule (lib/iteration-policy.ts). */
+export const adapterName = servedAdapterName;
 
 const RETRYABLE_4XX = new Set([408, 425, 429]);
 const ALREADY_LOADED = /has already been loaded/i;
@@ -90,8 +94,149 @@ export async function loadAdapterIntoVllm(input: LoadAdapterInput): Promise<Load
     if (res.status === 400 && ALREADY_LOADED.test(res.message)) loaded = false;
     else throw http.failure(res, `loading ${name} from ${adapter_path}`);
   }
+  const names = knownServed(input.base_url);
+  for (const n of unloaded) names.delete(n);
+  names.add(name);
   const after = runVersions(await http.models(), run_id).sort((a, b) => a - b);
   return { name, loaded, unloaded, run_adapters: after.map((v) => adapterName(run_id, v)) };
+}
+
+/** An adapter as vLLM knows it: the served name and the folder it is read from (as the vLLM server sees it). */
+export interface AdapterFolder {
+  lora_name: string;
+  /** Absolute: vLLM takes a relative path it cannot find for a Hugging Face repo id and tries to download it. */
+  lora_path: string;
+}
+
+export interface EnsureAdapterInput extends ServedAdapter {
+  timeout_ms?: number;
+  api_key_env?: string;
+}
+
+/**
+ * Makes sure vLLM serves `lora_name` from `lora_path`, whatever it forgot (a restarted server has no runtime
+ * adapters): one load request, where "has already been loaded" (400) counts as success. Returns whether this
+ * call loaded it. Failures are classified like `loadAdapterIntoVllm`'s (a missing folder is non-retryable).
+ */
+export async function ensureAdapterLoaded(input: EnsureAdapterInput): Promise<{ loaded: boolean }> {
+  checkServedAdapter(input);
+  const http = new VllmHttp(input);
+  const res = await http.post('/v1/load_lora_adapter', { lora_name: input.lora_name, lora_path: input.lora_path });
+  if (res.ok) return { loaded: true };
+  if (res.status === 400 && ALREADY_LOADED.test(res.message)) return { loaded: false };
+  throw http.failure(res, `loading ${input.lora_name} from ${input.lora_path}`);
+}
+
+export interface EnsureAdaptersInput {
+  base_url: string;
+  adapters: AdapterFolder[];
+  timeout_ms?: number;
+  api_key_env?: string;
+}
+
+export interface EnsureAdaptersResult {
+  /** Loaded by this call (the server had forgotten them). */
+  loaded: string[];
+  /** Already served. */
+  present: string[];
+  /** Refused for good (folder gone, bad adapter): the runs that need them fail when they sample. */
+  failed: { lora_name: string; message: string }[];
+}
+
+/**
+ * Reloads the adapters that open runs and evaluations sample from (`halo up`, `halo resume`, after vLLM
+ * restarted). A refusal of one adapter is reported and the others are still loaded; a server that is down or
+ * failing fails the whole call, retryably.
+ */
+export async function ensureAdapters(input: EnsureAdaptersInput): Promise<EnsureAdaptersResult> {
+  if (!Array.isArray(input?.adapters)) throw badInput('ensureAdapters needs { base_url, adapters: [{ lora_name, lora_path }] }');
+  for (const a of input.adapters) checkServedAdapter(a);
+  const out: EnsureAdaptersResult = { loaded: [], present: [], failed: [] };
+  for (const a of input.adapters) {
+    try {
+      const r = await ensureAdapterLoaded({ ...a, base_url: input.base_url, timeout_ms: input.timeout_ms, api_key_env: input.api_key_env });
+      (r.loaded ? out.loaded : out.present).push(a.lora_name);
+    } catch (err) {
+      if (!(err instanceof ApplicationFailure) || !err.nonRetryable) throw err;
+      out.failed.push({ lora_name: a.lora_name, message: err.message });
+    }
+  }
+  for (const name of [...out.loaded, ...out.present]) knownServed(input.base_url).add(name);
+  return out;
+}
+
+/** Adapter names this process saw vLLM serve, per server: sampling skips the load request for them. */
+const served = new Map<string, Set<string>>();
+
+function knownServed(baseUrl: string): Set<string> {
+  const key = serverRoot(baseUrl);
+  let names = served.get(key);
+  if (!names) served.set(key, (names = new Set()));
+  return names;
+}
+
+export interface AdapterCallStats {
+  /** Load requests made for this call (0 when the adapter was known to be served and was). */
+  loadRequests: number;
+  /** Milliseconds spent in them. */
+  loadMs: number;
+  /** The server did not know the adapter (restarted): it was loaded again and the call repeated. */
+  reloaded: boolean;
+}
+
+/**
+ * Runs `call` (a request that names `adapter.lora_name` as its model) with the adapter served: loaded first
+ * unless this process already saw it served, and on a 404 for exactly that name (`missingModel` reads it off
+ * the failure) loaded again and the call repeated once. A 404 for any other model is the call's own failure.
+ * A second 404 right after a successful load (the server restarted once more) is retryable: the next attempt
+ * loads again.
+ */
+export async function withServedAdapter<T>(
+  adapter: EnsureAdapterInput,
+  call: () => Promise<T>,
+  missingModel: (err: unknown) => string | undefined,
+): Promise<{ value: T; stats: AdapterCallStats }> {
+  const stats: AdapterCallStats = { loadRequests: 0, loadMs: 0, reloaded: false };
+  const names = knownServed(adapter.base_url);
+  const load = async () => {
+    const t0 = Date.now();
+    stats.loadRequests++;
+    try {
+      await ensureAdapterLoaded(adapter);
+    } finally {
+      stats.loadMs += Date.now() - t0;
+    }
+    names.add(adapter.lora_name);
+  };
+  if (!names.has(adapter.lora_name)) await load();
+  try {
+    return { value: await call(), stats };
+  } catch (err) {
+    if (missingModel(err) !== adapter.lora_name) throw err;
+    names.delete(adapter.lora_name);
+  }
+  await load();
+  stats.reloaded = true;
+  try {
+    return { value: await call(), stats };
+  } catch (err) {
+    if (missingModel(err) !== adapter.lora_name) throw err;
+    names.delete(adapter.lora_name);
+    throw ApplicationFailure.create({
+      message: `vLLM at ${serverRoot(adapter.base_url)} lost adapter ${adapter.lora_name} again right after loading it (restarting?): ${(err as Error).message}`,
+      type: 'VllmAdapterLost',
+      nonRetryable: false,
+    });
+  }
+}
+
+function checkServedAdapter(a: Partial<AdapterFolder> | undefined): void {
+  if (!a || !/^[A-Za-z0-9._-]+$/.test(a.lora_name ?? '')) {
+    throw badInput(`lora_name ${JSON.stringify(a?.lora_name)}: letters, digits, ".", "_" and "-" only`);
+  }
+  if (typeof a.lora_path !== 'string' || !a.lora_path.startsWith('/')) {
+    throw badInput(`lora_path ${JSON.stringify(a.lora_path)} of ${a.lora_name}: an absolute path (vLLM reads a relative one as a Hugging Face repo id)`);
+  }
 }
 
 /** Everything vLLM serves now (`GET /v1/models`): the base model(s) and every loaded adapter. */
@@ -110,7 +255,7 @@ function runVersions(models: LoadedModel[], runId: string): number[] {
 }
 
 function badInput(msg: string): ApplicationFailure {
-  return ApplicationFailure.create({ message: `loadAdapterIntoVllm: ${msg}`, type: 'InvalidAdapterRequest', nonRetryable: true });
+  return ApplicationFailure.create({ message: `adapter request: ${msg}`, type: 'InvalidAdapterRequest', nonRetryable: true });
 }
 
 interface HttpAnswer {
@@ -228,5 +373,5 @@ function activitySignal(): AbortSignal | undefined {
   }
 }
 
-export const adapterActivities = { loadAdapterIntoVllm, listLoadedAdapters };
+export const adapterActivities = { loadAdapterIntoVllm, listLoadedAdapters, ensureAdapters };
 export type AdapterActivities = typeof adapterActivities;

@@ -1,11 +1,12 @@
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import { BlobStore } from '../blob/store';
-import { clip } from '../lib/actions';
+import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
-import type { SampleInput, SampleResult, StepResultBlob, TrajectoryInput } from '../lib/episode-types';
+import type { Candidate, SampleInput, SampleResult, StepResultBlob, TrajectoryInput } from '../lib/episode-types';
 import { toOpenAiMessages } from './openai-messages';
-import { chatCompletions } from './policy-client';
+import { withServedAdapter } from './adapters';
+import { chatCompletions, missingModelOf, wantsTokenIds } from './policy-client';
 
 const PREVIEW_CHARS = 200;
 
@@ -38,26 +39,74 @@ export function createControlActivities(blobs: BlobStore) {
       return blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
     },
 
+    /**
+     * N completions of the policy for one observation, parsed into actions, each with the sampler's token ids
+     * and log-probs when the server returns them (`policy.tokenIds`). With `adapter`, the run's adapter that
+     * `policy.model` names is kept served: a vLLM that restarted and forgot it gets it loaded again and the
+     * request is repeated once; a missing model that is not this adapter stays a non-retryable rejection.
+     */
     async samplePolicy(input: SampleInput): Promise<SampleResult> {
       const t0 = Date.now();
+      const { policy, adapter } = input;
+      if (adapter && adapter.lora_name !== policy.model) {
+        throw ApplicationFailure.nonRetryable(
+          `samplePolicy: adapter.lora_name ${JSON.stringify(adapter.lora_name)} is not the sampled model ${JSON.stringify(policy.model)}`,
+          'InvalidInput',
+        );
+      }
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
-      const prompt = buildPrompt({ ...input.observation, axtree }, input.history, input.policy.historyLength);
+      const prompt = buildPrompt({ ...input.observation, axtree }, input.history, policy.historyLength);
       const promptRef = await blobs.putJson(prompt);
-      const { completions, model } = await chatCompletions(
-        input.policy,
-        await toOpenAiMessages(blobs, prompt),
-        activitySignal(),
-      );
-      const candidates = [];
-      for (const c of completions) {
+      const messages = await toOpenAiMessages(blobs, prompt);
+      const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy) });
+      let adapterLoad: SampleResult['adapterLoad'];
+      let res: Awaited<ReturnType<typeof ask>>;
+      if (adapter) {
+        const served = await withServedAdapter(adapter, ask, missingModelOf);
+        res = served.value;
+        if (served.stats.loadRequests > 0) adapterLoad = { requests: served.stats.loadRequests, ms: served.stats.loadMs, reloaded: served.stats.reloaded };
+      } else {
+        res = await ask();
+      }
+      const candidates: Candidate[] = [];
+      for (const c of res.completions) {
         candidates.push({
           action: parseAction(c.text),
           preview: clip(c.text, PREVIEW_CHARS),
           completionRef: await blobs.put(c.text, 'txt'),
           finishReason: c.finishReason,
+          ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
+          ...(c.logprobs ? { logprobs: c.logprobs } : {}),
         });
       }
-      return { candidates, model, promptRef, latencyMs: Date.now() - t0 };
+      return {
+        candidates,
+        model: res.model,
+        promptRef,
+        latencyMs: Date.now() - t0,
+        askedForTokens: res.askedForTokens,
+        ...(adapterLoad ? { adapterLoad } : {}),
+      };
+    },
+
+    /**
+     * Model output from the colocated sampler into typed actions (invalid ones carry the parser's reason), and,
+     * with `store`, the texts into the blob store: the parser runs here, never in workflow code, so a history
+     * replays the same whatever the parser's version.
+     */
+    async parseCompletions(input: { texts: string[]; store: boolean }): Promise<{ candidates: { action: AgentAction; preview: string; completionRef?: string }[] }> {
+      if (!Array.isArray(input?.texts) || input.texts.some((t) => typeof t !== 'string')) {
+        throw ApplicationFailure.nonRetryable('parseCompletions needs { texts: string[], store: boolean }', 'InvalidInput');
+      }
+      const candidates = [];
+      for (const text of input.texts) {
+        candidates.push({
+          action: parseAction(text),
+          preview: clip(text, PREVIEW_CHARS),
+          ...(input.store ? { completionRef: await blobs.put(text, 'txt') } : {}),
+        });
+      }
+      return { candidates };
     },
 
     /** Assembles the episode's trajectory from the blobs its steps wrote; returns the trajectory's reference. */

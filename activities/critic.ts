@@ -1,22 +1,20 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { BlobStore } from '../blob/store';
-import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors, type CriticObservation } from '../lib/critic';
+import {
+  buildCriticPrompt,
+  buildOutcomePrompt,
+  parseCriticAnswer,
+  parseOutcomeAnswer,
+  rankToPriors,
+  type CriticConfig,
+  type CriticObservation,
+} from '../lib/critic';
 import type { PromptMessage } from '../lib/prompt';
 import { policySchema, type PolicyConfig } from '../lib/config';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
 
-/** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
-export interface CriticConfig {
-  baseUrl: string;
-  model: string;
-  /** Environment variable holding the API key. */
-  apiKeyEnv: string;
-  timeoutMs: number;
-  temperature: number;
-  /** Completion budget; default CRITIC_MAX_TOKENS. */
-  maxTokens?: number;
-}
+export type { CriticConfig };
 
 export interface CritiqueInput {
   critic: CriticConfig;
@@ -81,7 +79,6 @@ function asPolicyConfig(critic: CriticConfig): PolicyConfig {
     timeoutMs: critic.timeoutMs,
     temperature: critic.temperature,
     maxTokens: critic.maxTokens ?? CRITIC_MAX_TOKENS,
-    n: 1,
     historyLength: 0,
     maxAttempts: 1,
   });
@@ -116,7 +113,7 @@ export function createCriticActivities(blobs: BlobStore) {
     const { goal, url, step, screenshotRef } = observation;
     const prompt = build({ goal, url, step, screenshotRef, axtree });
     const promptRef = await blobs.putJson(prompt);
-    const { completions, model } = await chatCompletions(config, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
+    const { completions, model } = await chatCompletions(config, 1, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
       (err: unknown) => {
         throw asCriticFailure(err);
       },

@@ -9,8 +9,7 @@ import {
   type MctsPairsSummary,
   type MctsSnapshot,
   type MctsSnapshotChunk,
-  type NodeMeta,
-} from '../workflows/mcts';
+} from '../lib/mcts-search';
 import type { Tree } from '../lib/mcts';
 
 /**
@@ -23,11 +22,11 @@ import type { Tree } from '../lib/mcts';
  */
 
 /** A stored search tree (manifest + node chunks) from the blob store. */
-export async function loadMctsSnapshot(blobs: BlobStore, ref: string): Promise<{ snapshot: MctsSnapshot; tree: Tree; meta: NodeMeta[] }> {
+export async function loadMctsSnapshot(blobs: BlobStore, ref: string): Promise<{ snapshot: MctsSnapshot; tree: Tree }> {
   const snapshot = await blobs.getJson<MctsSnapshot>(ref);
   if (snapshot?.version !== 1 || !Array.isArray(snapshot.chunks)) throw new Error(`${ref} is not an MCTS tree snapshot`);
   const chunks = await Promise.all(snapshot.chunks.map((c) => blobs.getJson<MctsSnapshotChunk>(c)));
-  return { snapshot, ...joinSnapshot(snapshot, chunks) };
+  return { snapshot, tree: joinSnapshot(snapshot, chunks) };
 }
 
 function permanent(err: unknown, type: string): never {
@@ -52,8 +51,8 @@ export function createMctsStoreActivities(blobs: BlobStore, batches: Pick<Learne
     /** The DPO pairs of the stored tree (its α and θ): summary plus a blob holding the `MctsPair[]`. */
     async collectMctsPairs(input: { snapshot_ref: string }): Promise<MctsPairsSummary> {
       const loaded = await loadMctsSnapshot(blobs, input.snapshot_ref).catch((err: unknown) => permanent(err, 'MctsSnapshotInvalid'));
-      const { snapshot, tree, meta } = loaded;
-      const pairs = collectPairs(tree, meta, snapshot.alpha, snapshot.pairThreshold);
+      const { snapshot, tree } = loaded;
+      const pairs = collectPairs(tree, snapshot.alpha, snapshot.pairThreshold);
       return pairsSummary(pairs, pairs.length > 0 ? await blobs.putJson(pairs) : null);
     },
 

@@ -6,7 +6,7 @@ import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv, SiteUnreachableError, checkSiteHealth } from '../env/real';
 import { UnscorableTaskError } from '../env/real-eval';
 import { UnknownRealTaskError, getRealTask } from '../env/real-tasks';
-import { SiteLimiter } from '../env/site-limits';
+import { SiteLimiter, SiteSlotTimeoutError, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
 import { MiniWobEnv } from '../env/miniwob';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { Observation, StepOutcome, TaskSpec } from '../env/types';
@@ -37,6 +37,10 @@ interface Session {
   view: RewardView;
   weights: RewardWeights;
   site: string | null;
+  browser: Browser;
+  /** When an activity last finished with the session, and how many run on it now (the idle sweep skips those). */
+  lastUsed: number;
+  busy: number;
 }
 
 export interface SessionDeps {
@@ -49,8 +53,21 @@ export interface SessionDeps {
   viewport?: { width: number; height: number };
   /** Serve every REAL task from this origin instead of its own (a local mirror, or the test site). */
   realOriginOverride?: string;
-  /** Concurrent REAL episodes per site on this worker. */
+  /** Concurrent REAL episodes per site on this worker (all sessions of one episode share its slot). */
   siteConcurrency?: number;
+  /** How long a session waits for a site slot; default HALO_SITE_SLOT_TIMEOUT_MS, else 10 minutes. */
+  siteSlotTimeoutMs?: number;
+  /** A session no activity touched for this long is closed (default 1 hour). */
+  sessionIdleMs?: number;
+}
+
+export const DEFAULT_SESSION_IDLE_MS = 60 * 60_000;
+
+export interface StartOptions {
+  /** The activity was cancelled or timed out: stop waiting, keep nothing. */
+  signal?: AbortSignal;
+  /** The longest wait for a site slot that still leaves the activity time to reset and replay. */
+  maxSlotWaitMs?: number;
 }
 
 /** Known permanent environment errors become non-retryable failures that say what is wrong. */
@@ -62,6 +79,16 @@ function permanentEnvError(err: unknown): ApplicationFailure | undefined {
 }
 
 /**
+ * No site slot in time: the site is busy with other episodes, which end and free their slots, so this is
+ * transient. Retryable: Temporal retries the start with backoff (and a workflow counts a start that still
+ * fails as a lost session within its rebuild budget); the message names the numbers to change when it persists.
+ */
+export function sessionStartFailure(err: unknown): unknown {
+  if (err instanceof SiteSlotTimeoutError) return ApplicationFailure.retryable(err.message, 'SiteSlotTimeout');
+  return permanentEnvError(err) ?? err;
+}
+
+/**
  * Browser sessions of one worker process. A session is a page in its own browser context; it lives only
  * here, so everything after `startSession` is routed to this worker's own task queue.
  */
@@ -69,9 +96,21 @@ export class SessionManager {
   private browser?: Browser;
   private readonly sessions = new Map<string, Session>();
   private readonly siteLimiter: SiteLimiter;
+  private readonly slotTimeoutMs: number;
+  private readonly idleMs: number;
+  private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly deps: SessionDeps) {
     this.siteLimiter = new SiteLimiter(deps.siteConcurrency ?? 4);
+    this.slotTimeoutMs = deps.siteSlotTimeoutMs ?? siteSlotTimeoutFromEnv();
+    this.idleMs = deps.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
+    this.sweeper = setInterval(() => void this.closeIdle(), Math.min(60_000, Math.max(1_000, this.idleMs / 4)));
+    this.sweeper.unref();
+  }
+
+  /** Site slots of this worker for an origin: in use, episodes waiting, the limit. */
+  siteSlots(origin: string): { active: number; waiting: number; limit: number } {
+    return this.siteLimiter.stats(origin);
   }
 
   get size(): number {
@@ -80,25 +119,48 @@ export class SessionManager {
 
   private async ensureBrowser(): Promise<Browser> {
     if (this.browser?.isConnected()) return this.browser;
-    // A crashed browser takes its sessions with it; their episodes rebuild them from the action path.
-    this.sessions.clear();
-    this.browser = await launchChromium();
-    return this.browser;
+    const browser = await launchChromium();
+    // A crashed browser takes its sessions with it (their episodes rebuild them from the action path), and
+    // their site slots at once: episodes waiting for one must not wait for the sessions' closes.
+    browser.on('disconnected', () => this.dropSessionsOf(browser));
+    this.browser = browser;
+    return browser;
+  }
+
+  private dropSessionsOf(browser: Browser): void {
+    for (const s of [...this.sessions.values()]) {
+      if (s.browser !== browser) continue;
+      this.sessions.delete(s.id);
+      if (s.env instanceof RealEnv) s.env.releaseSlot();
+      void s.env.close().catch(() => {});
+    }
+  }
+
+  /**
+   * Safety net for sessions nobody will close (a workflow terminated, a start whose result was lost): they
+   * would hold their episode's site slot for the life of this worker. A session still wanted after this long
+   * idle is rebuilt by its episode like any lost session.
+   */
+  private async closeIdle(now = Date.now()): Promise<void> {
+    for (const s of [...this.sessions.values()]) {
+      if (s.busy === 0 && now - s.lastUsed > this.idleMs) await this.close(s.id);
+    }
   }
 
   /** A page in a fresh context, reset to the task, with the episode's action prefix replayed. */
-  async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}): Promise<StartSessionResult> {
+  async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
     const site = this.validateTask(input.spec);
     if (input.spec.env === 'real') await this.checkHealth(input.spec.task);
     const browser = await this.ensureBrowser();
     // Service workers would bypass the navigation guard of REAL pages.
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
+    let env: SessionEnv | undefined;
     try {
-      const env = await this.createEnv(input, context);
+      env = await this.createEnv(input, context, opts);
       try {
         await env.reset(input.spec);
       } catch (err) {
-        throw permanentEnvError(err) ?? err;
+        throw sessionStartFailure(err);
       }
       for (const [i, action] of input.replay.entries()) {
         await env.apply(action);
@@ -106,15 +168,21 @@ export class SessionManager {
       }
       const obs = await env.observe();
       const observation = await this.toRef(obs);
+      const view = await this.rewardView(env, obs);
+      // Nobody would ever close a session whose start was given up on: it would keep its site slot.
+      opts.signal?.throwIfAborted();
       const session: Session = {
         id: randomUUID(),
         episodeId: input.episodeId,
         context,
         env,
         applied: input.replay.length,
-        view: await this.rewardView(env, obs),
+        view,
         weights: parseRewardWeights(input.rewardWeights),
         site,
+        browser,
+        lastUsed: Date.now(),
+        busy: 0,
       };
       this.sessions.set(session.id, session);
       return {
@@ -126,6 +194,8 @@ export class SessionManager {
         rewardState: initialRewardState(session.view, site),
       };
     } catch (err) {
+      // The env first: a REAL env gives back its site slot there.
+      await env?.close().catch(() => {});
       await context.close().catch(() => {});
       throw err;
     }
@@ -165,7 +235,7 @@ export class SessionManager {
     return new URL(u.pathname + u.search + u.hash, override).toString();
   }
 
-  private async createEnv(input: StartSessionInput, context: BrowserContext): Promise<SessionEnv> {
+  private async createEnv(input: StartSessionInput, context: BrowserContext, opts: StartOptions): Promise<SessionEnv> {
     if (input.spec.env === 'real') {
       return new RealEnv({
         context,
@@ -173,6 +243,9 @@ export class SessionManager {
         runId: input.envOptions?.realRunId ?? '0',
         evaluateAtCap: input.envOptions?.evaluateAtCap ?? false,
         limiter: this.siteLimiter,
+        slotHolder: slotHolder(input.episodeId),
+        limiterTimeoutMs: Math.min(this.slotTimeoutMs, opts.maxSlotWaitMs ?? Infinity),
+        ...(opts.signal ? { signal: opts.signal } : {}),
         ...(this.deps.realOriginOverride ? { originOverride: (url: string) => this.realUrl(url) } : {}),
       });
     }
@@ -189,6 +262,10 @@ export class SessionManager {
   /** The step cap: REAL evaluates here only when the episode asked for it (the official rule is reward 0). */
   async finish(sessionId: string): Promise<FinishSessionResult> {
     const s = this.requireSession(sessionId);
+    return this.using(s, () => this.finishIn(s));
+  }
+
+  private async finishIn(s: Session): Promise<FinishSessionResult> {
     if (!(s.env instanceof RealEnv)) {
       return { done: false, reward: 0, success: false, reason: 'step cap', evaluated: false };
     }
@@ -209,8 +286,23 @@ export class SessionManager {
     return s;
   }
 
+  /** Marks a session in use while `work` runs, so the idle sweep leaves it alone. */
+  private async using<T>(s: Session, work: () => Promise<T>): Promise<T> {
+    s.busy++;
+    try {
+      return await work();
+    } finally {
+      s.busy--;
+      s.lastUsed = Date.now();
+    }
+  }
+
   async step(input: StepSessionInput): Promise<StepSessionResult> {
     const s = this.requireSession(input.sessionId);
+    return this.using(s, () => this.stepIn(s, input));
+  }
+
+  private async stepIn(s: Session, input: StepSessionInput): Promise<StepSessionResult> {
     // A retry of a step that already ran must not act twice.
     if (s.applied === input.index + 1 && s.last) return s.last;
     if (s.applied !== input.index) {
@@ -264,6 +356,7 @@ export class SessionManager {
   }
 
   async shutdown(): Promise<void> {
+    clearInterval(this.sweeper);
     for (const id of [...this.sessions.keys()]) await this.close(id);
     await this.browser?.close().catch(() => {});
   }
@@ -301,7 +394,12 @@ async function withHeartbeat<T>(work: (beat: (d: unknown) => void) => Promise<T>
 export function createSessionActivities(manager: SessionManager) {
   return {
     async startSession(input: StartSessionInput): Promise<StartSessionResult> {
-      return withHeartbeat((beat) => manager.start(input, beat));
+      const { info, cancellationSignal } = Context.current();
+      // A slot wait cut short by the activity's own timeout would end without saying why: end it first, with
+      // time left for the reset and the replay.
+      const budget = info.startToCloseTimeoutMs;
+      const maxSlotWaitMs = budget > 0 ? Math.max(1_000, budget - Math.min(60_000, budget / 4)) : undefined;
+      return withHeartbeat((beat) => manager.start(input, beat, { signal: cancellationSignal, ...(maxSlotWaitMs ? { maxSlotWaitMs } : {}) }));
     },
     async stepSession(input: StepSessionInput): Promise<StepSessionResult> {
       Context.current().log.debug('step', { sessionId: input.sessionId, index: input.index });

@@ -17,10 +17,10 @@ import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { describeAction, isTerminal, isValidAction } from '../lib/actions';
 import { parseConfig, type HaloConfig } from '../lib/config';
-import { episodeInput } from '../client/episode-input';
+import { singleEpisodeInput } from '../client/episode-input';
 import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
-import { startFakePolicyServer } from '../test/helpers/fake-policy-server';
-import { startTestStack } from '../test/helpers/stack';
+import { startFakePolicyServer } from '../testing/fake-policy-server';
+import { startTestStack } from '../testing/stack';
 
 const { values } = parseArgs({
   options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' }, 'policy-latency-ms': { type: 'string', default: '0' } },
@@ -74,7 +74,7 @@ async function main() {
     policy: { baseUrl: policy.url, model: 'scripted' },
     episode: { task: values.task, seed: 1, maxSteps },
   });
-  const input = episodeInput(cfg);
+  const input = singleEpisodeInput(cfg, 'bench-episode');
   const plain: number[] = [];
   const durable: number[] = [];
   let n = 0;

@@ -11,7 +11,7 @@
  * - `colocated`: policy.backend colocated, tiny-random (as test/integration/train.test.ts). Its random text
  *   almost never parses into an action, so most candidates are invalid and open no fork;
  * - `scripted`: the same learner for the update, but candidates from the local OpenAI-compatible scripted
- *   model of the tests (test/helpers/fake-policy-server.ts). On tasks it cannot solve it answers a valid
+ *   model of the tests (testing/fake-policy-server.ts). On tasks it cannot solve it answers a valid
  *   `wait 0`, so all N candidates of every step run in forked sessions (the browser-heavy path).
  *
  *   node --import tsx bench/grpo-orchestration.ts [--iterations 3] [--episodes 2] [--parallelism 2] [--n 8]
@@ -23,8 +23,8 @@
 import { parseArgs } from 'node:util';
 import { parseConfig, type HaloConfig } from '../lib/config';
 import { startOrAttachTrain } from '../client/train';
-import { startFakePolicyServer, type FakePolicyServer } from '../test/helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../test/helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../testing/stack';
 import {
   activityInterval,
   fmt,

@@ -30,8 +30,8 @@ import { parseArgs } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import { parseConfig, type HaloConfig } from '../lib/config';
 import { startOrAttachTrain } from '../client/train';
-import { startFakePolicyServer, type FakePolicyServer } from '../test/helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../test/helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../testing/stack';
 import { fmt, load, machine, median, readChain, readIteration, type ActivityRun } from './temporal-history';
 
 const { values } = parseArgs({

@@ -11,14 +11,16 @@
  * workflow histories: scheduled → completed), the mean replay length, and the other phases.
  */
 import { createServer, type Server } from 'node:http';
-import { readBody } from '../test/helpers/read-body';
+import { readBody } from '../testing/read-body';
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
 import { parseConfig } from '../lib/config';
-import { mctsParams, type MctsSearchInput, type MctsSearchResult } from '../workflows/mcts';
-import { scriptedAnswer } from '../test/helpers/fake-policy-server';
-import { startFakeCriticServer } from '../test/helpers/fake-critic-server';
-import { startTestStack } from '../test/helpers/stack';
+import { mctsParams } from '../lib/mcts-params';
+import type { MctsSearchResult } from '../lib/mcts-search';
+import type { MctsSearchInput } from '../workflows/mcts-search';
+import { scriptedAnswer } from '../testing/fake-policy-server';
+import { startFakeCriticServer } from '../testing/fake-critic-server';
+import { startTestStack } from '../testing/stack';
 
 /**
  * An OpenAI-compatible "policy" that branches: for `n` choices, choice 0 is the fake policy server's scripted

@@ -5,7 +5,7 @@ import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { getRealTask, realTasksBySite, registrySnapshot } from '../env/real-tasks';
 import { join } from 'node:path';
-import { loadConfigFile } from '../lib/config-file';
+import { loadConfigFile } from '../host/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
 import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
@@ -19,7 +19,9 @@ import { register as registerReport } from './commands/report';
 import { register as registerConfigDoc } from './commands/config-doc';
 import { register as registerMcts } from './commands/mcts';
 import { BlobStore } from '../blob/store';
-import { episodeInput } from './episode-input';
+import { singleEpisodeInput } from './episode-input';
+import { pauseSignal, stopSignal } from '../workflows/messages';
+import { episodeProgressQuery } from '../workflows/episode';
 
 const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
 
@@ -149,6 +151,7 @@ for (const [name, help] of [
   ['pause', 'pause a run before its next iteration'],
   ['stop', 'stop a run gracefully: the current iteration finishes and its adapter is kept'],
 ] as const) {
+  const signal = { pause: pauseSignal, stop: stopSignal }[name];
   program
     .command(name)
     .description(help)
@@ -157,7 +160,7 @@ for (const [name, help] of [
       const cfg = loadConfig(program.opts().config);
       const { client, connection } = await connectClient(cfg);
       try {
-        await client.workflow.getHandle(run).signal(name);
+        await client.workflow.getHandle(run).signal(signal);
         console.log(`${name} sent to run ${run}`);
       } finally {
         await connection.close();
@@ -230,8 +233,9 @@ function defined<T extends Record<string, unknown>>(o: T): Partial<T> {
 export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined, progress?: (m: string) => void): Promise<EpisodeResult> {
   const { client, connection } = await connectClient(cfg);
   try {
-    const input = episodeInput(cfg);
-    const id = workflowId ?? `episode-${input.task.env}-${input.task.task}-s${input.task.seed}-${Date.now().toString(36)}`;
+    const e = cfg.episode;
+    const id = workflowId ?? `episode-${e.env}-${e.task}-s${e.seed}-${Date.now().toString(36)}`;
+    const input = singleEpisodeInput(cfg, id);
     const handle = await client.workflow.start('episode', {
       taskQueue: cfg.temporal.controlTaskQueue,
       workflowId: id,
@@ -250,7 +254,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
     const timer = progress
       ? setInterval(async () => {
           try {
-            const p = await handle.query<{ steps: { step: number; action: { type: string }; reward: number; url: string }[] }>('episodeProgress');
+            const p = await handle.query(episodeProgressQuery);
             for (; shown < p.steps.length; shown++) {
               const s = p.steps[shown];
               progress(`  step ${s.step}: ${s.action.type} → reward ${s.reward}`);

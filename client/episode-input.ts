@@ -1,19 +1,15 @@
 import type { HaloConfig } from '../lib/config';
-import type { EpisodeInput } from '../lib/episode-types';
+import { episodeInput, type EpisodeInput } from '../lib/episode-types';
+import { runContextFromConfig } from '../lib/run-context';
 
-/** The episode workflow's input from a validated config. */
-export function episodeInput(cfg: HaloConfig): EpisodeInput {
+/** The input of a single `halo episode` from a validated config: its own run, the base model (no adapter). */
+export function singleEpisodeInput(cfg: HaloConfig, workflowId: string): EpisodeInput {
   const e = cfg.episode;
-  return {
+  return episodeInput({
+    run: runContextFromConfig(cfg, workflowId),
     task: { env: e.env, task: e.task, seed: e.seed },
     maxSteps: e.maxSteps,
-    policy: cfg.policy,
-    browserTaskQueue: cfg.temporal.browserTaskQueue,
-    maxSessionRebuilds: e.maxSessionRebuilds,
-    sessionStartTimeoutMs: e.sessionStartTimeoutMs,
-    heartbeatTimeoutMs: e.heartbeatTimeoutMs,
+    sampling: { policy: cfg.policy, adapterVersion: 0 },
     mode: 'policy',
-    rewardWeights: cfg.rewards,
-    envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
-  };
+  });
 }

@@ -1,7 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import { join, resolve } from 'node:path';
 import type { HaloConfig } from '../lib/config';
-import { temporalSettings } from './connection';
+import { connectOptions, temporalSettings } from '../host/connection';
 import {
   isAlive,
   learnerCommand,
@@ -199,7 +199,7 @@ export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {
 
 export async function connectClient(cfg: HaloConfig): Promise<{ client: Client; connection: Connection }> {
   const s = temporalSettings(cfg.temporal);
-  const connection = await Connection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey, connectTimeout: 5000 }).catch(
+  const connection = await Connection.connect({ ...connectOptions(s), connectTimeout: 5000 }).catch(
     (err: Error) => {
       throw new Error(`cannot reach Temporal at ${s.address} (${err.message}); run \`npx halo up\` first`);
     },

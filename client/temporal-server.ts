@@ -5,7 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { msToTs } from '@temporalio/common/lib/time';
 import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
 import { sleep, spawnBackground, temporalBinary, type ManagedProcess } from './processes';
-import { temporalSettings } from './connection';
+import { connectOptions, temporalSettings } from '../host/connection';
 
 export interface DevServerOptions {
   home: string;
@@ -78,7 +78,7 @@ export async function waitForServer(address: string, timeoutMs = 60_000): Promis
   while (Date.now() < deadline) {
     try {
       const s = temporalSettings({ address, namespace: 'default' }, { ...process.env, TEMPORAL_ADDRESS: address });
-      const conn = await Connection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey, connectTimeout: 2000 });
+      const conn = await Connection.connect({ ...connectOptions(s), connectTimeout: 2000 });
       await conn.workflowService.getSystemInfo({});
       return conn;
     } catch (err) {

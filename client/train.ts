@@ -5,6 +5,7 @@ import type { HaloConfig } from '../lib/config';
 import { latestMetrics, parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import type { TrainResult, TrainStatus } from '../workflows/train-grpo';
+import { statusQuery } from '../workflows/messages';
 
 /**
  * One run per run id: a second `halo train` (running or finished) attaches to the existing run instead of
@@ -28,9 +29,30 @@ export async function startOrAttachTrain(client: Client, cfg: HaloConfig): Promi
     });
     return { handle, attached: false };
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) return { handle: client.workflow.getHandle(runId), attached: true };
-    throw err;
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    const handle = client.workflow.getHandle(runId);
+    await refuseEndedBadly(handle, runId);
+    return { handle, attached: true };
   }
+}
+
+/**
+ * A run that failed, was terminated or cancelled cannot be attached to (it would only report the old
+ * failure): say what happened and how to start again.
+ */
+export async function refuseEndedBadly(handle: WorkflowHandle, runId: string, idField = 'train.runId'): Promise<void> {
+  const d = await handle.describe();
+  const status = d.status.name;
+  if (status === 'RUNNING' || status === 'COMPLETED' || status === 'CONTINUED_AS_NEW') return;
+  const reason = await handle.result().then(
+    () => '',
+    (e: Error) => `: ${(e.cause as Error | undefined)?.message ?? e.message}`,
+  );
+  throw new Error(
+    `run ${runId} ${status.toLowerCase().replace(/_/g, ' ')}${reason}\n` +
+      `Its adapters and metrics stay on disk. To train again, start a new run: set ${idField} to a new id ` +
+      `(or pass --run-id), or remove the old run first: temporal workflow delete --workflow-id ${runId}`,
+  );
 }
 
 /** Waits for the run, printing a progress line per iteration (iteration, mean reward, success rate). */
@@ -38,7 +60,7 @@ export async function followTrain(handle: WorkflowHandle, say: (line: string) =>
   let shown = '';
   const timer = setInterval(async () => {
     try {
-      const st = await handle.query<TrainStatus>('status');
+      const st = (await handle.query(statusQuery)) as TrainStatus;
       const m = st.lastMetrics;
       const bar = progressBar(st.iteration - 1, st.iterations);
       const line = `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · mean reward ${m.mean_reward.toFixed(3)} · success ${(m.success_rate * 100).toFixed(0)}%` : ''} · adapter v${st.adapterVersion}`;
@@ -82,7 +104,7 @@ export async function runStatus(client: Client, runId: string, home: string): Pr
     latest = null;
   }
   const view: RunStatusView = { runId, status: d.status.name, latest, metricsFile };
-  if (d.status.name === 'RUNNING') view.progress = await handle.query<TrainStatus>('status').catch(() => undefined);
+  if (d.status.name === 'RUNNING') view.progress = await handle.query(statusQuery).then((s) => s as TrainStatus).catch(() => undefined);
   if (d.status.name === 'COMPLETED') view.result = (await handle.result()) as TrainResult;
   return view;
 }

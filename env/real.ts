@@ -74,7 +74,11 @@ export interface RealEnvOptions {
   evalOptions?: EvaluateOptions;
   /** Per-site concurrency cap: a slot for the task's origin is held from reset() to close(). */
   limiter?: SiteLimiter;
+  /** The episode this session belongs to: the sessions of one episode share its slot (see env/site-limits.ts). */
+  slotHolder?: string;
   limiterTimeoutMs?: number;
+  /** Ends a wait for a slot (the session's start was cancelled). */
+  signal?: AbortSignal;
   /**
    * Check main-frame redirects of the agent page before the browser follows them (Playwright routes do not
    * see redirect hops): allowed navigations are fetched by the context's request client and fulfilled from
@@ -436,8 +440,17 @@ export class RealEnv implements Environment {
     if (this.slot?.origin === origin) return;
     this.slot?.release();
     this.slot = undefined;
-    const release = await limiter.acquire(origin, { timeoutMs: this.opts.limiterTimeoutMs });
+    const release = await limiter.acquire(origin, { holder: this.opts.slotHolder, timeoutMs: this.opts.limiterTimeoutMs, signal: this.opts.signal });
     this.slot = { origin, release };
+  }
+
+  /**
+   * Gives the site slot back without touching the browser: for a session whose browser is gone, where page
+   * calls would only fail. close() does this too.
+   */
+  releaseSlot(): void {
+    this.slot?.release();
+    this.slot = undefined;
   }
 
   private async gotoOrUnreachable(page: Page, url: string, what: string): Promise<void> {
@@ -515,10 +528,9 @@ export class RealEnv implements Environment {
       await assignPageIds(page).catch(() => undefined);
       this.episode = { task, rootUrl, origin, steps: 0, lastGoodUrl: page.url() };
     } catch (err) {
-      // Leave nothing half-open: no pages, no site slot.
+      // Leave nothing half-open: no site slot, no pages.
+      this.releaseSlot();
       await this.closePages();
-      this.slot?.release();
-      this.slot = undefined;
       throw err;
     }
     return this.observe();
@@ -772,13 +784,13 @@ export class RealEnv implements Environment {
 
   async close(): Promise<void> {
     this.episode = undefined;
+    // The slot first: closing pages of a browser in trouble may take long, and a closed session puts no load on the site.
+    this.releaseSlot();
     await this.closePages();
     if (this.routed) {
       await this.context.unroute('**/*', this.onRoute).catch(() => undefined);
       this.routed = false;
     }
     this.origin = undefined;
-    this.slot?.release();
-    this.slot = undefined;
   }
 }

@@ -31,7 +31,6 @@ export const policySchema = z
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct'),
     apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
-    n: z.number().int().min(1).max(64).default(1),
     temperature: z.number().min(0).max(2).default(0),
     maxTokens: z.number().int().min(1).max(8192).default(256),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
@@ -43,6 +42,10 @@ export const policySchema = z
       .max(1000)
       .default(20)
       .describe('attempts per policy call while the server is down or failing (backoff 1s doubling to 30s): about 9 minutes by default'),
+    tokenIds: z
+      .enum(['auto', 'on', 'off'])
+      .default('auto')
+      .describe("ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for api.openai.com and servers that refuse the fields"),
   })
   .prefault({});
 
@@ -83,6 +86,12 @@ export const trainSchema = z
       .default(60)
       .describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
+    maxFailedEpisodeShare: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.25)
+      .describe('share of an iteration\'s episodes that may fail (counted in metrics, left out of the batch) before the run fails'),
   })
   .prefault({});
 
@@ -93,7 +102,7 @@ export const realSchema = z
   })
   .prefault({});
 
-// Agent-Q-style MCTS with step-level DPO (workflows/mcts.ts: `trainMcts` → one `mctsSearch` per task).
+// Agent-Q-style MCTS with step-level DPO (workflows/train-mcts.ts: `trainMcts` → one `mctsSearch` per task).
 export const mctsCriticSchema = z
   .object({
     backend: z
@@ -139,6 +148,12 @@ export const mctsSchema = z
     evalEvery: z.number().int().min(0).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
     evalSeeds: z.array(z.number().int().min(0)).min(1).default([0]).describe('seeds of the greedy evaluation episodes'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
+    maxFailedSearchShare: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.25)
+      .describe('share of an iteration\'s searches that may fail (counted in metrics, their pairs left out) before the run fails'),
   })
   .refine((m) => m.valueMode !== 'critic' || m.critic.backend !== 'none', {
     message: 'valueMode critic needs a critic (critic.backend openai)',

@@ -12,6 +12,18 @@ import { matchingBrace, stripCodeFence } from './text';
 import { clip } from './actions';
 import type { PromptMessage } from './prompt';
 
+/** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
+export interface CriticConfig {
+  baseUrl: string;
+  model: string;
+  /** Environment variable holding the API key. */
+  apiKeyEnv: string;
+  timeoutMs: number;
+  temperature: number;
+  /** Completion budget; default CRITIC_MAX_TOKENS. */
+  maxTokens?: number;
+}
+
 export interface CriticObservation {
   goal: string;
   url: string;
@@ -40,7 +52,7 @@ export const NEUTRAL_VALUE = 0.5;
 export const MAX_CANDIDATE_CHARS = 300;
 const MAX_REASON_CHARS = 200;
 
-/** Header of the candidate list in the prompt; test/helpers/fake-critic-server.ts reads the list after it. */
+/** Header of the candidate list in the prompt; testing/fake-critic-server.ts reads the list after it. */
 export const CANDIDATES_HEADER = 'Candidate actions:';
 
 export function criticSystemPrompt(): string {
@@ -250,7 +262,7 @@ function kindOf(value: unknown): string {
 // Outcome judgement (test-time search): was the goal achieved when the episode ended?
 // ---------------------------------------------------------------------------
 
-/** Header of the action list in the outcome prompt; test/helpers/fake-critic-server.ts tells the prompts apart by it. */
+/** Header of the action list in the outcome prompt; testing/fake-critic-server.ts tells the prompts apart by it. */
 export const ACTIONS_TAKEN_HEADER = 'Actions taken:';
 
 export function outcomeSystemPrompt(): string {

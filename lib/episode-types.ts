@@ -3,6 +3,8 @@ import type { AgentAction, Action } from './actions';
 import type { PolicyConfig } from './config';
 import type { RewardBreakdown, RewardState } from './rewards/types';
 import type { RewardWeights } from './rewards/weights';
+import type { RunContext } from './run-context';
+import type { SamplingPolicy, ServedAdapter } from './iteration-policy';
 
 // Payload shapes that travel through Temporal. Only references and short text: no image bytes,
 // no accessibility trees (those are blobs), so an episode history stays small and readable.
@@ -112,6 +114,10 @@ export type StepObservationRef = Pick<ObservationRef, 'url' | 'step' | 'screensh
 
 export interface SampleInput {
   policy: PolicyConfig;
+  /** The served adapter `policy.model` names: loaded again when a restarted server no longer has it. */
+  adapter?: ServedAdapter;
+  /** Samples in one request (a step group's N, an expansion's K); 1 when absent. */
+  n?: number;
   observation: PromptObservationRef;
   history: { step: number; action: string; note?: string }[];
 }
@@ -122,6 +128,10 @@ export interface Candidate {
   preview: string;
   completionRef: string;
   finishReason: string | null;
+  /** The sampler's token ids of the completion (end-of-turn token included); absent when the server gave none. */
+  tokenIds?: number[];
+  /** The sampler's log-prob of each token (with vLLM's `--logprobs-mode processed_logprobs`: after temperature). */
+  logprobs?: number[];
 }
 
 export interface SampleResult {
@@ -129,21 +139,21 @@ export interface SampleResult {
   model: string;
   promptRef: string;
   latencyMs: number;
+  /** Token ids and log-probs were asked for (`policy.tokenIds`); candidates without them were not given any. */
+  askedForTokens?: boolean;
+  /** Adapter loads this call made (`input.adapter`): requests, milliseconds, and whether vLLM had forgotten it. */
+  adapterLoad?: { requests: number; ms: number; reloaded: boolean };
 }
 
-export interface EpisodeInput {
+export interface EpisodeInput extends LegacyEpisodeFields {
   task: TaskRef;
   maxSteps: number;
+  /** The policy to sample from, already resolved for the run's iteration (lib/iteration-policy.ts). */
   policy: PolicyConfig;
-  browserTaskQueue: string;
-  maxSessionRebuilds?: number;
-  sessionStartTimeoutMs?: number;
-  heartbeatTimeoutMs?: number;
-  runId?: string;
+  /** The run's infrastructure (queues, timeouts, rewards). Inputs written by hand may give the flat fields instead. */
+  run?: RunContext;
+  /** Shown in the Temporal UI (search attribute HaloMode); the model name when absent. */
   mode?: string;
-  /** Dense reward weights; schema defaults when absent. */
-  rewardWeights?: RewardWeights;
-  envOptions?: EnvOptions;
   /** GRPO step grouping: at each state, N candidates each executed from that state in a forked session. */
   grouping?: { n: number; choose: 'best' | 'sampled' };
   /**
@@ -154,8 +164,63 @@ export interface EpisodeInput {
   search?: { params: MctsParams };
   /** Colocated policy: the adapter version the learner samples with (0 = base model). */
   adapterVersion?: number;
+  /** openai policy naming a served adapter: loaded again if the server restarted (lib/iteration-policy.ts). */
+  adapter?: ServedAdapter;
+}
+
+/**
+ * The run context as flat fields: how `episode` inputs looked before `run` existed (recorded histories), and
+ * the short form for inputs written by hand (`temporal workflow start --type episode`).
+ */
+export interface LegacyEpisodeFields {
+  runId?: string;
+  browserTaskQueue?: string;
+  maxSessionRebuilds?: number;
+  sessionStartTimeoutMs?: number;
+  heartbeatTimeoutMs?: number;
+  rewardWeights?: RewardWeights;
+  envOptions?: EnvOptions;
   gpuTaskQueue?: string;
   learnerHeartbeatTimeoutMs?: number;
+}
+
+/** The run context of an episode's (or a search's) input, the flat fields' defaults filled in. */
+export function episodeRun(input: LegacyEpisodeFields & { run?: RunContext }, workflowId: string): RunContext {
+  if (input.run) return input.run;
+  return {
+    runId: input.runId ?? workflowId,
+    browserTaskQueue: input.browserTaskQueue ?? 'halo-browser',
+    gpuTaskQueue: input.gpuTaskQueue ?? 'gpu',
+    learnerHeartbeatTimeoutMs: input.learnerHeartbeatTimeoutMs ?? 60_000,
+    maxSessionRebuilds: input.maxSessionRebuilds ?? 5,
+    sessionStartTimeoutMs: input.sessionStartTimeoutMs ?? 20_000,
+    heartbeatTimeoutMs: input.heartbeatTimeoutMs ?? 10_000,
+    ...(input.rewardWeights ? { rewardWeights: input.rewardWeights } : {}),
+    ...(input.envOptions ? { envOptions: input.envOptions } : {}),
+  };
+}
+
+/** The one builder of an episode's input from a run's pieces (GRPO, MCTS evaluation, `evaluate`). */
+export function episodeInput(p: {
+  run: RunContext;
+  task: TaskRef;
+  maxSteps: number;
+  sampling: SamplingPolicy;
+  mode: string;
+  grouping?: EpisodeInput['grouping'];
+  search?: EpisodeInput['search'];
+}): EpisodeInput {
+  return {
+    task: p.task,
+    maxSteps: p.maxSteps,
+    policy: p.sampling.policy,
+    run: p.run,
+    mode: p.mode,
+    adapterVersion: p.sampling.adapterVersion,
+    ...(p.sampling.adapter ? { adapter: p.sampling.adapter } : {}),
+    ...(p.grouping ? { grouping: p.grouping } : {}),
+    ...(p.search ? { search: p.search } : {}),
+  };
 }
 
 /** One candidate of a step group, as the GRPO batch needs it. */

@@ -1,11 +1,10 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, isAbsolute, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { servedAdapterName } from './iteration-policy';
+import { runContextFromConfig } from './run-context';
 import { ConfigError } from './config-error';
 import { mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
 import type { EvalNote, EvalSkip } from './eval-summary';
-import type { EvalModeName, EvalModePlan, EvaluateInput } from '../workflows/evaluate';
+import type { EvalModeName, EvalModePlan, EvaluateInput } from './eval-types';
 import { criticParams, mctsParams, type MctsParams } from './mcts-params';
 
 /**
@@ -13,9 +12,10 @@ import { criticParams, mctsParams, type MctsParams } from './mcts-params';
  * which tasks and seeds. Every value has a default; an error names the bad field by its dotted path. The
  * stack itself (Temporal, task queues, reward weights, REAL options) comes from a HALO config
  * (`haloConfig`, default configs/default.yaml).
+ *
+ * Validation and planning only: reading the file, the environment and the checkpoints folder is
+ * host/eval-config-file.ts's job, so the plan can be computed (and tested) from plain values.
  */
-
-const REPO_ROOT = resolve(__dirname, '..');
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 export const MODE_NAMES = ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline'] as const;
@@ -175,24 +175,6 @@ function describeIssue(i: z.core.$ZodIssue): string {
   return i.message;
 }
 
-/** An eval config file; `haloConfigPath` is its `haloConfig` resolved against the file's folder. */
-export function loadEvalConfigFile(path: string): { config: EvalConfig; haloConfigPath?: string } {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(`cannot read eval config ${path}: ${(err as Error).message}`);
-  }
-  let raw: unknown;
-  try {
-    raw = parseYaml(text);
-  } catch (err) {
-    throw new ConfigError(`eval config ${path} is not valid YAML: ${(err as Error).message}`);
-  }
-  const config = parseEvalConfig(raw, `eval config ${path}`);
-  return { config, ...(config.haloConfig ? { haloConfigPath: resolve(dirname(path), config.haloConfig) } : {}) };
-}
-
 // ---- resolving a config into the workflow's input ----------------------------------------------------
 
 export interface RealTaskInfo {
@@ -202,32 +184,18 @@ export interface RealTaskInfo {
   unscorableReason?: string;
 }
 
+/** What a plan needs from outside the config: the host fills these in (host/eval-config-file.ts). */
 export interface ResolveOptions {
-  /** Where API keys are looked up (default process.env). */
-  env?: NodeJS.ProcessEnv;
-  /** The learner's checkpoints root, for `version: latest` (default HALO_CHECKPOINTS, else <repo>/checkpoints). */
-  checkpoints?: string;
-  /** Adapter versions of a run (default: the v<N> folders under `<checkpoints>/<run>`). */
-  listAdapterVersions?: (run: string) => number[];
+  /** Where API keys are looked up. */
+  env: Record<string, string | undefined>;
+  /** The learner's checkpoints root; named in the note on a run without adapters. */
+  checkpoints: string;
+  /** The complete adapter versions of a run, ascending, for `version: latest`. */
+  listAdapterVersions: (run: string) => number[];
   /** Known MiniWoB++ tasks: unknown names are an error when given. */
   miniwobTasks?: readonly string[];
   /** REAL tasks by site: task ids are checked and site names expanded when given. */
   realSites?: Record<string, RealTaskInfo[]>;
-}
-
-export function defaultCheckpoints(env: NodeJS.ProcessEnv = process.env): string {
-  const c = env.HALO_CHECKPOINTS || 'checkpoints';
-  return isAbsolute(c) ? c : resolve(REPO_ROOT, c);
-}
-
-/** The complete adapter versions of a run (folders `v<N>`; a folder only appears once complete). */
-export function adapterVersionsOnDisk(checkpoints: string, run: string): number[] {
-  const dir = resolve(checkpoints, run);
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir, { withFileTypes: true })
-    .filter((d) => d.isDirectory() && /^v\d+$/.test(d.name))
-    .map((d) => Number(d.name.slice(1)))
-    .sort((a, b) => a - b);
 }
 
 /** `…/<run>/v<N>` → { run, version }. */
@@ -243,7 +211,7 @@ const sameUrl = (a: string, b: string) => a.replace(/\/+$/, '') === b.replace(/\
  * Why an `openai_baseline` mode cannot run, or null: it needs either its API key in the environment or a
  * non-default baseUrl (a local OpenAI-compatible server needs no key).
  */
-export function baselineSkipReason(mode: Extract<EvalMode, { name: 'openai_baseline' }>, env: NodeJS.ProcessEnv): string | null {
+export function baselineSkipReason(mode: Extract<EvalMode, { name: 'openai_baseline' }>, env: Record<string, string | undefined>): string | null {
   if (env[mode.apiKeyEnv]) return null;
   if (!sameUrl(mode.baseUrl, OPENAI_DEFAULT_BASE_URL)) return null;
   return `no API key: ${mode.apiKeyEnv} is not set and baseUrl is the default ${OPENAI_DEFAULT_BASE_URL} (set ${mode.apiKeyEnv} for the CLI and the control worker, or point baseUrl at an OpenAI-compatible server)`;
@@ -296,15 +264,13 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
  * The `evaluate` workflow's input: tasks resolved (REAL sites expanded), `latest` adapters resolved to a version
  * number, each mode's greedy policy settings, and the modes that cannot run listed with their reason.
  */
-export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: ResolveOptions = {}): EvaluateInput {
-  const env = opts.env ?? process.env;
-  const checkpoints = opts.checkpoints ?? defaultCheckpoints(env);
-  const versions = opts.listAdapterVersions ?? ((run: string) => adapterVersionsOnDisk(checkpoints, run));
+export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: ResolveOptions): EvaluateInput {
+  const { env, checkpoints, listAdapterVersions: versions } = opts;
   const notes: EvalNote[] = [];
   const skipped: EvalSkip[] = [];
   const tasks = resolveTasks(cfg, opts, notes);
   const modes: EvalModePlan[] = [];
-  const greedy = (p: Partial<PolicyConfig>): PolicyConfig => ({ ...base.policy, ...p, n: 1, temperature: 0 });
+  const greedy = (p: Partial<PolicyConfig>): PolicyConfig => ({ ...base.policy, ...p, temperature: 0 });
 
   for (const m of cfg.modes) {
     const labelOf = m.label ?? m.name;
@@ -347,7 +313,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
         mode: labelOf,
         note: have.length
           ? `latest adapter of run ${run}: v${version}`
-          : `run ${run} has no adapter under ${resolve(checkpoints, run)}: evaluated version 0 (the base model)`,
+          : `run ${run} has no adapter under ${checkpoints.replace(/[\\/]+$/, '')}/${run}: evaluated version 0 (the base model)`,
       });
     } else {
       run = m.adapter.run;
@@ -368,7 +334,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
         backend: 'colocated',
         policy: greedy({
           backend: 'colocated',
-          model: version === 0 ? base.policy.model : `${run}-v${version}`,
+          model: version === 0 ? base.policy.model : servedAdapterName(run, version),
           maxTokens: m.maxTokens ?? base.policy.maxTokens,
           timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
         }),
@@ -379,7 +345,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
       });
     } else {
       // vLLM serves adapters by name (`<run>-v<N>`, see activities/adapters.ts); version 0 is the base model.
-      const model = m.model ?? (version === 0 ? base.policy.model : `${run}-v${version}`);
+      const model = m.model ?? (version === 0 ? base.policy.model : servedAdapterName(run, version));
       modes.push({
         label: labelOf,
         name: m.name,
@@ -411,14 +377,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
     skipped,
     notes,
     controlTaskQueue: base.temporal.controlTaskQueue,
-    browserTaskQueue: base.temporal.browserTaskQueue,
-    gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue,
-    learnerHeartbeatTimeoutMs: base.train.learnerHeartbeatTimeoutS * 1000,
-    maxSessionRebuilds: base.episode.maxSessionRebuilds,
-    sessionStartTimeoutMs: base.episode.sessionStartTimeoutMs,
-    heartbeatTimeoutMs: base.episode.heartbeatTimeoutMs,
-    rewardWeights: base.rewards,
-    envOptions: { realRunId: base.real.runId, evaluateAtCap: base.real.evaluateAtCap },
+    run: { ...runContextFromConfig(base, cfg.runId), gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue },
   };
 }
 

@@ -227,6 +227,10 @@ export interface UpdateSummary {
   grad_norm: number;
   version: number;
   tokens: number;
+  /** Items the learner had to retokenise (the sampler gave no token ids); absent from older learners. */
+  retokenized?: number;
+  /** Share of the retokenised items whose ids are not a faithful stand-in for what was sampled. */
+  token_mismatch_rate?: number;
 }
 
 export interface IterationMetricsInput {
@@ -263,12 +267,21 @@ export interface IterationMetrics {
   adapter_version: number | null;
   /** Completion tokens the update trained on; 0 when no update was applied. */
   tokens: number;
+  /**
+   * Items the update trained on retokenised text instead of the sampler's own token ids (a server that
+   * returned none); 0 when every item came with ids. Present when the learner reported it.
+   */
+  retokenized?: number;
+  /** Of those, the share whose retokenisation may differ from the sampled tokens (their old log-probs unused). */
+  token_mismatch_rate?: number;
   /** Wall-clock seconds per phase, as given. */
   seconds: Record<string, number>;
   num_groups: number;
   num_episodes: number;
   /** Greedy evaluation on held-out tasks, on the iterations that ran one. */
   eval?: { success_rate: number; mean_return: number; episodes: number };
+  /** Episodes of the iteration that failed (left out of the batch and of the other metrics). */
+  failed_episodes?: number;
 }
 
 /**
@@ -316,6 +329,8 @@ export function iterationMetrics(input: IterationMetricsInput): IterationMetrics
     grad_norm: u ? u.grad_norm : null,
     adapter_version: u ? u.version : null,
     tokens: u ? u.tokens : 0,
+    ...(u && u.retokenized !== undefined ? { retokenized: u.retokenized } : {}),
+    ...(u && u.token_mismatch_rate !== undefined ? { token_mismatch_rate: roundReward(u.token_mismatch_rate) } : {}),
     seconds,
     num_groups: input.groups.length,
     num_episodes: eps.length,

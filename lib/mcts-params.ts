@@ -1,4 +1,4 @@
-import type { CriticConfig } from '../activities/critic';
+import type { CriticConfig } from './critic';
 import type { HaloConfig } from './config';
 
 type CriticSection = HaloConfig['mcts']['critic'];

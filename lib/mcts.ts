@@ -7,7 +7,9 @@
  * blob store and be read back with JSON.parse without changing any result below.
  *
  * The functions that change the tree (`expand`, `backpropagate`, `setObservation`, `setCriticValue`,
- * `markTerminal`) mutate it in place; everything else only reads.
+ * `markTerminal`) mutate it in place; everything else only reads. What the search records about a node
+ * besides its statistics (the completion that proposed it, the prompt at its state, why it ended) travels
+ * with the node as `data`, which no function here reads.
  *
  * One simulation, as the MCTS workflow drives it:
  *   1. `select` a node (UCB1 on the composite Q, unvisited children first);
@@ -26,6 +28,27 @@ export interface ObservationRef {
   url: string;
   /** Identifies the page state (e.g. a hash of url + axtree), to spot actions that changed nothing. */
   stateKey: string;
+}
+
+/**
+ * A node's record for training and inspection. Completions and prompts are blob references (no large text
+ * in workflow state).
+ */
+export interface NodeData {
+  /** The completion that proposed this node's action (text blob): a DPO pair's chosen/rejected text. */
+  completionRef?: string;
+  /** First characters of that completion. */
+  preview?: string;
+  /** The sampler's log-prob sum of that completion when usable as the DPO reference, else null (lib/mcts-search.ts `refLogprob`). */
+  refLogprob?: number | null;
+  /** The prompt at this node's state, from which its children were sampled (a DPO pair's prompt). */
+  promptRef?: string;
+  /** False when the critic's answer at this node's state was unusable (neutral verdict). */
+  criticOk?: boolean;
+  /** Why the node is terminal: `success`, `failure` (environment outcomes), `ended, …` (self-evaluated), `unparseable`, `depth cap`. */
+  outcome?: string;
+  /** The environment's complaint when the action could not be applied (the state did not change). */
+  actionError?: string;
 }
 
 export interface MctsNode {
@@ -49,6 +72,7 @@ export interface MctsNode {
   /** The terminal reward, when terminal. */
   reward: number | null;
   children: number[];
+  data: NodeData;
 }
 /** Alias of MctsNode (the name used in the design notes). */
 export type Node = MctsNode;
@@ -62,6 +86,8 @@ export interface Tree {
 export interface ExpandCandidate {
   action: Action;
   prior: number;
+  /** The new child's `data`. */
+  data?: NodeData;
 }
 
 export interface DpoPair {
@@ -85,19 +111,6 @@ export interface TreeStats {
   terminalNodes: number;
 }
 
-export const MCTS_DEFAULTS = {
-  /** UCB1 exploration constant c (√2, the textbook value for rewards in [0, 1]). */
-  ucbConstant: 1.414,
-  /** K: children kept per expansion, the critic's top K by prior (policy samples beyond that are dropped). */
-  maxChildren: 5,
-  /** Simulations (select, expand, roll out, backpropagate) per task. */
-  numSimulations: 50,
-  /** α in Q = α·Q_mcts + (1−α)·Q_critic (Agent Q eq. 10): 0.5 weighs search outcomes and the critic equally. */
-  alpha: 0.5,
-  /** θ: minimum composite-Q gap between two explored siblings for a DPO pair. */
-  pairThreshold: 0.1,
-} as const;
-
 /** Absolute tolerance of the pair threshold, so a gap of exactly θ in decimal still counts despite float rounding. */
 const THRESHOLD_EPSILON = 1e-9;
 
@@ -116,6 +129,7 @@ export function newTree(rootObservation?: ObservationRef): Tree {
     terminal: false,
     reward: null,
     children: [],
+    data: {},
   };
   if (rootObservation) root.observationRef = { ...rootObservation };
   return { nodes: [root], nextId: 1 };
@@ -226,6 +240,7 @@ export function select(tree: Tree, c: number, alpha: number): number {
  * - The node ends up with at most `maxChildren` children in all, existing ones included; the candidates
  *   with the highest priors fill the free slots (ties: earlier candidate first).
  * - Priors are clamped to [0, 1] (NaN counts as 0).
+ * - A new child's `data` is a copy of its candidate's.
  * - A terminal node is never expanded: returns [].
  */
 export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCandidate[], maxChildren: number): number[] {
@@ -237,7 +252,7 @@ export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCa
     if (key !== null) seen.add(key);
   }
   const ordered = candidates
-    .map((c, index) => ({ action: c.action, prior: clamp01(c.prior), index }))
+    .map((c, index) => ({ ...c, prior: clamp01(c.prior), index }))
     .sort((a, b) => b.prior - a.prior || a.index - b.index);
   const free = Math.max(0, Math.floor(maxChildren) - parent.children.length);
   const added: number[] = [];
@@ -261,6 +276,7 @@ export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCa
       terminal: false,
       reward: null,
       children: [],
+      data: { ...cand.data },
     });
     tree.nextId = id + 1;
     parent.children.push(id);

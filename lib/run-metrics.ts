@@ -57,6 +57,9 @@ export const IterationMetricsSchema = z.object({
   grad_norm: finite.min(0).nullable(),
   adapter_version: int.min(0).nullable(),
   tokens: int.min(0),
+  /** Items the update retokenised (no sampler token ids) and the share of them that may differ from what was sampled. */
+  retokenized: int.min(0).optional(),
+  token_mismatch_rate: fraction.optional(),
   seconds: z.record(z.string(), finite.min(0)),
   num_groups: int.min(0),
   num_episodes: int.min(0),

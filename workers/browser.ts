@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { BlobStore } from '../blob/store';
 import { SessionManager, createSessionActivities } from '../activities/session';
-import { haloHome } from '../client/connection';
+import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';

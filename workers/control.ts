@@ -9,7 +9,7 @@ import { createMetricsActivities } from '../activities/metrics';
 import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { createMctsMetricsActivities } from '../activities/mcts-metrics';
-import { haloHome } from '../client/connection';
+import { haloHome } from '../host/home';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 
 /**

@@ -5,8 +5,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Client, Connection } from '@temporalio/client';
 import type { ActivityInboundCallsInterceptor, ActivityExecuteInput, Next } from '@temporalio/worker';
 import type { Context } from '@temporalio/activity';
-import type { TemporalSettings } from '../client/connection';
-import type { Logger } from '../lib/log';
+import { connectOptions, type TemporalSettings } from '../host/connection';
+import type { Logger } from '../host/log';
 
 /**
  * The task tokens of the activities a worker process is running, on disk, so that its successor can fail
@@ -129,7 +129,7 @@ export class InflightLedger {
     const entries = orphans.flatMap((o) => (o.ledger?.running ?? []).map((e) => ({ ...e, pid: o.ledger!.pid })));
     let failed = 0;
     if (entries.length > 0) {
-      const connection = await Connection.connect({ address: settings.address, tls: settings.tls, apiKey: settings.apiKey });
+      const connection = await Connection.connect(connectOptions(settings));
       try {
         const client = new Client({ connection, namespace: settings.namespace });
         for (const e of entries) {

@@ -1,7 +1,8 @@
 import { DefaultLogger, NativeConnection, Runtime, type LogLevel } from '@temporalio/worker';
-import { haloHome, temporalSettings, type TemporalSettings } from '../client/connection';
+import { haloHome } from '../host/home';
+import { connectOptions, temporalSettings, type TemporalSettings } from '../host/connection';
 import { InflightLedger, ledgerDir } from './inflight';
-import { createLogger, type Logger } from '../lib/log';
+import { createLogger, type Logger } from '../host/log';
 
 /** The Temporal runtime logs through pino too, so worker and SDK lines share one format. */
 export function installRuntime(name: string): Logger {
@@ -32,7 +33,7 @@ export function installRuntime(name: string): Logger {
 
 export async function connectWorker(): Promise<{ connection: NativeConnection; namespace: string; settings: TemporalSettings }> {
   const s = temporalSettings({ address: '127.0.0.1:7233', namespace: 'default' });
-  const connection = await NativeConnection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey });
+  const connection = await NativeConnection.connect(connectOptions(s));
   return { connection, namespace: s.namespace, settings: s };
 }
 

@@ -11,57 +11,16 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import { pool } from './pool';
+import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
-import type { PolicyConfig } from '../lib/config';
-import type { MctsParams } from '../lib/mcts-params';
-import type { EnvOptions, EpisodeInput, EpisodeResult } from '../lib/episode-types';
-import { summarizeEval, type EvalEpisodeRecord, type EvalNote, type EvalSkip, type EvalSummary } from '../lib/eval-summary';
-import type { RewardWeights } from '../lib/rewards/weights';
+import { episodeInput, type EpisodeResult } from '../lib/episode-types';
+import { summarizeEval, type EvalEpisodeRecord, type EvalSummary } from '../lib/eval-summary';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { episode } from './episode';
+import type { EvalModeName, EvalModePlan, EvaluateInput } from '../lib/eval-types';
+import * as profiles from './activity-profiles';
 
-export type EvalModeName = 'qwen3vl_base' | 'qwen3vl_grpo' | 'qwen3vl_mcts' | 'openai_baseline';
-
-/** One mode as the workflow runs it: everything resolved by the client (adapter version, skip decision, sites). */
-export interface EvalModePlan {
-  /** Unique within the evaluation; part of every episode's workflow id. */
-  label: string;
-  name: EvalModeName;
-  backend: 'colocated' | 'openai';
-  /** Greedy: n 1, temperature 0. */
-  policy: PolicyConfig;
-  /** The episode's runId: the learner's run_id for an adapter version ≥ 1, else the eval id. */
-  runId: string;
-  /** Colocated: the adapter version the learner samples with (0 = base model). */
-  adapterVersion: number;
-  /** One line for the summary: which model / adapter this mode evaluated. */
-  describe: string;
-  /** Test-time MCTS: every step of its episodes is chosen by a search with these parameters. */
-  search?: MctsParams;
-}
-
-export interface EvaluateInput {
-  evalId: string;
-  env: 'miniwob' | 'real';
-  /** Resolved task names (REAL sites already expanded into their tasks) and the site each belongs to. */
-  tasks: { task: string; site: string }[];
-  seeds: number[];
-  maxSteps: number;
-  /** Episodes running at once, over all modes. */
-  parallelism: number;
-  modes: EvalModePlan[];
-  skipped: EvalSkip[];
-  notes: EvalNote[];
-  controlTaskQueue: string;
-  browserTaskQueue: string;
-  gpuTaskQueue: string;
-  learnerHeartbeatTimeoutMs: number;
-  maxSessionRebuilds: number;
-  sessionStartTimeoutMs: number;
-  heartbeatTimeoutMs: number;
-  rewardWeights?: RewardWeights;
-  envOptions?: EnvOptions;
-}
+export type { EvalModeName, EvalModePlan, EvaluateInput };
 
 export interface EvaluateResult {
   evalId: string;
@@ -72,6 +31,8 @@ export interface EvaluateResult {
   modes: { label: string; name: EvalModeName; describe: string }[];
   /** Blob holding `{ evalId, modes, episodes, summary }` (activity `storeJson`). */
   resultsRef: string;
+  /** Stopped by the `stop` signal: episodes not started then are left out of the summary. */
+  stoppedEarly: boolean;
 }
 
 export interface EvalProgress {
@@ -101,11 +62,20 @@ function failureMessage(err: unknown): string {
  * Greedy evaluation: for every mode (skipped ones were decided by the client and are only listed), every task
  * × seed runs as an `episode` child workflow with a deterministic id, at most `parallelism` at once. A failed
  * episode is recorded with its error (a failure in the success rate) rather than failing the evaluation.
- * The results go to the blob store (`storeJson`); the client writes its files from the returned value.
+ * `pause` holds episodes not yet started, `stop` leaves them out. The results go to the blob store
+ * (`storeJson`); the client writes its files from the returned value.
  */
 export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
   const info = workflowInfo();
   const evalId = input.evalId;
+  const runs = input.modes.flatMap((mode) =>
+    input.tasks.flatMap((t) => input.seeds.map((seed) => ({ mode, task: t.task, site: t.site, seed }))),
+  );
+  const progress: EvalProgress = { evalId, total: runs.length, done: 0, failed: 0, running: 0 };
+  const control = new RunControl<EvalProgress & { runId: string }>(evalId);
+  control.describe(() => ({ runId: evalId, ...progress }));
+  setHandlerForProgress(progress);
+
   if (info.workflowId !== evalId) {
     throw ApplicationFailure.nonRetryable(`workflow id ${info.workflowId} must equal the eval id ${evalId}`, 'InvalidConfig');
   }
@@ -123,37 +93,17 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
     { key: TASK, value: `${input.env}/${input.tasks.map((t) => t.task).join(',')}`.slice(0, 200) },
   ]);
 
-  const runs = input.modes.flatMap((mode) =>
-    input.tasks.flatMap((t) => input.seeds.map((seed) => ({ mode, task: t.task, site: t.site, seed }))),
-  );
-  const progress: EvalProgress = { evalId, total: runs.length, done: 0, failed: 0, running: 0 };
-  setHandler(evalProgressQuery, () => progress);
-  const details = () => setCurrentDetails(`${progress.done}/${progress.total} episodes done${progress.failed ? ` (${progress.failed} failed)` : ''} · ${progress.running} running`);
+  const details = () =>
+    setCurrentDetails(
+      `${progress.done}/${progress.total} episodes done${progress.failed ? ` (${progress.failed} failed)` : ''} · ${progress.running} running` +
+        (control.stopping ? ' · stopping' : control.paused ? ' · paused' : ''),
+    );
   details();
+  control.phase = 'episodes';
 
-  const episodes = await pool(runs, input.parallelism, async (r): Promise<EvalEpisodeRecord> => {
+  const records = await pool(runs, input.parallelism, async (r): Promise<EvalEpisodeRecord | null> => {
+    if (!(await control.proceed())) return null;
     const workflowId = evalEpisodeId(evalId, r.mode.label, r.task, r.seed);
-    const episodeInput: EpisodeInput = {
-      task: { env: input.env, task: r.task, seed: r.seed },
-      maxSteps: input.maxSteps,
-      policy: { ...r.mode.policy, n: 1, temperature: 0 },
-      browserTaskQueue: input.browserTaskQueue,
-      maxSessionRebuilds: input.maxSessionRebuilds,
-      sessionStartTimeoutMs: input.sessionStartTimeoutMs,
-      heartbeatTimeoutMs: input.heartbeatTimeoutMs,
-      runId: r.mode.runId,
-      mode: r.mode.label,
-      ...(input.rewardWeights ? { rewardWeights: input.rewardWeights } : {}),
-      ...(input.envOptions ? { envOptions: input.envOptions } : {}),
-      ...(r.mode.search ? { search: { params: r.mode.search } } : {}),
-      ...(r.mode.backend === 'colocated'
-        ? {
-            adapterVersion: r.mode.adapterVersion,
-            gpuTaskQueue: input.gpuTaskQueue,
-            learnerHeartbeatTimeoutMs: input.learnerHeartbeatTimeoutMs,
-          }
-        : {}),
-    };
     const base = { mode: r.mode.label, task: r.task, site: r.site, seed: r.seed, workflowId };
     progress.running++;
     details();
@@ -161,7 +111,17 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
       const res: EpisodeResult = await executeChild(episode, {
         workflowId,
         taskQueue: input.controlTaskQueue,
-        args: [episodeInput],
+        args: [
+          episodeInput({
+            run: { ...input.run, runId: r.mode.runId },
+            task: { env: input.env, task: r.task, seed: r.seed },
+            maxSteps: input.maxSteps,
+            // The client resolved each mode's policy and adapter through lib/iteration-policy.ts.
+            sampling: { policy: { ...r.mode.policy, temperature: 0 }, adapterVersion: r.mode.backend === 'colocated' ? r.mode.adapterVersion : 0 },
+            mode: r.mode.label,
+            ...(r.mode.search ? { search: { params: r.mode.search } } : {}),
+          }),
+        ],
         staticSummary: `eval ${evalId} · ${r.mode.label} (${r.mode.describe}) · ${input.env}/${r.task} seed ${r.seed}`,
       });
       return {
@@ -197,7 +157,10 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
       details();
     }
   });
+  const episodes = records.filter((e): e is EvalEpisodeRecord => e !== null);
+  const notRun = records.length - episodes.length;
 
+  control.phase = 'summary';
   const modes = input.modes.map((m) => ({ label: m.label, name: m.name, describe: m.describe }));
   const summary = summarizeEval({
     evalId,
@@ -205,13 +168,15 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
     modes: labels,
     episodes,
     skipped: input.skipped,
-    notes: input.notes,
+    notes: notRun > 0 ? [...input.notes, { mode: '*', note: `stopped early: ${notRun} of ${records.length} episodes were not run` }] : input.notes,
     modeDetails: modes.map((m) => ({ mode: m.label, describe: m.describe })),
   });
-  const control = proxyActivities<ControlActivities>({
-    startToCloseTimeout: '2m',
-    retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 },
-  });
-  const { ref } = await control.storeJson({ value: { evalId, modes, episodes, summary } });
-  return { evalId, episodes, summary, modes, resultsRef: ref };
+  const store = proxyActivities<ControlActivities>(profiles.runActivities('2m'));
+  const { ref } = await store.storeJson({ value: { evalId, modes, episodes, summary } });
+  control.phase = 'done';
+  return { evalId, episodes, summary, modes, resultsRef: ref, stoppedEarly: notRun > 0 };
+}
+
+function setHandlerForProgress(progress: EvalProgress): void {
+  setHandler(evalProgressQuery, () => progress);
 }

@@ -1,6 +1,7 @@
 // Every workflow the control worker runs. Workflow code is deterministic: no I/O, no clocks, no Node APIs.
 export { episode, episodeProgressQuery } from './episode';
-export { learnerContract } from './learner-contract';
-export { trainGrpo, trainStatusQuery, pauseSignal, resumeSignal, stopSignal } from './train-grpo';
-export { evaluate } from './evaluate';
-export { mctsSearch, trainMcts, mctsTreeQuery, mctsProgressQuery, trainMctsStatusQuery } from './mcts';
+export { trainGrpo } from './train-grpo';
+export { trainMcts } from './train-mcts';
+export { mctsSearch, mctsTreeQuery, mctsProgressQuery } from './mcts-search';
+export { evaluate, evalProgressQuery } from './evaluate';
+export { pauseSignal, resumeSignal, stopSignal, statusQuery } from './messages';

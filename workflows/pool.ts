@@ -1,3 +1,5 @@
+import { ApplicationFailure, ChildWorkflowFailure, isCancellation } from '@temporalio/workflow';
+
 /**
  * Runs `fn` over `items` with at most `limit` calls in flight, results in item order. Deterministic in
  * workflow code: items are taken in order, and each worker loop only resumes on its own call's result.
@@ -14,4 +16,48 @@ export async function pool<T, R>(items: T[], limit: number, fn: (item: T, i: num
     }),
   );
   return out;
+}
+
+export interface Failed<T> {
+  index: number;
+  item: T;
+  error: string;
+}
+
+/** The message of a failure, with a child workflow's cause (the reason the child failed) first. */
+export function failureMessage(err: unknown): string {
+  if (err instanceof ChildWorkflowFailure && err.cause) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Like `pool`, but a call that fails is recorded rather than failing the others: one episode whose site was
+ * briefly unreachable must not end a run. Cancellation still propagates.
+ */
+export async function poolSettled<T, R>(items: T[], limit: number, fn: (item: T, i: number) => Promise<R>): Promise<{ ok: R[]; failed: Failed<T>[] }> {
+  const settled = await pool(items, limit, async (item, i): Promise<{ value: R } | { failed: Failed<T> }> => {
+    try {
+      return { value: await fn(item, i) };
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      return { failed: { index: i, item, error: failureMessage(err).slice(0, 500) } };
+    }
+  });
+  const ok: R[] = [];
+  const failed: Failed<T>[] = [];
+  for (const s of settled) {
+    if ('failed' in s) failed.push(s.failed);
+    else ok.push(s.value);
+  }
+  return { ok, failed };
+}
+
+/** Fails the run (non-retryable, naming the reasons) when more than `maxShare` of `total` units failed. */
+export function checkFailureShare(failed: Failed<unknown>[], total: number, maxShare: number, what: string, setting: string): void {
+  if (failed.length === 0 || failed.length <= maxShare * total) return;
+  const reasons = failed.slice(0, 3).map((f) => `#${f.index}: ${f.error}`).join('; ');
+  throw ApplicationFailure.nonRetryable(
+    `${failed.length} of ${total} ${what} failed, more than ${setting} = ${maxShare} allows (${reasons}${failed.length > 3 ? '; …' : ''})`,
+    'TooManyFailures',
+  );
 }

@@ -1,28 +1,23 @@
-import {
-  ApplicationFailure,
-  condition,
-  continueAsNew,
-  defineQuery,
-  defineSignal,
-  executeChild,
-  log,
-  proxyActivities,
-  setHandler,
-  upsertSearchAttributes,
-  workflowInfo,
-} from '@temporalio/workflow';
-import { pool } from './pool';
+import { ApplicationFailure, continueAsNew, executeChild, log, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { checkFailureShare, pool, poolSettled } from './pool';
 import { runConfig } from './run-config';
+import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { GrpoBatchActivities } from '../activities/grpo-batch';
 import type { createMetricsActivities } from '../activities/metrics';
 import type { AdapterActivities } from '../activities/adapters';
-import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
+import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../lib/grpo';
+import { greedy, samplingPolicy } from '../lib/iteration-policy';
+import { runContextFromConfig } from '../lib/run-context';
 import { fnv1a32 } from '../lib/rewards/shaping';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { learnerActivities } from './learner';
 import { episode } from './episode';
+import * as profiles from './activity-profiles';
+
+// Kept for the CLI and older imports: the one set of run messages (workflows/messages.ts).
+export { pauseSignal, resumeSignal, stopSignal, statusQuery as trainStatusQuery } from './messages';
 
 /** What continue-as-new carries: small, no config body, no tree, no images. */
 export interface TrainState {
@@ -32,6 +27,8 @@ export interface TrainState {
   configHash: string;
   zeroStdHistory: number[];
   paused: boolean;
+  /** Folder of adapter v<adapterVersion> (as the serving process sees it): reloaded into a restarted vLLM. */
+  adapterPath?: string;
   /** The previous iteration's metrics, for the status query and progress bar. */
   lastMetrics?: IterationMetrics | null;
 }
@@ -60,12 +57,6 @@ export interface TrainResult {
   stoppedEarly: boolean;
 }
 
-export const trainStatusQuery = defineQuery<TrainStatus>('status');
-export const pauseSignal = defineSignal('pause');
-export const resumeSignal = defineSignal('resume');
-/** Graceful: the current iteration finishes (its adapter is kept), then the run ends. */
-export const stopSignal = defineSignal('stop');
-
 type MetricsActivities = ReturnType<typeof createMetricsActivities>;
 
 /** Deterministic task and seed for episode j of an iteration: the run id and iteration are the seed. */
@@ -76,49 +67,27 @@ export function pickTasks(tasks: string[], count: number, runId: string, iterati
   });
 }
 
-const seconds = (t0: number) => (new Date().getTime() - t0) / 1000;
-
 /**
- * Online GRPO, one iteration per workflow run: episodes (child workflows, bounded parallelism) → batch of
- * group advantages → learner `update_policy` (adapter v<N>) → adapter into vLLM when serving from one →
- * metrics appended once → continue-as-new with a small state.
+ * Online GRPO, one iteration per workflow run: episodes (child workflows, bounded parallelism) sampled from the
+ * adapter of the previous iteration → batch of group advantages → learner `update_policy` (adapter v<N>) →
+ * adapter into vLLM when serving from one → metrics appended once → continue-as-new with a small state.
  */
 export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   const info = workflowInfo();
-  const control = proxyActivities<ControlActivities & GrpoBatchActivities & MetricsActivities & AdapterActivities>({
-    startToCloseTimeout: '10m',
-    retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 },
-  });
-
+  const control = proxyActivities<ControlActivities & GrpoBatchActivities & MetricsActivities & AdapterActivities>(profiles.runActivities());
   // Handlers first, so `status`, pause and stop work from the first moment (before the config is stored).
-  let paused = false;
-  let stopping = false;
-  let phase = 'starting';
-  let lastMetrics: IterationMetrics | null = null;
-  let statusView = (): TrainStatus => ({
+  const run = new RunControl<Omit<TrainStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused });
+  let lastMetrics: IterationMetrics | null = input.state?.lastMetrics ?? null;
+  run.describe(() => ({
     runId: info.workflowId,
     iteration: input.state?.iteration ?? 1,
     iterations: 0,
     adapterVersion: input.state?.adapterVersion ?? 0,
-    phase,
-    paused,
-    stopping,
     lastMetrics,
-  });
-  setHandler(pauseSignal, () => void (paused = true));
-  setHandler(resumeSignal, () => void (paused = false));
-  setHandler(stopSignal, () => void (stopping = true));
-  setHandler(trainStatusQuery, () => statusView());
+  }));
 
   const { cfg, stored } = await runConfig(input, control, 'trainGrpo input');
-  const state: TrainState = input.state ?? {
-    iteration: 1,
-    adapterVersion: 0,
-    configRef: stored!.ref,
-    configHash: stored!.hash,
-    zeroStdHistory: [],
-    paused: false,
-  };
+  const state: TrainState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, zeroStdHistory: [], paused: false };
   const t = cfg.train;
   const runId = t.runId;
   if (info.workflowId !== runId) {
@@ -130,126 +99,112 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     { key: MODE, value: 'grpo' },
     { key: TASK, value: `${cfg.episode.env}/${t.tasks.join(',')}`.slice(0, 200) },
   ]);
-
-  paused = paused || state.paused;
-  lastMetrics = state.lastMetrics ?? null;
-  const iterationsTotal = cfg.train.iterations;
-  statusView = () => ({
-    runId,
-    iteration: state.iteration,
-    iterations: iterationsTotal,
-    adapterVersion: state.adapterVersion,
-    phase,
-    paused,
-    stopping,
-    lastMetrics,
-  });
-  if (paused) {
-    phase = 'paused';
-    await condition(() => !paused || stopping);
-  }
-  if (stopping) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
+  run.describe(() => ({ runId, iteration: state.iteration, iterations: t.iterations, adapterVersion: state.adapterVersion, lastMetrics }));
+  if (!(await run.proceed())) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
 
   const it = state.iteration;
-  const phaseSeconds: Record<string, number> = {};
+  const ctx = runContextFromConfig(cfg, runId);
+  const servesAdapters = cfg.policy.backend === 'openai' && Boolean(t.vllmBaseUrl);
+  const serving = (adapterPath?: string) => (servesAdapters ? { baseUrl: t.vllmBaseUrl!, ...(adapterPath ? { adapterPath } : {}) } : undefined);
+  // On-policy: this iteration samples from the adapter the previous one wrote.
+  const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: serving(state.adapterPath) });
+  const task = (p: { task: string; seed: number }) => ({ env: cfg.episode.env, task: p.task, seed: p.seed });
 
   // 1. Episodes.
-  phase = 'rollout';
-  let t0 = new Date().getTime();
   const picks = pickTasks(t.tasks, t.episodesPerIteration, runId, it);
   const runs = t.grouping === 'episode' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
-  const episodeBase = (p: { task: string; seed: number }): EpisodeInput => ({
-    task: { env: cfg.episode.env, task: p.task, seed: p.seed },
-    maxSteps: cfg.episode.maxSteps,
-    policy: cfg.policy,
-    browserTaskQueue: cfg.temporal.browserTaskQueue,
-    maxSessionRebuilds: cfg.episode.maxSessionRebuilds,
-    sessionStartTimeoutMs: cfg.episode.sessionStartTimeoutMs,
-    heartbeatTimeoutMs: cfg.episode.heartbeatTimeoutMs,
-    runId,
-    mode: 'grpo',
-    rewardWeights: cfg.rewards,
-    envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
-    adapterVersion: state.adapterVersion,
-    gpuTaskQueue: t.gpuTaskQueue,
-    learnerHeartbeatTimeoutMs: t.learnerHeartbeatTimeoutS * 1000,
-    ...(t.grouping === 'step' ? { grouping: { n: t.numGenerations, choose: t.choose } } : {}),
-  });
-  const episodes: EpisodeResult[] = await pool(runs, t.parallelism, (p, j) =>
-    executeChild(episode, {
-      workflowId: `${runId}-it${it}-ep${j}`,
-      taskQueue: cfg.temporal.controlTaskQueue,
-      args: [episodeBase(p)],
-      staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
-    }),
+  const rollout = await run.timed('rollout', () =>
+    poolSettled(runs, t.parallelism, (p, j) =>
+      executeChild(episode, {
+        workflowId: `${runId}-it${it}-ep${j}`,
+        taskQueue: cfg.temporal.controlTaskQueue,
+        args: [
+          episodeInput({
+            run: ctx,
+            task: task(p),
+            maxSteps: cfg.episode.maxSteps,
+            sampling,
+            mode: 'grpo',
+            ...(t.grouping === 'step' ? { grouping: { n: t.numGenerations, choose: t.choose } } : {}),
+          }),
+        ],
+        staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
+      }),
+    ),
   );
-  phaseSeconds.rollout = seconds(t0);
+  // A failed episode (a site briefly unreachable, a session lost too often) is left out of the batch; past
+  // the configured share the iteration's data is not worth an update and the run stops, naming the reasons.
+  checkFailureShare(rollout.failed, runs.length, t.maxFailedEpisodeShare, `episodes of iteration ${it}`, 'train.maxFailedEpisodeShare');
+  for (const f of rollout.failed) log.warn('episode failed; left out of the batch', { runId, iteration: it, episode: f.index, error: f.error });
+  const episodes: EpisodeResult[] = rollout.ok;
 
   // 2. Group advantages into a batch (references only), 3. one learner update: adapter v<N>.
-  phase = 'update';
-  t0 = new Date().getTime();
-  const batch = await control.buildGrpoBatch({
-    run_id: runId,
-    iteration: it,
-    grouping: t.grouping,
-    trajectory_refs: episodes.map((e) => e.trajectoryRef),
-  });
-  phaseSeconds.batch = seconds(t0);
-  t0 = new Date().getTime();
+  const batch = await run.timed(
+    'update',
+    () => control.buildGrpoBatch({ run_id: runId, iteration: it, grouping: t.grouping, trajectory_refs: episodes.map((e) => e.trajectoryRef) }),
+    'batch',
+  );
   const version = state.adapterVersion + 1;
-  const update = await learnerActivities({
-    taskQueue: t.gpuTaskQueue,
-    heartbeatTimeout: t.learnerHeartbeatTimeoutS * 1000,
-    summary: `update_policy ${runId} v${version} (${batch.items} items)`,
-  }).updatePolicy({
-    run_id: runId,
-    version,
-    batch_ref: batch.batch_ref,
-    hyperparameters: {
-      learning_rate: t.learningRate,
-      kl_coef: t.klCoef,
-      clip_epsilon: t.clipEpsilon,
-      temperature: Math.max(cfg.policy.temperature, 1e-3),
-      max_grad_norm: t.maxGradNorm,
-      loss_type: t.lossType,
-    },
-  });
-  phaseSeconds.update = seconds(t0);
+  const update = await run.timed('update', () =>
+    learnerActivities({
+      taskQueue: t.gpuTaskQueue,
+      heartbeatTimeout: t.learnerHeartbeatTimeoutS * 1000,
+      summary: `update_policy ${runId} v${version} (${batch.items} items)`,
+    }).updatePolicy({
+      run_id: runId,
+      version,
+      batch_ref: batch.batch_ref,
+      hyperparameters: {
+        learning_rate: t.learningRate,
+        kl_coef: t.klCoef,
+        clip_epsilon: t.clipEpsilon,
+        temperature: Math.max(cfg.policy.temperature, 1e-3),
+        max_grad_norm: t.maxGradNorm,
+        loss_type: t.lossType,
+      },
+    }),
+  );
 
   // 4. Serve the new adapter (colocated: the learner already holds it).
-  if (cfg.policy.backend === 'openai' && t.vllmBaseUrl) {
-    phase = 'load adapter';
-    t0 = new Date().getTime();
-    await control.loadAdapterIntoVllm({ base_url: t.vllmBaseUrl, run_id: runId, version, adapter_path: update.adapter_path, keep: 1 });
-    phaseSeconds.load = seconds(t0);
+  if (servesAdapters) {
+    await run.timed(
+      'load adapter',
+      () => control.loadAdapterIntoVllm({ base_url: t.vllmBaseUrl!, run_id: runId, version, adapter_path: update.adapter_path, keep: 1 }),
+      'load',
+    );
   }
 
   // 5. Metrics, once per iteration (the activity is idempotent per iteration).
-  phase = 'metrics';
+  run.phase = 'metrics';
   const metrics = iterationMetrics({
     groups: batch.group_rewards.map((rewards) => ({ rewards })),
     episodes: episodes.map((e) => ({ success: e.success, steps: e.steps, validActions: e.validActions, shapedReturn: e.shapedReturn })),
     update: { loss: update.loss, grad_norm: update.grad_norm, version: update.version, tokens: update.tokens },
-    phaseSeconds,
+    phaseSeconds: { ...run.seconds },
   });
+  if (rollout.failed.length > 0) metrics.failed_episodes = rollout.failed.length;
   // 6. Greedy evaluation on held-out tasks every K iterations, with the adapter just written.
   if (t.evalEvery > 0 && it % t.evalEvery === 0 && t.heldOutTasks.length > 0) {
-    phase = 'evaluation';
-    t0 = new Date().getTime();
-    const evals: EpisodeResult[] = await pool(pickTasks(t.heldOutTasks, t.heldOutTasks.length, `${runId}-eval`, it), t.parallelism, (p, j) =>
-      executeChild(episode, {
-        workflowId: `${runId}-it${it}-eval${j}`,
-        taskQueue: cfg.temporal.controlTaskQueue,
-        args: [{ ...episodeBase(p), policy: { ...cfg.policy, temperature: 0, n: 1 }, adapterVersion: version, grouping: undefined, mode: 'grpo-eval' }],
-        staticSummary: `${runId} iteration ${it} greedy evaluation: ${cfg.episode.env}/${p.task}`,
-      }),
+    const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: serving(update.adapter_path) });
+    const evals: EpisodeResult[] = await run.timed(
+      'evaluation',
+      () =>
+        pool(pickTasks(t.heldOutTasks, t.heldOutTasks.length, `${runId}-eval`, it), t.parallelism, (p, j) =>
+          executeChild(episode, {
+            workflowId: `${runId}-it${it}-eval${j}`,
+            taskQueue: cfg.temporal.controlTaskQueue,
+            args: [episodeInput({ run: ctx, task: task(p), maxSteps: cfg.episode.maxSteps, sampling: evalSampling, mode: 'grpo-eval' })],
+            staticSummary: `${runId} iteration ${it} greedy evaluation: ${cfg.episode.env}/${p.task}`,
+          }),
+        ),
+      'eval',
     );
     metrics.eval = {
       success_rate: evals.filter((e) => e.success).length / evals.length,
       mean_return: evals.reduce((s, e) => s + e.shapedReturn, 0) / evals.length,
       episodes: evals.length,
     };
-    metrics.seconds = { ...metrics.seconds, eval: seconds(t0) };
+    metrics.seconds = { ...metrics.seconds, eval: run.seconds.eval };
   }
   lastMetrics = metrics;
   await control.appendIterationMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString() });
@@ -262,10 +217,18 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     });
   }
 
-  const nextState: TrainState = { ...state, iteration: it + 1, adapterVersion: version, zeroStdHistory, paused, lastMetrics: metrics };
-  if (stopping || it >= t.iterations) {
+  if (run.stopping || it >= t.iterations) {
     return { runId, iterations: it, adapterVersion: version, stoppedEarly: it < t.iterations };
   }
-  phase = 'continue';
+  run.phase = 'continue';
+  const nextState: TrainState = {
+    ...state,
+    iteration: it + 1,
+    adapterVersion: version,
+    adapterPath: update.adapter_path,
+    zeroStdHistory,
+    paused: run.paused,
+    lastMetrics: metrics,
+  };
   return continueAsNew<typeof trainGrpo>({ state: nextState });
 }

@@ -6,11 +6,12 @@ import { findMiniwobHtml } from '../../env/miniwob-server';
 import { listMiniwobTasks } from '../../env/miniwob-tasks';
 import { realTasksBySite } from '../../env/real-tasks';
 import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
-import { loadConfigFile } from '../../lib/config-file';
-import { loadEvalConfigFile, resolveEvalPlan, type EvalConfig, type RealTaskInfo, type ResolveOptions } from '../../lib/eval-config';
+import { loadConfigFile } from '../../host/config-file';
+import type { EvalConfig, RealTaskInfo, ResolveOptions } from '../../lib/eval-config';
+import { loadEvalConfigFile, resolveEvalPlanOnHost } from '../../host/eval-config-file';
 import { summaryMarkdown, type EvalSummary } from '../../lib/eval-summary';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
-import type { EvalProgress, EvaluateInput, EvaluateResult } from '../../workflows/evaluate';
+import { evalProgressQuery, type EvaluateInput, type EvaluateResult } from '../../workflows/evaluate';
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
 
@@ -69,7 +70,7 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
 
 /** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
 export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'>): EvaluateInput {
-  return resolveEvalPlan(cfg, opts.base, {
+  return resolveEvalPlanOnHost(cfg, opts.base, {
     env: opts.env,
     checkpoints: opts.checkpoints,
     ...taskRegistries(cfg),
@@ -114,7 +115,7 @@ export async function followEval(handle: WorkflowHandle, say?: (line: string) =>
   const timer = say
     ? setInterval(async () => {
         try {
-          const p = await handle.query<EvalProgress>('evalProgress');
+          const p = await handle.query(evalProgressQuery);
           const line = `${progressBar(p.done, p.total)} ${p.done}/${p.total} episodes done${p.failed ? ` (${p.failed} failed)` : ''} · ${p.running} running`;
           if (line !== shown) say((shown = line));
         } catch {

@@ -8,19 +8,19 @@ import { describeAction, type AgentAction } from '../../lib/actions';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
 import { MCTS_METRICS_FILE } from '../../activities/mcts-metrics';
 import { loadMctsSnapshot } from '../../activities/mcts-store';
-import type { MctsIterationMetrics } from '../../activities/mcts-metrics';
+import type { MctsIterationMetrics } from '../../lib/mcts-metrics';
 import {
   bestPathView,
   collectPairs,
   searchWorkflowId,
   type MctsSearchResult,
   type MctsTreeView,
-  type TrainMctsResult,
-  type TrainMctsStatus,
   type MctsProgress,
-} from '../../workflows/mcts';
+} from '../../lib/mcts-search';
+import type { TrainMctsResult, TrainMctsStatus } from '../../workflows/train-mcts';
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
+import { refuseEndedBadly } from '../train';
 
 // `halo mcts --config FILE [--detach] [--json]`: start the MCTS run `mcts.runId` (workflow `trainMcts`, id =
 // run id) or attach to it, and show its progress. `halo mcts tree RUN TASK [--json]`: the tree of the task's
@@ -47,8 +47,10 @@ export async function startOrAttachMcts(client: Client, cfg: HaloConfig): Promis
     });
     return { handle, attached: false };
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) return { handle: client.workflow.getHandle(runId), attached: true };
-    throw err;
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    const handle = client.workflow.getHandle(runId);
+    await refuseEndedBadly(handle, runId, 'mcts.runId');
+    return { handle, attached: true };
   }
 }
 
@@ -140,7 +142,7 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
     if (d.status.name !== 'COMPLETED') throw err;
   }
   const result = (await handle.result()) as MctsSearchResult;
-  const { snapshot: snap, tree, meta } = await loadMctsSnapshot(blobs, result.snapshotRef);
+  const { snapshot: snap, tree } = await loadMctsSnapshot(blobs, result.snapshotRef);
   const alpha = snap.alpha;
   return {
     status: d.status.name,
@@ -157,7 +159,6 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
     alpha,
     pairThreshold: snap.pairThreshold,
     tree,
-    meta,
     bestPath: bestPathView(tree, alpha),
     pairs: result.pairs.count,
     counters: snap.counters,
@@ -191,12 +192,12 @@ export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 
     if (count >= maxNodes) return;
     count++;
     const n = tree.nodes[id];
-    const m = view.meta?.[id] ?? {};
+    const { outcome } = n.data;
     const what = n.action ? describeAction(n.action as AgentAction) : 'root';
     const stats =
       `N=${n.visits} Q=${compositeQ(n, view.alpha).toFixed(3)} Q̃=${qMcts(n).toFixed(3)} prior=${n.prior.toFixed(2)}` +
       (n.criticValue !== null ? ` critic=${n.criticValue.toFixed(2)}` : '') +
-      (n.terminal ? ` terminal r=${n.reward}${m.outcome ? ` (${m.outcome})` : ''}` : '');
+      (n.terminal ? ` terminal r=${n.reward}${outcome ? ` (${outcome})` : ''}` : '');
     const head = isRoot ? '' : `${prefix}${last ? '└─ ' : '├─ '}`;
     lines.push(`${head}${best.has(id) ? '★ ' : ''}[${id}] ${what}  ${stats}`);
     const kids = n.children;
@@ -259,7 +260,7 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
         const id = await findSearch(client, run, task);
         const view = await readTree(client, id, new BlobStore(join(stackStatus(cfg).home, 'blobs')));
         if (opts.json) {
-          const pairs = view.tree && view.meta ? collectPairs(view.tree, view.meta, view.alpha, view.pairThreshold) : [];
+          const pairs = view.tree ? collectPairs(view.tree, view.alpha, view.pairThreshold) : [];
           console.log(JSON.stringify({ ...view, pairList: pairs }));
         } else console.log(renderTree(view, maxNodes));
       } finally {

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import type { HaloConfig } from '../../lib/config';
 import { connectClient, up } from '../stack';
 import { sleep } from '../processes';
+import { resumeSignal, statusQuery } from '../../workflows/messages';
 
 interface Ctx {
   loadConfig: (path?: string) => HaloConfig;
@@ -127,11 +128,11 @@ export function register(program: Command, ctx: Ctx): void {
           return;
         }
         const paused = await handle
-          .query<{ paused?: boolean }>('status')
+          .query(statusQuery)
           .then((s) => s.paused === true)
           .catch(() => false);
         if (paused) {
-          await handle.signal('resume');
+          await handle.signal(resumeSignal);
           console.error(`halo: run ${run} was paused; resume sent`);
         }
         const before = d.historyLength;

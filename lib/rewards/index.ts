@@ -1,11 +1,5 @@
-// Dense rewards: public entry point for activities, the CLI and tests.
-//
-// Workflow code must import './shaping' and './weights' directly: this file also holds the YAML file
-// loader, which needs node:fs (not allowed in the workflow sandbox).
-
-import { readFileSync } from 'node:fs';
-import { ConfigError } from '../config';
-import { parseRewardWeightsYaml, type RewardWeights } from './weights';
+// Dense rewards: public entry point for activities, the CLI and tests. Reading a weights file from disk
+// is host/rewards-file.ts.
 
 export type { RewardBreakdown, RewardInput, RewardState, RewardTerm, RewardView } from './types';
 export {
@@ -30,14 +24,3 @@ export {
 } from './weights';
 export { parseAxLine, parseAxtree, splitUrl, type AxNode, type MilestoneDetector } from './milestones';
 export { milestonesFor, SITE_MILESTONES } from './sites';
-
-/** Reads and validates a reward weights YAML file; errors name the file and every bad field. */
-export function loadRewardWeights(path: string): RewardWeights {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(`cannot read reward weights file ${path}: ${(err as Error).message}`);
-  }
-  return parseRewardWeightsYaml(text, `reward weights file ${path}`);
-}

@@ -2,7 +2,7 @@
 // and a test keeps the two equal). Unknown sections, sites and milestones are errors that name them.
 //
 // Pure (zod + the `yaml` parser, no file access): workflow code may import it. The file loader,
-// `loadRewardWeights(path)`, lives in ./index.ts because it needs node:fs.
+// `loadRewardWeights(path)`, lives in host/rewards-file.ts because it needs node:fs.
 
 import { z } from 'zod';
 import { parse as parseYaml } from 'yaml';

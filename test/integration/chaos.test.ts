@@ -7,7 +7,7 @@ import { parseConfig } from '../../lib/config';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import type { TrainResult, TrainStatus } from '../../workflows/train-grpo';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // Preemption, automated: during a GRPO run, SIGKILL the browser worker mid-episode, SIGKILL the learner in
 // the middle of an update, restart the Temporal server. The run must finish as if nothing happened.

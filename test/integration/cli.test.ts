@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { REPO_ROOT, isAlive, temporalBinary } from '../../client/processes';
 import { freePort } from '../../client/temporal-server';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 
 // The user's path: `halo up`, `halo episode`, `temporal workflow execute`, `halo down`, on a private home
 // folder and private ports so it never touches a developer's running stack.
@@ -89,7 +89,7 @@ test('halo up twice, episode, temporal CLI, restart keeps history, halo down twi
   const input = JSON.stringify({
     task: { env: 'miniwob', task: 'click-button', seed: 4 },
     maxSteps: 3,
-    policy: { baseUrl: policy.url, model: 'fake-qwen', apiKeyEnv: 'HALO_POLICY_API_KEY', n: 1, temperature: 0, maxTokens: 256, timeoutMs: 10000, historyLength: 5 },
+    policy: { baseUrl: policy.url, model: 'fake-qwen', apiKeyEnv: 'HALO_POLICY_API_KEY', temperature: 0, maxTokens: 256, timeoutMs: 10000, historyLength: 5 },
     browserTaskQueue: 'cli-browser',
   });
   const cli = await exec(temporalBinary(), [

@@ -8,7 +8,7 @@ import { BlobStore } from '../../blob/store';
 import { createCriticActivities, CRITIC_MAX_TOKENS, type CritiqueInput } from '../../activities/critic';
 import { describeAction } from '../../lib/actions';
 import type { PromptMessage } from '../../lib/prompt';
-import { startFakeCriticServer, type FakeCriticServer } from '../helpers/fake-critic-server';
+import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 
 // @temporalio/testing is not installed: the activity is called directly (outside a worker it has no
 // cancellation signal), and its ApplicationFailure fields are what Temporal would see.

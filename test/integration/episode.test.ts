@@ -6,11 +6,11 @@ import { promisify } from 'node:util';
 import { temporalBinary } from '../../client/processes';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
-import { episodeInput } from '../../client/episode-input';
+import { singleEpisodeInput } from '../../client/episode-input';
 import { BlobStore } from '../../blob/store';
 import { join } from 'node:path';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // Real Temporal dev server, real Chromium, real MiniWoB++ pages; only the model server is a local fake.
 const exec = promisify(execFile);
@@ -32,7 +32,7 @@ function input(task: string, seed: number, maxSteps = 10, policyOverrides: Recor
     policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000, ...policyOverrides },
     episode: { task, seed, maxSteps, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
   });
-  return episodeInput(cfg);
+  return singleEpisodeInput(cfg, `episode-test-${task}-${seed}`);
 }
 
 /** Messages of a failure and its causes, outermost first. */

@@ -7,9 +7,9 @@ import { runEval } from '../../client/commands/eval';
 import { parseConfig } from '../../lib/config';
 import { parseEvalConfig } from '../../lib/eval-config';
 import type { EvalEpisodeRecord, EvalSummary } from '../../lib/eval-summary';
-import type { MctsSearchResult } from '../../workflows/mcts';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import type { MctsSearchResult } from '../../lib/mcts-search';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A real evaluation: Temporal, Chromium with MiniWoB++ pages, the Python learner sampling greedily with the
 // colocated tiny-random Qwen3-VL for the three Qwen modes, and a local OpenAI-compatible server (scripted)

@@ -6,23 +6,25 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { deflateSync } from 'node:zlib';
 import { ApplicationFailure } from '@temporalio/common';
+import { NativeConnection, Worker } from '@temporalio/worker';
 import { z } from 'zod';
 import { BlobStore } from '../../blob/store';
 import { buildPrompt } from '../../lib/prompt';
 import { DpoBatchSchema, GrpoBatchSchema, LEARNER_SCHEMAS, PromptSchema } from '../../lib/learner-types';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { learnerCommand } from '../../client/processes';
-import type { LearnerContractInput, LearnerContractResult } from '../../workflows/learner-contract';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { learnerContract, type LearnerContractInput, type LearnerContractResult } from '../test-workflows/learner-contract';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // The cross-language contract: the zod schemas against the pydantic models (field by field, and the same
 // verdict on the same payloads), then every learner activity through the real gpu task queue with the real
 // Python worker (tiny-random Qwen3-VL), with a prompt from our prompt builder and a real PNG screenshot.
+// The learnerContract workflow is test code: this file runs it on a worker of its own, not the control worker.
 const exec = promisify(execFile);
 let stack: TestStack;
 
 before(async () => {
-  stack = await startTestStack({ browserWorkers: 0, learner: true });
+  stack = await startTestStack({ browserWorkers: 0, control: false, learner: true });
 });
 after(async () => {
   await stack?.stop();
@@ -248,11 +250,24 @@ describe('learner contract: learnerContract workflow through the real gpu task q
     const n = 3;
     const input: LearnerContractInput = { runId, promptRef, gpuTaskQueue: stack.gpuQueue, n, maxTokens: 12, seed: 7, learnerTimeout: '3m' };
 
-    const r: LearnerContractResult = await stack.client.workflow.execute('learnerContract', {
-      taskQueue: stack.controlQueue,
-      workflowId: `learner-contract-${runId}`,
-      args: [input],
-    });
+    const taskQueue = `learner-contract-${runId}`;
+    const connection = await NativeConnection.connect({ address: stack.address });
+    let r: LearnerContractResult;
+    try {
+      const worker = await Worker.create({
+        connection,
+        namespace: stack.namespace,
+        taskQueue,
+        workflowsPath: require.resolve('../test-workflows/learner-contract'),
+        // The workflow writes its batches through activities on its own queue.
+        activities: createLearnerBatchActivities(blobs),
+      });
+      r = await worker.runUntil(
+        stack.client.workflow.execute(learnerContract, { taskQueue, workflowId: `learner-contract-${runId}`, args: [input] }),
+      );
+    } finally {
+      await connection.close();
+    }
 
     const adapter = (v: number) => join(stack.checkpoints, runId, `v${v}`);
     const assertAdapter = (v: number, parent: number, kind: string) => {

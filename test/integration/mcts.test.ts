@@ -11,12 +11,14 @@ import { getNode } from '../../lib/mcts';
 import { parseMctsMetricsJsonl } from '../../activities/mcts-metrics';
 import { register as registerMcts, startOrAttachMcts } from '../../client/commands/mcts';
 import { temporalBinary } from '../../client/processes';
-import type { MctsPair, MctsProgress, MctsSearchResult, MctsTreeView, TrainMctsResult } from '../../workflows/mcts';
+import type { MctsPair, MctsProgress, MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
+import type { TrainMctsResult } from '../../workflows/train-mcts';
 import { BlobStore } from '../../blob/store';
 import { startBranchingPolicyServer } from '../../bench/mcts-sims';
-import { mctsParams, type MctsSearchInput } from '../../workflows/mcts';
-import { startFakeCriticServer, type FakeCriticServer } from '../helpers/fake-critic-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { mctsParams } from '../../lib/mcts-params';
+import type { MctsSearchInput } from '../../workflows/mcts-search';
+import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // Agent-Q-style MCTS on the real stack: Temporal, Chromium with MiniWoB++ pages, the Python learner with the
 // colocated tiny-random Qwen3-VL (sampling and update_dpo); only the critic is a local fake speaking the

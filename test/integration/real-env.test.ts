@@ -13,7 +13,7 @@ import { checkSiteHealth, FinishStateError, RealEnv, SiteUnreachableError, type 
 import { evaluateFinalState, isSuccessOutput, UnscorableTaskError, type EvaluableTask } from '../../env/real-eval';
 import { getRealTask, UnknownRealTaskError } from '../../env/real-tasks';
 import { SiteLimiter } from '../../env/site-limits';
-import { startFakeRealSite, type FakeRealSite } from '../helpers/fake-real-site';
+import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
 
 // The v2 task whose eval script the fake site's state can satisfy: it looks for an added, sent email to a
 // given address whose text refers to meeting notes and asks for them (see the crafted states below).

@@ -3,12 +3,12 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { BlobStore } from '../../blob/store';
-import { episodeInput } from '../../client/episode-input';
+import { singleEpisodeInput } from '../../client/episode-input';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startFakeRealSite, type FakeRealSite } from '../helpers/fake-real-site';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A REAL v2 task through the whole durable path: episode workflow, browser worker, RealEnv against a local
 // site that speaks the REAL protocol, milestone rewards from the page and the client state, and the task's
@@ -34,13 +34,14 @@ after(async () => {
 });
 
 function input(task: string, maxSteps: number, real: Record<string, unknown> = {}) {
-  return episodeInput(
+  return singleEpisodeInput(
     parseConfig({
       temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
       policy: { baseUrl: policy.url, model: 'fake-qwen', timeoutMs: 10_000 },
       episode: { env: 'real', task, seed: 0, maxSteps },
       real,
     }),
+    `real-${task}`,
   );
 }
 

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
 import { testTimeSearchParams } from '../../lib/eval-config';
-import type { MctsSearchResult, MctsTreeView } from '../../workflows/mcts';
-import { startFakeCriticServer, type FakeCriticServer } from '../helpers/fake-critic-server';
-import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import type { MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
+import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
+import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // Test-time MCTS on the real stack (Temporal, Chromium, MiniWoB++ click-button): a local OpenAI-compatible
 // policy whose first sample clicks a wrong button and whose other samples click the right one by element id,
@@ -41,7 +41,7 @@ after(async () => {
 
 function episodeInput(search: boolean): EpisodeInput {
   const cfg = parseConfig({
-    policy: { backend: 'openai', baseUrl: policy.url, model: 'fake', maxTokens: 64, timeoutMs: 5_000, n: 1, temperature: 0 },
+    policy: { backend: 'openai', baseUrl: policy.url, model: 'fake', maxTokens: 64, timeoutMs: 5_000, temperature: 0 },
     mcts: { maxChildren: 2, critic: { backend: 'openai', baseUrl: critic.url, model: 'fake-critic', timeoutMs: 5_000 } },
   });
   return {

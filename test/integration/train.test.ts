@@ -10,7 +10,7 @@ import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
 import type { TrainResult } from '../../workflows/train-grpo';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A real (tiny) GRPO run: MiniWoB++ pages in Chromium, the colocated tiny-random Qwen3-VL sampling and
 // learning in the Python learner, Temporal orchestrating; nothing faked.

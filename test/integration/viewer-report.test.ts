@@ -21,11 +21,11 @@ import type { RewardState } from '../../lib/rewards/types';
 import { formatMetricsLine, type MetricsLine } from '../../lib/run-metrics';
 import { findElementCentre } from '../../client/viewer-html';
 import { resolveEpisodeSource, writeEpisodeView, type Trajectory } from '../../client/commands/view';
-import { episodeInput } from '../../client/episode-input';
+import { singleEpisodeInput } from '../../client/episode-input';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 import { NoMetricsError, writeRunReport } from '../../client/commands/report';
 import { REPORT_METRICS } from '../../client/report-html';
 
@@ -437,7 +437,7 @@ describe('halo view by workflow id, on a real Temporal stack', () => {
       episode: { task: 'click-button', seed: 3, maxSteps: 5, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
     });
     const id = `view-test-${Date.now()}`;
-    const result = (await stack.client.workflow.execute('episode', { taskQueue: stack.controlQueue, workflowId: id, args: [episodeInput(cfg)] })) as EpisodeResult;
+    const result = (await stack.client.workflow.execute('episode', { taskQueue: stack.controlQueue, workflowId: id, args: [singleEpisodeInput(cfg, id)] })) as EpisodeResult;
     assert.equal(result.success, true);
 
     const src = await resolveEpisodeSource(cfg, id);
@@ -473,7 +473,7 @@ describe('halo view by workflow id, on a real Temporal stack', () => {
 
     // An episode nobody runs (no worker polls its queue) is still running: no trajectory yet.
     const stuck = `view-test-stuck-${Date.now()}`;
-    const handle = await stack.client.workflow.start('episode', { taskQueue: `nobody-${Date.now()}`, workflowId: stuck, args: [episodeInput(cfg)] });
+    const handle = await stack.client.workflow.start('episode', { taskQueue: `nobody-${Date.now()}`, workflowId: stuck, args: [singleEpisodeInput(cfg, stuck)] });
     try {
       await assert.rejects(resolveEpisodeSource(cfg, stuck), /still running/);
     } finally {

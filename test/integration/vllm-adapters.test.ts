@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../client/temporal-server';
 import { listLoadedAdapters, loadAdapterIntoVllm, type LoadAdapterInput } from '../../activities/adapters';
-import { startFakeVllmServer, type FakeVllmServer } from '../helpers/fake-vllm-server';
+import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 
 // @temporalio/testing (MockActivityEnvironment) is not installed: the activity is called directly (outside a
 // worker it simply has no cancellation signal), and its ApplicationFailure fields are what Temporal would see.

@@ -7,8 +7,8 @@ import { temporal } from '@temporalio/proto';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
 import { ledgerDir, WORKER_RESTARTED } from '../../workers/inflight';
-import { startFakePolicyServer, type FakePolicyServer } from '../helpers/fake-policy-server';
-import { startTestStack, type TestStack } from '../helpers/stack';
+import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A worker killed mid-activity, restarted at once: its successor fails the attempts it left running (task
 // tokens on disk, workers/inflight.ts), so the episode goes on now instead of after the timeouts, which are

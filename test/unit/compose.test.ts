@@ -6,7 +6,7 @@ import { join, normalize, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
 import { parseConfig } from '../../lib/config';
-import { loadConfigFile } from '../../lib/config-file';
+import { loadConfigFile } from '../../host/config-file';
 
 // docker-compose.yml for one GPU machine: checked against the repository (paths, Dockerfiles), against the
 // code (every variable a worker gets is one it reads, and every one it needs is set), and for the properties
@@ -84,11 +84,26 @@ function sources(dirs: string[], exts: string[]): string[] {
 }
 
 /** Environment variables the TypeScript code reads (`process.env.X`, `process.env['X']`, `env.X` of a ProcessEnv). */
+/** What @temporalio/envconfig reads for the connection (host/connection.ts hands it the environment). */
+const ENVCONFIG_VARIABLES = [
+  'TEMPORAL_CONFIG_FILE',
+  'TEMPORAL_PROFILE',
+  'TEMPORAL_ADDRESS',
+  'TEMPORAL_NAMESPACE',
+  'TEMPORAL_API_KEY',
+  'TEMPORAL_TLS',
+  'TEMPORAL_TLS_CLIENT_CERT_PATH',
+  'TEMPORAL_TLS_CLIENT_KEY_PATH',
+  'TEMPORAL_TLS_SERVER_CA_CERT_PATH',
+  'TEMPORAL_TLS_SERVER_NAME',
+];
+
 function tsEnvReads(): Set<string> {
   const names = new Set<string>();
-  for (const f of sources(['lib', 'env', 'blob', 'workflows', 'activities', 'workers', 'client'], ['.ts'])) {
+  for (const f of sources(['lib', 'env', 'blob', 'host', 'workflows', 'activities', 'workers', 'client'], ['.ts'])) {
     const text = readFileSync(f, 'utf8');
     for (const m of text.matchAll(/\b(?:process\.)?env(?:\.([A-Z][A-Z0-9_]*)|\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\])/g)) names.add(m[1] ?? m[2]);
+    if (text.includes("from '@temporalio/envconfig'")) for (const k of ENVCONFIG_VARIABLES) names.add(k);
   }
   return names;
 }

@@ -4,15 +4,16 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, parseConfig } from '../../lib/config';
-import { loadConfigFile } from '../../lib/config-file';
-import { temporalSettings } from '../../client/connection';
+import { loadConfigFile } from '../../host/config-file';
+import { temporalSettings } from '../../host/connection';
 import { samplingParams } from '../../activities/policy-client';
 
 test('an empty config gets every default', () => {
   const c = parseConfig({});
   assert.equal(c.temporal.address, '127.0.0.1:7233');
   assert.equal(c.episode.task, 'click-button');
-  assert.equal(c.policy.n, 1);
+  assert.equal(c.policy.temperature, 0);
+  assert.equal('n' in c.policy, false, 'N is train.numGenerations or mcts.maxChildren, not a policy field');
   assert.equal(c.stack.retentionDays, 30);
 });
 
@@ -23,11 +24,11 @@ test('configs/default.yaml is valid', () => {
 
 test('errors name every bad field by its path', () => {
   assert.throws(
-    () => parseConfig({ policy: { temperature: 9, n: 'two' }, episode: { maxSteps: 0 }, typo: true }),
+    () => parseConfig({ policy: { temperature: 9, maxTokens: 'two' }, episode: { maxSteps: 0 }, typo: true }),
     (err: Error) => {
       assert.ok(err instanceof ConfigError);
       assert.match(err.message, /policy\.temperature/);
-      assert.match(err.message, /policy\.n/);
+      assert.match(err.message, /policy\.maxTokens/);
       assert.match(err.message, /episode\.maxSteps/);
       assert.match(err.message, /typo/);
       return true;

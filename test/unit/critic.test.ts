@@ -14,7 +14,7 @@ import {
   rankToPriors,
 } from '../../lib/critic';
 import { describeAction } from '../../lib/actions';
-import { parseCandidates, preferRanking } from '../helpers/fake-critic-server';
+import { parseCandidates, preferRanking } from '../../testing/fake-critic-server';
 
 const screenshotRef = 'sha256:' + 'a'.repeat(64) + '.png';
 const obs = { goal: 'Click on the "OK" button.', url: 'http://x/miniwob/click-button.html', axtree: '[1] button "OK" @(100,200)', screenshotRef };

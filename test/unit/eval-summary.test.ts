@@ -4,13 +4,8 @@ import { join } from 'node:path';
 import { parseConfig } from '../../lib/config';
 import { mctsParams } from '../../lib/mcts-params';
 import { ConfigError } from '../../lib/config-error';
-import {
-  adapterFromPath,
-  baselineSkipReason,
-  loadEvalConfigFile,
-  parseEvalConfig,
-  resolveEvalPlan,
-} from '../../lib/eval-config';
+import { adapterFromPath, baselineSkipReason, parseEvalConfig } from '../../lib/eval-config';
+import { loadEvalConfigFile, resolveEvalPlanOnHost as resolveEvalPlan } from '../../host/eval-config-file';
 import {
   formatSuccess,
   median,
@@ -229,11 +224,11 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
     miniwobTasks: ['click-button', 'enter-text'],
   });
   assert.equal(plan.evalId, 'ev1');
-  assert.equal(plan.gpuTaskQueue, 'gpu-x');
+  assert.equal(plan.run.gpuTaskQueue, 'gpu-x');
   assert.deepEqual(plan.tasks, [{ task: 'click-button', site: 'miniwob' }]);
   const by = Object.fromEntries(plan.modes.map((m) => [m.label, m]));
   assert.deepEqual(Object.keys(by), ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'grpo_vllm', 'local_compat', 'with_key']);
-  for (const m of plan.modes) assert.deepEqual([m.policy.n, m.policy.temperature], [1, 0]);
+  for (const m of plan.modes) assert.equal(m.policy.temperature, 0);
   assert.deepEqual([by.qwen3vl_base.adapterVersion, by.qwen3vl_base.runId, by.qwen3vl_base.policy.backend], [0, 'ev1', 'colocated']);
   assert.deepEqual([by.qwen3vl_grpo.adapterVersion, by.qwen3vl_grpo.runId], [5, 'grpo-local']);
   assert.deepEqual([by.qwen3vl_mcts.adapterVersion, by.qwen3vl_mcts.runId], [2, 'mcts-a']);

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { createLearnerBatchActivities, type GrpoBatchRequest } from '../../activities/learner-batches';
 import { GrpoBatchSchema, GrpoItemSchema, type GrpoBatch } from '../../lib/learner-types';
+import { MetricsLineSchema } from '../../lib/run-metrics';
 import {
   chooseCandidate,
   episodeGroup,
@@ -111,6 +112,18 @@ test('iteration metrics of a hand-made iteration', () => {
   assert.deepEqual(m.seconds, { rollout: 30.5, update: 12 });
   assert.equal(m.num_groups, 3);
   assert.equal(m.num_episodes, 2);
+});
+
+test('iteration metrics carry the learner\'s retokenisation counts when it reports them', () => {
+  const base = { groups: [{ rewards: [1, 0] }], episodes: [], phaseSeconds: {} };
+  const m = iterationMetrics({ ...base, update: { loss: 0.1, grad_norm: 0.5, version: 2, tokens: 40, retokenized: 3, token_mismatch_rate: 1 / 3 } });
+  assert.equal(m.retokenized, 3);
+  assert.equal(m.token_mismatch_rate, 0.333333333);
+  assert.deepEqual(MetricsLineSchema.parse({ run_id: 'r', iteration: 1, time: '2026-01-01T00:00:00Z', ...m }).retokenized, 3);
+  // An older learner (no counts) and an iteration without update: the keys are absent, not zero.
+  const old = iterationMetrics({ ...base, update: { loss: 0.1, grad_norm: 0.5, version: 2, tokens: 40 } });
+  assert.ok(!('retokenized' in old) && !('token_mismatch_rate' in old));
+  assert.ok(!('retokenized' in iterationMetrics(base)));
 });
 
 test('iteration metrics of an empty iteration are zeros and nulls, never NaN', () => {

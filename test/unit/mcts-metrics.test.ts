@@ -7,8 +7,8 @@ import { BlobStore } from '../../blob/store';
 import {
   createMctsMetricsActivities,
   parseMctsMetricsJsonl,
-  type MctsIterationMetrics,
 } from '../../activities/mcts-metrics';
+import type { MctsIterationMetrics } from '../../lib/mcts-metrics';
 import { createMctsStoreActivities } from '../../activities/mcts-store';
 
 const metrics = (over: Partial<MctsIterationMetrics> = {}): MctsIterationMetrics => ({

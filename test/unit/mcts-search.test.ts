@@ -8,10 +8,10 @@ import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { createMctsStoreActivities } from '../../activities/mcts-store';
 import type { Action, AgentAction } from '../../lib/actions';
 import { parseConfig } from '../../lib/config';
-import { loadConfigFile } from '../../lib/config-file';
+import { loadConfigFile } from '../../host/config-file';
 import { backpropagate, expand, markTerminal, newTree, select, setCriticValue, type Tree } from '../../lib/mcts';
 import { parseAction } from '../../lib/parse';
-import { MctsIterationMetricsSchema } from '../../activities/mcts-metrics';
+import { MctsIterationMetricsSchema } from '../../lib/mcts-metrics';
 import { renderTree } from '../../client/commands/mcts';
 import {
   asTreeAction,
@@ -24,18 +24,18 @@ import {
   joinSnapshot,
   snapshotChunks,
   type MctsSnapshot,
-  iterationPolicy,
   mctsIterationMetrics,
-  mctsParams,
   meanAbsDeltaQ,
   pairsSummary,
   refLogprob,
   rootDecision,
   searchSeed,
   searchWorkflowId,
+  type MctsSnapshotChunk,
   type MctsTreeView,
-  type NodeMeta,
-} from '../../workflows/mcts';
+} from '../../lib/mcts-search';
+import { mctsParams } from '../../lib/mcts-params';
+import { samplingPolicy } from '../../lib/iteration-policy';
 
 const el = (id: number): Action => ({ type: 'click_element', id });
 const ref = (c: string, ext = 'txt') => `sha256:${c.repeat(64)}.${ext}`;
@@ -51,9 +51,9 @@ test('refLogprob: the sampler sum only at temperature 1 for completions that sto
 });
 
 /** Root with three children: a valid click and two unparseable outputs, as the workflow builds them. */
-function searchTree(): { tree: Tree; meta: NodeMeta[]; ids: number[] } {
+function searchTree(): { tree: Tree; ids: number[] } {
   const tree = newTree();
-  const meta: NodeMeta[] = [{ promptRef: ref('p', 'json') }];
+  tree.nodes[0].data = { promptRef: ref('p', 'json') };
   const garbage1 = parseAction('lorem ipsum');
   const garbage2 = parseAction('{"nothing": 1}');
   assert.equal(garbage1.type, 'invalid');
@@ -72,15 +72,22 @@ function searchTree(): { tree: Tree; meta: NodeMeta[]; ids: number[] } {
   assert.equal(ids.length, 3, 'equal unparseable outputs are merged like equal actions');
   const [a, b, c] = ids; // by prior: click 1, garbage1 0.5 (0.9 of its duplicate wins), garbage2 0
   assert.deepEqual(tree.nodes[a].action, el(3));
-  meta[a] = { completionRef: ref('a'), refLogprob: -3 };
-  meta[b] = { completionRef: ref('b'), refLogprob: -7 };
-  meta[c] = { completionRef: ref('c'), refLogprob: null };
+  tree.nodes[a].data = { completionRef: ref('a'), refLogprob: -3 };
+  tree.nodes[b].data = { completionRef: ref('b'), refLogprob: -7 };
+  tree.nodes[c].data = { completionRef: ref('c'), refLogprob: null };
   for (const id of [b, c]) markTerminal(tree, id, 0);
-  return { tree, meta, ids };
+  return { tree, ids };
+}
+
+/** A copy of the tree with node `id`'s data replaced. */
+function withData(tree: Tree, id: number, data: Tree['nodes'][number]['data']): Tree {
+  const copy: Tree = structuredClone(tree);
+  copy.nodes[id].data = data;
+  return copy;
 }
 
 test('unparseable candidates: terminal children with reward 0; selection visits them without a browser; pairs form', () => {
-  const { tree, meta, ids } = searchTree();
+  const { tree, ids } = searchTree();
   const [a, b, c] = ids;
   assert.equal(isInvalidNode(tree, a), false);
   assert.ok(isInvalidNode(tree, b) && isInvalidNode(tree, c));
@@ -92,7 +99,7 @@ test('unparseable candidates: terminal children with reward 0; selection visits 
   assert.equal(select(tree, 1.414, 0.5), c);
   backpropagate(tree, c, 0);
   // α = 0.5: a = 0.5·1 + 0.5·1 = 1; b = 0 + 0.5·0.9 = 0.45; c = 0.
-  const pairs = collectPairs(tree, meta, 0.5, 0.1);
+  const pairs = collectPairs(tree, 0.5, 0.1);
   assert.deepEqual(
     pairs.map((p) => [p.chosen, p.rejected, p.ref_chosen_logprob, p.ref_rejected_logprob]),
     [
@@ -110,10 +117,8 @@ test('unparseable candidates: terminal children with reward 0; selection visits 
   close(meanAbsDeltaQ(pairs)!, (1 + 0.55 + 0.45) / 3);
   assert.equal(meanAbsDeltaQ([]), null);
   // A pair whose texts or prompt are unknown is left out.
-  assert.equal(collectPairs(tree, [{}, ...meta.slice(1)], 0.5, 0.1).length, 0);
-  const noText = [...meta];
-  noText[b] = {};
-  assert.deepEqual(collectPairs(tree, noText, 0.5, 0.1).map((p) => [p.chosen, p.rejected]), [[a, c]]);
+  assert.equal(collectPairs(withData(tree, 0, {}), 0.5, 0.1).length, 0);
+  assert.deepEqual(collectPairs(withData(tree, b, {}), 0.5, 0.1).map((p) => [p.chosen, p.rejected]), [[a, c]]);
 });
 
 test('best path view: success only at a terminal node with reward 1', () => {
@@ -132,17 +137,17 @@ test('best path view: success only at a terminal node with reward 1', () => {
 });
 
 test('root decision: the first action of the best path with its completion and the root prompt', () => {
-  const { tree, meta, ids } = searchTree();
+  const { tree, ids } = searchTree();
   const [a, b] = ids;
-  assert.equal(rootDecision(newTree(), [{}], 0.5), null, 'no children: no decision');
-  assert.equal(rootDecision(tree, [{}, ...meta.slice(1)], 0.5), null, 'a root without its prompt cannot be played');
+  assert.equal(rootDecision(newTree(), 0.5), null, 'no children: no decision');
+  assert.equal(rootDecision(withData(tree, 0, {}), 0.5), null, 'a root without its prompt cannot be played');
   // Unvisited children tie at 0 visits: the higher composite Q (its prior) wins, the valid click.
-  assert.deepEqual(rootDecision(tree, meta, 0.5), { nodeId: a, action: el(3), completionRef: ref('a'), promptRef: ref('p', 'json'), visits: 0, q: 0.5 });
+  assert.deepEqual(rootDecision(tree, 0.5), { nodeId: a, action: el(3), completionRef: ref('a'), promptRef: ref('p', 'json'), visits: 0, q: 0.5 });
   // Most visits decide, even against a higher Q: what the search explored most is what it plays.
   backpropagate(tree, b, 0);
   backpropagate(tree, b, 0);
   backpropagate(tree, a, 1);
-  const d = rootDecision(tree, meta, 0.5)!;
+  const d = rootDecision(tree, 0.5)!;
   assert.equal(d.nodeId, b);
   assert.equal(d.action.type, 'invalid');
   assert.equal(d.visits, 2);
@@ -187,18 +192,20 @@ test('config: the mcts section, its defaults, the critic switch and the shipped 
   assert.equal(real.episode.env, 'real');
   assert.equal(real.mcts.critic.backend, 'openai');
   // The iteration's policy: the served adapter after the first update (openai + vLLM), else the config's model.
-  assert.equal(iterationPolicy(real, 'mcts-real', 0).model, 'Qwen/Qwen3-VL-8B-Instruct');
-  assert.equal(iterationPolicy(real, 'mcts-real', 2).model, 'mcts-real-v2');
-  assert.equal(iterationPolicy(local, 'mcts-local', 2).model, 'tiny-random');
+  const iterationModel = (cfg: typeof real, runId: string, adapterVersion: number) =>
+    samplingPolicy({ policy: cfg.policy, runId, adapterVersion, serving: cfg.mcts.vllmBaseUrl ? { baseUrl: cfg.mcts.vllmBaseUrl } : undefined }).policy.model;
+  assert.equal(iterationModel(real, 'mcts-real', 0), 'Qwen/Qwen3-VL-8B-Instruct');
+  assert.equal(iterationModel(real, 'mcts-real', 2), 'mcts-real-v2');
+  assert.equal(iterationModel(local, 'mcts-local', 2), 'tiny-random');
 });
 
 test('iteration metrics fit the metrics line schema', () => {
-  const { tree, meta, ids } = searchTree();
+  const { tree, ids } = searchTree();
   backpropagate(tree, ids[0], 1);
   backpropagate(tree, ids[1], 0);
   backpropagate(tree, ids[2], 0);
   markTerminal(tree, ids[0], 1);
-  const pairs = collectPairs(tree, meta, 0.5, 0.1);
+  const pairs = collectPairs(tree, 0.5, 0.1);
   const counters = { ...emptyCounters(), candidates: 4, invalidCandidates: 2, criticCalls: 1 };
   const search = { simulations: 3, stats: { nodes: 4, maxDepth: 1, totalVisits: 3, leaves: 3, terminalNodes: 3 }, bestPath: bestPathView(tree, 0.5), pairs: pairsSummary(pairs, 'sha256:x'), counters };
   const m = mctsIterationMetrics({
@@ -223,12 +230,12 @@ test('iteration metrics fit the metrics line schema', () => {
 });
 
 test('halo mcts tree: text rendering marks the best path and terminal outcomes', () => {
-  const { tree, meta, ids } = searchTree();
+  const { tree, ids } = searchTree();
   const [a, b] = ids;
   setCriticValue(tree, 0, 0.7);
   backpropagate(tree, a, 1);
   backpropagate(tree, b, 0);
-  meta[b] = { ...meta[b], outcome: 'unparseable' };
+  tree.nodes[b].data.outcome = 'unparseable';
   const view: MctsTreeView = {
     workflowId: 'r-it1-click-button',
     phase: 'done',
@@ -243,7 +250,6 @@ test('halo mcts tree: text rendering marks the best path and terminal outcomes',
     alpha: 0.5,
     pairThreshold: 0.1,
     tree,
-    meta,
     bestPath: bestPathView(tree, 0.5),
     pairs: 1,
     counters: emptyCounters(),
@@ -254,35 +260,49 @@ test('halo mcts tree: text rendering marks the best path and terminal outcomes',
   assert.match(text, new RegExp(`├─ ★ \\[${a}\\] click element \\[3\\] {2}N=1 Q=1\\.000`));
   assert.match(text, new RegExp(`\\[${b}\\] invalid: .* terminal r=0 \\(unparseable\\)`));
   assert.match(renderTree(view, 2), /… 2 more nodes/);
-  assert.match(renderTree({ ...view, tree: null, meta: null, phase: 'loading snapshot' }), /\(loading snapshot\)$/);
+  assert.match(renderTree({ ...view, tree: null, phase: 'loading snapshot' }), /\(loading snapshot\)$/);
 });
 
 test('tree snapshots: chunks of nodes that join back to the same tree; a gap or a wrong count is an error', () => {
-  const { tree, meta } = searchTree();
-  for (let i = 0; i < 3; i++) expand(tree, 1, [{ action: el(10 + i), prior: 1 - i / 4 }], 5);
+  const { tree } = searchTree();
+  for (let i = 0; i < 3; i++) expand(tree, 1, [{ action: el(10 + i), prior: 1 - i / 4, data: { preview: `p${i}` } }], 5);
   assert.equal(tree.nodes.length, 7);
-  const chunks = snapshotChunks(tree, meta, 3);
-  assert.deepEqual(chunks.map((c) => [c.from, c.nodes.length, c.meta.length]), [[0, 3, 3], [3, 3, 3], [6, 1, 1]]);
-  assert.deepEqual(chunks[2].meta, [{}], 'nodes without meta get an empty one');
+  const chunks = snapshotChunks(tree, 3);
+  assert.deepEqual(chunks.map((c) => [c.from, c.nodes.length]), [[0, 3], [3, 3], [6, 1]]);
   const back = joinSnapshot({ nodeCount: 7, nextId: 7 }, JSON.parse(JSON.stringify(chunks)));
-  assert.deepEqual(back.tree, JSON.parse(JSON.stringify(tree)));
-  assert.deepEqual(back.meta.slice(0, 4), meta);
+  assert.deepEqual(back, JSON.parse(JSON.stringify(tree)));
+  assert.equal(back.nodes[6].data.preview, 'p2', 'node data travels with its node');
   assert.throws(() => joinSnapshot({ nodeCount: 7, nextId: 7 }, [chunks[0], chunks[2]]), /does not follow/);
   assert.throws(() => joinSnapshot({ nodeCount: 8, nextId: 8 }, chunks), /inconsistent/);
-  assert.deepEqual(snapshotChunks(newTree(), [{}]).map((c) => c.nodes.length), [1]);
+  assert.deepEqual(snapshotChunks(newTree()).map((c) => c.nodes.length), [1]);
+});
+
+test('tree snapshots written before node data moved into the nodes: their meta arrays become the nodes\' data', () => {
+  const { tree } = searchTree();
+  // The old format: nodes without data, their data in a parallel `meta` array per chunk.
+  const legacy: MctsSnapshotChunk[] = snapshotChunks(tree, 2).map((c) => ({
+    from: c.from,
+    nodes: c.nodes.map(({ data: _, ...n }) => n as Tree['nodes'][number]),
+    meta: c.nodes.map((n) => n.data),
+  }));
+  const back = joinSnapshot({ nodeCount: tree.nodes.length, nextId: tree.nextId }, JSON.parse(JSON.stringify(legacy)));
+  assert.deepEqual(back, JSON.parse(JSON.stringify(tree)));
+  assert.deepEqual(collectPairs(back, 0.5, 0), collectPairs(tree, 0.5, 0));
+  legacy[1].meta!.pop();
+  assert.throws(() => joinSnapshot({ nodeCount: tree.nodes.length, nextId: tree.nextId }, legacy), /does not follow/);
 });
 
 test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one learner batch from the pair blobs', async () => {
   const blobs = new BlobStore(mkdtempSync(join(tmpdir(), 'halo-mcts-pairs-')));
   const acts = createMctsStoreActivities(blobs, createLearnerBatchActivities(blobs));
-  const { tree, meta, ids } = searchTree();
+  const { tree, ids } = searchTree();
   // Real blobs behind the references: the prompt and the three completions.
-  meta[0].promptRef = await blobs.putJson([{ role: 'user', content: [{ type: 'text', text: 'Goal: click OK' }] }]);
-  for (const [i, id] of ids.entries()) meta[id].completionRef = await blobs.put(`completion ${i}`, 'txt');
+  tree.nodes[0].data.promptRef = await blobs.putJson([{ role: 'user', content: [{ type: 'text', text: 'Goal: click OK' }] }]);
+  for (const [i, id] of ids.entries()) tree.nodes[id].data.completionRef = await blobs.put(`completion ${i}`, 'txt');
   backpropagate(tree, ids[0], 1);
   backpropagate(tree, ids[1], 0);
   backpropagate(tree, ids[2], 0);
-  const chunks = await Promise.all(snapshotChunks(tree, meta, 2).map((c) => blobs.putJson(c)));
+  const chunks = await Promise.all(snapshotChunks(tree, 2).map((c) => blobs.putJson(c)));
   const manifest: MctsSnapshot = {
     version: 1,
     runId: 'r',
@@ -299,7 +319,7 @@ test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one lear
   };
   const snapshotRef = await blobs.putJson(manifest);
   const summary = await acts.collectMctsPairs({ snapshot_ref: snapshotRef });
-  const expected = collectPairs(tree, meta, 0.5, 0.1);
+  const expected = collectPairs(tree, 0.5, 0.1);
   assert.equal(summary.count, 3);
   assert.equal(summary.withRefLogprobs, 1);
   close(summary.meanAbsDeltaQ!, meanAbsDeltaQ(expected)!);
@@ -312,5 +332,5 @@ test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one lear
   assert.equal(batch.pairs[0].chosen, 'completion 0');
   assert.deepEqual(batch.pairs.map((p) => p.ref_chosen_logprob), [null, -3, null, null, -3, null]);
   // A tree snapshot that is not one fails for good, naming the reference.
-  await assert.rejects(acts.collectMctsPairs({ snapshot_ref: meta[0].promptRef! }), /not an MCTS tree snapshot/);
+  await assert.rejects(acts.collectMctsPairs({ snapshot_ref: tree.nodes[0].data.promptRef! }), /not an MCTS tree snapshot/);
 });

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Action } from '../../lib/actions';
+import { parseConfig } from '../../lib/config';
 import {
   actionPath,
   backpropagate,
@@ -10,7 +11,6 @@ import {
   expand,
   getNode,
   markTerminal,
-  MCTS_DEFAULTS,
   newTree,
   qMcts,
   select,
@@ -27,8 +27,11 @@ const el = (id: number): Action => ({ type: 'click_element', id });
 const obs = (n: number) => ({ screenshotRef: `sha256:${'a'.repeat(64)}.png`, axtreeRef: `sha256:${'b'.repeat(64)}.txt`, url: `http://x/${n}`, stateKey: `s${n}` });
 
 function node(partial: Partial<MctsNode>): MctsNode {
-  return { id: 1, parent: 0, action: el(1), actionKey: null, depth: 1, visits: 0, valueSum: 0, prior: 0, criticValue: null, terminal: false, reward: null, children: [], ...partial };
+  return { id: 1, parent: 0, action: el(1), actionKey: null, depth: 1, visits: 0, valueSum: 0, prior: 0, criticValue: null, terminal: false, reward: null, children: [], data: {}, ...partial };
 }
+
+/** The search parameters' defaults, from the config schema. */
+const defaults = parseConfig({}).mcts;
 
 const close = (actual: number, expected: number, eps = 1e-12) =>
   assert.ok(Math.abs(actual - expected) <= eps, `expected ${expected}, got ${actual}`);
@@ -296,7 +299,7 @@ function lcg(seed: number): () => number {
 
 /** A simulated search: K candidates per expansion from a small action space, random rewards, some terminals. */
 function simulate(tree: Tree, sims: number, rnd: () => number): void {
-  const { ucbConstant: c, alpha, maxChildren } = MCTS_DEFAULTS;
+  const { ucbConstant: c, alpha, maxChildren } = defaults;
   for (let i = 0; i < sims; i++) {
     let leaf = select(tree, c, alpha);
     const n = getNode(tree, leaf);
@@ -321,7 +324,7 @@ test('JSON round trip: a serialised tree gives the same results and evolves iden
   simulate(t, 200, lcg(7));
   const copy: Tree = JSON.parse(JSON.stringify(t));
   assert.deepEqual(copy, t);
-  const { ucbConstant: c, alpha, pairThreshold } = MCTS_DEFAULTS;
+  const { ucbConstant: c, alpha, pairThreshold } = defaults;
   assert.equal(select(copy, c, alpha), select(t, c, alpha));
   assert.deepEqual(bestPath(copy, alpha), bestPath(t, alpha));
   assert.deepEqual(dpoPairs(copy, alpha, pairThreshold), dpoPairs(t, alpha, pairThreshold));
@@ -340,8 +343,8 @@ test('a few thousand nodes stay fast', () => {
   const t = newTree();
   const t0 = performance.now();
   simulate(t, 3000, lcg(1));
-  const { alpha, pairThreshold } = MCTS_DEFAULTS;
-  for (let i = 0; i < 1000; i++) select(t, MCTS_DEFAULTS.ucbConstant, alpha);
+  const { alpha, pairThreshold } = defaults;
+  for (let i = 0; i < 1000; i++) select(t, defaults.ucbConstant, alpha);
   dpoPairs(t, alpha, pairThreshold);
   bestPath(t, alpha);
   treeStats(t);

@@ -10,7 +10,6 @@ import {
   defaultRewardWeights,
   fnv1a32,
   initialRewardState,
-  loadRewardWeights,
   MAX_VISITED,
   milestonesFor,
   parseAxLine,
@@ -25,6 +24,7 @@ import {
   type RewardView,
   type RewardWeights,
 } from '../../lib/rewards';
+import { loadRewardWeights } from '../../host/rewards-file';
 
 const ROOT = join(__dirname, '..', '..');
 const W = defaultRewardWeights();

@@ -3,9 +3,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT, learnerCommand, workerCommand } from '../../client/processes';
-import { freePort, prepareNamespace, startDevServer, waitForServer } from '../../client/temporal-server';
-import { waitForPollers } from '../../client/stack';
+import { REPO_ROOT, learnerCommand, workerCommand } from '../client/processes';
+import { freePort, prepareNamespace, startDevServer, waitForServer } from '../client/temporal-server';
+import { waitForPollers } from '../client/stack';
 
 /**
  * A real, private stack for a test file: Temporal dev server (headless, own SQLite file, random port),

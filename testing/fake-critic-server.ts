@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import { readBody } from './read-body';
-import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../../lib/critic';
+import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../lib/critic';
 
 /**
  * A local stand-in for an OpenAI-compatible server playing the critic. It reads the candidate list that

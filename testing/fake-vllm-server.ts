@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { readBody } from './read-body';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
+import { createChatResponder, type FakeMode, type RecordedRequest } from './fake-policy-server';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -15,6 +16,12 @@ import { join } from 'node:path';
  * - `POST /v1/unload_lora_adapter {lora_name}`: 200 text `… removed successfully.`; unknown → 404 NotFoundError
  *   `The lora adapter '<name>' cannot be found.`
  * - `GET /v1/models`: `{"object": "list", "data": [base card, one card per adapter (root = path, parent = base)]}`.
+ * - `POST /v1/chat/completions`: `model` must be the base model or a loaded adapter (empty = base), else 404
+ *   NotFoundError `The model \`<name>\` does not exist.` (param "model", as from 0.14). Answers come from the
+ *   scripted fake model (fake-policy-server.ts), with `token_ids` and `logprobs.content` when asked
+ *   (`return_token_ids`, `logprobs`, `return_tokens_as_token_ids`); `legacyTokens` plays a server older than
+ *   0.10.2, which ignores `return_token_ids`.
+ * - `restart()`: what a restarted vLLM remembers of its runtime adapters: nothing.
  * - Errors: `{"error": {"message", "type", "param": null, "code": <status>}}`; non-JSON bodies → 415 like
  *   vLLM's `validate_json_request`. With `runtimeLoraUpdating: false` the two POST routes do not exist
  *   (FastAPI's 404 `{"detail": "Not Found"}`), as when the environment variable is unset.
@@ -24,18 +31,32 @@ export interface FakeVllmServer {
   baseModel: string;
   /** name → path of the loaded adapters, in load order. */
   adapters: Map<string, string>;
+  /** Every request, in order; chat bodies without their `messages` (images), which `chats` summarises. */
   requests: { method: string; path: string; body: unknown }[];
+  /** Chat requests that reached the model (known model name): the model named and the token fields asked for. */
+  chats: RecordedRequest[];
+  /** Chat requests refused because the model was unknown, by name. */
+  unknownModels: string[];
+  /** Times `restart()` was called. */
+  restarts: number;
+  setMode(mode: FakeMode): void;
+  /** Added to every chat answer (a real model's latency). */
+  delayMs: number;
   /** The next `count` requests answer this status with a vLLM-shaped error (e.g. 500, 503). */
   failNext(status: number, count?: number): void;
+  /** Forgets every runtime-loaded adapter, as a restarted vLLM does. */
+  restart(): void;
   close(): Promise<void>;
 }
 
 export async function startFakeVllmServer(
-  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number } = {},
+  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number; mode?: FakeMode; legacyTokens?: boolean } = {},
 ): Promise<FakeVllmServer> {
   const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
   const adapters = new Map<string, string>();
   const requests: FakeVllmServer['requests'] = [];
+  const unknownModels: string[] = [];
+  const chat = createChatResponder(opts.mode ?? { kind: 'scripted' });
   const created = Math.floor(Date.now() / 1000);
   let failing: { status: number; count: number } | undefined;
 
@@ -52,7 +73,8 @@ export async function startFakeVllmServer(
     } catch {
       body = raw;
     }
-    requests.push({ method: req.method ?? 'GET', path, body });
+    const isChat = req.method === 'POST' && path === '/v1/chat/completions' && typeof body === 'object' && body !== null;
+    requests.push({ method: req.method ?? 'GET', path, body: isChat ? { ...(body as object), messages: undefined } : body });
     if (failing && failing.count > 0) {
       failing.count--;
       const type = failing.status >= 500 ? 'InternalServerError' : 'BadRequestError';
@@ -68,6 +90,24 @@ export async function startFakeVllmServer(
         object: 'list',
         data: [card(baseModel, baseModel, null, 8192), ...[...adapters].map(([id, p]) => card(id, p, baseModel, null))],
       });
+    }
+
+    if (req.method === 'GET' && path === '/health') {
+      res.writeHead(200, { 'content-length': 0 });
+      return res.end();
+    }
+
+    if (path === '/v1/chat/completions') {
+      if (req.method !== 'POST') return sendJson(res, 405, { detail: 'Method Not Allowed' });
+      if (!isChat) return sendError(res, 400, 'BadRequestError', 'Invalid JSON body');
+      const model = (body as { model?: unknown }).model;
+      const name = typeof model === 'string' ? model : '';
+      if (name && name !== baseModel && !adapters.has(name)) {
+        unknownModels.push(name);
+        return sendJson(res, 404, { error: { message: `The model \`${name}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } });
+      }
+      const out = await chat.answer(body, { legacyTokens: opts.legacyTokens });
+      return sendJson(res, out.status, out.body);
     }
 
     const lora = (path === '/v1/load_lora_adapter' || path === '/v1/unload_lora_adapter') && opts.runtimeLoraUpdating !== false;
@@ -110,13 +150,27 @@ export async function startFakeVllmServer(
 
   await new Promise<void>((resolve) => server.listen(opts.port ?? 0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
-  return {
+  const api: FakeVllmServer = {
     url: `http://127.0.0.1:${port}`,
     baseModel,
     adapters,
     requests,
+    chats: chat.requests,
+    unknownModels,
+    restarts: 0,
+    setMode: (m) => chat.setMode(m),
+    get delayMs() {
+      return chat.delayMs;
+    },
+    set delayMs(ms: number) {
+      chat.delayMs = ms;
+    },
     failNext(status, count = 1) {
       failing = { status, count };
+    },
+    restart() {
+      adapters.clear();
+      api.restarts++;
     },
     close: () =>
       new Promise<void>((resolve) => {
@@ -124,6 +178,7 @@ export async function startFakeVllmServer(
         server.close(() => resolve());
       }),
   };
+  return api;
 }
 
 function isDir(p: string): boolean {

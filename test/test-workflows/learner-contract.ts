@@ -1,8 +1,8 @@
 import type { Duration } from '@temporalio/common';
 import { proxyActivities } from '@temporalio/workflow';
-import type { LearnerBatchActivities } from '../activities/learner-batches';
-import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../lib/learner-types';
-import { learnerActivities } from './learner';
+import type { LearnerBatchActivities } from '../../activities/learner-batches';
+import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../../lib/learner-types';
+import { learnerActivities } from '../../workflows/learner';
 
 export interface LearnerContractInput {
   /** Adapters go to `<HALO_CHECKPOINTS>/<runId>/v1..v3`; use a fresh id (a used one answers `reused` throughout). */
@@ -42,8 +42,9 @@ const BAD = 'I am not sure what to do here.';
 
 /**
  * Cross-language smoke test of the learner: every payload the training workflows send to the Python
- * learner, through the real task queue, with the answers checked against lib/learner-types.ts.
- * `npx halo` users can start it against a running stack to check a learner deployment end to end.
+ * learner, through the real task queue, with the answers checked against lib/learner-types.ts. Only
+ * test/integration/learner-contract.test.ts runs it, on a worker of its own: it is not in the production
+ * bundle (workflows/index.ts).
  */
 export async function learnerContract(input: LearnerContractInput): Promise<LearnerContractResult> {
   const { runId, promptRef } = input;

@@ -1,0 +1,58 @@
+import type { PolicyConfig } from './config';
+
+/**
+ * Which policy a run samples from. One rule for every caller (GRPO iterations and their greedy evaluations,
+ * MCTS searches, `evaluate` modes, test-time search): the adapter written by the run's latest update.
+ *
+ * - openai backend with adapters served (a vLLM that the run loads its adapters into): the request's model
+ *   names the adapter, `<run>-v<N>`; version 0 is the base model (`policy.model`). The adapter's folder
+ *   travels along, so a serving process that restarted (and forgot its runtime-loaded adapters) gets it
+ *   loaded again before it is asked for it.
+ * - colocated backend: the learner samples with adapter version N of the run (0 = base model); the model
+ *   name stays what the config says.
+ * - openai backend without served adapters (an OpenAI model, or a server the run does not load into): the
+ *   configured model, always.
+ */
+export interface SamplingPolicy {
+  policy: PolicyConfig;
+  /** The adapter version the colocated learner samples with; 0 on the openai backend. */
+  adapterVersion: number;
+  /** The served adapter the policy names, for loading it again into a restarted server. */
+  adapter?: ServedAdapter;
+}
+
+/** A runtime-loaded LoRA adapter of a vLLM server (snake_case: it travels to activities as is). */
+export interface ServedAdapter {
+  base_url: string;
+  lora_name: string;
+  /** The version folder as the serving process sees it. */
+  lora_path: string;
+}
+
+/** Where a run's adapters are served: the vLLM it loads them into, and the newest adapter's folder if known. */
+export interface Serving {
+  baseUrl: string;
+  adapterPath?: string;
+}
+
+/** The name under which adapter v<N> of a run is served (vLLM's `lora_name`, the chat request's `model`). */
+export function servedAdapterName(runId: string, version: number): string {
+  return `${runId}-v${version}`;
+}
+
+export function samplingPolicy(input: { policy: PolicyConfig; runId: string; adapterVersion: number; serving?: Serving }): SamplingPolicy {
+  const { policy, runId, adapterVersion, serving } = input;
+  if (policy.backend === 'colocated') return { policy, adapterVersion };
+  if (!serving || adapterVersion <= 0) return { policy, adapterVersion: 0 };
+  const name = servedAdapterName(runId, adapterVersion);
+  return {
+    policy: { ...policy, model: name },
+    adapterVersion: 0,
+    ...(serving.adapterPath ? { adapter: { base_url: serving.baseUrl, lora_name: name, lora_path: serving.adapterPath } } : {}),
+  };
+}
+
+/** Greedy decoding of the same policy: temperature 0 (evaluations sample once per step). */
+export function greedy(policy: PolicyConfig): PolicyConfig {
+  return { ...policy, temperature: 0 };
+}

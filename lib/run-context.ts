@@ -1,0 +1,34 @@
+import type { HaloConfig } from './config';
+import type { EnvOptions } from './episode-types';
+import type { RewardWeights } from './rewards/weights';
+
+/**
+ * What every episode and search of a run needs besides its task and policy: where its activities go, how
+ * long a lost session or learner is waited for, and how the environment rewards. One object, built once from
+ * the config, instead of the same fields threaded through each workflow input.
+ */
+export interface RunContext {
+  runId: string;
+  browserTaskQueue: string;
+  gpuTaskQueue: string;
+  learnerHeartbeatTimeoutMs: number;
+  maxSessionRebuilds: number;
+  sessionStartTimeoutMs: number;
+  heartbeatTimeoutMs: number;
+  rewardWeights?: RewardWeights;
+  envOptions?: EnvOptions;
+}
+
+export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext {
+  return {
+    runId,
+    browserTaskQueue: cfg.temporal.browserTaskQueue,
+    gpuTaskQueue: cfg.train.gpuTaskQueue,
+    learnerHeartbeatTimeoutMs: cfg.train.learnerHeartbeatTimeoutS * 1000,
+    maxSessionRebuilds: cfg.episode.maxSessionRebuilds,
+    sessionStartTimeoutMs: cfg.episode.sessionStartTimeoutMs,
+    heartbeatTimeoutMs: cfg.episode.heartbeatTimeoutMs,
+    rewardWeights: cfg.rewards,
+    envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
+  };
+}

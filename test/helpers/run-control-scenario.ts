@@ -1,0 +1,58 @@
+import assert from 'node:assert/strict';
+import type { WorkflowHandle } from '@temporalio/client';
+import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from '../../workflows/messages';
+import type { Holds } from './fake-activities';
+import { eventually } from './workflow-env';
+
+/** A run's status as the `status` query answers it: the common fields, plus each workflow's own (iteration, progress). */
+export type RunStatusView = RunStatus & { [field: string]: unknown };
+
+export interface RunControlScenario {
+  /** Starts the run; the returned handle must follow its latest run (no run id). */
+  start: () => Promise<WorkflowHandle>;
+  /** Holds the run's first and second unit of work (keys 1 and 2) in flight: an iteration's update, an episode's start. */
+  units: Holds;
+  /** The status of a run that finished unit 1 and waits, paused, before unit 2. */
+  pausedBeforeSecond: (st: RunStatusView) => boolean;
+  /** A count that moves whenever the run starts work (samples, sessions). */
+  work: () => number;
+}
+
+/**
+ * Pause, resume and stop a run the way an operator does, with the CLI's message definitions: pause while
+ * unit 1 is in flight → unit 1 completes and the run waits, paused, doing nothing (`work()` stays put);
+ * resume → unit 2 starts; stop while it is in flight → the run ends after unit 2. Returns what the status
+ * query said at each point and the run's result.
+ */
+export async function pauseResumeStop<R>(s: RunControlScenario): Promise<{ whilePaused: RunStatusView; afterResume: RunStatusView; whileStopping: RunStatusView; result: R }> {
+  const { units } = s;
+  units.hold(1);
+  units.hold(2);
+  const handle = await s.start();
+  // Each workflow answers with more than the common fields; the predicates read those by name.
+  const status = async (): Promise<RunStatusView> => ({ ...(await handle.query(statusQuery)) });
+  await units.reached(1);
+  await handle.signal(pauseSignal);
+  units.release(1);
+
+  await eventually('the run to wait, paused, before its next unit of work', async () => {
+    const st = await status();
+    return st.paused && s.pausedBeforeSecond(st) ? st : undefined;
+  });
+  const idleAt = s.work();
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal(s.work(), idleAt, 'a paused run starts no work');
+  const whilePaused = await status();
+
+  await handle.signal(resumeSignal);
+  await units.reached(2);
+  const afterResume = await status();
+  await handle.signal(stopSignal);
+  const whileStopping = await eventually('the status to say stopping', async () => {
+    const st = await status();
+    return st.stopping ? st : undefined;
+  });
+  units.release(2);
+  const result = (await handle.result()) as R;
+  return { whilePaused, afterResume, whileStopping, result };
+}

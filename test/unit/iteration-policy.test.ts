@@ -1,0 +1,64 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseConfig } from '../../lib/config';
+import { greedy, samplingPolicy, servedAdapterName } from '../../lib/iteration-policy';
+import { runContextFromConfig } from '../../lib/run-context';
+import { episodeInput, episodeRun, type EpisodeInput } from '../../lib/episode-types';
+
+const served = parseConfig({ policy: { backend: 'openai', model: 'Qwen/Qwen3-VL-8B-Instruct' }, train: { vllmBaseUrl: 'http://127.0.0.1:8000/v1' } });
+const colocated = parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } });
+
+test('openai backend with served adapters: iteration i samples <run>-v<i-1>, the base model first', () => {
+  const serving = { baseUrl: 'http://127.0.0.1:8000/v1', adapterPath: '/ckpt/grpo-real/v7' };
+  const at = (v: number) => samplingPolicy({ policy: served.policy, runId: 'grpo-real', adapterVersion: v, serving });
+  assert.equal(at(0).policy.model, 'Qwen/Qwen3-VL-8B-Instruct');
+  assert.equal(at(1).policy.model, 'grpo-real-v1');
+  assert.equal(at(7).policy.model, servedAdapterName('grpo-real', 7));
+  // The server picks the adapter by name; no colocated version travels with it.
+  assert.equal(at(7).adapterVersion, 0);
+  // Everything else about the policy is kept.
+  assert.equal(at(7).policy.baseUrl, served.policy.baseUrl);
+  // The adapter's folder travels along, so a restarted server can be given it again.
+  assert.deepEqual(at(7).adapter, { base_url: 'http://127.0.0.1:8000/v1', lora_name: 'grpo-real-v7', lora_path: '/ckpt/grpo-real/v7' });
+  assert.equal(at(0).adapter, undefined);
+});
+
+test('openai backend without served adapters (an OpenAI model, a server the run does not load into): always the configured model', () => {
+  const s = samplingPolicy({ policy: served.policy, runId: 'r', adapterVersion: 4 });
+  assert.equal(s.policy.model, 'Qwen/Qwen3-VL-8B-Instruct');
+});
+
+test('colocated backend: the learner samples with adapter version N, the model name stays', () => {
+  const s = samplingPolicy({ policy: colocated.policy, runId: 'grpo-local', adapterVersion: 3, serving: { baseUrl: 'http://x/v1' } });
+  assert.deepEqual([s.policy.model, s.adapterVersion], ['tiny-random', 3]);
+});
+
+test('greedy keeps the policy and sets temperature 0', () => {
+  const g = greedy({ ...colocated.policy, temperature: 1 });
+  assert.equal(g.temperature, 0);
+  assert.equal(g.model, 'tiny-random');
+});
+
+test('one run context from the config, carried whole by the episode input', () => {
+  const cfg = parseConfig({
+    temporal: { browserTaskQueue: 'b-q' },
+    train: { gpuTaskQueue: 'g-q', learnerHeartbeatTimeoutS: 7 },
+    episode: { maxSessionRebuilds: 2, sessionStartTimeoutMs: 3000, heartbeatTimeoutMs: 4000 },
+    real: { runId: 'real-1', evaluateAtCap: true },
+  });
+  const run = runContextFromConfig(cfg, 'my-run');
+  assert.deepEqual(
+    [run.runId, run.browserTaskQueue, run.gpuTaskQueue, run.learnerHeartbeatTimeoutMs, run.maxSessionRebuilds, run.sessionStartTimeoutMs, run.heartbeatTimeoutMs],
+    ['my-run', 'b-q', 'g-q', 7000, 2, 3000, 4000],
+  );
+  assert.deepEqual(run.envOptions, { realRunId: 'real-1', evaluateAtCap: true });
+  const input = episodeInput({ run, task: { env: 'miniwob', task: 'click-button', seed: 1 }, maxSteps: 3, sampling: { policy: cfg.policy, adapterVersion: 2 }, mode: 'grpo' });
+  assert.equal(episodeRun(input, 'wf-id'), run);
+  assert.equal(input.adapterVersion, 2);
+});
+
+test('an episode input written by hand with flat fields still resolves, with the defaults filled in', () => {
+  const handWritten: EpisodeInput = { task: { env: 'miniwob', task: 'click-button', seed: 1 }, maxSteps: 3, policy: colocated.policy, browserTaskQueue: 'x' };
+  const run = episodeRun(handWritten, 'wf-9');
+  assert.deepEqual([run.runId, run.browserTaskQueue, run.gpuTaskQueue, run.maxSessionRebuilds], ['wf-9', 'x', 'gpu', 5]);
+});

@@ -1,0 +1,226 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WorkflowFailedError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { parseConfig } from '../../lib/config';
+import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
+import { FakeBrowser, FakeControl, click, sessionGone, type FakeBrowserOptions, type PolicyScript } from '../helpers/fake-activities';
+import { startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+
+// `episode` with every activity mocked: lost sessions and their rebuilds, and step groups (forked sessions).
+
+let env: TestWorkflowEnvironment;
+before(async () => {
+  env = await startWorkflowEnv();
+});
+after(async () => {
+  await env?.teardown();
+});
+
+/** The one place an episode input is built (its shape follows lib/episode-types.ts). */
+function episodeInput(
+  q: TestQueues,
+  o: { maxSteps: number; maxSessionRebuilds?: number; sessionStartTimeoutMs?: number; env?: 'miniwob' | 'real'; grouping?: EpisodeInput['grouping'] },
+): EpisodeInput {
+  return {
+    task: { env: o.env ?? 'miniwob', task: 'click-button', seed: 7 },
+    maxSteps: o.maxSteps,
+    policy: parseConfig({ policy: { backend: 'openai', model: 'fake-model' } }).policy,
+    mode: 'test',
+    run: {
+      runId: 'episode-test',
+      browserTaskQueue: q.browser,
+      gpuTaskQueue: q.gpu,
+      learnerHeartbeatTimeoutMs: 10_000,
+      maxSessionRebuilds: o.maxSessionRebuilds ?? 5,
+      sessionStartTimeoutMs: o.sessionStartTimeoutMs ?? 10_000,
+      heartbeatTimeoutMs: 5_000,
+    },
+    ...(o.grouping ? { grouping: o.grouping } : {}),
+  };
+}
+
+interface EpisodeRun {
+  q: TestQueues;
+  browser: FakeBrowser;
+  control: FakeControl;
+  result: Promise<EpisodeResult>;
+}
+
+/** Runs one episode against a control worker (workflows, control activities), a browser worker and a session worker. */
+async function runEpisode(
+  name: string,
+  input: (q: TestQueues) => EpisodeInput,
+  browserOpts: FakeBrowserOptions,
+  policy?: PolicyScript,
+): Promise<{ browser: FakeBrowser; control: FakeControl; outcome: { ok: true; result: EpisodeResult } | { ok: false; error: unknown } }> {
+  const q = testQueues(name);
+  const browser = new FakeBrowser(q, browserOpts);
+  const control = new FakeControl(policy);
+  const outcome = await withWorkers(
+    env,
+    [
+      { taskQueue: q.control, workflows: true, activities: control.activities() },
+      { taskQueue: q.browser, activities: browser.browserActivities() },
+      { taskQueue: q.session, activities: browser.sessionActivities() },
+    ],
+    async () => {
+      try {
+        const result = await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `${name}-${q.control}`, args: [input(q)] });
+        return { ok: true as const, result: result as EpisodeResult };
+      } catch (error) {
+        return { ok: false as const, error };
+      }
+    },
+  );
+  return { browser, control, outcome };
+}
+
+function failureCause(outcome: { ok: boolean; error?: unknown }): ApplicationFailure {
+  assert.equal(outcome.ok, false, 'the episode should have failed');
+  const err = (outcome as { error: unknown }).error;
+  assert.ok(err instanceof WorkflowFailedError, `expected WorkflowFailedError, got ${String(err)}`);
+  assert.ok(err.cause instanceof ApplicationFailure, `expected an ApplicationFailure cause, got ${String(err.cause)}`);
+  return err.cause;
+}
+
+describe('episode: lost sessions', { timeout: 60_000 }, () => {
+  test('a session lost at every step gives up with a non-retryable SessionLost after maxSessionRebuilds rebuilds, each replaying the action prefix', async () => {
+    // Step 1 works; from then on the session's worker fails every step (a retryable failure = session lost).
+    const { browser, control, outcome } = await runEpisode('lost-always', (q) => episodeInput(q, { maxSteps: 5, maxSessionRebuilds: 2 }), {
+      step: (c) => (c.index === 0 ? { shaped: 0.1 } : sessionGone()),
+    });
+    const cause = failureCause(outcome);
+    assert.equal(cause.type, 'SessionLost');
+    assert.equal(cause.nonRetryable, true);
+    assert.match(cause.message, /lost 3 times/);
+    const a1 = click(100, 100);
+    // The reset, then two rebuilds, both replaying the one action taken before the losses.
+    assert.deepEqual(
+      browser.starts.map((s) => s.replay),
+      [[], [a1], [a1]],
+    );
+    // Step 2 was tried once in each of the three sessions, always as action index 1 with the same action.
+    assert.deepEqual(
+      browser.steps.filter((s) => s.index === 1).map((s) => s.sessionId),
+      ['s1', 's2', 's3'],
+    );
+    assert.equal(new Set(browser.steps.filter((s) => s.index === 1).map((s) => JSON.stringify(s.action))).size, 1);
+    // The rebuild re-ran the same action: the policy was asked for step 2 once.
+    assert.deepEqual(
+      control.samples.map((s) => s.step),
+      [0, 1],
+    );
+    // No session outlives the failed episode.
+    assert.deepEqual([...browser.closes].sort(), ['s1', 's2', 's3']);
+  });
+
+  test('a session whose worker is gone (nobody polls its queue) counts as lost after sessionStartTimeoutMs', async () => {
+    const { browser, outcome } = await runEpisode(
+      'lost-timeout',
+      (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 1, sessionStartTimeoutMs: 1000 }),
+      { sessionQueue: (n) => `nobody-polls-this-${process.pid}-${n}` },
+    );
+    const cause = failureCause(outcome);
+    assert.equal(cause.type, 'SessionLost');
+    assert.equal(cause.nonRetryable, true);
+    assert.match(cause.message, /lost 2 times/);
+    assert.deepEqual(
+      browser.starts.map((s) => s.replay),
+      [[], []],
+    );
+    assert.equal(browser.steps.length, 0, 'no step can have run: the session queues have no worker');
+  });
+
+  test('a session lost mid-episode is rebuilt by replaying the prefix, and the episode goes on with the same actions', async () => {
+    let failed = false;
+    const { browser, control, outcome } = await runEpisode('lost-once', (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 2 }), {
+      step: (c) => {
+        if (c.index === 1 && !failed) {
+          failed = true;
+          sessionGone('renderer crashed');
+        }
+        return { shaped: 0.25, done: c.index === 2, success: c.index === 2 };
+      },
+    });
+    assert.ok(outcome.ok, `episode failed: ${String((outcome as { error?: unknown }).error)}`);
+    const r = outcome.result;
+    const [a1, a2, a3] = [click(100, 100), click(100, 101), click(100, 102)];
+    assert.deepEqual(r.actionPath, [a1, a2, a3]);
+    assert.equal(r.sessionRebuilds, 1);
+    assert.equal(r.steps, 3);
+    assert.equal(r.success, true);
+    assert.equal(r.shapedReturn, 0.75);
+    assert.deepEqual(
+      browser.starts.map((s) => s.replay),
+      [[], [a1]],
+    );
+    // Step 2 failed in s1 and ran again in s2 as the same action at the same index; step 3 followed in s2.
+    assert.deepEqual(
+      browser.steps.map((s) => `${s.sessionId} #${s.index} ${s.action.type === 'click' ? s.action.y : '?'}`),
+      ['s1 #0 100', 's1 #1 101', 's2 #1 101', 's2 #2 102'],
+    );
+    assert.deepEqual(
+      control.samples.map((s) => s.step),
+      [0, 1, 2],
+      'one sample per step: the rebuild does not sample again',
+    );
+    assert.deepEqual([...browser.closes].sort(), ['s1', 's2']);
+  });
+});
+
+describe('episode: step groups', { timeout: 60_000 }, () => {
+  test("grouping 'best' continues in the fork whose candidate got the highest shaped reward and closes the others", async () => {
+    // Three candidates per state; the shaped reward is the candidate's x / 1000, so the best is known:
+    // step 1: x = 100, 300, 200 → candidate 2; step 2: x = 500, 400, 600 → candidate 3.
+    const xs = [
+      [100, 300, 200],
+      [500, 400, 600],
+    ];
+    const policy: PolicyScript = (step) => xs[step].map((x) => click(x, 10 + step));
+    const { browser, control, outcome } = await runEpisode(
+      'group-best',
+      // REAL at the step cap asks the episode's session to finish: that shows which session the episode kept.
+      (q) => episodeInput(q, { maxSteps: 2, env: 'real', grouping: { n: 3, choose: 'best' } }),
+      { step: (c) => ({ shaped: c.action.type === 'click' ? c.action.x / 1000 : 0 }) },
+      policy,
+    );
+    assert.ok(outcome.ok, `episode failed: ${String((outcome as { error?: unknown }).error)}`);
+    const r = outcome.result;
+    const best1 = click(300, 10);
+    const best2 = click(600, 11);
+    assert.deepEqual(r.actionPath, [best1, best2]);
+    assert.equal(r.groups, 2);
+    assert.equal(r.shapedReturn, 0.9);
+    assert.deepEqual(
+      control.samples.map((s) => s.n),
+      [3, 3],
+    );
+
+    // Each candidate ran in its own fork: three forks per step, the step-2 forks replaying step 1's winner.
+    assert.equal(browser.starts.length, 1 + 3 + 3);
+    assert.deepEqual(
+      browser.starts.slice(1, 4).map((s) => s.replay),
+      [[], [], []],
+    );
+    assert.deepEqual(
+      browser.starts.slice(4).map((s) => s.replay),
+      [[best1], [best1], [best1]],
+    );
+    const winner1 = browser.sessionThatRan(best1, 0)!;
+    const winner2 = browser.sessionThatRan(best2, 1)!;
+    assert.ok(winner1 && winner2);
+    // Every fork ran exactly one candidate.
+    for (const s of browser.starts.slice(1)) assert.equal(browser.steps.filter((x) => x.sessionId === s.sessionId).length, 1);
+
+    // The episode ended in step 2's winning fork (the step-cap finish ran there), and closed it after that.
+    assert.deepEqual(browser.finishes, [winner2]);
+    assert.ok(browser.events.indexOf(`close ${winner2}`) > browser.events.indexOf(`finish ${winner2}`));
+    // Losing forks were closed, and so was each session the episode left behind (the reset session, then step 1's winner).
+    const losers = browser.starts.slice(1).map((s) => s.sessionId).filter((id) => id !== winner1 && id !== winner2);
+    assert.equal(losers.length, 4);
+    assert.deepEqual([...browser.closes].sort(), ['s1', winner1, winner2, ...losers].sort());
+    assert.equal(new Set(browser.closes).size, browser.closes.length, 'each session closed once');
+  });
+});

@@ -1,0 +1,137 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { Action } from '../../lib/actions';
+import type { TrainMctsResult } from '../../workflows/train-mcts';
+import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
+import { pauseResumeStop } from '../helpers/run-control-scenario';
+import { childWorkflows, continueAsNewChain, startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+
+// `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
+// iteration per workflow run, searches that continue as new from a stored tree, and pause, resume, stop.
+
+let env: TestWorkflowEnvironment;
+before(async () => {
+  env = await startWorkflowEnv();
+});
+after(async () => {
+  await env?.teardown();
+});
+
+/** The one place an MCTS run's config is written. */
+function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAsNewEvery = 10) {
+  return {
+    temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
+    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+    episode: { env: 'miniwob', heartbeatTimeoutMs: 5000 },
+    train: { gpuTaskQueue: q.gpu },
+    mcts: {
+      runId,
+      iterations,
+      tasks: ['click-button'],
+      numSimulations: 2,
+      maxChildren: 2,
+      maxDepth: 2,
+      continueAsNewEvery,
+      critic: { backend: 'none' },
+    },
+  };
+}
+
+/** Every first step ends the episode: the click at x = 100 succeeds, any other fails (so siblings differ). */
+const succeedsAt100 = (c: { action: Action }) => ({ done: true, success: c.action.type === 'click' && c.action.x === 100 });
+
+async function withMctsWorkers<T>(name: string, fn: (ctx: { q: TestQueues; runId: string; browser: FakeBrowser; control: FakeControl; learner: FakeLearner }) => Promise<T>) {
+  const q = testQueues(name);
+  const runId = `${name}-${process.pid}`;
+  const browser = new FakeBrowser(q, { step: succeedsAt100 });
+  const control = new FakeControl();
+  const learner = new FakeLearner();
+  return withWorkers(
+    env,
+    [
+      { taskQueue: q.control, workflows: true, activities: control.activities() },
+      { taskQueue: q.browser, activities: browser.browserActivities() },
+      { taskQueue: q.session, activities: browser.sessionActivities() },
+      { taskQueue: q.gpu, activities: learner.activities() },
+    ],
+    () => fn({ q, runId, browser, control, learner }),
+  );
+}
+
+describe('trainMcts', { timeout: 90_000 }, () => {
+  test('runs one iteration per workflow run, each search continuing as new from its stored tree', async () => {
+    await withMctsWorkers('mcts-can', async ({ q, runId, browser, control, learner }) => {
+      const handle = await env.client.workflow.start('trainMcts', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: mctsConfig(q, runId, 2, 1) }],
+      });
+      const result = (await handle.result()) as TrainMctsResult;
+      assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'Completed']);
+      assert.deepEqual(
+        learner.updates.map((u) => [u.kind, u.run_id, u.version]),
+        [
+          ['dpo', runId, 1],
+          ['dpo', runId, 2],
+        ],
+      );
+      // One expansion (K = 2) per search, with the adapter the previous iteration wrote.
+      assert.deepEqual(
+        learner.samples.map((s) => [s.version, s.n]),
+        [
+          [0, 2],
+          [1, 2],
+        ],
+      );
+      assert.deepEqual(control.mctsMetrics, [
+        { iteration: 1, adapterVersion: 1, pairs: 1 },
+        { iteration: 2, adapterVersion: 2, pairs: 1 },
+      ]);
+      assert.equal(control.dpoBatches.length, 2);
+      // Two simulations per search: each restored the root and ran one child; both children were tried.
+      assert.deepEqual(
+        browser.starts.map((s) => s.replay.length),
+        [0, 0, 0, 0],
+      );
+      assert.deepEqual(
+        browser.steps.map((s) => (s.action.type === 'click' ? s.action.x : -1)).sort(),
+        [100, 100, 200, 200],
+      );
+      // continueAsNewEvery 1: the first iteration's search ran its second simulation in a new run, from the snapshot.
+      const [search] = await childWorkflows(env, runId, handle.firstExecutionRunId);
+      assert.equal(search.workflowId, `${runId}-it1-click-button`);
+      assert.deepEqual(await continueAsNewChain(env, search.workflowId, search.runId), ['ContinuedAsNew', 'Completed']);
+    });
+  });
+
+  test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
+    await withMctsWorkers('mcts-pause', async ({ q, runId, browser, control, learner }) => {
+      const s = await pauseResumeStop<TrainMctsResult>({
+        start: async () => {
+          await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: mctsConfig(q, runId, 3) }] });
+          return env.client.workflow.getHandle(runId);
+        },
+        units: learner.updateHolds,
+        pausedBeforeSecond: (st) => st.iteration === 2,
+        work: () => browser.starts.length + learner.samples.length,
+      });
+      assert.equal(s.whilePaused.paused, true);
+      assert.equal(s.whilePaused.iteration, 2);
+      assert.equal(s.whilePaused.phase, 'paused');
+      assert.equal(s.afterResume.paused, false);
+      assert.equal(s.whileStopping.stopping, true);
+      assert.deepEqual(s.result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
+      assert.deepEqual(
+        learner.updates.map((u) => u.version),
+        [1, 2],
+      );
+      assert.deepEqual(
+        control.mctsMetrics.map((m) => m.iteration),
+        [1, 2],
+      );
+      assert.equal(browser.starts.length, 4, 'two searches of two simulations: no third iteration started');
+    });
+  });
+});

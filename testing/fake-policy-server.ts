@@ -1,0 +1,266 @@
+import { createServer, type Server } from 'node:http';
+import { readBody } from './read-body';
+
+/**
+ * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
+ * tree from the prompt our prompt builder wrote and answers like a (very simple) model would:
+ * - `scripted`: a Qwen computer-use tool call that solves simple MiniWoB tasks from the tree;
+ * - `garbage`: prose with no action in it;
+ * - `custom`: `answer` writes choice `choice` of a request from the parsed prompt (to script branching policies);
+ * - `status`: an HTTP error with the given status.
+ * Asked for `logprobs` / `return_token_ids` / `return_tokens_as_token_ids`, it answers with vLLM's token fields
+ * (`vllmTokenFields`), ids from a byte-level stand-in tokenizer (`fakeTokenIds`).
+ */
+export interface EmailScript {
+  to: string;
+  subject: string;
+  body: string;
+}
+export type FakeMode =
+  | { kind: 'scripted'; email?: EmailScript }
+  | { kind: 'garbage' }
+  | { kind: 'custom'; answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number }) => string }
+  | { kind: 'status'; status: number };
+
+export interface RecordedRequest {
+  model: string;
+  n: number;
+  temperature: number;
+  maxTokens: number;
+  hasImage: boolean;
+  goal: string;
+  /** The token fields the request asked for (vLLM extensions), as sent: undefined when left out. */
+  logprobs?: boolean;
+  returnTokenIds?: boolean;
+  returnTokensAsTokenIds?: boolean;
+}
+
+export interface FakePolicyServer {
+  url: string;
+  requests: RecordedRequest[];
+  setMode(mode: FakeMode): void;
+  /** Added to every answer, to stand in for a real model's latency. */
+  delayMs: number;
+  /** Called before answering request number `index` (0-based); the answer waits for it. */
+  onRequest?: (index: number) => Promise<void> | void;
+  close(): Promise<void>;
+}
+
+export interface TreeLine {
+  id: number;
+  role: string;
+  name: string;
+  x: number;
+  y: number;
+  value?: string;
+}
+
+export function parseTree(text: string): TreeLine[] {
+  const out: TreeLine[] = [];
+  for (const line of text.split('\n')) {
+    const m = /\[(\d+)\]\s+(\S+)(?:\s+"((?:[^"\\]|\\.)*)")?.*@\((\d+),\s*(\d+)\)/.exec(line);
+    const value = /value="((?:[^"\\]|\\.)*)"/.exec(line)?.[1];
+    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3] ?? '', x: Number(m[4]), y: Number(m[5]), ...(value !== undefined ? { value } : {}) });
+  }
+  return out;
+}
+
+export const toolCall = (args: Record<string, unknown>) =>
+  `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
+
+/** A mail client flow (REAL gomail-like sites): compose, fill To/Subject/Body, send, then answer. */
+function emailAnswer(email: EmailScript, lines: TreeLine[]): string | undefined {
+  const field = (label: string) => lines.find((l) => l.role === 'textbox' && l.name === label);
+  if (lines.some((l) => /message sent/i.test(l.name))) return toolCall({ action: 'answer', text: `Sent the email to ${email.to}.` });
+  const to = field('To');
+  if (!to) {
+    const compose = lines.find((l) => l.role === 'button' && l.name === 'Compose');
+    return compose ? toolCall({ action: 'click_element', element_id: compose.id }) : undefined;
+  }
+  for (const [label, text] of [['To', email.to], ['Subject', email.subject], ['Body', email.body]] as const) {
+    const f = field(label);
+    if (f && !f.value) return toolCall({ action: 'type', element_id: f.id, text });
+  }
+  const send = lines.find((l) => l.role === 'button' && l.name === 'Send');
+  return send ? toolCall({ action: 'left_click', coordinate: [send.x, send.y] }) : undefined;
+}
+
+/** The scripted "model": enough to solve click-button (by coordinates), enter-text and a compose-and-send mail task. */
+export function scriptedAnswer(goal: string, tree: string, previous: string[], email?: EmailScript): string {
+  const lines = parseTree(tree);
+  if (email) {
+    const answer = emailAnswer(email, lines);
+    if (answer) return answer;
+  }
+  const clickGoal = /Click on the "(.+?)" button/i.exec(goal);
+  if (clickGoal) {
+    const target = lines.find((l) => l.role === 'button' && l.name === clickGoal[1]);
+    if (target) return `I will click the ${clickGoal[1]} button.\n${toolCall({ action: 'left_click', coordinate: [target.x, target.y] })}`;
+  }
+  const enter = /Enter "(.+?)" into the text field/i.exec(goal);
+  if (enter) {
+    const typed = previous.some((p) => p.startsWith('type'));
+    const box = lines.find((l) => l.role === 'textbox');
+    const submit = lines.find((l) => l.role === 'button' && /submit/i.test(l.name));
+    if (!typed && box) return toolCall({ action: 'type', element_id: box.id, text: enter[1] });
+    if (submit) return toolCall({ action: 'left_click', coordinate: [submit.x, submit.y] });
+  }
+  return toolCall({ action: 'wait', time: 0 });
+}
+
+
+/**
+ * The fake's tokenizer: one id per UTF-8 byte (`FAKE_BYTE_OFFSET + byte`), then `FAKE_EOS_ID` when the answer
+ * ended by itself (vLLM's `token_ids` include the end-of-turn token). Ids stay below 272, inside the tiny learner
+ * model's 400-token vocabulary, whose `<|im_end|>` is id 2.
+ */
+export const FAKE_BYTE_OFFSET = 16;
+export const FAKE_EOS_ID = 2;
+
+export function fakeTokenIds(text: string, finishReason: string): number[] {
+  const ids = [...Buffer.from(text, 'utf8')].map((b) => FAKE_BYTE_OFFSET + b);
+  return finishReason === 'stop' ? [...ids, FAKE_EOS_ID] : ids;
+}
+
+/** A made-up but deterministic log-prob per position: different tokens, different values, all in (-1, 0). */
+export function fakeLogprob(id: number, position: number): number {
+  return -(0.01 + ((id * 31 + position * 7) % 90) / 100);
+}
+
+/**
+ * The per-choice token fields vLLM adds when asked (`vllm/entrypoints/openai` chat protocol): `token_ids` with
+ * `return_token_ids` (unless `legacy`, a server older than 0.10.2 that lacks it), and `logprobs.content` with
+ * `logprobs`, its `token` written as `"token_id:N"` with `return_tokens_as_token_ids`.
+ */
+export function vllmTokenFields(text: string, finishReason: string, body: any, legacy = false): Record<string, unknown> {
+  const ids = fakeTokenIds(text, finishReason);
+  const out: Record<string, unknown> = {};
+  if (body.return_token_ids === true && !legacy) out.token_ids = ids;
+  if (body.logprobs === true) {
+    const asIds = body.return_tokens_as_token_ids === true;
+    out.logprobs = {
+      content: ids.map((id, t) => {
+        const token = asIds ? `token_id:${id}` : id === FAKE_EOS_ID ? '' : String.fromCharCode(id - FAKE_BYTE_OFFSET);
+        const lp = fakeLogprob(id, t);
+        return { token, logprob: lp, bytes: [...Buffer.from(token, 'latin1')], top_logprobs: [] };
+      }),
+    };
+  }
+  return out;
+}
+
+/** A chat request as recorded: what our system asked for. */
+function record(body: any, hasImage: boolean, goal: string): RecordedRequest {
+  return {
+    model: body.model,
+    n: body.n ?? 1,
+    temperature: body.temperature,
+    maxTokens: body.max_tokens,
+    hasImage,
+    goal,
+    logprobs: body.logprobs,
+    returnTokenIds: body.return_token_ids,
+    returnTokensAsTokenIds: body.return_tokens_as_token_ids,
+  };
+}
+
+export interface ChatResponder {
+  requests: RecordedRequest[];
+  setMode(mode: FakeMode): void;
+  delayMs: number;
+  onRequest?: (index: number) => Promise<void> | void;
+  /** Answers a parsed `/v1/chat/completions` body: the status and the JSON body to send. */
+  answer(body: any, opts?: { legacyTokens?: boolean }): Promise<{ status: number; body: unknown }>;
+}
+
+/** The "model" behind the fake servers: scripted answers, with the token fields vLLM returns when asked. */
+export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): ChatResponder {
+  let mode = initial;
+  const r: ChatResponder = {
+    requests: [],
+    setMode: (m) => (mode = m),
+    delayMs: 0,
+    async answer(body, opts = {}) {
+      const user = (body.messages ?? []).find((m: any) => m.role === 'user');
+      const parts: any[] = Array.isArray(user?.content) ? user.content : [];
+      const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+      const hasImage = parts.some((p) => p.type === 'image_url' && /^data:image\/png;base64,/.test(p.image_url?.url ?? ''));
+      const goal = /^Goal: (.*)$/m.exec(text)?.[1] ?? '';
+      const index = r.requests.length;
+      r.requests.push(record(body, hasImage, goal));
+      await r.onRequest?.(index);
+      if (r.delayMs > 0) await new Promise((res) => setTimeout(res, r.delayMs));
+      if (mode.kind === 'status') return { status: mode.status, body: { error: { message: `fake server says ${mode.status}`, type: 'Error' } } };
+      const tree = /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '';
+      const previous = [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]);
+      const n = Math.max(1, Number(body.n ?? 1));
+      const choices = Array.from({ length: n }, (_, i) => {
+        const content =
+          mode.kind === 'garbage'
+            ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
+            : mode.kind === 'custom'
+              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i })
+              : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
+        return {
+          index: i,
+          finish_reason: 'stop',
+          message: { role: 'assistant', content },
+          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens),
+        };
+      });
+      return {
+        status: 200,
+        body: {
+          id: `chatcmpl-fake-${index}`,
+          object: 'chat.completion',
+          created: Math.floor(Date.now() / 1000),
+          model: body.model,
+          choices,
+          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        },
+      };
+    },
+  };
+  return r;
+}
+
+export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }): Promise<FakePolicyServer> {
+  const chat = createChatResponder(initial);
+  const api: FakePolicyServer = {
+    url: '',
+    requests: chat.requests,
+    setMode: (m) => chat.setMode(m),
+    get delayMs() {
+      return chat.delayMs;
+    },
+    set delayMs(ms: number) {
+      chat.delayMs = ms;
+    },
+    get onRequest() {
+      return chat.onRequest;
+    },
+    set onRequest(f) {
+      chat.onRequest = f;
+    },
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+  const server: Server = createServer(async (req, res) => {
+    const send = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: 'fake', object: 'model' }] });
+    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
+    let body: any;
+    try {
+      body = JSON.parse(await readBody(req));
+    } catch {
+      return send(400, { error: { message: 'body is not JSON', type: 'BadRequestError' } });
+    }
+    const out = await chat.answer(body);
+    send(out.status, out.body);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  api.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`;
+  return api;
+}

@@ -1,0 +1,45 @@
+import type { ActivityOptions, RetryPolicy } from '@temporalio/workflow';
+
+// Retry and timeout profiles, declared once. Retries belong to Temporal (clients inside activities never
+// retry on their own); these say how long and how often.
+
+/** Blob and file work of the control worker (configs, batches, metrics, snapshots): retried patiently. */
+export const CONTROL_RETRY: RetryPolicy = { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 };
+
+/** A model server that is down or failing: backoff from 1 s doubling to 30 s, `maxAttempts` in all. */
+export function modelRetry(maxAttempts: number): RetryPolicy {
+  return { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: maxAttempts };
+}
+
+/** Run-level control activities (config, batch, metrics, adapter loading). */
+export function runActivities(startToCloseTimeout: ActivityOptions['startToCloseTimeout'] = '10m'): ActivityOptions {
+  return { startToCloseTimeout, retry: CONTROL_RETRY };
+}
+
+/**
+ * Model calls (policy sampling, critic): the client times out on its own after `timeoutMs`; the margin covers
+ * blob reads and writes and bounds how long a call that died with its worker waits before its retry.
+ */
+export function modelCall(timeoutMs: number, maxAttempts: number, summary: string, marginMs = 30_000): ActivityOptions {
+  return { summary, startToCloseTimeout: timeoutMs + marginMs, retry: modelRetry(maxAttempts) };
+}
+
+/** Opening a session (any browser worker): a few attempts, then the caller's own rebuild logic decides. */
+export function sessionOpen(taskQueue: string, heartbeatTimeoutMs: number, summary: string): ActivityOptions {
+  return { summary, taskQueue, startToCloseTimeout: '5m', heartbeatTimeout: heartbeatTimeoutMs, retry: { maximumAttempts: 3, initialInterval: '1s' } };
+}
+
+/**
+ * Work on an open session goes to the one worker holding the page. One attempt: a failure there means the
+ * session is suspect, and the caller rebuilds it rather than retrying into a dead queue.
+ */
+export function onSession(taskQueue: string, scheduleToStartMs: number, heartbeatTimeoutMs: number, summary: string): ActivityOptions {
+  return {
+    summary,
+    taskQueue,
+    scheduleToStartTimeout: scheduleToStartMs,
+    startToCloseTimeout: '2m',
+    heartbeatTimeout: heartbeatTimeoutMs,
+    retry: { maximumAttempts: 1 },
+  };
+}

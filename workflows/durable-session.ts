@@ -1,0 +1,150 @@
+import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import type { SessionActivities } from '../activities/session';
+import type { Action } from '../lib/actions';
+import type { EnvOptions, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
+import type { RewardState } from '../lib/rewards/types';
+import type { RewardWeights } from '../lib/rewards/weights';
+import { isSessionLost } from './session-lost';
+import * as profiles from './activity-profiles';
+
+/**
+ * Browser sessions that survive their worker. The action path is the state: a session is opened by replaying
+ * a path from the task's reset (on any browser worker), works on the worker that holds it, and when that
+ * worker dies it is opened again elsewhere from the same path, within a rebuild budget.
+ */
+
+export interface SessionSettings {
+  task: TaskRef;
+  browserTaskQueue: string;
+  sessionStartTimeoutMs: number;
+  heartbeatTimeoutMs: number;
+  rewardWeights: RewardWeights;
+  envOptions?: EnvOptions;
+  /** Actions every session of this workflow replays first (a test-time search's root); paths count from there. */
+  base?: Action[];
+}
+
+/** How many times sessions may be lost (shared by whatever the budget covers: an episode, a simulation). */
+export interface RebuildBudget {
+  used: number;
+  max: number;
+  /** Appended to the give-up message, e.g. ` in simulation 3`. */
+  where?: string;
+  onRebuild?: () => void;
+}
+
+export class Sessions {
+  private pending: Promise<void>[] = [];
+
+  constructor(readonly settings: SessionSettings) {}
+
+  private opener(summary: string) {
+    const s = this.settings;
+    return proxyActivities<SessionActivities>(profiles.sessionOpen(s.browserTaskQueue, s.heartbeatTimeoutMs, summary));
+  }
+
+  on(handle: SessionHandle, summary: string) {
+    const s = this.settings;
+    return proxyActivities<SessionActivities>(profiles.onSession(handle.taskQueue, s.sessionStartTimeoutMs, s.heartbeatTimeoutMs, summary));
+  }
+
+  /** A new session at the end of `path` (after `base`), on any browser worker. */
+  async open(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+    const s = this.settings;
+    const started = await this.opener(summary).startSession({
+      spec: s.task,
+      replay: [...(s.base ?? []), ...path],
+      episodeId,
+      rewardWeights: s.rewardWeights,
+      envOptions: s.envOptions,
+    });
+    return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
+  }
+
+  /** Closes a session now; a session whose worker is gone has nothing left to free. */
+  async closeQuietly(handle: SessionHandle): Promise<void> {
+    try {
+      await this.on(handle, 'close session').closeSession({ sessionId: handle.sessionId });
+    } catch {
+      // The session's worker is gone.
+    }
+  }
+
+  /**
+   * Closes in the background: a session on a worker that died would otherwise hold the caller for the
+   * schedule-to-start timeout. `flush` waits for them (before a snapshot, at the end).
+   */
+  closeLater(handle: SessionHandle): void {
+    this.pending.push(this.closeQuietly(handle));
+  }
+
+  async flush(): Promise<void> {
+    await Promise.all(this.pending.splice(0));
+  }
+}
+
+/** One open session and the state it is at: the path since `base`, the latest observation, the shaping state. */
+export class DurableSession {
+  constructor(
+    private readonly sessions: Sessions,
+    private readonly episodeId: string,
+    public handle: SessionHandle,
+    public observation: ObservationRef,
+    public rewardState: RewardState,
+    public path: Action[],
+  ) {}
+
+  /** One step in this session, no rebuild: a lost session is the caller's to handle. */
+  async stepOnce(action: Action, summary: string): Promise<StepSessionResult> {
+    const out = await this.sessions.on(this.handle, summary).stepSession({
+      sessionId: this.handle.sessionId,
+      index: (this.sessions.settings.base?.length ?? 0) + this.path.length,
+      action,
+      rewardState: this.rewardState,
+    });
+    this.path.push(action);
+    this.observation = { ...out.observation, goal: this.observation.goal };
+    this.rewardState = out.rewardState;
+    return out;
+  }
+
+  /**
+   * One step; when the session is lost, it is rebuilt from its path (the step is then applied in the new
+   * session) until the budget is spent. The step carries its index, so a retried step never acts twice.
+   * `closeLost`: close the lost session in the background (frees its page and site slot if its worker lives).
+   */
+  async step(action: Action, summary: string, budget: RebuildBudget, closeLost: boolean | (() => boolean) = true): Promise<StepSessionResult> {
+    for (;;) {
+      try {
+        return await this.stepOnce(action, summary);
+      } catch (err) {
+        if (!isSessionLost(err)) throw err;
+        await this.rebuild(err, budget, closeLost);
+      }
+    }
+  }
+
+  private async rebuild(why: unknown, budget: RebuildBudget, closeLost: boolean | (() => boolean)): Promise<void> {
+    if (budget.used >= budget.max) {
+      throw ApplicationFailure.nonRetryable(
+        `browser session lost ${budget.used + 1} times${budget.where ?? ''}; giving up (last: ${(why as Error).message})`,
+        'SessionLost',
+      );
+    }
+    budget.used++;
+    budget.onRebuild?.();
+    if (typeof closeLost === 'function' ? closeLost() : closeLost) this.sessions.closeLater(this.handle);
+    const fresh = await this.sessions.open(this.path, this.episodeId, `session lost: rebuild by replaying ${this.path.length} actions`);
+    // The shaping state stays the caller's: a rebuilt session continues the same episode's rewards.
+    this.handle = fresh.handle;
+    this.observation = fresh.observation;
+  }
+
+  closeLater(): void {
+    this.sessions.closeLater(this.handle);
+  }
+
+  closeQuietly(): Promise<void> {
+    return this.sessions.closeQuietly(this.handle);
+  }
+}

@@ -1,0 +1,20 @@
+import { defineQuery, defineSignal } from '@temporalio/workflow';
+
+// The messages of every long-running workflow (trainGrpo, trainMcts, evaluate), defined once: workflows
+// install handlers for them (run-control.ts) and the CLI sends them as these objects, never by string.
+
+/** Pause before the next unit of work (iteration, or evaluation episode); work already started finishes. */
+export const pauseSignal = defineSignal('pause');
+export const resumeSignal = defineSignal('resume');
+/** Graceful: the current iteration finishes (its adapter is kept), or no new evaluation episode starts. */
+export const stopSignal = defineSignal('stop');
+
+/** What every run reports; each workflow adds its own fields (iteration, adapter version, progress…). */
+export interface RunStatus {
+  runId: string;
+  phase: string;
+  paused: boolean;
+  stopping: boolean;
+}
+
+export const statusQuery = defineQuery<RunStatus>('status');

@@ -1,0 +1,56 @@
+import { condition, setHandler } from '@temporalio/workflow';
+import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from './messages';
+
+/**
+ * Pause, resume, stop and status for a long-running workflow, in one place. Handlers are installed by the
+ * constructor, so a run answers `status` and takes signals from its first moment (before its config is
+ * even loaded). Phase timings use the workflow clock (deterministic on replay).
+ */
+export class RunControl<Extra extends object = object> {
+  phase = 'starting';
+  paused = false;
+  stopping = false;
+  /** Workflow-clock seconds per phase of the current unit of work. */
+  seconds: Record<string, number> = {};
+  private extra: () => Extra & { runId: string };
+
+  constructor(runId: string, initial?: { paused?: boolean }) {
+    this.paused = initial?.paused ?? false;
+    this.extra = () => ({ runId }) as Extra & { runId: string };
+    setHandler(pauseSignal, () => void (this.paused = true));
+    setHandler(resumeSignal, () => void (this.paused = false));
+    setHandler(stopSignal, () => void (this.stopping = true));
+    setHandler(statusQuery, () => this.status());
+  }
+
+  /** The workflow's own status fields, read at query time. */
+  describe(extra: () => Extra & { runId: string }): void {
+    this.extra = extra;
+  }
+
+  status(): Extra & RunStatus {
+    return { ...this.extra(), phase: this.phase, paused: this.paused, stopping: this.stopping };
+  }
+
+  /** Waits while paused (a stop ends the wait too); returns whether the run should go on. */
+  async proceed(): Promise<boolean> {
+    if (this.paused && !this.stopping) {
+      const before = this.phase;
+      this.phase = 'paused';
+      await condition(() => !this.paused || this.stopping);
+      this.phase = before;
+    }
+    return !this.stopping;
+  }
+
+  /** Runs `fn` as phase `name`, adding its workflow-clock duration to `seconds[key]`. */
+  async timed<T>(name: string, fn: () => Promise<T>, key = name): Promise<T> {
+    this.phase = name;
+    const t0 = Date.now();
+    try {
+      return await fn();
+    } finally {
+      this.seconds[key] = (this.seconds[key] ?? 0) + (Date.now() - t0) / 1000;
+    }
+  }
+}

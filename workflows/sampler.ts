@@ -1,0 +1,112 @@
+import { patched, proxyActivities } from '@temporalio/workflow';
+import type { ControlActivities } from '../activities/control';
+import type { MctsStoreActivities } from '../activities/mcts-store';
+import { clip, type AgentAction } from '../lib/actions';
+import type { PolicyConfig } from '../lib/config';
+import type { ServedAdapter } from '../lib/iteration-policy';
+import type { PromptObservationRef } from '../lib/episode-types';
+import { parseAction } from '../lib/parse';
+import { learnerActivities } from './learner';
+import * as profiles from './activity-profiles';
+
+/**
+ * N candidate actions for one state from the run's policy: the colocated learner (`sample_actions` on the gpu
+ * queue, with its token ids and log-probs) or an OpenAI-compatible server (`samplePolicy`). Model output is
+ * parsed in an activity on both paths, so a workflow's replayed state never depends on the parser's version.
+ */
+
+export interface SamplerSettings {
+  /** The iteration's sampling policy (lib/iteration-policy.ts): model name and adapter version resolved. */
+  policy: PolicyConfig;
+  adapterVersion: number;
+  /** openai backend: the served adapter `policy.model` names, reloaded into a server that restarted. */
+  adapter?: ServedAdapter;
+  runId: string;
+  gpuTaskQueue: string;
+  learnerHeartbeatTimeoutMs: number;
+}
+
+export interface SampledCandidate {
+  action: AgentAction;
+  preview: string;
+  completionRef?: string;
+  /** Histories recorded before parsing moved into an activity carried the text inline. */
+  completion?: string;
+  tokenIds?: number[];
+  logprobs?: number[];
+  finishReason?: string | null;
+}
+
+export interface Sampled {
+  promptRef: string;
+  candidates: SampledCandidate[];
+}
+
+export interface SampleRequest {
+  observation: PromptObservationRef;
+  history: { step: number; action: string; note?: string }[];
+  n: number;
+  /** Overrides the policy's temperature (MCTS expansions sample at mcts.temperature). */
+  temperature?: number;
+  /** Keep the completions as blobs (references in the candidates); rollouts that are never trained on need not. */
+  store: boolean;
+  /** Replay of histories from before 'parse-in-activity': whether this call stored its texts then (search expansions). */
+  legacyStore?: boolean;
+  summary: string;
+}
+
+export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sampled> {
+  const policy = req.temperature === undefined ? s.policy : { ...s.policy, temperature: req.temperature };
+  const control = (summary: string) =>
+    proxyActivities<ControlActivities & MctsStoreActivities>(profiles.modelCall(policy.timeoutMs, policy.maxAttempts, summary));
+  if (policy.backend !== 'colocated') {
+    const res = await control(req.summary).samplePolicy({
+      policy,
+      n: req.n,
+      observation: req.observation,
+      history: req.history,
+      ...(s.adapter ? { adapter: s.adapter } : {}),
+    });
+    return { promptRef: res.promptRef, candidates: res.candidates };
+  }
+  const promptRef = await control(`${req.summary}: prompt`).writePrompt({
+    observation: req.observation,
+    history: req.history,
+    historyLength: policy.historyLength,
+  });
+  const out = await learnerActivities({
+    taskQueue: s.gpuTaskQueue,
+    summary: `${req.summary} (${policy.model} v${s.adapterVersion}, n=${req.n})`,
+    startToCloseTimeout: '30m',
+    heartbeatTimeout: s.learnerHeartbeatTimeoutMs,
+  }).sampleActions({
+    run_id: s.runId,
+    version: s.adapterVersion,
+    prompt_ref: promptRef,
+    n: req.n,
+    temperature: policy.temperature,
+    max_tokens: policy.maxTokens,
+  });
+  const texts = out.completions.map((c) => c.text);
+  const fromSampler = out.completions.map((c) => ({
+    ...(c.token_ids ? { tokenIds: c.token_ids } : {}),
+    ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+    finishReason: c.finish_reason ?? null,
+  }));
+  if (patched('parse-in-activity')) {
+    const parsed = await control(`${req.summary}: parse ${texts.length} completions`).parseCompletions({ texts, store: req.store });
+    return { promptRef, candidates: parsed.candidates.map((p, i) => ({ ...p, ...fromSampler[i] })) };
+  }
+  // Histories recorded before parsing moved into an activity: the text was parsed here, and only a search's
+  // expansions stored their texts (`storeCompletions`); kept so those histories replay.
+  const refs = req.legacyStore ? (await control(`${req.summary}: store ${texts.length} completions`).storeCompletions({ texts })).refs : [];
+  return {
+    promptRef,
+    candidates: texts.map((text, i) => ({
+      action: parseAction(text),
+      preview: clip(text, 200),
+      ...(req.legacyStore ? { completionRef: refs[i] } : { completion: text }),
+      ...fromSampler[i],
+    })),
+  };
+}

@@ -1,0 +1,316 @@
+import { ApplicationFailure } from '@temporalio/workflow';
+import { clip, isValidAction, type Action, type AgentAction } from '../lib/actions';
+import type { ObservationRef, PromptObservationRef } from '../lib/episode-types';
+import {
+  backpropagate,
+  expand,
+  getNode,
+  markTerminal,
+  newTree,
+  pathTo,
+  qMcts,
+  setCriticValue,
+  setObservation,
+  treeStats,
+  type Tree,
+} from '../lib/mcts';
+import type { MctsParams } from '../lib/mcts-params';
+import {
+  asTreeAction,
+  bestPathView,
+  collectPairs,
+  describeNode,
+  emptyCounters,
+  joinSnapshot,
+  rootDecision,
+  round,
+  snapshotChunks,
+  type MctsCounters,
+  type MctsPairsSummary,
+  type MctsProgress,
+  type MctsSearchResult,
+  type MctsSearchState,
+  type MctsSnapshot,
+  type MctsSnapshotChunk,
+  type MctsTreeView,
+  type SearchTask,
+} from '../lib/mcts-search';
+
+/**
+ * What one `mctsSearch` run knows (workflows/mcts-search.ts): the tree, the counters, the task's goal, how many
+ * simulations are done, what it is doing now. Every change of that state goes through a method here; the
+ * workflow file holds only the steps that call activities.
+ */
+
+/** A sampled action, as an expansion adds it. */
+export interface Candidate {
+  action: AgentAction;
+  completionRef?: string;
+  preview: string;
+  refLogprob: number | null;
+}
+
+/** A simulation's result: the node whose value is backed up, the value, and how it was obtained. */
+export interface Valuation {
+  node: number;
+  value: number;
+  how: string;
+}
+
+/** The critic's answer at a node's state: priors for the candidates, a value for the state. */
+export interface Verdict {
+  priors: number[];
+  value: number;
+  ok: boolean;
+}
+
+/** What a search runs on and with (from its input; the same in every run of its continue-as-new chain). */
+export interface SearchSpec {
+  runId: string;
+  iteration: number | null;
+  task: SearchTask;
+  params: MctsParams;
+  /** Actions taken before the root (test-time search); tree depths and paths count after them. */
+  rootPath: Action[];
+}
+
+export class SearchState {
+  counters: MctsCounters = emptyCounters();
+  goal = '';
+  simulations: number;
+  phase: string;
+  /** Runs of this search's continue-as-new chain, this one included. */
+  readonly runs: number;
+  /** Null only while a continued run loads its snapshot. */
+  private loaded: Tree | null = null;
+
+  constructor(
+    readonly spec: SearchSpec,
+    readonly workflowId: string,
+    private readonly carried?: MctsSearchState,
+  ) {
+    this.simulations = carried?.simulations ?? 0;
+    this.runs = (carried?.runs ?? 0) + 1;
+    this.phase = carried ? 'loading snapshot' : 'starting';
+  }
+
+  get tree(): Tree {
+    if (!this.loaded) throw new Error('the search tree is not loaded yet');
+    return this.loaded;
+  }
+
+  get params(): MctsParams {
+    return this.spec.params;
+  }
+
+  get label(): string {
+    const { task, rootPath } = this.spec;
+    return `${task.env}/${task.task} seed ${task.seed}${rootPath.length ? ` after ${rootPath.length} actions` : ''}`;
+  }
+
+  // ---- loading and storing ----
+
+  startFresh(): void {
+    this.loaded = newTree();
+  }
+
+  /** The tree, counters and goal of a continued search from its snapshot (manifest and chunks). */
+  restoreFrom(snap: MctsSnapshot, chunks: MctsSnapshotChunk[], ref: string): void {
+    try {
+      this.loaded = joinSnapshot(snap, chunks);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable(`${(err as Error).message} (${ref})`, 'MctsSnapshotMismatch');
+    }
+    this.counters = snap.counters;
+    this.goal = snap.goal;
+    if (snap.simulations !== this.simulations) {
+      throw ApplicationFailure.nonRetryable(
+        `tree snapshot ${ref} holds ${snap.simulations} simulations, the workflow state says ${this.simulations}`,
+        'MctsSnapshotMismatch',
+      );
+    }
+  }
+
+  chunks(): MctsSnapshotChunk[] {
+    return snapshotChunks(this.tree);
+  }
+
+  snapshot(chunkRefs: string[]): MctsSnapshot {
+    const { runId, iteration, task, params } = this.spec;
+    return {
+      version: 1,
+      runId,
+      iteration,
+      task,
+      alpha: params.alpha,
+      pairThreshold: params.pairThreshold,
+      goal: this.goal,
+      simulations: this.simulations,
+      counters: this.counters,
+      nodeCount: this.tree.nodes.length,
+      nextId: this.tree.nextId,
+      chunks: chunkRefs,
+    };
+  }
+
+  /** What continue-as-new carries: the snapshot's reference and a few numbers. */
+  continuation(snapshotRef: string): MctsSearchState {
+    return { snapshotRef, simulations: this.simulations, stats: treeStats(this.tree), runs: this.runs };
+  }
+
+  result(snapshotRef: string, pairs: MctsPairsSummary): MctsSearchResult {
+    const alpha = this.params.alpha;
+    return {
+      workflowId: this.workflowId,
+      task: this.spec.task,
+      goal: this.goal,
+      simulations: this.simulations,
+      stats: treeStats(this.tree),
+      bestPath: bestPathView(this.tree, alpha),
+      pairs,
+      counters: this.counters,
+      snapshotRef,
+      runs: this.runs,
+      decision: rootDecision(this.tree, alpha),
+    };
+  }
+
+  // ---- queries ----
+
+  progress(): MctsProgress {
+    return {
+      workflowId: this.workflowId,
+      phase: this.phase,
+      simulations: this.simulations,
+      numSimulations: this.params.numSimulations,
+      stats: this.loaded ? treeStats(this.loaded) : (this.carried?.stats ?? treeStats(newTree())),
+      runs: this.runs,
+    };
+  }
+
+  view(): MctsTreeView {
+    const { runId, iteration, task, params } = this.spec;
+    const tree = this.loaded;
+    return {
+      ...this.progress(),
+      runId,
+      iteration,
+      task,
+      goal: this.goal,
+      alpha: params.alpha,
+      pairThreshold: params.pairThreshold,
+      tree,
+      bestPath: tree ? bestPathView(tree, params.alpha) : null,
+      pairs: tree ? collectPairs(tree, params.alpha, params.pairThreshold).length : 0,
+      counters: tree ? this.counters : null,
+    };
+  }
+
+  // ---- bookkeeping of the steps ----
+
+  async timed<T>(key: keyof MctsCounters['seconds'], fn: () => Promise<T>): Promise<T> {
+    const t0 = Date.now();
+    try {
+      return await fn();
+    } finally {
+      this.counters.seconds[key] += (Date.now() - t0) / 1000;
+    }
+  }
+
+  /** A session was opened by replaying `replayed` actions from the task's reset. */
+  restored(replayed: number, goal: string): void {
+    this.counters.restores++;
+    this.counters.replayedActions += replayed;
+    if (!this.goal) this.goal = goal;
+  }
+
+  rebuilt(): void {
+    this.counters.sessionRebuilds++;
+  }
+
+  stepped(rollout: boolean): void {
+    this.counters.browserSteps++;
+    if (rollout) this.counters.rolloutSteps++;
+  }
+
+  criticAnswered(ok: boolean): void {
+    this.counters.criticCalls++;
+    if (!ok) this.counters.criticFailures++;
+  }
+
+  /** The prompt's view of a state reached `depth` actions after the task's reset. */
+  promptObservation(o: ObservationRef, depth: number): PromptObservationRef {
+    return { goal: this.goal || o.goal, url: o.url, step: depth, screenshotRef: o.screenshotRef, axtreeRef: o.axtreeRef };
+  }
+
+  observed(id: number, o: ObservationRef): void {
+    setObservation(this.tree, id, { screenshotRef: o.screenshotRef, axtreeRef: o.axtreeRef, url: o.url, stateKey: o.stateKey });
+  }
+
+  /** Counts an expansion's samples (all of them, before equal actions are merged). */
+  sampled(candidates: readonly Candidate[]): void {
+    this.counters.candidates += candidates.length;
+    this.counters.invalidCandidates += candidates.filter((c) => !isValidAction(c.action)).length;
+  }
+
+  /**
+   * Expansion of `id`: the distinct candidates become children with the critic's priors (neutral 0.5
+   * without a critic), at most K by prior. Unparseable candidates are terminal children with reward 0 (see
+   * `asTreeAction`). Returns the new child ids, highest prior first.
+   */
+  expanded(id: number, promptRef: string, candidates: readonly Candidate[], verdict: Verdict | null): number[] {
+    const node = getNode(this.tree, id);
+    if (verdict) {
+      setCriticValue(this.tree, id, verdict.value);
+      node.data.criticOk = verdict.ok;
+    }
+    node.data.promptRef = promptRef;
+    const added = expand(
+      this.tree,
+      id,
+      candidates.map((c, i) => ({
+        action: asTreeAction(c.action),
+        prior: verdict ? (verdict.priors[i] ?? 0) : 0.5,
+        data: { completionRef: c.completionRef, preview: clip(c.preview, 120), refLogprob: c.refLogprob },
+      })),
+      this.params.maxChildren,
+    );
+    for (const child of added) {
+      if (!isValidAction(getNode(this.tree, child).action as AgentAction)) this.ended(child, 0, 'unparseable');
+    }
+    return added;
+  }
+
+  ended(id: number, reward: number, outcome: string): void {
+    markTerminal(this.tree, id, reward);
+    getNode(this.tree, id).data.outcome = outcome;
+  }
+
+  actionFailed(id: number, error: string): void {
+    getNode(this.tree, id).data.actionError = clip(error, 200);
+  }
+
+  /** Backpropagation ends simulation `sim`: only now is it counted, so it is counted exactly once. */
+  backedUp(v: Valuation, sim: number, startedAt: number): void {
+    backpropagate(this.tree, v.node, v.value);
+    this.simulations = sim;
+    this.counters.seconds.total += (Date.now() - startedAt) / 1000;
+  }
+
+  /** The Temporal UI's current details after a simulation. */
+  describeSimulation(tag: string, leaf: number, v: Valuation): string {
+    const { tree } = this;
+    const alpha = this.params.alpha;
+    const st = treeStats(tree);
+    const root = getNode(tree, 0);
+    const bp = bestPathView(tree, alpha);
+    return (
+      `${tag} · ${this.label}\n` +
+      `selected ${describeNode(tree, leaf, alpha)}\n` +
+      (v.node !== leaf ? `expanded: ${getNode(tree, leaf).children.length} children; evaluated ${describeNode(tree, v.node, alpha)}\n` : '') +
+      `value ${round(v.value)} (${v.how}), backed up over ${pathTo(tree, v.node).length} nodes\n` +
+      `root N=${root.visits} Q̃=${round(qMcts(root))} · ${st.nodes} nodes, depth ${st.maxDepth}, ${st.terminalNodes} terminal\n` +
+      `best path: ${bp.actions.join(' → ') || '(none)'}${bp.success ? ' ✓' : ''}`
+    );
+  }
+}
