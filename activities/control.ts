@@ -3,7 +3,7 @@ import { BlobStore } from '../blob/store';
 import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
-import type { Candidate, SampleInput, SampleResult, StepResultBlob, TrajectoryInput } from '../lib/episode-types';
+import type { Candidate, SampleInput, SampleResult, StepResultBlob, TrajectoryInput, SampledTokens } from '../lib/episode-types';
 import { toOpenAiMessages } from './openai-messages';
 import { withServedAdapter } from './adapters';
 import { chatCompletions, missingModelOf, wantsTokenIds } from './policy-client';
@@ -75,8 +75,7 @@ export function createControlActivities(blobs: BlobStore) {
           preview: clip(c.text, PREVIEW_CHARS),
           completionRef: await blobs.put(c.text, 'txt'),
           finishReason: c.finishReason,
-          ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
-          ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+          ...(c.tokenIds ? { tokensRef: await blobs.putJson({ token_ids: c.tokenIds, logprobs: c.logprobs ?? null } satisfies SampledTokens) } : {}),
         });
       }
       return {
@@ -122,6 +121,8 @@ export function createControlActivities(blobs: BlobStore) {
           observation: before,
           completion,
           completionRef: step.completionRef,
+          ...(step.tokensRef ? { tokensRef: step.tokensRef } : {}),
+          ...(step.tokenIds ? { tokenIds: step.tokenIds, ...(step.logprobs ? { logprobs: step.logprobs } : {}) } : {}),
           action: result?.action ?? step.action,
           valid: (result?.action ?? step.action)?.type !== 'invalid',
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },

@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import type { StepGroup as EpisodeStepGroup } from '../lib/episode-types';
+import type { SampledTokens, StepGroup as EpisodeStepGroup } from '../lib/episode-types';
 import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type StepGroup } from '../lib/grpo';
 import type { LearnerBatchActivities } from './learner-batches';
 
@@ -8,7 +8,7 @@ import type { LearnerBatchActivities } from './learner-batches';
 interface TrajectoryForBatch {
   task: { env: string; task: string; seed: number };
   groups?: EpisodeStepGroup[];
-  steps: { promptRef: string; completion: string; completionRef?: string; shaped: { total: number } }[];
+  steps: { promptRef: string; completion: string; completionRef?: string; tokensRef?: string; tokenIds?: number[]; logprobs?: number[]; shaped: { total: number } }[];
 }
 
 export interface BuildGrpoBatchInput {
@@ -37,6 +37,15 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     return c.completionRef ?? blobs.put(c.completion ?? '', 'txt');
   }
 
+  /** The sampler's tokens of a completion: from its blob (vLLM path) or inline (colocated path). */
+  async function tokens(c: { tokensRef?: string; tokenIds?: number[]; logprobs?: number[] }): Promise<{ tokenIds: number[] | null; logprobs: number[] | null }> {
+    if (c.tokensRef) {
+      const t = await blobs.getJson<SampledTokens>(c.tokensRef);
+      return { tokenIds: t.token_ids, logprobs: t.logprobs };
+    }
+    return { tokenIds: c.tokenIds ?? null, logprobs: c.logprobs ?? null };
+  }
+
   async function stepGroups(trajs: TrajectoryForBatch[]): Promise<StepGroup[]> {
     const out: StepGroup[] = [];
     for (const t of trajs) {
@@ -45,8 +54,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
         for (const c of g.candidates) {
           candidates.push({
             completionRef: await completionRef(c),
-            tokenIds: c.tokenIds ?? null,
-            logprobs: c.logprobs ?? null,
+            ...(await tokens(c)),
             valid: c.valid,
             reward: c.reward,
           });
@@ -71,11 +79,12 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       const { advantages } = episodeGroup(returns);
       for (const [i, r] of rollouts.entries()) {
         for (const st of r.steps) {
+          const t = await tokens(st);
           items.push({
             prompt_ref: st.promptRef,
             completion_ref: await completionRef(st),
-            completion_token_ids: null,
-            old_logprobs: null,
+            completion_token_ids: t.tokenIds && t.tokenIds.length ? t.tokenIds : null,
+            old_logprobs: t.tokenIds && t.logprobs && t.logprobs.length === t.tokenIds.length ? t.logprobs : null,
             advantage: advantages[i],
             finish_reason: null,
           });

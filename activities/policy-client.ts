@@ -124,7 +124,11 @@ export function sampledTokens(choice: VllmChoice): { tokenIds?: number[]; logpro
     if (parsed.every((s) => s !== undefined)) ids = parsed.map(Number);
   }
   let logprobs: number[] | undefined;
-  if (content && content.every((c) => typeof c?.logprob === 'number' && Number.isFinite(c.logprob))) logprobs = content.map((c) => c.logprob);
+  if (content && content.every((c) => typeof c?.logprob === 'number' && Number.isFinite(c.logprob))) {
+    // vLLM's log-probs are float32 values, which 9 significant digits reproduce exactly (and the learner reads
+    // them as float32): half the JSON of a double's 17 digits in every history that carries them.
+    logprobs = content.map((c) => Number(c.logprob.toPrecision(9)));
+  }
   if (ids && logprobs && logprobs.length !== ids.length) logprobs = undefined;
   return { ...(ids ? { tokenIds: [...ids] } : {}), ...(logprobs ? { logprobs } : {}) };
 }

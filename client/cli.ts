@@ -20,6 +20,7 @@ import { register as registerConfigDoc } from './commands/config-doc';
 import { register as registerMcts } from './commands/mcts';
 import { BlobStore } from '../blob/store';
 import { singleEpisodeInput } from './episode-input';
+import { reloadServedAdapters } from './served-adapters';
 import { pauseSignal, stopSignal } from '../workflows/messages';
 import { episodeProgressQuery } from '../workflows/episode';
 
@@ -47,7 +48,14 @@ program
   .option('--json', 'print the stack status as JSON')
   .action(async (opts: { json?: boolean }) => {
     const cfg = loadConfig(program.opts().config);
-    const st = await up(cfg, (m) => !opts.json && console.error(`halo: ${m}`));
+    const say = (m: string) => !opts.json && console.error(`halo: ${m}`);
+    const st = await up(cfg, say);
+    const { client, connection } = await connectClient(cfg);
+    try {
+      await reloadServedAdapters(client, say);
+    } finally {
+      await connection.close();
+    }
     if (opts.json) console.log(JSON.stringify(st));
     else {
       console.log(`stack is up: Temporal ${st.address} (namespace ${st.namespace})${st.uiUrl ? `, UI ${st.uiUrl}` : ''}`);

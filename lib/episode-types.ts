@@ -128,10 +128,18 @@ export interface Candidate {
   preview: string;
   completionRef: string;
   finishReason: string | null;
-  /** The sampler's token ids of the completion (end-of-turn token included); absent when the server gave none. */
-  tokenIds?: number[];
-  /** The sampler's log-prob of each token (with vLLM's `--logprobs-mode processed_logprobs`: after temperature). */
-  logprobs?: number[];
+  /**
+   * The sampler's token ids (end-of-turn token included) and the log-prob of each (with vLLM's
+   * `--logprobs-mode processed_logprobs`: after temperature), as a `SampledTokens` blob; absent when the server
+   * gave none. By reference: N × 256 ids and log-probs per step would swell every history that carries them.
+   */
+  tokensRef?: string;
+}
+
+/** The blob behind a candidate's `tokensRef`. */
+export interface SampledTokens {
+  token_ids: number[];
+  logprobs: number[] | null;
 }
 
 export interface SampleResult {
@@ -228,6 +236,8 @@ export interface GroupCandidate {
   /** The completion as a blob (vLLM path) or inline (colocated path, which also has the sampler's tokens). */
   completionRef?: string;
   completion?: string;
+  /** The sampler's tokens: a `SampledTokens` blob (vLLM path) or inline (colocated path). */
+  tokensRef?: string;
   tokenIds?: number[];
   logprobs?: number[];
   valid: boolean;
@@ -250,6 +260,10 @@ export interface StepRecord {
   promptRef: string;
   completion: string;
   completionRef?: string;
+  /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */
+  tokensRef?: string;
+  tokenIds?: number[];
+  logprobs?: number[];
   action: AgentAction;
   valid: boolean;
   /** The environment's own reward. */
@@ -270,6 +284,10 @@ export interface TrajectoryStepInput {
   promptRef: string;
   completionRef?: string;
   completion?: string;
+  /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */
+  tokensRef?: string;
+  tokenIds?: number[];
+  logprobs?: number[];
   /** Invalid outputs only: a valid action is in its result blob. */
   action?: AgentAction;
   /** The browser step's result blob (valid actions). */

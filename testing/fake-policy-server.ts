@@ -122,9 +122,9 @@ export function fakeTokenIds(text: string, finishReason: string): number[] {
   return finishReason === 'stop' ? [...ids, FAKE_EOS_ID] : ids;
 }
 
-/** A made-up but deterministic log-prob per position: different tokens, different values, all in (-1, 0). */
+/** A made-up but deterministic log-prob per position: different tokens, different values, all in [-0.9, -0.01]. */
 export function fakeLogprob(id: number, position: number): number {
-  return -(0.01 + ((id * 31 + position * 7) % 90) / 100);
+  return -(1 + ((id * 31 + position * 7) % 90)) / 100;
 }
 
 /**

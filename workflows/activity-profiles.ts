@@ -24,9 +24,20 @@ export function modelCall(timeoutMs: number, maxAttempts: number, summary: strin
   return { summary, startToCloseTimeout: timeoutMs + marginMs, retry: modelRetry(maxAttempts) };
 }
 
-/** Opening a session (any browser worker): a few attempts, then the caller's own rebuild logic decides. */
-export function sessionOpen(taskQueue: string, heartbeatTimeoutMs: number, summary: string): ActivityOptions {
-  return { summary, taskQueue, startToCloseTimeout: '5m', heartbeatTimeout: heartbeatTimeoutMs, retry: { maximumAttempts: 3, initialInterval: '1s' } };
+/**
+ * Opening a session: a few attempts, then the caller's own rebuild logic decides. Long enough for a wait for a
+ * REAL site slot (HALO_SITE_SLOT_TIMEOUT_MS, 10 min by default) to end with its own message; the heartbeat
+ * still notices a dead worker. `scheduleToStartMs`: on a worker's own queue, how long to wait for that worker.
+ */
+export function sessionOpen(taskQueue: string, heartbeatTimeoutMs: number, summary: string, scheduleToStartMs?: number): ActivityOptions {
+  return {
+    summary,
+    taskQueue,
+    startToCloseTimeout: '15m',
+    heartbeatTimeout: heartbeatTimeoutMs,
+    retry: { maximumAttempts: 3, initialInterval: '1s' },
+    ...(scheduleToStartMs !== undefined ? { scheduleToStartTimeout: scheduleToStartMs } : {}),
+  };
 }
 
 /**

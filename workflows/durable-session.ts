@@ -38,9 +38,13 @@ export class Sessions {
 
   constructor(readonly settings: SessionSettings) {}
 
-  private opener(summary: string) {
+  private opener(summary: string, taskQueue?: string) {
     const s = this.settings;
-    return proxyActivities<SessionActivities>(profiles.sessionOpen(s.browserTaskQueue, s.heartbeatTimeoutMs, summary));
+    return proxyActivities<SessionActivities>(
+      taskQueue
+        ? profiles.sessionOpen(taskQueue, s.heartbeatTimeoutMs, summary, s.sessionStartTimeoutMs)
+        : profiles.sessionOpen(s.browserTaskQueue, s.heartbeatTimeoutMs, summary),
+    );
   }
 
   on(handle: SessionHandle, summary: string) {
@@ -48,10 +52,25 @@ export class Sessions {
     return proxyActivities<SessionActivities>(profiles.onSession(handle.taskQueue, s.sessionStartTimeoutMs, s.heartbeatTimeoutMs, summary));
   }
 
-  /** A new session at the end of `path` (after `base`), on any browser worker. */
-  async open(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+  /**
+   * A new session at the end of `path` (after `base`), on any browser worker, or first on the worker of
+   * `near` (a step group's forks go where their episode already holds its REAL site slot, so they are
+   * admitted with it; if that worker does not pick the start up in time, any worker will do).
+   */
+  async open(path: readonly Action[], episodeId: string, summary: string, near?: SessionHandle): Promise<DurableSession> {
+    if (near) {
+      try {
+        return await this.startOn(path, episodeId, summary, near.taskQueue);
+      } catch (err) {
+        if (!isSessionLost(err)) throw err;
+      }
+    }
+    return this.startOn(path, episodeId, summary);
+  }
+
+  private async startOn(path: readonly Action[], episodeId: string, summary: string, taskQueue?: string): Promise<DurableSession> {
     const s = this.settings;
-    const started = await this.opener(summary).startSession({
+    const started = await this.opener(summary, taskQueue).startSession({
       spec: s.task,
       replay: [...(s.base ?? []), ...path],
       episodeId,

@@ -147,13 +147,13 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   async function runGroup(sampled: Sampled, stepNo: number) {
     const n = sampled.candidates.length;
     const here = session;
-    const outcomes = await Promise.all(
+    const settled = await Promise.allSettled(
       sampled.candidates.map(async (c, i) => {
         if (!isValidAction(c.action)) return { invalid: rewardForUnparsedOutput(here.observation.stateKey, here.rewardState, rewardWeights) };
         for (let attempt = 0; ; attempt++) {
           let fork: DurableSession | undefined;
           try {
-            fork = await sessions.open(here.path, info.workflowId, `fork ${i + 1}/${n} at step ${stepNo}: replay ${here.path.length} actions`);
+            fork = await sessions.open(here.path, info.workflowId, `fork ${i + 1}/${n} at step ${stepNo}: replay ${here.path.length} actions`, here.handle);
             // The fork continues this episode's shaping, not the one its replay rebuilt.
             fork.rewardState = here.rewardState;
             fork.observation = { ...fork.observation, goal: here.observation.goal };
@@ -167,6 +167,13 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         }
       }),
     );
+    const failure = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failure) {
+      // The group is lost with the episode: forks already open must not keep their pages (and site slots).
+      for (const r of settled) if (r.status === 'fulfilled' && 'fork' in r.value && r.value.fork) r.value.fork.closeLater();
+      throw failure.reason;
+    }
+    const outcomes = settled.map((r) => (r as PromiseFulfilledResult<Exclude<(typeof settled)[number], PromiseRejectedResult>['value']>).value);
     const rewards = outcomes.map((o) => ('out' in o && o.out ? o.out.shaped.total : o.invalid!.breakdown.total));
     const u = parseInt(fnv1a32(`${info.workflowId}:${stepNo}`), 16) / 2 ** 32;
     const chosen = chooseCandidate(rewards, input.grouping!.choose, u);
@@ -176,6 +183,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       chosen,
       candidates: sampled.candidates.map((c, i) => ({
         ...(c.completionRef ? { completionRef: c.completionRef } : { completion: c.completion ?? '' }),
+        ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
         ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
         ...(c.logprobs ? { logprobs: c.logprobs } : {}),
         valid: isValidAction(c.action),
@@ -229,6 +237,8 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         promptRef: sampled.promptRef,
         completion: c.preview,
         ...(c.completionRef ? { completionRef: c.completionRef } : {}),
+        ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
+        ...(c.tokenIds ? { tokenIds: c.tokenIds, ...(c.logprobs ? { logprobs: c.logprobs } : {}) } : {}),
         action: c.action,
         valid: isValidAction(c.action),
         reward: 0,
@@ -283,6 +293,8 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         step: r.step,
         promptRef: r.promptRef,
         ...(r.completionRef ? { completionRef: r.completionRef } : { completion: r.completion }),
+        ...(r.tokensRef ? { tokensRef: r.tokensRef } : {}),
+        ...(r.tokenIds ? { tokenIds: r.tokenIds, ...(r.logprobs ? { logprobs: r.logprobs } : {}) } : {}),
         // A valid step's action is in its result blob; only an invalid one (and its reason) exists nowhere else.
         ...(r.resultRef ? { resultRef: r.resultRef } : { action: r.action, shaped: r.breakdown }),
       })),

@@ -1,6 +1,5 @@
 import {
   ApplicationFailure,
-  ChildWorkflowFailure,
   defineQuery,
   executeChild,
   isCancellation,
@@ -10,7 +9,7 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import { pool } from './pool';
+import { failureMessage, pool } from './pool';
 import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
@@ -48,14 +47,6 @@ export const evalProgressQuery = defineQuery<EvalProgress>('evalProgress');
 /** Deterministic child id: `<evalId>-<mode>-<task>-s<seed>`. */
 export function evalEpisodeId(evalId: string, mode: string, task: string, seed: number): string {
   return `${evalId}-${mode}-${task}-s${seed}`;
-}
-
-function failureMessage(err: unknown): string {
-  if (err instanceof ChildWorkflowFailure) {
-    const cause = err.cause;
-    return cause ? `${cause.message}` : err.message;
-  }
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**

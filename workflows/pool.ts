@@ -1,4 +1,4 @@
-import { ApplicationFailure, ChildWorkflowFailure, isCancellation } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, isCancellation } from '@temporalio/workflow';
 
 /**
  * Runs `fn` over `items` with at most `limit` calls in flight, results in item order. Deterministic in
@@ -24,10 +24,14 @@ export interface Failed<T> {
   error: string;
 }
 
-/** The message of a failure, with a child workflow's cause (the reason the child failed) first. */
+/**
+ * The reason behind a failure: a child workflow's failure wraps the child's own failure, which wraps the
+ * activity failure, which wraps what the activity threw; the innermost message says what went wrong.
+ */
 export function failureMessage(err: unknown): string {
-  if (err instanceof ChildWorkflowFailure && err.cause) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
+  let e: unknown = err;
+  while ((e instanceof ChildWorkflowFailure || e instanceof ActivityFailure || e instanceof ApplicationFailure) && e.cause instanceof Error) e = e.cause;
+  return e instanceof Error ? e.message : String(e);
 }
 
 /**

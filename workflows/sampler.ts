@@ -32,6 +32,8 @@ export interface SampledCandidate {
   completionRef?: string;
   /** Histories recorded before parsing moved into an activity carried the text inline. */
   completion?: string;
+  /** openai path: the sampler's tokens as a blob; colocated path: inline in `tokenIds`/`logprobs`. */
+  tokensRef?: string;
   tokenIds?: number[];
   logprobs?: number[];
   finishReason?: string | null;

@@ -8,7 +8,7 @@ import type { createMetricsActivities } from '../activities/metrics';
 import type { AdapterActivities } from '../activities/adapters';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../lib/grpo';
-import { greedy, samplingPolicy } from '../lib/iteration-policy';
+import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
 import { fnv1a32 } from '../lib/rewards/shaping';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
@@ -48,6 +48,8 @@ export interface TrainStatus {
   paused: boolean;
   stopping: boolean;
   lastMetrics: IterationMetrics | null;
+  /** The served adapter this iteration samples from: `halo up` loads it into a restarted vLLM. */
+  servedAdapter?: ServedAdapter;
 }
 
 export interface TrainResult {
@@ -109,6 +111,14 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   // On-policy: this iteration samples from the adapter the previous one wrote.
   const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: serving(state.adapterPath) });
   const task = (p: { task: string; seed: number }) => ({ env: cfg.episode.env, task: p.task, seed: p.seed });
+  run.describe(() => ({
+    runId,
+    iteration: state.iteration,
+    iterations: t.iterations,
+    adapterVersion: state.adapterVersion,
+    lastMetrics,
+    ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}),
+  }));
 
   // 1. Episodes.
   const picks = pickTasks(t.tasks, t.episodesPerIteration, runId, it);
@@ -179,7 +189,14 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   const metrics = iterationMetrics({
     groups: batch.group_rewards.map((rewards) => ({ rewards })),
     episodes: episodes.map((e) => ({ success: e.success, steps: e.steps, validActions: e.validActions, shapedReturn: e.shapedReturn })),
-    update: { loss: update.loss, grad_norm: update.grad_norm, version: update.version, tokens: update.tokens },
+    update: {
+      loss: update.loss,
+      grad_norm: update.grad_norm,
+      version: update.version,
+      tokens: update.tokens,
+      retokenized: update.retokenized,
+      token_mismatch_rate: update.token_mismatch_rate,
+    },
     phaseSeconds: { ...run.seconds },
   });
   if (rollout.failed.length > 0) metrics.failed_episodes = rollout.failed.length;

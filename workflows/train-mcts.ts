@@ -16,7 +16,7 @@ import type { MctsStoreActivities } from '../activities/mcts-store';
 import type { MctsMetricsActivities } from '../activities/mcts-metrics';
 import type { MctsIterationMetrics } from '../lib/mcts-metrics';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
-import { greedy, samplingPolicy } from '../lib/iteration-policy';
+import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { mctsParams } from '../lib/mcts-params';
 import { mctsIterationMetrics, searchSeed, searchWorkflowId } from '../lib/mcts-search';
 import { runContextFromConfig } from '../lib/run-context';
@@ -59,6 +59,8 @@ export interface TrainMctsStatus {
   /** Workflow ids of this iteration's searches. */
   searches: string[];
   lastMetrics: MctsIterationMetrics | null;
+  /** The served adapter this iteration samples from: `halo up` loads it into a restarted vLLM. */
+  servedAdapter?: ServedAdapter;
 }
 
 export interface TrainMctsResult {
@@ -120,6 +122,7 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: serving(adapterPath) });
   const picks = m.tasks.map((task) => ({ task, seed: searchSeed(runId, it, task), id: searchWorkflowId(runId, it, task) }));
   searches = picks.map((p) => p.id);
+  run.describe(() => ({ ...status(runId, m.iterations, state), ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}) }));
   const searched = await run.timed('search', () =>
     poolSettled(picks, m.parallelism, (p) =>
       executeChild(mctsSearch, {

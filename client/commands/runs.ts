@@ -4,6 +4,7 @@ import type { HaloConfig } from '../../lib/config';
 import { connectClient, up } from '../stack';
 import { sleep } from '../processes';
 import { resumeSignal, statusQuery } from '../../workflows/messages';
+import { reloadServedAdapters } from '../served-adapters';
 
 interface Ctx {
   loadConfig: (path?: string) => HaloConfig;
@@ -118,9 +119,11 @@ export function register(program: Command, ctx: Ctx): void {
     .option('--timeout <s>', 'seconds to wait for progress', '300')
     .action(async (run: string, opts: { timeout: string }) => {
       const cfg = ctx.loadConfig(program.opts().config);
-      await up(cfg, (m) => console.error(`halo: ${m}`));
+      const say = (m: string) => console.error(`halo: ${m}`);
+      await up(cfg, say);
       const { client, connection } = await connectClient(cfg);
       try {
+        await reloadServedAdapters(client, say);
         const handle = client.workflow.getHandle(run);
         const d = await handle.describe();
         if (d.status.name !== 'RUNNING') {

@@ -1,7 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { singleEpisodeInput } from '../../client/episode-input';
 import { startOrAttachTrain } from '../../client/train';
 import { parseConfig } from '../../lib/config';
@@ -37,6 +37,7 @@ before(async () => {
   process.env.HALO_SITE_CONCURRENCY = '1';
   process.env.HALO_SITE_SLOT_TIMEOUT_MS = '60000';
   stack = await startTestStack({ browserWorkers: 1 });
+  Runtime.install({ logger: new DefaultLogger('WARN') });
   const connection = await NativeConnection.connect({ address: stack.address });
   const worker = await Worker.create({
     connection,
@@ -112,7 +113,9 @@ async function waitForSecondStepGroup(episodes: string[], timeoutMs = 120_000): 
     for (const id of episodes) if ((await stepsDone(id)) >= 1 && (await sessionWorkRunning(id))) return id;
     await sleep(50);
   }
-  throw new Error(`no episode of ${episodes.join(', ')} reached its second step group within ${timeoutMs / 1000}s`);
+  throw new Error(
+    `no episode of ${episodes.join(', ')} reached its second step group within ${timeoutMs / 1000}s (forks waiting for the site slot their own episode holds?)`,
+  );
 }
 
 test('REAL step groups with more forks than site slots complete; a browser worker SIGKILL mid-group leaks no slot', { timeout: 240_000 }, async () => {

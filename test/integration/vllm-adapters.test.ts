@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../client/temporal-server';
-import { listLoadedAdapters, loadAdapterIntoVllm, type LoadAdapterInput } from '../../activities/adapters';
+import { ensureAdapterLoaded, ensureAdapters, listLoadedAdapters, loadAdapterIntoVllm, type LoadAdapterInput } from '../../activities/adapters';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 
 // @temporalio/testing (MockActivityEnvironment) is not installed: the activity is called directly (outside a
@@ -130,5 +130,57 @@ describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
     assert.equal(f.nonRetryable, true);
     assert.equal(f.type, 'InvalidAdapterRequest');
     assert.equal(vllm.requests.length, before);
+  });
+});
+
+describe('ensureAdapterLoaded / ensureAdapters: what a restarted vLLM forgot', () => {
+  test('the fake keeps vLLM\'s contract: both names needed, a folder with both files, one load per name', async () => {
+    const post = (path: string, body: unknown) =>
+      fetch(`${vllm.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(async (r) => [r.status, await r.text()] as const);
+    assert.deepEqual(await post('/v1/load_lora_adapter', { lora_name: 'x' }), [400, JSON.stringify({ error: { message: "Both 'lora_name' and 'lora_path' must be provided.", type: 'InvalidUserInput', param: null, code: 400 } })]);
+    const [s404, b404] = await post('/v1/load_lora_adapter', { lora_name: 'x', lora_path: join(root, 'nowhere') });
+    assert.equal(s404, 404);
+    assert.match(b404, /No adapter found for .*nowhere/);
+    const dir = adapterDir('run-k', 1);
+    assert.deepEqual(await post('/v1/load_lora_adapter', { lora_name: 'run-k-v1', lora_path: dir }), [200, "Success: LoRA adapter 'run-k-v1' added successfully."]);
+    const [s400, b400] = await post('/v1/load_lora_adapter', { lora_name: 'run-k-v1', lora_path: dir });
+    assert.equal(s400, 400);
+    assert.match(b400, /The lora adapter 'run-k-v1' has already been loaded\./);
+    assert.equal((await post('/v1/unload_lora_adapter', { lora_name: 'nope' }))[0], 404);
+    vllm.restart();
+    assert.equal(vllm.adapters.has('run-k-v1'), false, 'a restart forgets every adapter');
+  });
+
+  test('loads a forgotten adapter; a second call finds it loaded (400 "already loaded" is success)', async () => {
+    vllm.restart();
+    const a = { base_url: `${vllm.url}/v1`, lora_name: 'run-k-v2', lora_path: adapterDir('run-k', 2) };
+    assert.deepEqual(await ensureAdapterLoaded(a), { loaded: true });
+    assert.deepEqual(await ensureAdapterLoaded(a), { loaded: false });
+    assert.deepEqual([...vllm.adapters.keys()], ['run-k-v2']);
+  });
+
+  test('reloads what open runs need, reports the adapters whose folders are gone, and fails retryably when vLLM is down', async () => {
+    vllm.restart();
+    vllm.adapters.set('run-m-v3', adapterDir('run-m', 3)); // already back (loaded by someone else)
+    const adapters = [
+      { lora_name: 'run-k-v2', lora_path: join(root, 'run-k', 'v2') },
+      { lora_name: 'run-m-v3', lora_path: join(root, 'run-m', 'v3') },
+      { lora_name: 'run-gone-v1', lora_path: join(root, 'run-gone', 'v1') },
+    ];
+    const r = await ensureAdapters({ base_url: vllm.url, adapters });
+    assert.deepEqual(r.loaded, ['run-k-v2']);
+    assert.deepEqual(r.present, ['run-m-v3']);
+    assert.deepEqual(r.failed.map((f) => f.lora_name), ['run-gone-v1']);
+    assert.match(r.failed[0].message, /No adapter found for/);
+    assert.deepEqual([...vllm.adapters.keys()].sort(), ['run-k-v2', 'run-m-v3']);
+
+    const port = await freePort();
+    const down = await failureOf(ensureAdapters({ base_url: `http://127.0.0.1:${port}`, adapters }));
+    assert.equal(down.nonRetryable, false);
+    assert.equal(down.type, 'VllmUnreachable');
+
+    const bad = await failureOf(ensureAdapters({ base_url: vllm.url, adapters: [{ lora_name: 'x', lora_path: 'relative/v1' }] }));
+    assert.equal(bad.type, 'InvalidAdapterRequest');
+    assert.match(bad.message, /absolute path/);
   });
 });

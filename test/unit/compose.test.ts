@@ -261,6 +261,8 @@ test('vLLM serves the learner\'s model with runtime LoRA loading, and sees adapt
   assert.equal(flag('--max-lora-rank'), '64');
   assert.ok(Number(flag('--max-loras')) >= 2, '--max-loras: the new adapter and the previous one');
   assert.equal(flag('--gpu-memory-utilization'), '0.5');
+  // The sampler's log-probs are the learner's old log-probs: after temperature, as the learner computes them.
+  assert.equal(flag('--logprobs-mode'), 'processed_logprobs');
   assert.match(env(v).VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? '', /^true$/i);
   const learner = env(services.learner);
   assert.ok(args.includes(learner.HALO_MODEL), `vLLM serves ${learner.HALO_MODEL}, the learner's HALO_MODEL`);

@@ -5,6 +5,8 @@ division: Dr. GRPO), per completion token t:
 
     logp_t     = log pi_theta(o_t | prompt, o_<t)          logits / sampling temperature
     ratio_t    = exp(logp_t - logp_old_t)                   logp_old = sampler's log-prob, or logp.detach()
+                                                            (vLLM: --logprobs-mode processed_logprobs, so
+                                                            logp_old is after temperature like logp_t)
     pg_t       = -min(ratio_t * A,  clip(ratio_t, 1-eps, 1+eps) * A)
     kl_t       = exp(ref_t - logp_t) - (ref_t - logp_t) - 1    k3 estimator, ref = LoRA disabled, no grad
     loss_t     = pg_t + kl_coef * kl_t                      (kl term skipped when kl_coef == 0)
@@ -52,11 +54,34 @@ class GrpoSample:
 
 
 @dataclass
+class RatioStats:
+    """How far the policy moved from the sampler on the tokens whose sampler log-probs are known."""
+
+    tokens: int = 0  # completion tokens with a sampler log-prob
+    clipped: int = 0  # of those, ratios outside [1 - eps, 1 + eps]
+    max_abs_log_ratio: float = 0.0
+
+    @property
+    def clip_fraction(self) -> float:
+        return self.clipped / self.tokens if self.tokens else 0.0
+
+    def add(self, log_ratio: torch.Tensor, known: torch.Tensor, clip_eps: float) -> None:
+        lr = log_ratio.detach()[known]
+        if lr.numel() == 0:
+            return
+        r = torch.exp(lr)
+        self.tokens += int(lr.numel())
+        self.clipped += int(((r < 1 - clip_eps) | (r > 1 + clip_eps)).sum())
+        self.max_abs_log_ratio = max(self.max_abs_log_ratio, float(lr.abs().max()))
+
+
+@dataclass
 class GrpoStats:
     loss: float
     grad_norm: float
     tokens: int
     seconds: float
+    ratios: RatioStats | None = None
 
 
 def _row_table(samples: list[GrpoSample], L: int, device):
@@ -146,8 +171,9 @@ class LoraWorkingCopy:
 
 def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
                   max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
-                  on_progress: Callable[[], None] | None = None) -> tuple[float, int]:
-    """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens).
+                  on_progress: Callable[[], None] | None = None,
+                  ratios: RatioStats | None = None) -> tuple[float, int]:
+    """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens); `ratios` collects ratio stats.
 
     prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
     (prompt once, then the completions, block attention mask), run once without the adapter for the KL
@@ -169,7 +195,10 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
     def loss_fn(logp: torch.Tensor, rows: torch.Tensor, cols: slice) -> torch.Tensor:
         T = logp.shape[1]
         o = old[rows, cols][:, :T]
-        o = torch.where(torch.isnan(o), logp.detach(), o)  # no sampler log-probs: ratio 1, plain PG
+        known = ~torch.isnan(o)
+        o = torch.where(known, o, logp.detach())  # no sampler log-probs: ratio 1, plain PG
+        if ratios is not None:
+            ratios.add(logp - o, known & (mask[rows, cols][:, :T] > 0), clip_eps)
         r = ref[rows, cols][:, :T] if ref is not None else None
         per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef)
         return (per_token * mask[rows, cols][:, :T]).sum() / norm
@@ -214,8 +243,9 @@ def grpo_step(policy, optimizer, samples: list[GrpoSample], *, clip_eps: float, 
               on_progress: Callable[[], None] | None = None) -> GrpoStats:
     t0 = time.monotonic()
     optimizer.zero_grad(set_to_none=True)
+    ratios = RatioStats()
     loss, tokens = grpo_backward(policy, samples, clip_eps=clip_eps, kl_coef=kl_coef, temperature=temperature,
                                  max_completion_len=max_completion_len, micro_batch=micro_batch,
-                                 prefix_sharing=prefix_sharing, on_progress=on_progress)
+                                 prefix_sharing=prefix_sharing, on_progress=on_progress, ratios=ratios)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
-    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0)
+    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0, ratios=ratios)

@@ -136,14 +136,18 @@ class Learner:
             temperature=hp.temperature, max_grad_norm=hp.max_grad_norm, max_completion_len=batch.max_completion_len,
             micro_batch=self.settings.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
         )
+        ratios = stats.ratios
         metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
                        items=len(samples), retokenized=retok,
-                       token_mismatch_rate=(mismatched / retok) if retok else 0.0, hyperparameters=hp.model_dump())
+                       token_mismatch_rate=(mismatched / retok) if retok else 0.0,
+                       ratio_tokens=ratios.tokens, clip_fraction=ratios.clip_fraction,
+                       max_abs_log_ratio=ratios.max_abs_log_ratio, hyperparameters=hp.model_dump())
         path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics)
         if reused:  # another learner wrote this version meanwhile; its weights are the truth
             return self.update_policy(inp, progress)
-        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d in %.2fs", inp.run_id, inp.version,
-                 stats.loss, stats.grad_norm, stats.tokens, stats.seconds)
+        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d (%d retokenised items, %d tokens with "
+                 "sampler log-probs, %.3f clipped) in %.2fs", inp.run_id, inp.version, stats.loss, stats.grad_norm,
+                 stats.tokens, retok, ratios.tokens, ratios.clip_fraction, stats.seconds)
         return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
                                   grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
                                   reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"])

@@ -111,6 +111,8 @@ class UpdateOutput(_Strict):
 
 
 class UpdatePolicyOutput(UpdateOutput):
+    # Items trained on retokenised text (the sampler gave no token ids), and the share of them whose
+    # retokenisation is not a faithful stand-in for what was sampled (their old log-probs are not used).
     retokenized: int
     token_mismatch_rate: float
 

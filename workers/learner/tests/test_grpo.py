@@ -10,7 +10,7 @@ import torch
 from conftest import messages, png_ref
 from halo_learner.grpo import GrpoSample, grpo_step
 from halo_learner.logprobs import padded_logprobs
-from halo_learner.payloads import UpdatePolicyInput
+from halo_learner.payloads import SampleActionsInput, UpdatePolicyInput
 from halo_learner.prompts import encode_prompt, prompt_key
 
 
@@ -88,3 +88,70 @@ def test_advantage_sign_moves_logprob(learner, blobs):
     assert not out.reused and out.tokens == 12
     assert after[0] > before[0] + 0.05
     assert after[1] < before[1] - 0.05
+
+
+def _manifest_metrics(out):
+    from halo_learner import adapters
+    from pathlib import Path
+
+    return adapters.read_manifest(Path(out.adapter_path))["metrics"]
+
+
+def test_sampler_ids_and_logprobs_make_the_ratio_real(learner, blobs):
+    """The sampler's own ids and log-probs reach the loss: ratio 1 on-policy, != 1 once the policy moved."""
+    m = messages(png_ref(blobs, 64, 64, 21), "Goal: press the blue button")
+    out = learner.sample_actions(SampleActionsInput(run_id="ratio", version=0, prompt_ref=blobs.put_json(m), n=4,
+                                                    temperature=1.0, max_tokens=6, seed=5))
+    items = [{"prompt": m, "completion": c.text, "completion_token_ids": c.token_ids, "old_logprobs": c.logprobs,
+              "advantage": a, "finish_reason": c.finish_reason}
+             for c, a in zip(out.completions, (1.0, -1.0, 0.5, -0.5))]
+    tokens = sum(len(c.token_ids) for c in out.completions)
+    hp = {"learning_rate": 2e-2, "kl_coef": 0.0, "temperature": 1.0, "clip_epsilon": 0.2}
+
+    # v1 trains on the tokens v0 sampled, with v0's log-probs: on-policy, every ratio is 1.
+    v1 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=1, batch_ref=blobs.put_json({"items": items}),
+                                                 hyperparameters=hp))
+    m1 = _manifest_metrics(v1)
+    assert v1.retokenized == 0 and v1.tokens == tokens
+    assert m1["ratio_tokens"] == tokens
+    assert m1["max_abs_log_ratio"] < 1e-3 and m1["clip_fraction"] == 0.0
+
+    # v2 trains on the same samples with the same (now stale) v0 log-probs: the policy moved, the ratio is not 1.
+    v2 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=2, batch_ref=blobs.put_json({"items": items}),
+                                                 hyperparameters=hp))
+    m2 = _manifest_metrics(v2)
+    print(f"max |log ratio|: on-policy {m1['max_abs_log_ratio']:.2e}, after one update {m2['max_abs_log_ratio']:.3f}, "
+          f"clipped {m2['clip_fraction']:.3f}")
+    assert m2["ratio_tokens"] == tokens
+    assert m2["max_abs_log_ratio"] > 0.05
+    assert m2["clip_fraction"] > 0.0
+
+    # Without sampler log-probs there is no ratio to speak of (plain policy gradient).
+    plain = [{**it, "old_logprobs": None} for it in items]
+    v3 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=3, batch_ref=blobs.put_json({"items": plain}),
+                                                 hyperparameters=hp))
+    assert _manifest_metrics(v3)["ratio_tokens"] == 0
+
+
+def test_retokenised_fallback_is_counted_and_ids_are_used_as_given(learner, blobs):
+    """Items with the sampler's ids are not retokenised; text-only items are, and unfaithful ones are counted."""
+    m = messages(None, "Goal: type hello")
+    tok = learner.policy.tokenizer
+    given = tok("hello world", add_special_tokens=False)["input_ids"][::-1] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    items = [
+        # The sampler's ids, deliberately not what tokenising the text gives: used as they are.
+        {"prompt": m, "completion": "hello world", "completion_token_ids": given,
+         "old_logprobs": [-1.0] * len(given), "advantage": 1.0},
+        # Text only, faithful retokenisation.
+        {"prompt": m, "completion": "hello", "completion_token_ids": None, "old_logprobs": None, "advantage": -1.0},
+        # Text only, with sampler log-probs that do not pair with the retokenised ids: a mismatch.
+        {"prompt": m, "completion": "world", "completion_token_ids": None, "old_logprobs": [-0.5] * 40,
+         "advantage": 0.5},
+    ]
+    retok = [len(tok(t, add_special_tokens=False)["input_ids"]) + 1 for t in ("hello", "world")]
+    out = learner.update_policy(UpdatePolicyInput(run_id="retok", version=1, batch_ref=blobs.put_json({"items": items}),
+                                                  hyperparameters={"kl_coef": 0.0}))
+    assert out.retokenized == 2
+    assert out.token_mismatch_rate == 0.5
+    assert out.tokens == len(given) + sum(retok)
+    assert _manifest_metrics(out)["ratio_tokens"] == len(given)  # only the item whose log-probs pair with ids

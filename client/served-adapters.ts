@@ -1,0 +1,33 @@
+import type { Client } from '@temporalio/client';
+import { ensureAdapterLoaded } from '../activities/adapters';
+import type { ServedAdapter } from '../lib/iteration-policy';
+import { statusQuery } from '../workflows/messages';
+import { listRuns } from './commands/runs';
+
+/**
+ * After a restart (a preempted box, `restart: unless-stopped`), vLLM has forgotten every runtime-loaded
+ * adapter. Open training runs report the adapter they sample from (`servedAdapter` in their status); load
+ * each into its server again before the runs ask for it. Best effort: sampling reloads on its own when a
+ * server answers 404 for the run's adapter, so a server that is not up yet only costs that later reload.
+ */
+export async function reloadServedAdapters(client: Client, say: (msg: string) => void): Promise<{ loaded: string[]; present: string[]; failed: string[] }> {
+  const out = { loaded: [] as string[], present: [] as string[], failed: [] as string[] };
+  const runs = await listRuns(client, { kind: 'train', status: 'Running' });
+  for (const r of runs) {
+    const status = (await client.workflow
+      .getHandle(r.workflowId)
+      .query(statusQuery)
+      .catch(() => undefined)) as { servedAdapter?: ServedAdapter } | undefined;
+    const a = status?.servedAdapter;
+    if (!a) continue;
+    try {
+      const { loaded } = await ensureAdapterLoaded({ ...a, timeout_ms: 30_000 });
+      (loaded ? out.loaded : out.present).push(a.lora_name);
+      if (loaded) say(`loaded adapter ${a.lora_name} of run ${r.workflowId} into ${a.base_url} again`);
+    } catch (err) {
+      out.failed.push(a.lora_name);
+      say(`could not load adapter ${a.lora_name} into ${a.base_url} (${(err as Error).message}); sampling will load it when it is needed`);
+    }
+  }
+  return out;
+}

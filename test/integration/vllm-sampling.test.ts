@@ -1,0 +1,202 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ApplicationFailure } from '@temporalio/common';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BlobStore } from '../../blob/store';
+import { createControlActivities } from '../../activities/control';
+import { loadAdapterIntoVllm, withServedAdapter } from '../../activities/adapters';
+import { classifyPolicyError, missingModelOf } from '../../activities/policy-client';
+import { parseConfig, type PolicyConfig } from '../../lib/config';
+import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode-types';
+import { servedAdapterName } from '../../lib/iteration-policy';
+import { fakeLogprob, fakeTokenIds, toolCall } from '../../testing/fake-policy-server';
+import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
+import OpenAI from 'openai';
+
+// `samplePolicy` called directly (outside a worker it has no cancellation signal) against the local server
+// that keeps vLLM's contract: token ids and log-probs asked for and carried into the candidates, and a
+// run's adapter loaded again when a restarted server has forgotten it.
+
+let vllm: FakeVllmServer;
+let root: string;
+let blobs: BlobStore;
+let control: ReturnType<typeof createControlActivities>;
+let observation: PromptObservationRef;
+
+function adapterDir(run: string, version: number): string {
+  const dir = join(root, 'checkpoints', run, `v${version}`);
+  mkdirSync(dir, { recursive: true });
+  for (const f of ['adapter_config.json', 'adapter_model.safetensors']) writeFileSync(join(dir, f), f.endsWith('.json') ? '{}' : Buffer.alloc(16));
+  return dir;
+}
+
+const policyFor = (model: string, extra: Partial<PolicyConfig> = {}): PolicyConfig =>
+  parseConfig({ policy: { baseUrl: `${vllm.url}/v1`, model, temperature: 0.7, maxAttempts: 1, ...extra } }).policy;
+
+function input(model: string, extra: Partial<SampleInput> = {}): SampleInput {
+  return { policy: policyFor(model), n: 2, observation, history: [], ...extra };
+}
+
+async function tokensOf(c: Candidate): Promise<SampledTokens> {
+  assert.ok(c.tokensRef, 'the candidate carries its tokens');
+  return blobs.getJson<SampledTokens>(c.tokensRef);
+}
+
+async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof ApplicationFailure, `expected an ApplicationFailure, got ${String(err)}`);
+    return err;
+  }
+  assert.fail('expected the call to fail');
+}
+
+before(async () => {
+  root = mkdtempSync(join(tmpdir(), 'halo-vllm-sampling-'));
+  blobs = new BlobStore(join(root, 'blobs'));
+  control = createControlActivities(blobs);
+  vllm = await startFakeVllmServer({ baseModel: 'base-model' });
+  observation = {
+    goal: 'Click on the "OK" button.',
+    url: 'http://x/miniwob/click-button.html',
+    step: 0,
+    screenshotRef: await blobs.put(Buffer.from('\x89PNG fake'), 'png'),
+    axtreeRef: await blobs.put('[4] button "OK" @(100,200)', 'txt'),
+  };
+});
+after(async () => {
+  await vllm?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe('samplePolicy: exact tokens', () => {
+  test('asks for token ids and log-probs; the candidates carry them with the finish reason', async () => {
+    const before = vllm.chats.length;
+    const res = await control.samplePolicy(input('base-model'));
+    const req = vllm.chats[before];
+    assert.deepEqual([req.model, req.n, req.logprobs, req.returnTokenIds, req.returnTokensAsTokenIds], ['base-model', 2, true, true, true]);
+    assert.equal(res.askedForTokens, true);
+    assert.equal(res.candidates.length, 2);
+    const text = `I will click the OK button.\n${toolCall({ action: 'left_click', coordinate: [100, 200] })}`;
+    for (const c of res.candidates) {
+      assert.equal((await blobs.get(c.completionRef)).toString('utf8'), text);
+      assert.equal(c.action.type, 'click');
+      assert.equal(c.finishReason, 'stop');
+      // By reference: the ids and log-probs are a blob, so histories stay small.
+      const t = await tokensOf(c);
+      assert.deepEqual(t.token_ids, fakeTokenIds(text, 'stop'));
+      assert.deepEqual(t.logprobs, t.token_ids.map((id, i) => fakeLogprob(id, i)));
+    }
+    assert.equal(res.adapterLoad, undefined, 'no adapter, no load');
+  });
+
+  test('a server older than 0.10.2 (no token_ids): the ids are read from the "token_id:N" strings', async () => {
+    const old = await startFakeVllmServer({ baseModel: 'base-model', legacyTokens: true });
+    try {
+      const res = await control.samplePolicy({ ...input('base-model'), policy: parseConfig({ policy: { baseUrl: `${old.url}/v1`, model: 'base-model' } }).policy });
+      const text = (await blobs.get(res.candidates[0].completionRef)).toString('utf8');
+      const t = await tokensOf(res.candidates[0]);
+      assert.deepEqual(t.token_ids, fakeTokenIds(text, 'stop'));
+      assert.equal(t.logprobs?.length, t.token_ids.length);
+    } finally {
+      await old.close();
+    }
+  });
+
+  test('tokenIds off: no extension fields, candidates without ids (the learner retokenises)', async () => {
+    const before = vllm.chats.length;
+    const res = await control.samplePolicy({ ...input('base-model'), policy: policyFor('base-model', { tokenIds: 'off' }) });
+    const req = vllm.chats[before];
+    assert.deepEqual([req.logprobs, req.returnTokenIds, req.returnTokensAsTokenIds], [undefined, undefined, undefined]);
+    assert.equal(res.askedForTokens, false);
+    assert.ok(res.candidates.every((c) => c.tokensRef === undefined));
+  });
+});
+
+describe('samplePolicy: adapters survive a vLLM restart', () => {
+  const run = 'run-r';
+  const adapter = (v: number) => ({ base_url: vllm.url, lora_name: servedAdapterName(run, v), lora_path: join(root, 'checkpoints', run, `v${v}`) });
+
+  test('after a restart, sampling with <run>-v2 reloads it and answers in the same call', async () => {
+    for (const v of [1, 2]) await loadAdapterIntoVllm({ base_url: `${vllm.url}/v1`, run_id: run, version: v, adapter_path: adapterDir(run, v), keep: 1 });
+    // Loaded by this process: the first sample goes straight to the model.
+    const before = vllm.requests.length;
+    const warm = await control.samplePolicy(input('run-r-v2', { adapter: adapter(2) }));
+    assert.equal(warm.adapterLoad, undefined);
+    assert.deepEqual(vllm.requests.slice(before).map((r) => r.path), ['/v1/chat/completions']);
+
+    vllm.restart();
+    assert.equal(vllm.adapters.size, 0);
+    const mark = vllm.requests.length;
+    const res = await control.samplePolicy(input('run-r-v2', { adapter: adapter(2) }));
+    assert.equal(res.candidates.length, 2);
+    for (const c of res.candidates) assert.ok((await tokensOf(c)).token_ids.length > 0);
+    assert.equal(res.model, 'run-r-v2');
+    assert.deepEqual(
+      vllm.requests.slice(mark).map((r) => r.path),
+      ['/v1/chat/completions', '/v1/load_lora_adapter', '/v1/chat/completions'],
+      '404, reload, the same request again',
+    );
+    assert.deepEqual(vllm.requests.slice(mark)[1].body, { lora_name: 'run-r-v2', lora_path: adapter(2).lora_path });
+    assert.deepEqual(vllm.unknownModels.slice(-1), ['run-r-v2']);
+    assert.deepEqual(res.adapterLoad && [res.adapterLoad.requests, res.adapterLoad.reloaded], [1, true]);
+    assert.deepEqual([...vllm.adapters.keys()], ['run-r-v2']);
+  });
+
+  test('an adapter this worker has not seen served is loaded before the request (idempotent: 400 counts as loaded)', async () => {
+    adapterDir('run-s', 1);
+    const mark = vllm.requests.length;
+    const a = { base_url: vllm.url, lora_name: 'run-s-v1', lora_path: join(root, 'checkpoints', 'run-s', 'v1') };
+    const res = await control.samplePolicy(input('run-s-v1', { adapter: a }));
+    assert.deepEqual(vllm.requests.slice(mark).map((r) => r.path), ['/v1/load_lora_adapter', '/v1/chat/completions']);
+    assert.deepEqual(res.adapterLoad && [res.adapterLoad.requests, res.adapterLoad.reloaded], [1, false]);
+    // Another name loaded elsewhere (e.g. another worker): "already loaded" is success.
+    vllm.adapters.set('run-s-v9', adapterDir('run-s', 9));
+    const res9 = await control.samplePolicy(input('run-s-v9', { adapter: { ...a, lora_name: 'run-s-v9', lora_path: join(root, 'checkpoints', 'run-s', 'v9') } }));
+    assert.equal(res9.candidates.length, 2);
+  });
+
+  test('a model that is not this run\'s adapter stays a non-retryable rejection with vLLM\'s message', async () => {
+    const mark = vllm.requests.length;
+    const f = await failureOf(control.samplePolicy(input('no-such-model')));
+    assert.equal(f.nonRetryable, true);
+    assert.equal(f.type, 'PolicyRequestRejected');
+    assert.match(f.message, /HTTP 404: 404 The model `no-such-model` does not exist\./);
+    assert.deepEqual(vllm.requests.slice(mark).map((r) => r.path), ['/v1/chat/completions'], 'nothing loaded, not repeated');
+    // An older run's adapter with no folder given: the same.
+    vllm.restart();
+    const g = await failureOf(control.samplePolicy(input('run-r-v1')));
+    assert.equal(g.nonRetryable, true);
+    assert.match(g.message, /The model `run-r-v1` does not exist/);
+  });
+
+  test('the adapter must be the sampled model; a folder that is gone is a non-retryable failure', async () => {
+    const f = await failureOf(control.samplePolicy(input('run-r-v2', { adapter: adapter(1) })));
+    assert.equal(f.type, 'InvalidInput');
+    assert.equal(f.nonRetryable, true);
+    vllm.restart();
+    const gone = { base_url: vllm.url, lora_name: 'run-r-v7', lora_path: join(root, 'checkpoints', run, 'v7') };
+    const g = await failureOf(control.samplePolicy(input('run-r-v7', { adapter: gone })));
+    assert.equal(g.nonRetryable, true);
+    assert.equal(g.type, 'VllmAdapterRejected');
+    assert.match(g.message, /No adapter found for .*v7/);
+  });
+
+  test('forgotten again right after the reload: a retryable failure, so the next attempt loads again', async () => {
+    const a = { base_url: vllm.url, lora_name: 'run-r-v2', lora_path: adapter(2).lora_path };
+    const policy = policyFor('run-r-v2');
+    let calls = 0;
+    const missing = () => {
+      calls++;
+      vllm.restart(); // the server loses it between the load and the request
+      return Promise.reject(classifyPolicyError(OpenAI.APIError.generate(404, { error: { message: 'The model `run-r-v2` does not exist.' } }, undefined, new Headers()), policy));
+    };
+    const f = await failureOf(withServedAdapter(a, missing, missingModelOf));
+    assert.equal(calls, 2, 'one repeat within the attempt');
+    assert.equal(f.type, 'VllmAdapterLost');
+    assert.equal(f.nonRetryable, false);
+  });
+});
