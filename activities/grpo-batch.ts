@@ -1,13 +1,13 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import type { SampledTokens, StepGroup as EpisodeStepGroup } from '../lib/episode-types';
-import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type StepGroup } from '../lib/grpo';
+import type { SampledTokens, StepGroup } from '../lib/episode-types';
+import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type BatchStepGroup } from '../lib/grpo';
 import type { LearnerBatchActivities } from './learner-batches';
 
 /** What the trajectory blob holds that the batch needs (written by `recordTrajectory`). */
 interface TrajectoryForBatch {
   task: { env: string; task: string; seed: number };
-  groups?: EpisodeStepGroup[];
+  groups?: StepGroup[];
   steps: { promptRef: string; completion: string; completionRef?: string; tokensRef?: string; tokenIds?: number[]; logprobs?: number[]; shaped: { total: number } }[];
 }
 
@@ -46,8 +46,8 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     return { tokenIds: c.tokenIds ?? null, logprobs: c.logprobs ?? null };
   }
 
-  async function stepGroups(trajs: TrajectoryForBatch[]): Promise<StepGroup[]> {
-    const out: StepGroup[] = [];
+  async function stepGroups(trajs: TrajectoryForBatch[]): Promise<BatchStepGroup[]> {
+    const out: BatchStepGroup[] = [];
     for (const t of trajs) {
       for (const g of t.groups ?? []) {
         const candidates = [];
@@ -103,7 +103,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       for (const ref of input.trajectory_refs) trajs.push(await blobs.getJson<TrajectoryForBatch>(ref));
       let items: GrpoRefItem[];
       let groupRewards: number[][];
-      let groups: StepGroup[] = [];
+      let groups: BatchStepGroup[] = [];
       if (input.grouping === 'step') {
         groups = await stepGroups(trajs);
         items = groupsToBatchItems(groups);

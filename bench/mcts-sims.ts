@@ -10,62 +10,15 @@
  * Prints simulations per minute, the share of wall time in restores (startSession with replay, from the
  * workflow histories: scheduled → completed), the mean replay length, and the other phases.
  */
-import { createServer, type Server } from 'node:http';
-import { readBody } from '../testing/read-body';
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
 import { parseConfig } from '../lib/config';
 import { mctsParams } from '../lib/mcts-params';
 import type { MctsSearchResult } from '../lib/mcts-search';
 import type { MctsSearchInput } from '../workflows/mcts-search';
-import { scriptedAnswer } from '../testing/fake-policy-server';
+import { startBranchingPolicyServer } from '../testing/branching-policy-server';
 import { startFakeCriticServer } from '../testing/fake-critic-server';
 import { startTestStack } from '../testing/stack';
-
-/**
- * An OpenAI-compatible "policy" that branches: for `n` choices, choice 0 is the fake policy server's scripted
- * answer (solves click-button / enter-text), choices 1..n-1 are left clicks at pseudo-random points of the
- * MiniWoB++ task area (160×210 px at the top left of a 1280×720 page: grid x 0–125, y 0–290), different per
- * request, so K samples are K different actions: some do nothing, some press the wrong thing.
- */
-export async function startBranchingPolicyServer(): Promise<{ url: string; requests: number; close(): Promise<void> }> {
-  let requests = 0;
-  const server: Server = createServer(async (req, res) => {
-    const send = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
-    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
-    const body = JSON.parse(await readBody(req));
-    const user = (body.messages ?? []).find((m: { role: string }) => m.role === 'user');
-    const text = (user?.content ?? []).filter((p: { type: string }) => p.type === 'text').map((p: { text: string }) => p.text).join('\n');
-    const goal = /^Goal: (.*)$/m.exec(text)?.[1] ?? '';
-    const tree = /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '';
-    const previous = [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]);
-    const index = requests++;
-    const n = Math.max(1, Number(body.n ?? 1));
-    const choices = Array.from({ length: n }, (_, i) => {
-      let content = scriptedAnswer(goal, tree, previous);
-      if (i > 0) {
-        const h = Math.imul(index * 31 + i, 2654435761) >>> 0;
-        const x = 5 + (h % 120);
-        const y = 40 + ((h >>> 8) % 250);
-        content = `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: { action: 'left_click', coordinate: [x, y] } })}\n</tool_call>`;
-      }
-      return { index: i, finish_reason: 'stop', message: { role: 'assistant', content } };
-    });
-    send(200, { id: `chatcmpl-branch-${index}`, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: body.model, choices });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const api = {
-    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`,
-    get requests() {
-      return requests;
-    },
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-  return api;
-}
 
 interface Timing {
   restore: number;

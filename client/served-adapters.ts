@@ -2,7 +2,6 @@ import type { Client } from '@temporalio/client';
 import { ensureAdapterLoaded } from '../activities/adapters';
 import type { ServedAdapter } from '../lib/iteration-policy';
 import { statusQuery } from '../workflows/messages';
-import { listRuns } from './commands/runs';
 
 /**
  * After a restart (a preempted box, `restart: unless-stopped`), vLLM has forgotten every runtime-loaded
@@ -12,8 +11,7 @@ import { listRuns } from './commands/runs';
  */
 export async function reloadServedAdapters(client: Client, say: (msg: string) => void): Promise<{ loaded: string[]; present: string[]; failed: string[] }> {
   const out = { loaded: [] as string[], present: [] as string[], failed: [] as string[] };
-  const runs = await listRuns(client, { kind: 'train', status: 'Running' });
-  for (const r of runs) {
+  for await (const r of client.workflow.list({ query: `HaloKind = 'train' AND ExecutionStatus = 'Running'` })) {
     const status = (await client.workflow
       .getHandle(r.workflowId)
       .query(statusQuery)

@@ -110,7 +110,7 @@ export interface CandidateOutcome {
 }
 
 /** N candidates sampled at one state (one prompt) and each executed from that state. */
-export interface StepGroup {
+export interface BatchStepGroup {
   /** Blob reference of the prompt JSON (`SampleResult.promptRef`). */
   promptRef: string;
   step: number;
@@ -155,7 +155,7 @@ export function chooseCandidate(rewards: readonly number[], mode: ChooseMode, u:
 }
 
 /** The rewards of a step group's candidates, in order. */
-export function stepGroupRewards(group: StepGroup): number[] {
+export function stepGroupRewards(group: BatchStepGroup): number[] {
   return group.candidates.map((c) => c.reward);
 }
 
@@ -190,7 +190,7 @@ export interface GrpoRefItem {
  *    and dropping them would bias the group mean.
  * Returns [] when every group is zero-std: the workflow should skip the update (the schema wants ≥ 1 item).
  */
-export function groupsToBatchItems(groups: readonly StepGroup[]): GrpoRefItem[] {
+export function groupsToBatchItems(groups: readonly BatchStepGroup[]): GrpoRefItem[] {
   const items: GrpoRefItem[] = [];
   for (const g of groups) {
     const rewards = stepGroupRewards(g);

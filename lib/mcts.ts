@@ -22,7 +22,7 @@
 import { actionKey, type Action } from './actions';
 
 /** Where a node's browser state is stored (blob references; no image bytes in workflow state). */
-export interface ObservationRef {
+export interface NodeObservation {
   screenshotRef: string;
   axtreeRef: string;
   url: string;
@@ -60,7 +60,7 @@ export interface MctsNode {
   actionKey: string | null;
   depth: number;
   /** The state after `action`, once it has been executed. */
-  observationRef?: ObservationRef;
+  observationRef?: NodeObservation;
   visits: number;
   valueSum: number;
   /** The critic's prior for `action` among its siblings, in [0, 1] (from its ranking). 1 at the root. */
@@ -115,7 +115,7 @@ export interface TreeStats {
 const THRESHOLD_EPSILON = 1e-9;
 
 /** A fresh tree holding only the root (id 0): the task's initial state. */
-export function newTree(rootObservation?: ObservationRef): Tree {
+export function newTree(rootObservation?: NodeObservation): Tree {
   const root: MctsNode = {
     id: 0,
     parent: null,
@@ -295,7 +295,7 @@ export function backpropagate(tree: Tree, nodeId: number, value: number): void {
 }
 
 /** Records the observed state of a node (after executing its action). */
-export function setObservation(tree: Tree, nodeId: number, observation: ObservationRef): void {
+export function setObservation(tree: Tree, nodeId: number, observation: NodeObservation): void {
   getNode(tree, nodeId).observationRef = { ...observation };
 }
 

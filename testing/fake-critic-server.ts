@@ -1,5 +1,4 @@
-import { createServer, type Server } from 'node:http';
-import { readBody } from './read-body';
+import { chatCompletion, startChatServer, type JsonReply } from './chat-server';
 import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../lib/critic';
 
 /**
@@ -71,23 +70,10 @@ export function preferRanking(candidates: string[], substring: string): number[]
   return [...idx.filter((i) => candidates[i].includes(substring)), ...idx.filter((i) => !candidates[i].includes(substring))];
 }
 
-
 export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'garbage' }): Promise<FakeCriticServer> {
   let mode = initial;
   const requests: RecordedCriticRequest[] = [];
-  const server: Server = createServer(async (req, res) => {
-    const send = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
-    if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: 'fake-critic', object: 'model' }] });
-    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
-    let body: any;
-    try {
-      body = JSON.parse(await readBody(req));
-    } catch {
-      return send(400, { error: { message: 'body is not JSON', type: 'BadRequestError' } });
-    }
+  const answer = (body: any): JsonReply => {
     const messages: any[] = Array.isArray(body.messages) ? body.messages : [];
     const sys = messages.find((m) => m.role === 'system');
     const user = messages.find((m) => m.role === 'user');
@@ -112,7 +98,7 @@ export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'g
       kind: outcome ? 'outcome' : 'rank',
       actions: outcome ? listedAfter(text, ACTIONS_TAKEN_HEADER) : [],
     });
-    if (mode.kind === 'status') return send(mode.status, { error: { message: `fake critic says ${mode.status}`, type: 'Error' } });
+    if (mode.kind === 'status') return { status: mode.status, body: { error: { message: `fake critic says ${mode.status}`, type: 'Error' } } };
     let content: string;
     let finishReason = 'stop';
     if (mode.kind === 'prefer') {
@@ -125,20 +111,8 @@ export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'g
     } else {
       content = 'The page looks nice. I would probably click something, but it is hard to say which one.';
     }
-    send(200, {
-      id: `chatcmpl-fake-critic-${index}`,
-      object: 'chat.completion',
-      created: Math.floor(Date.now() / 1000),
-      model: body.model,
-      choices: [{ index: 0, finish_reason: finishReason, message: { role: 'assistant', content } }],
-      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return {
-    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`,
-    requests,
-    setMode: (m) => (mode = m),
-    close: () => new Promise((r) => server.close(() => r())),
+    return chatCompletion(`chatcmpl-fake-critic-${index}`, body.model, [{ index: 0, finish_reason: finishReason, message: { role: 'assistant', content } }]);
   };
+  const server = await startChatServer('fake-critic', answer);
+  return { url: server.url, requests, setMode: (m) => (mode = m), close: server.close };
 }

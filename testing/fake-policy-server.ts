@@ -1,5 +1,4 @@
-import { createServer, type Server } from 'node:http';
-import { readBody } from './read-body';
+import { chatCompletion, startChatServer, type JsonReply } from './chat-server';
 
 /**
  * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
@@ -149,6 +148,19 @@ export function vllmTokenFields(text: string, finishReason: string, body: any, l
   return out;
 }
 
+/** What a policy prompt (lib/prompt.ts) tells a model: the goal, the tree as text and the actions taken so far. */
+export function promptOf(body: any): { hasImage: boolean; goal: string; tree: string; previous: string[] } {
+  const user = (body.messages ?? []).find((m: any) => m.role === 'user');
+  const parts: any[] = Array.isArray(user?.content) ? user.content : [];
+  const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+  return {
+    hasImage: parts.some((p) => p.type === 'image_url' && /^data:image\/png;base64,/.test(p.image_url?.url ?? '')),
+    goal: /^Goal: (.*)$/m.exec(text)?.[1] ?? '',
+    tree: /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '',
+    previous: [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]),
+  };
+}
+
 /** A chat request as recorded: what our system asked for. */
 function record(body: any, hasImage: boolean, goal: string): RecordedRequest {
   return {
@@ -170,7 +182,7 @@ export interface ChatResponder {
   delayMs: number;
   onRequest?: (index: number) => Promise<void> | void;
   /** Answers a parsed `/v1/chat/completions` body: the status and the JSON body to send. */
-  answer(body: any, opts?: { legacyTokens?: boolean }): Promise<{ status: number; body: unknown }>;
+  answer(body: any, opts?: { legacyTokens?: boolean }): Promise<JsonReply>;
 }
 
 /** The "model" behind the fake servers: scripted answers, with the token fields vLLM returns when asked. */
@@ -181,18 +193,12 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
     setMode: (m) => (mode = m),
     delayMs: 0,
     async answer(body, opts = {}) {
-      const user = (body.messages ?? []).find((m: any) => m.role === 'user');
-      const parts: any[] = Array.isArray(user?.content) ? user.content : [];
-      const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
-      const hasImage = parts.some((p) => p.type === 'image_url' && /^data:image\/png;base64,/.test(p.image_url?.url ?? ''));
-      const goal = /^Goal: (.*)$/m.exec(text)?.[1] ?? '';
+      const { hasImage, goal, tree, previous } = promptOf(body);
       const index = r.requests.length;
       r.requests.push(record(body, hasImage, goal));
       await r.onRequest?.(index);
       if (r.delayMs > 0) await new Promise((res) => setTimeout(res, r.delayMs));
       if (mode.kind === 'status') return { status: mode.status, body: { error: { message: `fake server says ${mode.status}`, type: 'Error' } } };
-      const tree = /Accessibility tree:\n([\s\S]*?)\n\nPrevious actions:/.exec(text)?.[1] ?? '';
-      const previous = [...(/Previous actions:\n([\s\S]*?)\n\n/.exec(text)?.[1] ?? '').matchAll(/^\d+\. (.*)$/gm)].map((m) => m[1]);
       const n = Math.max(1, Number(body.n ?? 1));
       const choices = Array.from({ length: n }, (_, i) => {
         const content =
@@ -208,17 +214,7 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
           ...vllmTokenFields(content, 'stop', body, opts.legacyTokens),
         };
       });
-      return {
-        status: 200,
-        body: {
-          id: `chatcmpl-fake-${index}`,
-          object: 'chat.completion',
-          created: Math.floor(Date.now() / 1000),
-          model: body.model,
-          choices,
-          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-        },
-      };
+      return chatCompletion(`chatcmpl-fake-${index}`, body.model, choices);
     },
   };
   return r;
@@ -226,8 +222,9 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
 
 export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }): Promise<FakePolicyServer> {
   const chat = createChatResponder(initial);
-  const api: FakePolicyServer = {
-    url: '',
+  const server = await startChatServer('fake', (body) => chat.answer(body));
+  return {
+    url: server.url,
     requests: chat.requests,
     setMode: (m) => chat.setMode(m),
     get delayMs() {
@@ -242,25 +239,6 @@ export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripte
     set onRequest(f) {
       chat.onRequest = f;
     },
-    close: () => new Promise((r) => server.close(() => r())),
+    close: server.close,
   };
-  const server: Server = createServer(async (req, res) => {
-    const send = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
-    if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: 'fake', object: 'model' }] });
-    if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
-    let body: any;
-    try {
-      body = JSON.parse(await readBody(req));
-    } catch {
-      return send(400, { error: { message: 'body is not JSON', type: 'BadRequestError' } });
-    }
-    const out = await chat.answer(body);
-    send(out.status, out.body);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  api.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`;
-  return api;
 }

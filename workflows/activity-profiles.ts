@@ -3,6 +3,17 @@ import type { ActivityOptions, RetryPolicy } from '@temporalio/workflow';
 // Retry and timeout profiles, declared once. Retries belong to Temporal (clients inside activities never
 // retry on their own); these say how long and how often.
 
+/**
+ * The learner (Python, `gpu` queue). A retry of a killed learner's attempt is queued when its successor starts
+ * (halo_learner/inflight.py), so the first interval is what a restart waits for; out-of-memory retries back
+ * off from there.
+ */
+export const LEARNER_RETRY: RetryPolicy = { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '2m', maximumAttempts: 10 };
+/** One update of the 8B takes minutes. */
+export const LEARNER_UPDATE_TIMEOUT = '2h';
+/** Colocated sampling of N completions (queued behind an update on the same GPU). */
+export const LEARNER_SAMPLE_TIMEOUT = '30m';
+
 /** Blob and file work of the control worker (configs, batches, metrics, snapshots): retried patiently. */
 export const CONTROL_RETRY: RetryPolicy = { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 20 };
 

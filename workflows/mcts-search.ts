@@ -75,7 +75,7 @@ import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
 import { DurableSession, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
 import { sample, type SamplerSettings } from './sampler';
-import { SearchState, type Candidate, type Valuation, type Verdict } from './search-state';
+import { SearchState, type SearchCandidate, type Valuation, type Verdict } from './search-state';
 import type { ServedAdapter } from '../lib/iteration-policy';
 
 export interface MctsSearchInput extends LegacyEpisodeFields {
@@ -335,7 +335,7 @@ async function endValue(search: Search, s: DurableSession, envSuccess: boolean, 
 }
 
 /** The critic's ranking of the candidates and value of the session's state; null without a critic. */
-async function rankCandidates(search: Search, s: DurableSession, candidates: Candidate[], summary: string): Promise<Verdict | null> {
+async function rankCandidates(search: Search, s: DurableSession, candidates: SearchCandidate[], summary: string): Promise<Verdict | null> {
   const { state } = search;
   const critic = search.params.critic;
   if (!critic) return null;
@@ -351,7 +351,7 @@ async function rankCandidates(search: Search, s: DurableSession, candidates: Can
 }
 
 /** n candidates at the session's state. `keep`: store the completions (expansions) or not (rollouts). */
-async function sampleAt(search: Search, s: DurableSession, n: number, keep: boolean, summary: string): Promise<{ promptRef: string; candidates: Candidate[] }> {
+async function sampleAt(search: Search, s: DurableSession, n: number, keep: boolean, summary: string): Promise<{ promptRef: string; candidates: SearchCandidate[] }> {
   const { state, params: P } = search;
   const path = [...state.spec.rootPath, ...s.path];
   const sampled = await state.timed('sample', () =>

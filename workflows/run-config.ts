@@ -1,6 +1,7 @@
-import { ApplicationFailure } from '@temporalio/workflow';
+import { ApplicationFailure, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 
 /**
  * A training run's config: validated from the input on the first run of the chain (a bad config fails the
@@ -21,4 +22,29 @@ export async function runConfig(
     throw err;
   }
   return { cfg, stored: await control.storeJson({ value: cfg }) };
+}
+
+/**
+ * A training run's config (`runConfig`), its run id checked against the workflow id (one workflow per run,
+ * so `halo train` with the same id attaches instead of starting a second run) and its search attributes set.
+ */
+export async function trainingRunConfig(
+  input: { config?: unknown; state?: { configRef: string } },
+  control: Pick<ControlActivities, 'loadJson' | 'storeJson'>,
+  mode: 'grpo' | 'mcts',
+): Promise<{ cfg: HaloConfig; stored?: { ref: string; hash: string }; runId: string }> {
+  const { cfg, stored } = await runConfig(input, control, mode === 'grpo' ? 'trainGrpo input' : 'trainMcts input');
+  const section = mode === 'grpo' ? cfg.train : cfg.mcts;
+  const runId = section.runId;
+  const workflowId = workflowInfo().workflowId;
+  if (workflowId !== runId) {
+    throw ApplicationFailure.nonRetryable(`workflow id ${workflowId} must equal ${mode === 'grpo' ? 'train' : 'mcts'}.runId ${runId}`, 'InvalidConfig');
+  }
+  upsertSearchAttributes([
+    { key: RUN_ID, value: runId },
+    { key: KIND, value: 'train' },
+    { key: MODE, value: mode },
+    { key: TASK, value: `${cfg.episode.env}/${section.tasks.join(',')}`.slice(0, 200) },
+  ]);
+  return { cfg, stored, runId };
 }

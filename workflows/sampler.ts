@@ -6,7 +6,7 @@ import type { PolicyConfig } from '../lib/config';
 import type { ServedAdapter } from '../lib/iteration-policy';
 import type { PromptObservationRef } from '../lib/episode-types';
 import { parseAction } from '../lib/parse';
-import { learnerActivities } from './learner';
+import { learnerActivities } from './learner-calls';
 import * as profiles from './activity-profiles';
 
 /**
@@ -79,7 +79,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
   const out = await learnerActivities({
     taskQueue: s.gpuTaskQueue,
     summary: `${req.summary} (${policy.model} v${s.adapterVersion}, n=${req.n})`,
-    startToCloseTimeout: '30m',
+    startToCloseTimeout: profiles.LEARNER_SAMPLE_TIMEOUT,
     heartbeatTimeout: s.learnerHeartbeatTimeoutMs,
   }).sampleActions({
     run_id: s.runId,

@@ -43,7 +43,7 @@ import {
  */
 
 /** A sampled action, as an expansion adds it. */
-export interface Candidate {
+export interface SearchCandidate {
   action: AgentAction;
   completionRef?: string;
   preview: string;
@@ -248,7 +248,7 @@ export class SearchState {
   }
 
   /** Counts an expansion's samples (all of them, before equal actions are merged). */
-  sampled(candidates: readonly Candidate[]): void {
+  sampled(candidates: readonly SearchCandidate[]): void {
     this.counters.candidates += candidates.length;
     this.counters.invalidCandidates += candidates.filter((c) => !isValidAction(c.action)).length;
   }
@@ -258,7 +258,7 @@ export class SearchState {
    * without a critic), at most K by prior. Unparseable candidates are terminal children with reward 0 (see
    * `asTreeAction`). Returns the new child ids, highest prior first.
    */
-  expanded(id: number, promptRef: string, candidates: readonly Candidate[], verdict: Verdict | null): number[] {
+  expanded(id: number, promptRef: string, candidates: readonly SearchCandidate[], verdict: Verdict | null): number[] {
     const node = getNode(this.tree, id);
     if (verdict) {
       setCriticValue(this.tree, id, verdict.value);

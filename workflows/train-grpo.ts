@@ -1,6 +1,6 @@
-import { ApplicationFailure, continueAsNew, executeChild, log, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
-import { runConfig } from './run-config';
+import { trainingRunConfig } from './run-config';
 import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { GrpoBatchActivities } from '../activities/grpo-batch';
@@ -11,8 +11,7 @@ import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../l
 import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
 import { fnv1a32 } from '../lib/rewards/shaping';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
-import { learnerActivities } from './learner';
+import { learnerActivities } from './learner-calls';
 import { episode } from './episode';
 import * as profiles from './activity-profiles';
 
@@ -88,19 +87,9 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     lastMetrics,
   }));
 
-  const { cfg, stored } = await runConfig(input, control, 'trainGrpo input');
+  const { cfg, stored, runId } = await trainingRunConfig(input, control, 'grpo');
   const state: TrainState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, zeroStdHistory: [], paused: false };
   const t = cfg.train;
-  const runId = t.runId;
-  if (info.workflowId !== runId) {
-    throw ApplicationFailure.nonRetryable(`workflow id ${info.workflowId} must equal train.runId ${runId}`, 'InvalidConfig');
-  }
-  upsertSearchAttributes([
-    { key: RUN_ID, value: runId },
-    { key: KIND, value: 'train' },
-    { key: MODE, value: 'grpo' },
-    { key: TASK, value: `${cfg.episode.env}/${t.tasks.join(',')}`.slice(0, 200) },
-  ]);
   run.describe(() => ({ runId, iteration: state.iteration, iterations: t.iterations, adapterVersion: state.adapterVersion, lastMetrics }));
   if (!(await run.proceed())) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
 

@@ -5,9 +5,9 @@
  * one → optional greedy evaluation → one metrics line (`runs/<run>/mcts-metrics.jsonl`) → continue-as-new
  * with a small state.
  */
-import { ApplicationFailure, continueAsNew, executeChild, log, proxyActivities, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
-import { runConfig } from './run-config';
+import { trainingRunConfig } from './run-config';
 import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { LearnerBatchActivities } from '../activities/learner-batches';
@@ -20,9 +20,8 @@ import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-pol
 import { mctsParams } from '../lib/mcts-params';
 import { mctsIterationMetrics, searchSeed, searchWorkflowId } from '../lib/mcts-search';
 import { runContextFromConfig } from '../lib/run-context';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { episode } from './episode';
-import { learnerActivities } from './learner';
+import { learnerActivities } from './learner-calls';
 import { mctsSearch, type MctsSearchInput } from './mcts-search';
 import * as profiles from './activity-profiles';
 
@@ -95,19 +94,9 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   });
   run.describe(() => status(info.workflowId, 0, input.state));
 
-  const { cfg, stored } = await runConfig(input, control, 'trainMcts input');
+  const { cfg, stored, runId } = await trainingRunConfig(input, control, 'mcts');
   const state: TrainMctsState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, paused: false };
   const m = cfg.mcts;
-  const runId = m.runId;
-  if (info.workflowId !== runId) {
-    throw ApplicationFailure.nonRetryable(`workflow id ${info.workflowId} must equal mcts.runId ${runId}`, 'InvalidConfig');
-  }
-  upsertSearchAttributes([
-    { key: RUN_ID, value: runId },
-    { key: KIND, value: 'train' },
-    { key: MODE, value: 'mcts' },
-    { key: TASK, value: `${cfg.episode.env}/${m.tasks.join(',')}`.slice(0, 200) },
-  ]);
   run.describe(() => status(runId, m.iterations, state));
   if (!(await run.proceed())) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
 

@@ -21,6 +21,8 @@ import type { TrainMctsResult, TrainMctsStatus } from '../../workflows/train-mct
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
 import { refuseEndedBadly } from '../train';
+import { statusQuery } from '../../workflows/messages';
+import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
 
 // `halo mcts --config FILE [--detach] [--json]`: start the MCTS run `mcts.runId` (workflow `trainMcts`, id =
 // run id) or attach to it, and show its progress. `halo mcts tree RUN TASK [--json]`: the tree of the task's
@@ -81,7 +83,7 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
     if (busy) return;
     busy = true;
     try {
-      const st = await handle.query<TrainMctsStatus>('status');
+      const st = (await handle.query(statusQuery)) as TrainMctsStatus;
       if (st.lastMetrics && st.iteration - 1 > reported) {
         reported = st.iteration - 1;
         say(describeIteration(reported, st.lastMetrics));
@@ -90,7 +92,7 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
       for (const id of st.phase === 'search' ? st.searches : []) {
         const p = await client.workflow
           .getHandle(id)
-          .query<MctsProgress>('progress')
+          .query(mctsProgressQuery)
           .catch(() => undefined);
         if (p) parts.push(`${id.slice(id.indexOf(`-it${st.iteration}-`) + `-it${st.iteration}-`.length)} ${p.simulations}/${p.numSimulations} sims, ${p.stats.nodes} nodes`);
       }
@@ -116,7 +118,7 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
 export async function findSearch(client: Client, runId: string, task: string): Promise<string> {
   const run = client.workflow.getHandle(runId);
   let latest: number | undefined;
-  const st = await run.query<TrainMctsStatus>('status').catch(() => undefined);
+  const st = await run.query(statusQuery).then((s) => s as TrainMctsStatus).catch(() => undefined);
   if (st) latest = st.iteration;
   else {
     const d = await run.describe().catch((err: Error) => {
@@ -137,7 +139,7 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
   const handle = client.workflow.getHandle(workflowId);
   const d = await handle.describe();
   try {
-    return { ...(await handle.query<MctsTreeView>('tree')), status: d.status.name };
+    return { ...(await handle.query(mctsTreeQuery)), status: d.status.name };
   } catch (err) {
     if (d.status.name !== 'COMPLETED') throw err;
   }

@@ -1,6 +1,5 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApplicationFailure } from '@temporalio/common';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +8,7 @@ import { createCriticActivities, CRITIC_MAX_TOKENS, type CritiqueInput } from '.
 import { describeAction } from '../../lib/actions';
 import type { PromptMessage } from '../../lib/prompt';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
+import { failureOf } from '../helpers/application-failure';
 
 // @temporalio/testing is not installed: the activity is called directly (outside a worker it has no
 // cancellation signal), and its ApplicationFailure fields are what Temporal would see.
@@ -26,16 +26,6 @@ const candidates = [
   describeAction({ type: 'scroll', direction: 'down', amount: 300 }),
   describeAction({ type: 'click', x: 500, y: 120, button: 'left', count: 1 }),
 ];
-
-async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await p;
-  } catch (err) {
-    assert.ok(err instanceof ApplicationFailure, `expected an ApplicationFailure, got ${String(err)}`);
-    return err;
-  }
-  assert.fail('expected the call to fail');
-}
 
 before(async () => {
   critic = await startFakeCriticServer();

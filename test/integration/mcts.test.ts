@@ -14,9 +14,9 @@ import { temporalBinary } from '../../client/processes';
 import type { MctsPair, MctsProgress, MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
 import type { TrainMctsResult } from '../../workflows/train-mcts';
 import { BlobStore } from '../../blob/store';
-import { startBranchingPolicyServer } from '../../bench/mcts-sims';
 import { mctsParams } from '../../lib/mcts-params';
 import type { MctsSearchInput } from '../../workflows/mcts-search';
+import { startBranchingPolicyServer } from '../../testing/branching-policy-server';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
@@ -108,18 +108,7 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   assert.equal(attached, false);
 
   // Sample the `tree` query all along: node and simulation counts never go down.
-  const samples: { nodes: number; simulations: number; visits: number }[] = [];
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      const v = await stack.client.workflow
-        .getHandle(searchId)
-        .query<MctsTreeView>('tree')
-        .catch(() => undefined);
-      if (v) samples.push({ nodes: v.stats.nodes, simulations: v.simulations, visits: v.tree ? getNode(v.tree, 0).visits : v.stats.totalVisits });
-      await sleep(100);
-    }
-  })();
+  const sampler = sampleTree(searchId);
 
   // 1. The browser worker dies while the search restores the root state (its session is lost mid-simulation).
   assert.equal(await waitForStarted(searchId, ['startSession'], 120_000), 'startSession', 'the search reached the browser');
@@ -132,8 +121,7 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   await Promise.all([browserBack, stack.startWorker('control')]);
 
   const result = (await handle.result()) as TrainMctsResult;
-  sampling = false;
-  await sampler;
+  const samples = await sampler.stop();
   assert.deepEqual(result, { runId, iterations: 1, adapterVersion: 1, stoppedEarly: false });
 
   // The tree query: counts never dropped, and the search ended with exactly numSimulations simulations.

@@ -1,12 +1,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApplicationFailure } from '@temporalio/common';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../client/temporal-server';
 import { ensureAdapterLoaded, ensureAdapters, listLoadedAdapters, loadAdapterIntoVllm, type LoadAdapterInput } from '../../activities/adapters';
+import { writeAdapterFolder } from '../../testing/adapter-folder';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
+import { failureOf } from '../helpers/application-failure';
 
 // @temporalio/testing (MockActivityEnvironment) is not installed: the activity is called directly (outside a
 // worker it simply has no cancellation signal), and its ApplicationFailure fields are what Temporal would see.
@@ -14,23 +15,7 @@ import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vll
 let vllm: FakeVllmServer;
 let root: string;
 
-/** A version folder in the layout the learner writes (workers/learner/halo_learner/adapters.py). */
-function adapterDir(run: string, version: number, files = ['adapter_config.json', 'adapter_model.safetensors', 'manifest.json']): string {
-  const dir = join(root, run, `v${version}`);
-  mkdirSync(dir, { recursive: true });
-  for (const f of files) writeFileSync(join(dir, f), f.endsWith('.json') ? '{}' : Buffer.alloc(16));
-  return dir;
-}
-
-async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await p;
-  } catch (err) {
-    assert.ok(err instanceof ApplicationFailure, `expected an ApplicationFailure, got ${String(err)}`);
-    return err;
-  }
-  assert.fail('expected the call to fail');
-}
+const adapterDir = (run: string, version: number, files?: string[]) => writeAdapterFolder(root, run, version, files);
 
 before(async () => {
   root = mkdtempSync(join(tmpdir(), 'halo-adapters-'));

@@ -1,7 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApplicationFailure } from '@temporalio/common';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
@@ -12,7 +11,9 @@ import { parseConfig, type PolicyConfig } from '../../lib/config';
 import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode-types';
 import { servedAdapterName } from '../../lib/iteration-policy';
 import { fakeLogprob, fakeTokenIds, toolCall } from '../../testing/fake-policy-server';
+import { writeAdapterFolder } from '../../testing/adapter-folder';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
+import { failureOf } from '../helpers/application-failure';
 import OpenAI from 'openai';
 
 // `samplePolicy` called directly (outside a worker it has no cancellation signal) against the local server
@@ -25,12 +26,7 @@ let blobs: BlobStore;
 let control: ReturnType<typeof createControlActivities>;
 let observation: PromptObservationRef;
 
-function adapterDir(run: string, version: number): string {
-  const dir = join(root, 'checkpoints', run, `v${version}`);
-  mkdirSync(dir, { recursive: true });
-  for (const f of ['adapter_config.json', 'adapter_model.safetensors']) writeFileSync(join(dir, f), f.endsWith('.json') ? '{}' : Buffer.alloc(16));
-  return dir;
-}
+const adapterDir = (run: string, version: number) => writeAdapterFolder(join(root, 'checkpoints'), run, version);
 
 const policyFor = (model: string, extra: Partial<PolicyConfig> = {}): PolicyConfig =>
   parseConfig({ policy: { baseUrl: `${vllm.url}/v1`, model, temperature: 0.7, maxAttempts: 1, ...extra } }).policy;
@@ -42,16 +38,6 @@ function input(model: string, extra: Partial<SampleInput> = {}): SampleInput {
 async function tokensOf(c: Candidate): Promise<SampledTokens> {
   assert.ok(c.tokensRef, 'the candidate carries its tokens');
   return blobs.getJson<SampledTokens>(c.tokensRef);
-}
-
-async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
-  try {
-    await p;
-  } catch (err) {
-    assert.ok(err instanceof ApplicationFailure, `expected an ApplicationFailure, got ${String(err)}`);
-    return err;
-  }
-  assert.fail('expected the call to fail');
 }
 
 before(async () => {

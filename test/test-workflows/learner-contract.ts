@@ -2,7 +2,7 @@ import type { Duration } from '@temporalio/common';
 import { proxyActivities } from '@temporalio/workflow';
 import type { LearnerBatchActivities } from '../../activities/learner-batches';
 import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../../lib/learner-types';
-import { learnerActivities } from '../../workflows/learner';
+import { learnerActivities } from '../../workflows/learner-calls';
 
 export interface LearnerContractInput {
   /** Adapters go to `<HALO_CHECKPOINTS>/<runId>/v1..v3`; use a fresh id (a used one answers `reused` throughout). */

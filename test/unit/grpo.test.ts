@@ -15,7 +15,7 @@ import {
   isZeroStdGroup,
   iterationMetrics,
   shouldWarnZeroStd,
-  type StepGroup,
+  type BatchStepGroup,
 } from '../../lib/grpo';
 
 const close = (a: number, b: number, eps = 1e-9): void => assert.ok(Math.abs(a - b) <= eps, `${a} ≉ ${b}`);
@@ -174,7 +174,7 @@ test('the zero-std warning needs the whole window above the threshold', () => {
 
 const ref = (hex: string, ext: string): string => `sha256:${hex.repeat(64)}.${ext}`;
 
-function sampleGroups(promptRef: string, completions: string[]): StepGroup[] {
+function sampleGroups(promptRef: string, completions: string[]): BatchStepGroup[] {
   return [
     {
       promptRef,

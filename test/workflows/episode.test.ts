@@ -5,8 +5,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
-import { FakeBrowser, FakeControl, click, sessionGone, type FakeBrowserOptions, type PolicyScript } from '../helpers/fake-activities';
-import { startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+import { click, sessionGone, type FakeBrowser, type FakeBrowserOptions, type FakeControl, type PolicyScript } from '../helpers/fake-activities';
+import { withFakeWorkers } from '../helpers/fake-workers';
+import { startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `episode` with every activity mocked: lost sessions and their rebuilds, and step groups (forked sessions).
 
@@ -41,40 +42,21 @@ function episodeInput(
   };
 }
 
-interface EpisodeRun {
-  q: TestQueues;
-  browser: FakeBrowser;
-  control: FakeControl;
-  result: Promise<EpisodeResult>;
-}
-
-/** Runs one episode against a control worker (workflows, control activities), a browser worker and a session worker. */
+/** Runs one episode on the fake workers (control, browser, session; the learner is never asked). */
 async function runEpisode(
   name: string,
   input: (q: TestQueues) => EpisodeInput,
   browserOpts: FakeBrowserOptions,
   policy?: PolicyScript,
 ): Promise<{ browser: FakeBrowser; control: FakeControl; outcome: { ok: true; result: EpisodeResult } | { ok: false; error: unknown } }> {
-  const q = testQueues(name);
-  const browser = new FakeBrowser(q, browserOpts);
-  const control = new FakeControl(policy);
-  const outcome = await withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: control.activities() },
-      { taskQueue: q.browser, activities: browser.browserActivities() },
-      { taskQueue: q.session, activities: browser.sessionActivities() },
-    ],
-    async () => {
-      try {
-        const result = await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `${name}-${q.control}`, args: [input(q)] });
-        return { ok: true as const, result: result as EpisodeResult };
-      } catch (error) {
-        return { ok: false as const, error };
-      }
-    },
-  );
-  return { browser, control, outcome };
+  return withFakeWorkers(env, name, { browser: browserOpts, policy }, async ({ q, browser, control }) => {
+    try {
+      const result = await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `${name}-${q.control}`, args: [input(q)] });
+      return { browser, control, outcome: { ok: true as const, result: result as EpisodeResult } };
+    } catch (error) {
+      return { browser, control, outcome: { ok: false as const, error } };
+    }
+  });
 }
 
 function failureCause(outcome: { ok: boolean; error?: unknown }): ApplicationFailure {

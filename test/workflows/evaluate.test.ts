@@ -5,9 +5,10 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { parseConfig } from '../../lib/config';
 import type { EvalModePlan, EvaluateInput } from '../../lib/eval-types';
 import type { EvaluateResult } from '../../workflows/evaluate';
-import { FakeBrowser, FakeControl, FakeLearner, type FakeBrowserOptions } from '../helpers/fake-activities';
+import type { FakeBrowserOptions } from '../helpers/fake-activities';
+import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStop } from '../helpers/run-control-scenario';
-import { startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+import { startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `evaluate` with mocked episodes' activities: every mode × task × seed runs, a failed episode is a
 // recorded failure, and pause / resume / stop hold or drop the episodes not yet started.
@@ -57,24 +58,6 @@ function evaluateInput(q: TestQueues, evalId: string, o: { modes: EvalModePlan[]
   };
 }
 
-async function withEvalWorkers<T>(name: string, browserOpts: FakeBrowserOptions, fn: (ctx: { q: TestQueues; evalId: string; browser: FakeBrowser; control: FakeControl; learner: FakeLearner }) => Promise<T>) {
-  const q = testQueues(name);
-  const evalId = `${name}-${process.pid}`;
-  const browser = new FakeBrowser(q, browserOpts);
-  const control = new FakeControl();
-  const learner = new FakeLearner();
-  return withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: control.activities() },
-      { taskQueue: q.browser, activities: browser.browserActivities() },
-      { taskQueue: q.session, activities: browser.sessionActivities() },
-      { taskQueue: q.gpu, activities: learner.activities() },
-    ],
-    () => fn({ q, evalId, browser, control, learner }),
-  );
-}
-
 describe('evaluate', { timeout: 90_000 }, () => {
   test('runs an episode for every mode × task × seed and records a failed episode instead of failing', async () => {
     const broken = '-grpo-enter-text-s2';
@@ -84,7 +67,7 @@ describe('evaluate', { timeout: 90_000 }, () => {
       },
       step: () => ({ done: true, success: true, shaped: 1 }),
     };
-    await withEvalWorkers('eval-grid', browserOpts, async ({ q, evalId, control, learner }) => {
+    await withFakeWorkers(env, 'eval-grid', { browser: browserOpts }, async ({ q, runId: evalId, control, learner }) => {
       const input = evaluateInput(q, evalId, {
         modes: [mode('base', 'openai'), mode('grpo', 'colocated', 2)],
         tasks: ['click-button', 'enter-text'],
@@ -124,7 +107,7 @@ describe('evaluate', { timeout: 90_000 }, () => {
   });
 
   test('pause holds episodes not yet started, resume goes on, stop leaves the rest out', async () => {
-    await withEvalWorkers('eval-pause', { step: () => ({ done: true, success: true }) }, async ({ q, evalId, browser }) => {
+    await withFakeWorkers(env, 'eval-pause', { browser: { step: () => ({ done: true, success: true }) } }, async ({ q, runId: evalId, browser }) => {
       const s = await pauseResumeStop<EvaluateResult>({
         start: async () => {
           const input = evaluateInput(q, evalId, { modes: [mode('base', 'openai')], tasks: ['click-button'], seeds: [1, 2, 3, 4], parallelism: 1 });

@@ -2,9 +2,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { TrainResult } from '../../workflows/train-grpo';
-import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
+import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStop } from '../helpers/run-control-scenario';
-import { continueAsNewChain, startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+import { continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
 // and an operator's pause, resume and stop.
@@ -36,27 +36,9 @@ function grpoConfig(q: TestQueues, runId: string, iterations: number) {
   };
 }
 
-async function withTrainWorkers<T>(name: string, fn: (ctx: { q: TestQueues; runId: string; browser: FakeBrowser; control: FakeControl; learner: FakeLearner }) => Promise<T>) {
-  const q = testQueues(name);
-  const runId = `${name}-${process.pid}`;
-  const browser = new FakeBrowser(q);
-  const control = new FakeControl();
-  const learner = new FakeLearner();
-  return withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: control.activities() },
-      { taskQueue: q.browser, activities: browser.browserActivities() },
-      { taskQueue: q.session, activities: browser.sessionActivities() },
-      { taskQueue: q.gpu, activities: learner.activities() },
-    ],
-    () => fn({ q, runId, browser, control, learner }),
-  );
-}
-
 describe('trainGrpo', { timeout: 90_000 }, () => {
   test('runs one iteration per workflow run: 3 iterations, 3 updates (v1..v3), metrics once each', async () => {
-    await withTrainWorkers('grpo-can', async ({ q, runId, control, learner }) => {
+    await withFakeWorkers(env, 'grpo-can', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', {
         taskQueue: q.control,
         workflowId: runId,
@@ -91,7 +73,7 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
   });
 
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
-    await withTrainWorkers('grpo-pause', async ({ q, runId, control, learner }) => {
+    await withFakeWorkers(env, 'grpo-pause', {}, async ({ q, runId, control, learner }) => {
       const s = await pauseResumeStop<TrainResult>({
         start: async () => {
           await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: grpoConfig(q, runId, 3) }] });

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Action } from '../../lib/actions';
 import type { TrainMctsResult } from '../../workflows/train-mcts';
-import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
+import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStop } from '../helpers/run-control-scenario';
-import { childWorkflows, continueAsNewChain, startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+import { childWorkflows, continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
 // iteration per workflow run, searches that continue as new from a stored tree, and pause, resume, stop.
@@ -41,27 +41,9 @@ function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAs
 /** Every first step ends the episode: the click at x = 100 succeeds, any other fails (so siblings differ). */
 const succeedsAt100 = (c: { action: Action }) => ({ done: true, success: c.action.type === 'click' && c.action.x === 100 });
 
-async function withMctsWorkers<T>(name: string, fn: (ctx: { q: TestQueues; runId: string; browser: FakeBrowser; control: FakeControl; learner: FakeLearner }) => Promise<T>) {
-  const q = testQueues(name);
-  const runId = `${name}-${process.pid}`;
-  const browser = new FakeBrowser(q, { step: succeedsAt100 });
-  const control = new FakeControl();
-  const learner = new FakeLearner();
-  return withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: control.activities() },
-      { taskQueue: q.browser, activities: browser.browserActivities() },
-      { taskQueue: q.session, activities: browser.sessionActivities() },
-      { taskQueue: q.gpu, activities: learner.activities() },
-    ],
-    () => fn({ q, runId, browser, control, learner }),
-  );
-}
-
 describe('trainMcts', { timeout: 90_000 }, () => {
   test('runs one iteration per workflow run, each search continuing as new from its stored tree', async () => {
-    await withMctsWorkers('mcts-can', async ({ q, runId, browser, control, learner }) => {
+    await withFakeWorkers(env, 'mcts-can', { browser: { step: succeedsAt100 } }, async ({ q, runId, browser, control, learner }) => {
       const handle = await env.client.workflow.start('trainMcts', {
         taskQueue: q.control,
         workflowId: runId,
@@ -107,7 +89,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
   });
 
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
-    await withMctsWorkers('mcts-pause', async ({ q, runId, browser, control, learner }) => {
+    await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async ({ q, runId, browser, control, learner }) => {
       const s = await pauseResumeStop<TrainMctsResult>({
         start: async () => {
           await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: mctsConfig(q, runId, 3) }] });

@@ -19,6 +19,7 @@ import {
   type UpdatePolicyInputArgs,
   type UpdatePolicyOutput,
 } from '../lib/learner-types';
+import { LEARNER_RETRY, LEARNER_UPDATE_TIMEOUT } from './activity-profiles';
 
 // Workflow-safe: only @temporalio/workflow and zod (pure). The learner is the Python worker on the `gpu`
 // task queue (workers/learner); its activities are called by name with one snake_case object each.
@@ -44,16 +45,6 @@ export interface LearnerProxyOptions {
   summary?: string;
 }
 
-/**
- * A retry of a killed learner's attempt is queued when its successor starts (halo_learner/inflight.py), so the
- * first interval is what a restart waits for; out-of-memory retries back off from there.
- */
-export const DEFAULT_LEARNER_RETRY: RetryPolicy = {
-  initialInterval: '1s',
-  backoffCoefficient: 2,
-  maximumInterval: '2m',
-  maximumAttempts: 10,
-};
 
 /**
  * Typed learner calls from workflow code. Inputs are validated (and their defaults filled in, so the
@@ -64,9 +55,9 @@ export const DEFAULT_LEARNER_RETRY: RetryPolicy = {
 export function learnerActivities(opts: LearnerProxyOptions = {}) {
   const options: ActivityOptions = {
     taskQueue: opts.taskQueue ?? 'gpu',
-    startToCloseTimeout: opts.startToCloseTimeout ?? '2h',
+    startToCloseTimeout: opts.startToCloseTimeout ?? LEARNER_UPDATE_TIMEOUT,
     heartbeatTimeout: opts.heartbeatTimeout ?? '60s',
-    retry: opts.retry ?? DEFAULT_LEARNER_RETRY,
+    retry: opts.retry ?? LEARNER_RETRY,
     ...(opts.scheduleToCloseTimeout !== undefined ? { scheduleToCloseTimeout: opts.scheduleToCloseTimeout } : {}),
     ...(opts.summary !== undefined ? { summary: opts.summary } : {}),
   };
