@@ -16,6 +16,12 @@ export interface BuildGrpoBatchInput {
   iteration: number;
   grouping: 'step' | 'episode';
   trajectory_refs: string[];
+  /**
+   * The run's `policy.maxTokens`, recorded in the batch: dr_grpo divides by B × this constant, so a token weighs
+   * the same in every batch of the run. Absent (older workflows): the learner falls back to the batch's longest
+   * completion and logs it.
+   */
+  max_completion_len?: number | null;
 }
 
 export interface BuildGrpoBatchResult {
@@ -135,7 +141,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       if (items.length === 0) {
         throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} produced no samples`, 'EmptyIteration');
       }
-      const batch_ref = await batches.writeGrpoBatch({ items });
+      const batch_ref = await batches.writeGrpoBatch({ items, max_completion_len: input.max_completion_len ?? null });
       return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal };
     },
   };

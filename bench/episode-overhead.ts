@@ -6,21 +6,17 @@
  *   node --import tsx bench/episode-overhead.ts [--repeats 5] [--task click-checkboxes] [--steps 10]
  *                                               [--policy-latency-ms 0]   (0 = instant scripted policy)
  */
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { BlobStore } from '../blob/store';
 import { createControlActivities } from '../activities/control';
-import { SessionManager } from '../activities/session';
-import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
-import { listMiniwobTasks } from '../env/miniwob-tasks';
+import type { SessionManager } from '../activities/session';
 import { describeAction, isTerminal, isValidAction } from '../lib/actions';
 import { parseConfig, type HaloConfig } from '../lib/config';
 import { singleEpisodeInput } from '../client/episode-input';
 import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack } from '../testing/stack';
+import { median, runBench } from './bench-run';
+import { startInProcessSessions } from './in-process-sessions';
 
 const { values } = parseArgs({
   options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' }, 'policy-latency-ms': { type: 'string', default: '0' } },
@@ -52,23 +48,13 @@ async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionM
   return steps;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
 async function main() {
   const policy = await startFakePolicyServer({ kind: 'scripted' });
   policy.delayMs = Number(values['policy-latency-ms']);
   const stack = await startTestStack({ browserWorkers: 1 });
-  const home = mkdtempSync(join(tmpdir(), 'halo-bench-'));
-  const blobs = new BlobStore(join(home, 'blobs'));
-  const miniwob = await startMiniwobServer({});
-  const manager = new SessionManager({
-    blobs,
-    miniwobBaseUrl: miniwob.baseUrl,
-    miniwobTasks: listMiniwobTasks(findMiniwobHtml()),
-    workerTaskQueue: 'in-process',
-    workerName: 'bench',
-  });
-  const control = createControlActivities(blobs);
+  const sessions = await startInProcessSessions();
+  const { manager } = sessions;
+  const control = createControlActivities(sessions.blobs);
   const cfg = parseConfig({
     temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
     policy: { baseUrl: policy.url, model: 'scripted' },
@@ -98,8 +84,7 @@ async function main() {
       console.error(`run ${r}: plain ${tp.toFixed(0)} ms, temporal ${tw.toFixed(0)} ms`);
     }
   } finally {
-    await manager.shutdown();
-    await miniwob.close();
+    await sessions.close();
     await stack.stop();
     await policy.close();
   }
@@ -111,7 +96,4 @@ async function main() {
   console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 15%)`);
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

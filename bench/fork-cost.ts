@@ -12,17 +12,13 @@
  * (grid 900,500 = CSS 360,112; the task is the 160x210 px box in the top-left), or a scroll down.
  * The episode must still be running after max(k)+1 actions (checked), so every replayed action does work.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { loadavg, tmpdir, cpus } from 'node:os';
-import { join } from 'node:path';
+import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
-import { BlobStore } from '../blob/store';
-import { SessionManager } from '../activities/session';
-import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
-import { listMiniwobTasks } from '../env/miniwob-tasks';
 import type { Action } from '../lib/actions';
 import { parseRewardWeights } from '../lib/rewards/weights';
 import type { StartSessionResult } from '../lib/episode-types';
+import { fmt, load, median, runBench } from './bench-run';
+import { startInProcessSessions } from './in-process-sessions';
 
 const { values } = parseArgs({
   options: {
@@ -43,24 +39,11 @@ const action: Action =
     ? { type: 'scroll', direction: 'down', amount: 300 }
     : { type: 'click', x: 900, y: 500, button: 'left', count: 1 };
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
-const secs = (ms: number) => (ms / 1000).toFixed(3);
+const secs = (ms: number) => fmt(ms, 3);
 
 async function main() {
-  const home = mkdtempSync(join(tmpdir(), 'halo-bench-fork-'));
-  const blobs = new BlobStore(join(home, 'blobs'));
-  const miniwob = await startMiniwobServer({});
-  const manager = new SessionManager({
-    blobs,
-    miniwobBaseUrl: miniwob.baseUrl,
-    miniwobTasks: listMiniwobTasks(findMiniwobHtml()),
-    workerTaskQueue: 'in-process',
-    workerName: 'bench',
-  });
+  const sessions = await startInProcessSessions();
+  const { manager } = sessions;
   const rewardWeights = parseRewardWeights({});
   const start = (k: number) =>
     manager.start({ spec, replay: Array.from({ length: k }, () => action), episodeId: 'bench-fork', rewardWeights });
@@ -117,9 +100,7 @@ async function main() {
       }
     }
   } finally {
-    await manager.shutdown();
-    await miniwob.close();
-    rmSync(home, { recursive: true, force: true });
+    await sessions.close();
   }
 
   const step = median(plainStep);
@@ -148,7 +129,4 @@ async function main() {
   console.log(`plain step: median of ${plainStep.length} steps ${secs(step)} s; load avg at the end ${load()}`);
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

@@ -21,23 +21,13 @@
  * the medians.
  */
 import { parseArgs } from 'node:util';
-import { parseConfig, type HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config';
 import { startOrAttachTrain } from '../client/train';
 import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../testing/stack';
-import {
-  activityInterval,
-  fmt,
-  load,
-  machine,
-  median,
-  mergeIntervals,
-  readChain,
-  readIteration,
-  unionLength,
-  type Interval,
-  type Iteration,
-} from './temporal-history';
+import { stackGrpoConfig, scriptedPolicy } from '../testing/grpo-config';
+import { fmt, load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { activityInterval, mergeIntervals, readChain, readIteration, unionLength, type Interval, type Iteration } from './temporal-history';
 
 const { values } = parseArgs({
   options: {
@@ -54,23 +44,16 @@ const measured = Number(values.iterations);
 const modes = values.modes!.split(',') as ('colocated' | 'scripted')[];
 
 function config(stack: TestStack, mode: 'colocated' | 'scripted', runId: string, fake?: FakePolicyServer): HaloConfig {
-  return parseConfig({
-    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy:
-      mode === 'colocated'
-        ? { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 }
-        : { backend: 'openai', baseUrl: fake!.url, model: 'scripted', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
-    episode: { env: 'miniwob', maxSteps: Number(values['max-steps']) },
+  return stackGrpoConfig(stack, {
+    runId,
+    iterations: measured + 1,
+    maxSteps: Number(values['max-steps']),
+    policy: mode === 'scripted' ? scriptedPolicy(fake!.url) : undefined,
     train: {
-      runId,
-      iterations: measured + 1,
       episodesPerIteration: Number(values.episodes),
       parallelism: Number(values.parallelism),
       tasks: [values.task!],
-      grouping: 'step',
       numGenerations: Number(values.n),
-      learningRate: 1e-3,
-      gpuTaskQueue: stack.gpuQueue,
     },
   });
 }
@@ -189,8 +172,7 @@ function report(mode: string, stats: IterationStats[]) {
 }
 
 async function main() {
-  console.log(`# grpo-orchestration: ${new Date().toISOString()}, ${machine()}, load avg at start ${load()}`);
-  console.log(`command: node --import tsx bench/grpo-orchestration.ts ${process.argv.slice(2).join(' ')}`.trim());
+  printBenchHeader('grpo-orchestration');
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
   const fake = modes.includes('scripted') ? await startFakePolicyServer({ kind: 'scripted' }) : undefined;
   const loads: { t: number; l: string }[] = [];
@@ -220,11 +202,7 @@ async function main() {
     await fake?.close();
     await stack.stop();
   }
-  console.log('');
-  console.log(`load avg at the end ${load()}`);
+  printLoadAtEnd();
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

@@ -28,11 +28,13 @@
 import type { ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
-import { parseConfig, type HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config';
 import { startOrAttachTrain } from '../client/train';
 import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../testing/stack';
-import { fmt, load, machine, median, readChain, readIteration, type ActivityRun } from './temporal-history';
+import { stackGrpoConfig, scriptedPolicy } from '../testing/grpo-config';
+import { fmt, load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { readChain, readIteration, type ActivityRun } from './temporal-history';
 
 const { values } = parseArgs({
   options: {
@@ -80,25 +82,13 @@ interface Sample {
 
 function config(stack: TestStack, profile: Profile, policy: 'colocated' | 'scripted', runId: string, fake?: FakePolicyServer): HaloConfig {
   const p = PROFILES[profile];
-  return parseConfig({
-    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy:
-      policy === 'colocated'
-        ? { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 }
-        : { backend: 'openai', baseUrl: fake!.url, model: 'scripted', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
-    episode: { env: 'miniwob', maxSteps: 3, heartbeatTimeoutMs: p.heartbeatTimeoutMs, sessionStartTimeoutMs: p.sessionStartTimeoutMs },
-    train: {
-      runId,
-      iterations: repeats,
-      episodesPerIteration: 1,
-      parallelism: 1,
-      tasks: [values.task!],
-      grouping: 'step',
-      numGenerations: Number(values.n),
-      learningRate: 1e-3,
-      gpuTaskQueue: stack.gpuQueue,
-      learnerHeartbeatTimeoutS: p.learnerHeartbeatTimeoutS,
-    },
+  return stackGrpoConfig(stack, {
+    runId,
+    iterations: repeats,
+    maxSteps: 3,
+    policy: policy === 'scripted' ? scriptedPolicy(fake!.url) : undefined,
+    episode: { heartbeatTimeoutMs: p.heartbeatTimeoutMs, sessionStartTimeoutMs: p.sessionStartTimeoutMs },
+    train: { tasks: [values.task!], numGenerations: Number(values.n), learnerHeartbeatTimeoutS: p.learnerHeartbeatTimeoutS },
   });
 }
 
@@ -272,8 +262,7 @@ const readyText = (s: Sample) =>
     .join(', ');
 
 async function main() {
-  console.log(`# grpo-recovery: ${new Date().toISOString()}, ${machine()}, load avg at start ${load()}`);
-  console.log(`command: node --import tsx bench/grpo-recovery.ts ${process.argv.slice(2).join(' ')}`.trim());
+  printBenchHeader('grpo-recovery');
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
   const fake = await startFakePolicyServer({ kind: 'scripted' });
   const samples: Sample[] = [];
@@ -333,11 +322,7 @@ async function main() {
       console.log('```');
     }
   }
-  console.log('');
-  console.log(`load avg at the end ${load()}`);
+  printLoadAtEnd();
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

@@ -19,6 +19,7 @@ import type { MctsSearchInput } from '../workflows/mcts-search';
 import { startBranchingPolicyServer } from '../testing/branching-policy-server';
 import { startFakeCriticServer } from '../testing/fake-critic-server';
 import { startTestStack } from '../testing/stack';
+import { runBench } from './bench-run';
 
 interface Timing {
   restore: number;
@@ -144,9 +145,4 @@ async function main() {
   console.log('Shares are activity time (scheduled → completed, from the histories) over wall time; closes overlap the next simulation.');
 }
 
-if (require.main === module) {
-  main().catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
-}
+runBench(main);

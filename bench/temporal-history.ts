@@ -8,7 +8,6 @@
 import type { Client } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
-import { cpus, loadavg } from 'node:os';
 
 const ET = temporal.api.enums.v1.EventType;
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
@@ -194,13 +193,3 @@ export function activityInterval(a: ActivityRun, outcomes: ActivityRun['outcome'
   if (a.started === undefined || a.ended === undefined || !outcomes.includes(a.outcome)) return undefined;
   return [a.started, a.ended];
 }
-
-export function median(xs: number[]): number {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-}
-
-export const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
-export const machine = () => `${cpus().length}-core CPU VM (${cpus()[0]?.model ?? '?'})`;
-export const fmt = (msv: number, digits = 2) => (msv / 1000).toFixed(digits);

@@ -19,6 +19,11 @@ const RUN_ID = /^[A-Za-z0-9._-]+$/;
 const finite = z.number(); // zod 4 rejects NaN and ±Infinity for z.number()
 const int = z.number().int();
 const runId = z.string().min(1).regex(RUN_ID, 'run_id may contain only letters, digits, ".", "_" and "-"');
+/**
+ * The base model a request was written for (the run's `policy.model`, e.g. "Qwen/Qwen3-VL-8B-Instruct"); the
+ * learner refuses it with a non-retryable `ModelMismatch` when it holds another model. Null skips the check.
+ */
+const baseModel = z.string().min(1).nullable().default(null);
 
 // ---- prompts (written by lib/prompt.ts) -----------------------------------------------------------
 
@@ -75,6 +80,10 @@ export const GrpoItemSchema = z
 /** The blob behind `update_policy`'s `batch_ref`. */
 export const GrpoBatchSchema = z.strictObject({
   items: z.array(GrpoItemSchema).min(1),
+  /**
+   * The run's `policy.maxTokens`: dr_grpo divides by B × this constant. Null falls back to the batch's longest
+   * completion, which changes the weight of a token from batch to batch (the learner logs a warning).
+   */
   max_completion_len: int.min(1).nullable().default(null),
 });
 
@@ -83,6 +92,7 @@ export const UpdatePolicyInputSchema = z.strictObject({
   version: int.min(1),
   batch_ref: z.string(),
   hyperparameters: GrpoHyperparametersSchema.prefault({}),
+  base_model: baseModel,
 });
 
 const updateOutputShape = {
@@ -100,6 +110,20 @@ export const UpdatePolicyOutputSchema = z.strictObject({
   ...updateOutputShape,
   retokenized: int,
   token_mismatch_rate: finite,
+  // Per-update statistics, measured before the optimiser step (null when unknown or written before them):
+  /** mean k3 estimate of KL(π_θ ‖ π_ref) per completion token (null when kl_coef is 0: no reference pass) */
+  kl: finite.nullable().default(null),
+  /** share of tokens with sampler log-probs whose ratio left [1 - ε, 1 + ε] */
+  clip_fraction: finite.nullable().default(null),
+  /** mean π_θ / π_old over tokens with sampler log-probs */
+  mean_ratio: finite.nullable().default(null),
+  ratio_tokens: int.nullable().default(null),
+  /** mean -log π_θ of the sampled tokens: a one-sample estimate of the policy's entropy */
+  entropy: finite.nullable().default(null),
+  /** dr_grpo's B × max_completion_len */
+  denominator: finite.nullable().default(null),
+  /** completions per packed forward, planned for the memory budget (halved after an out-of-memory retry) */
+  micro_batch: int.nullable().default(null),
 });
 
 // ---- update_dpo ------------------------------------------------------------------------------------
@@ -110,6 +134,10 @@ export const DpoHyperparametersSchema = z.strictObject({
   max_grad_norm: finite.gt(0).default(1.0),
 });
 
+/**
+ * The reference of every pair is the base model (adapter disabled), recomputed by the learner; the logged
+ * `ref_*_logprob` values are accepted for older writers and not used.
+ */
 export const DpoPairSchema = z
   .strictObject({
     prompt: PromptSchema,
@@ -130,6 +158,7 @@ export const UpdateDpoInputSchema = z.strictObject({
   version: int.min(1),
   batch_ref: z.string(),
   hyperparameters: DpoHyperparametersSchema.prefault({}),
+  base_model: baseModel,
 });
 
 export const UpdateDpoOutputSchema = z.strictObject({
@@ -150,6 +179,7 @@ export const SampleActionsInputSchema = z.strictObject({
   temperature: finite.min(0).default(0.7),
   max_tokens: int.min(1).default(256),
   seed: int.nullable().default(null),
+  base_model: baseModel,
 });
 
 export const CompletionSchema = z.strictObject({
@@ -178,6 +208,8 @@ export type GrpoBatch = z.output<typeof GrpoBatchSchema>;
 export type UpdatePolicyInputArgs = z.input<typeof UpdatePolicyInputSchema>;
 export type UpdatePolicyInput = z.output<typeof UpdatePolicyInputSchema>;
 export type UpdatePolicyOutput = z.output<typeof UpdatePolicyOutputSchema>;
+/** What a learner (or a fake one) may answer: the statistics are optional on the wire. */
+export type UpdatePolicyOutputWire = z.input<typeof UpdatePolicyOutputSchema>;
 export type DpoHyperparameters = z.output<typeof DpoHyperparametersSchema>;
 export type DpoPairInput = z.input<typeof DpoPairSchema>;
 export type DpoPair = z.output<typeof DpoPairSchema>;

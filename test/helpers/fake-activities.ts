@@ -196,6 +196,8 @@ export class FakeControl {
   readonly trajectories: { workflowId: string; actions: unknown[] }[] = [];
   readonly grpoBatches: { iteration: number; trajectories: number }[] = [];
   readonly grpoMetrics: number[] = [];
+  /** The metrics line of each appended iteration, as the workflow computed it. */
+  readonly grpoMetricLines: Record<string, unknown>[] = [];
   readonly mctsMetrics: { iteration: number; adapterVersion: number; pairs: number }[] = [];
   readonly dpoBatches: string[][] = [];
   /** What `collectMctsPairs` reports for every search (tests make the update run or skip). */
@@ -252,8 +254,9 @@ export class FakeControl {
           no_signal: false,
         };
       },
-      appendIterationMetrics: async (input: { iteration: number }) => {
+      appendIterationMetrics: async (input: { iteration: number; metrics: unknown }) => {
         this.grpoMetrics.push(input.iteration);
+        this.grpoMetricLines.push(input.metrics as Record<string, unknown>);
         return { appended: true };
       },
       collectMctsPairs: async (input: { snapshot_ref: string }) => ({

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import type { WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from '../../workflows/messages';
 import type { Holds } from './fake-activities';
+import type { FakeWorkers } from './fake-workers';
 import { eventually } from './workflow-env';
 
 /** A run's status as the `status` query answers it: the common fields, plus each workflow's own (iteration, progress). */
@@ -18,13 +20,21 @@ export interface RunControlScenario {
   work: () => number;
 }
 
+/** What the status query said at each point of the scenario, and the run's result. */
+export interface RunControlOutcome<R> {
+  whilePaused: RunStatusView;
+  afterResume: RunStatusView;
+  whileStopping: RunStatusView;
+  result: R;
+}
+
 /**
  * Pause, resume and stop a run the way an operator does, with the CLI's message definitions: pause while
  * unit 1 is in flight → unit 1 completes and the run waits, paused, doing nothing (`work()` stays put);
  * resume → unit 2 starts; stop while it is in flight → the run ends after unit 2. Returns what the status
  * query said at each point and the run's result.
  */
-export async function pauseResumeStop<R>(s: RunControlScenario): Promise<{ whilePaused: RunStatusView; afterResume: RunStatusView; whileStopping: RunStatusView; result: R }> {
+export async function pauseResumeStop<R>(s: RunControlScenario): Promise<RunControlOutcome<R>> {
   const { units } = s;
   units.hold(1);
   units.hold(2);
@@ -55,4 +65,39 @@ export async function pauseResumeStop<R>(s: RunControlScenario): Promise<{ while
   units.release(2);
   const result = (await handle.result()) as R;
   return { whilePaused, afterResume, whileStopping, result };
+}
+
+/**
+ * `pauseResumeStop` for a training loop (`trainGrpo`, `trainMcts`) on the fake workers, its units the learner's
+ * updates: paused while iteration 1 updates, stopped while iteration 2 does. Checks what every training loop
+ * must show: paused before iteration 2, running after the resume, stopping, and a result of 2 iterations and
+ * adapter v2, stopped early, with updates to v1 and v2 only. `work` counts what the loop starts besides updates.
+ */
+export async function pauseResumeStopTraining<R>(
+  env: TestWorkflowEnvironment,
+  w: FakeWorkers,
+  workflowType: 'trainGrpo' | 'trainMcts',
+  config: unknown,
+  work: () => number,
+): Promise<RunControlOutcome<R>> {
+  const s = await pauseResumeStop<R>({
+    start: async () => {
+      await env.client.workflow.start(workflowType, { taskQueue: w.q.control, workflowId: w.runId, args: [{ config }] });
+      return env.client.workflow.getHandle(w.runId);
+    },
+    units: w.learner.updateHolds,
+    pausedBeforeSecond: (st) => st.iteration === 2,
+    work,
+  });
+  assert.equal(s.whilePaused.paused, true);
+  assert.equal(s.whilePaused.iteration, 2);
+  assert.equal(s.whilePaused.phase, 'paused');
+  assert.equal(s.afterResume.paused, false);
+  assert.equal(s.whileStopping.stopping, true);
+  assert.deepEqual(s.result, { runId: w.runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
+  assert.deepEqual(
+    w.learner.updates.map((u) => u.version),
+    [1, 2],
+  );
+  return s;
 }

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { parseConfig } from '../../lib/config';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import type { TrainResult, TrainStatus } from '../../workflows/train-grpo';
+import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
 // Preemption, automated: during a GRPO run, SIGKILL the browser worker mid-episode, SIGKILL the learner in
@@ -54,22 +54,12 @@ async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs
 
 test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
   const iterations = 3;
-  const cfg = parseConfig({
-    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
-    episode: { env: 'miniwob', maxSteps: 3, sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
-    train: {
-      runId: 'chaos',
-      iterations,
-      episodesPerIteration: 1,
-      parallelism: 1,
-      tasks: ['click-button'],
-      grouping: 'step',
-      numGenerations: 2,
-      learningRate: 1e-3,
-      gpuTaskQueue: stack.gpuQueue,
-      learnerHeartbeatTimeoutS: 5,
-    },
+  const cfg = stackGrpoConfig(stack, {
+    runId: 'chaos',
+    iterations,
+    maxSteps: 3,
+    episode: { sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
+    train: { learnerHeartbeatTimeoutS: 5 },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
 

@@ -141,6 +141,12 @@ const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boo
   { model: 'Completion', payload: { text: 'a', token_ids: [1], logprobs: [-0.5], finish_reason: 'eos' }, valid: false },
   { model: 'UpdateDpoOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, reward_margin: 0, accuracy: 0.5 }, valid: true },
   { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false }, valid: false },
+  { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, retokenized: 0, token_mismatch_rate: 0 }, valid: true },
+  { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, retokenized: 0, token_mismatch_rate: 0, kl: 0.01, clip_fraction: 0.1, mean_ratio: 1.02, ratio_tokens: 3, entropy: 1.5, denominator: 2048, micro_batch: 4 }, valid: true },
+  { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: 'Qwen/Qwen3-VL-8B-Instruct' }, valid: true },
+  { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: '' }, valid: false },
+  { model: 'UpdateDpoInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: 'tiny-random' }, valid: true },
+  { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', base_model: 'tiny-random' }, valid: true },
 ];
 
 const PY_CASES = `

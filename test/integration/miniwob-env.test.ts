@@ -10,6 +10,7 @@ import { DEFAULT_VIEWPORT, launchChromium } from '../../env/browser';
 import { DEFAULT_EPISODE_MAX_TIME_MS, MiniWobEnv, pngSize, toPlaywrightKeys } from '../../env/miniwob';
 import { findMiniwobHtml, startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../../env/miniwob-tasks';
+import { clickableElements } from '../helpers/axtree';
 
 let browser: Browser;
 let context: BrowserContext;
@@ -35,25 +36,6 @@ after(async () => {
   await server?.close();
   if (blobRoot) await rm(blobRoot, { recursive: true, force: true });
 });
-
-interface AxLine {
-  id: number;
-  role: string;
-  name: string;
-  x: number;
-  y: number;
-  line: string;
-}
-
-function parseAxtree(axtree: string): AxLine[] {
-  const out: AxLine[] = [];
-  for (const line of axtree.split('\n')) {
-    const m = /^\[(\d+)\] (\S+)(?: ("(?:[^"\\]|\\.)*"))?.* @\((\d+),(\d+)\)$/.exec(line);
-    if (!m) continue;
-    out.push({ id: Number(m[1]), role: m[2], name: m[3] ? (JSON.parse(m[3]) as string) : '', x: Number(m[4]), y: Number(m[5]), line });
-  }
-  return out;
-}
 
 /** The quoted part of a goal like `Click on the "Okay" button.` */
 function quoted(goal: string): string {
@@ -98,7 +80,7 @@ test('all 125 registered tasks reset, screenshot and step', async () => {
 test('click-button seed 3 is solved by click_element', async () => {
   const obs = await env.reset({ env: 'miniwob', task: 'click-button', seed: 3 });
   const target = quoted(obs.goal);
-  const button = parseAxtree(obs.axtree).find((l) => l.role === 'button' && l.name === target);
+  const button = clickableElements(obs.axtree).find((l) => l.role === 'button' && l.name === target);
   assert.ok(button, `no button ${target} in\n${obs.axtree}`);
   const out = await env.step({ type: 'click_element', id: button.id });
   assert.equal(out.actionError, undefined);
@@ -112,7 +94,7 @@ test('click-button is solved by a grid click at the axtree centre (magnification
   for (const seed of [3, 11, 12]) {
     const obs = await env.reset({ env: 'miniwob', task: 'click-button', seed });
     const target = quoted(obs.goal);
-    const button = parseAxtree(obs.axtree).find((l) => l.role === 'button' && l.name === target);
+    const button = clickableElements(obs.axtree).find((l) => l.role === 'button' && l.name === target);
     assert.ok(button, `no button ${target} in\n${obs.axtree}`);
     const out = await env.step({ type: 'click', x: button.x, y: button.y, button: 'left', count: 1 });
     assert.equal(out.actionError, undefined);
@@ -125,7 +107,7 @@ test('a wrong button ends click-button with reward -1, and the result sticks', a
   for (let seed = 0; seed < 20; seed++) {
     const obs = await env.reset({ env: 'miniwob', task: 'click-button', seed });
     const target = quoted(obs.goal);
-    const lines = parseAxtree(obs.axtree);
+    const lines = clickableElements(obs.axtree);
     const wrong = lines.find((l) => l.role === 'button' && l.name !== target);
     const right = lines.find((l) => l.role === 'button' && l.name === target);
     if (!wrong || !right) continue;
@@ -161,7 +143,7 @@ test('reset is deterministic per seed and seeds differ', async () => {
 
 test('element ids are stable across observations and replayable with apply only', async () => {
   const first = await env.reset({ env: 'miniwob', task: 'enter-text', seed: 4 });
-  const textbox = parseAxtree(first.axtree).find((l) => l.role === 'textbox');
+  const textbox = clickableElements(first.axtree).find((l) => l.role === 'textbox');
   assert.ok(textbox);
   const stepped = await env.step({ type: 'type', id: textbox.id, text: 'ab' });
   const again = await env.observe();
@@ -187,7 +169,7 @@ test('goto is refused, unknown ids and keys are action errors, enter-text is sol
   const badKey = await env.apply({ type: 'key', keys: ['hyper'] });
   assert.match(badKey.actionError ?? '', /unknown key "hyper"/);
 
-  const lines = parseAxtree(obs.axtree);
+  const lines = clickableElements(obs.axtree);
   const textbox = lines.find((l) => l.role === 'textbox');
   const submit = lines.find((l) => l.role === 'button' && l.name === 'Submit');
   assert.ok(textbox && submit, obs.axtree);

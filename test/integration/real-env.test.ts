@@ -14,6 +14,7 @@ import { evaluateFinalState, isSuccessOutput, UnscorableTaskError, type Evaluabl
 import { getRealTask, UnknownRealTaskError } from '../../env/real-tasks';
 import { SiteLimiter } from '../../env/site-limits';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
+import { parseAxtree } from '../helpers/axtree';
 
 // The v2 task whose eval script the fake site's state can satisfy: it looks for an added, sent email to a
 // given address whose text refers to meeting notes and asks for them (see the crafted states below).
@@ -54,21 +55,6 @@ async function newEnv(opts: Partial<RealEnvOptions> = {}): Promise<RealEnv> {
     settleMs: 50,
     ...opts,
   });
-}
-
-interface AxLine {
-  id: number;
-  role: string;
-  name: string;
-}
-
-function parseAxtree(axtree: string): AxLine[] {
-  const out: AxLine[] = [];
-  for (const line of axtree.split('\n')) {
-    const m = /^\[(\d+)\] (\S+)(?: ("(?:[^"\\]|\\.)*"))?/.exec(line);
-    if (m) out.push({ id: Number(m[1]), role: m[2], name: m[3] ? (JSON.parse(m[3]) as string) : '' });
-  }
-  return out;
 }
 
 function find(axtree: string, role: string, name: string): number {

@@ -6,7 +6,7 @@ import { singleEpisodeInput } from '../../client/episode-input';
 import { startOrAttachTrain } from '../../client/train';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
-import type { UpdatePolicyOutput } from '../../lib/learner-types';
+import type { UpdatePolicyOutputWire } from '../../lib/learner-types';
 import type { TrainResult } from '../../workflows/train-grpo';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
@@ -44,7 +44,7 @@ before(async () => {
     namespace: stack.namespace,
     taskQueue: stack.gpuQueue,
     activities: {
-      async update_policy(input: { run_id: string; version: number }): Promise<UpdatePolicyOutput> {
+      async update_policy(input: { run_id: string; version: number }): Promise<UpdatePolicyOutputWire> {
         updates.push(input.version);
         return {
           run_id: input.run_id,

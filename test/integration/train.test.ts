@@ -4,12 +4,12 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { parseConfig } from '../../lib/config';
 import { temporalBinary } from '../../client/processes';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
 import type { TrainResult } from '../../workflows/train-grpo';
+import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A real (tiny) GRPO run: MiniWoB++ pages in Chromium, the colocated tiny-random Qwen3-VL sampling and
@@ -23,23 +23,12 @@ after(async () => {
 });
 
 function config(runId: string, iterations: number) {
-  return parseConfig({
-    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
-    episode: { env: 'miniwob', maxSteps: 2, sessionStartTimeoutMs: 10_000 },
-    train: {
-      runId,
-      iterations,
-      episodesPerIteration: 1,
-      parallelism: 1,
-      tasks: ['click-button'],
-      grouping: 'step',
-      numGenerations: 2,
-      learningRate: 1e-3,
-      gpuTaskQueue: stack.gpuQueue,
-      heldOutTasks: ['enter-text'],
-      evalEvery: 2,
-    },
+  return stackGrpoConfig(stack, {
+    runId,
+    iterations,
+    maxSteps: 2,
+    episode: { sessionStartTimeoutMs: 10_000 },
+    train: { heldOutTasks: ['enter-text'], evalEvery: 2 },
   });
 }
 

@@ -1,9 +1,11 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { ApplicationFailure } from '@temporalio/common';
+import { WorkflowFailedError } from '@temporalio/client';
 import type { TrainResult } from '../../workflows/train-grpo';
 import { withFakeWorkers } from '../helpers/fake-workers';
-import { pauseResumeStop } from '../helpers/run-control-scenario';
+import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
 import { continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
@@ -18,7 +20,7 @@ after(async () => {
 });
 
 /** The one place a GRPO run's config is written: two one-step episodes per iteration, sampled by the colocated learner. */
-function grpoConfig(q: TestQueues, runId: string, iterations: number) {
+function grpoConfig(q: TestQueues, runId: string, iterations: number, train: Record<string, unknown> = {}) {
   return {
     temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
     policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
@@ -32,9 +34,17 @@ function grpoConfig(q: TestQueues, runId: string, iterations: number) {
       parallelism: 2,
       tasks: ['click-button'],
       gpuTaskQueue: q.gpu,
+      ...train,
     },
   };
 }
+
+/** Opening a session fails for good for the named episodes (a site that does not come back). */
+const failingEpisodes = (...suffixes: string[]) => ({
+  start: (input: { episodeId: string }) => {
+    if (suffixes.some((s) => input.episodeId.endsWith(s))) throw ApplicationFailure.nonRetryable(`site down for ${input.episodeId}`, 'SiteDown');
+  },
+});
 
 describe('trainGrpo', { timeout: 90_000 }, () => {
   test('runs one iteration per workflow run: 3 iterations, 3 updates (v1..v3), metrics once each', async () => {
@@ -73,32 +83,48 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
   });
 
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
-    await withFakeWorkers(env, 'grpo-pause', {}, async ({ q, runId, control, learner }) => {
-      const s = await pauseResumeStop<TrainResult>({
-        start: async () => {
-          await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: grpoConfig(q, runId, 3) }] });
-          return env.client.workflow.getHandle(runId);
-        },
-        units: learner.updateHolds,
-        pausedBeforeSecond: (st) => st.iteration === 2,
-        work: () => learner.samples.length + learner.updates.length,
-      });
-      assert.equal(s.whilePaused.paused, true);
-      assert.equal(s.whilePaused.iteration, 2);
-      assert.equal(s.whilePaused.phase, 'paused');
-      assert.equal(s.afterResume.paused, false);
+    await withFakeWorkers(env, 'grpo-pause', {}, async (w) => {
+      const { control, learner } = w;
+      const s = await pauseResumeStopTraining<TrainResult>(env, w, 'trainGrpo', grpoConfig(w.q, w.runId, 3), () => learner.samples.length + learner.updates.length);
       assert.equal(s.afterResume.iteration, 2);
-      assert.equal(s.whileStopping.stopping, true);
-      assert.deepEqual(s.result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
-      assert.deepEqual(
-        learner.updates.map((u) => u.version),
-        [1, 2],
-      );
       assert.deepEqual(
         learner.samples.map((s) => s.version),
         [0, 0, 1, 1],
       );
       assert.deepEqual(control.grpoMetrics, [1, 2]);
+    });
+  });
+
+  test('a failed episode is counted and left out of the batch; the run goes on', async () => {
+    await withFakeWorkers(env, 'grpo-fail1', { browser: failingEpisodes('-it1-ep3') }, async ({ q, runId, control }) => {
+      const cfg = grpoConfig(q, runId, 2, { episodesPerIteration: 2 }); // 2 tasks × N=2: 4 episodes per iteration
+      const result = (await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] })) as TrainResult;
+      assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      assert.deepEqual(
+        control.grpoBatches.map((b) => [b.iteration, b.trajectories]),
+        [
+          [1, 3],
+          [2, 4],
+        ],
+      );
+      assert.equal(control.grpoMetricLines[0].failed_episodes, 1);
+      assert.equal(control.grpoMetricLines[1].failed_episodes, undefined);
+    });
+  });
+
+  test('more failed episodes than train.maxFailedEpisodeShare fail the run, naming the reasons', async () => {
+    await withFakeWorkers(env, 'grpo-fail2', { browser: failingEpisodes('-it1-ep1', '-it1-ep3') }, async ({ q, runId, control }) => {
+      const cfg = grpoConfig(q, runId, 2, { episodesPerIteration: 2, maxFailedEpisodeShare: 0.25 });
+      const err = await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] }).then(
+        () => assert.fail('the run should fail'),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof WorkflowFailedError);
+      const cause = err.cause as ApplicationFailure;
+      assert.equal(cause.type, 'TooManyFailures');
+      assert.match(cause.message, /2 of 4 episodes of iteration 1 failed, more than train\.maxFailedEpisodeShare = 0\.25/);
+      assert.match(cause.message, /site down for .*-it1-ep1/);
+      assert.deepEqual(control.grpoBatches, [], 'no update from an iteration with too many failures');
     });
   });
 });

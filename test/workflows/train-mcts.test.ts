@@ -4,7 +4,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Action } from '../../lib/actions';
 import type { TrainMctsResult } from '../../workflows/train-mcts';
 import { withFakeWorkers } from '../helpers/fake-workers';
-import { pauseResumeStop } from '../helpers/run-control-scenario';
+import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
 import { childWorkflows, continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
@@ -89,26 +89,9 @@ describe('trainMcts', { timeout: 90_000 }, () => {
   });
 
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
-    await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async ({ q, runId, browser, control, learner }) => {
-      const s = await pauseResumeStop<TrainMctsResult>({
-        start: async () => {
-          await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: mctsConfig(q, runId, 3) }] });
-          return env.client.workflow.getHandle(runId);
-        },
-        units: learner.updateHolds,
-        pausedBeforeSecond: (st) => st.iteration === 2,
-        work: () => browser.starts.length + learner.samples.length,
-      });
-      assert.equal(s.whilePaused.paused, true);
-      assert.equal(s.whilePaused.iteration, 2);
-      assert.equal(s.whilePaused.phase, 'paused');
-      assert.equal(s.afterResume.paused, false);
-      assert.equal(s.whileStopping.stopping, true);
-      assert.deepEqual(s.result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
-      assert.deepEqual(
-        learner.updates.map((u) => u.version),
-        [1, 2],
-      );
+    await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
+      const { browser, control, learner } = w;
+      await pauseResumeStopTraining<TrainMctsResult>(env, w, 'trainMcts', mctsConfig(w.q, w.runId, 3), () => browser.starts.length + learner.samples.length);
       assert.deepEqual(
         control.mctsMetrics.map((m) => m.iteration),
         [1, 2],

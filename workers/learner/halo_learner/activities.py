@@ -2,7 +2,10 @@
 
 Error classification (Temporal does the retrying; nothing here retries on its own):
   bad payload / bad batch / missing blob / missing parent adapter  -> non-retryable ApplicationError
-  out of GPU memory                                                -> retryable ApplicationError
+  version on disk from another batch, or another base model         -> non-retryable (StaleVersion, ModelMismatch)
+  attention implementation that ignores the packed block mask       -> non-retryable (UnsupportedAttention)
+  out of GPU memory                                                -> retryable, the retry runs half the chunk
+                                                                      size; non-retryable once one row fails
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .adapters import ParentVersionMissing
+from .adapters import ModelMismatch, ParentVersionMissing, StaleVersion
 from .blobs import BadBlobRef, BlobNotFound
 from .inflight import InflightLedger
 from .learner import InvalidBatch, Learner
+from .logprobs import UnsupportedAttention
 from .payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
 
 
@@ -49,6 +53,7 @@ class LearnerActivities:
         tracked = self.ledger is not None and activity.in_activity()
         try:
             with self._lock:
+                self.learner.planned = None
                 if tracked:
                     self.ledger.begin(activity.info())
                 try:
@@ -65,16 +70,33 @@ class LearnerActivities:
         except ParentVersionMissing as e:
             raise ApplicationError(f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing",
                                    non_retryable=True) from None
+        except StaleVersion as e:
+            raise ApplicationError(f"{name}: {e}", type="StaleVersion", non_retryable=True) from None
+        except ModelMismatch as e:
+            raise ApplicationError(f"{name}: {e}", type="ModelMismatch", non_retryable=True) from None
+        except UnsupportedAttention as e:
+            raise ApplicationError(f"{name}: {e}", type="UnsupportedAttention", non_retryable=True) from None
         except FloatingPointError as e:
             # The same batch gives the same non-finite gradient on every attempt: retrying cannot help.
             raise ApplicationError(f"{name}: {e}; lower the learning rate or check the batch", type="NonFiniteGradient",
                                    non_retryable=True) from None
         except torch.OutOfMemoryError as e:
             self.learner.resident = None
+            failed_at = self.learner.planned[1] if self.learner.planned else None
+            nxt = self.learner.after_oom()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            raise ApplicationError(f"{name}: out of GPU memory ({str(e).splitlines()[0]}); lower HALO_MICRO_BATCH "
-                                   "or the batch size", type="OutOfMemory", non_retryable=False) from None
+            first = str(e).splitlines()[0] if str(e) else "out of memory"
+            if failed_at is not None and nxt is None:
+                raise ApplicationError(
+                    f"{name}: out of GPU memory with one completion per chunk ({first}); lower policy.maxTokens, "
+                    "give the learner more memory (HALO_LEARNER_MEMORY_GB, vLLM's --gpu-memory-utilization) or a GPU "
+                    "of its own", type="OutOfMemory", non_retryable=True) from None
+            if nxt is not None:
+                _heartbeat({"phase": name, "oom_at_micro_batch": failed_at, "next_micro_batch": nxt})
+            raise ApplicationError(f"{name}: out of GPU memory ({first}); the retry runs "
+                                   f"{'micro-batch ' + str(nxt) if nxt else 'the same batch again'}",
+                                   type="OutOfMemory", non_retryable=False) from None
 
     @activity.defn(name="update_policy")
     def update_policy(self, raw: dict) -> dict:

@@ -3,10 +3,14 @@
     adapter_config.json          peft LoraConfig (r, lora_alpha, target_modules, bias "none", ...)
     adapter_model.safetensors    keys base_model.model.model.language_model.layers.N.<proj>.lora_{A,B}.weight
     optimizer.safetensors        AdamW moments, so a restarted learner continues exactly (vLLM ignores it)
-    manifest.json                base model, parent version, sha256 of every other file, metrics, time
+    manifest.json                base model, parent version, the batch it was trained from, sha256 of
+                                 every other file, metrics, time
 
 A version folder appears only complete: everything is written into a temp folder next to it, then renamed.
-A folder that exists is final, which is what makes an update idempotent per (run_id, version).
+A folder that exists is final, which is what makes an update idempotent per (run_id, version): a retry
+with the same batch gets it back. A request for that version with another batch, or from a learner holding
+another base model, is refused (`StaleVersion`, `ModelMismatch`): the folder belongs to something else
+(typically an earlier run under the same run id whose Temporal state was purged).
 """
 
 from __future__ import annotations
@@ -35,6 +39,36 @@ ADAPTER_NAME = "default"
 
 class ParentVersionMissing(Exception):
     pass
+
+
+class StaleVersion(Exception):
+    """The version on disk was trained from another batch than the one this request names."""
+
+
+class ModelMismatch(Exception):
+    """The version on disk, or the request, belongs to another base model than the resident one."""
+
+
+def check_model(expected: str | None, resident: str, what: str) -> None:
+    if expected is not None and expected != resident:
+        raise ModelMismatch(
+            f"{what} needs base model {expected!r} but this learner holds {resident!r}; restart the learner with "
+            f"HALO_MODEL={expected} (or point the run at the model the learner serves)"
+        )
+
+
+def check_existing(path: Path, run_id: str, version: int, batch_ref: str, resident_model: str) -> dict:
+    """The manifest of an existing v<version>, if it is the one this request would have written."""
+    m = read_manifest(path)
+    check_model(m.get("base_model"), resident_model, f"adapter {run_id}/v{version} ({path})")
+    recorded = m.get("batch_ref")
+    if recorded is not None and recorded != batch_ref:
+        raise StaleVersion(
+            f"adapter {run_id}/v{version} at {path} was trained from batch {recorded}, not {batch_ref}: it is left "
+            f"from an earlier run with the same id. Start this run under a new run id, or move {path.parent} "
+            "away if that earlier run is no longer needed"
+        )
+    return m
 
 
 def version_dir(run_id: str, version: int, root: Path | None = None) -> Path:
@@ -76,7 +110,7 @@ def _optimizer_tensors(policy, optimizer) -> tuple[dict[str, torch.Tensor], int]
 
 
 def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind: str, metrics: dict,
-                 root: Path | None = None) -> tuple[Path, bool]:
+                 root: Path | None = None, batch_ref: str | None = None) -> tuple[Path, bool]:
     """Write v<version> atomically. Returns (path, reused): reused when another writer got there first."""
     final = version_dir(run_id, version, root)
     if final.exists():
@@ -96,7 +130,7 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
         save_file(opt, tmp / OPTIMIZER_FILE, metadata={"step": str(step)})
         manifest = {
             "run_id": run_id, "version": version, "parent_version": parent, "kind": kind,
-            "base_model": policy.model_id,
+            "base_model": policy.model_id, "batch_ref": batch_ref,
             "lora": {"r": cfg.r, "lora_alpha": cfg.lora_alpha, "target_modules": sorted(cfg.target_modules)},
             "optimizer_step": step,
             "files": {f.name: _sha256(f) for f in sorted(tmp.iterdir())},
@@ -143,6 +177,7 @@ def load_version(policy, optimizer, run_id: str, version: int, root: Path | None
     path = version_dir(run_id, version, root)
     if not path.exists():
         raise ParentVersionMissing(f"adapter {run_id}/v{version} not found at {path}")
+    check_model(read_manifest(path).get("base_model"), policy.model_id, f"adapter {run_id}/v{version} ({path})")
     weights = load_file(path / ADAPTER_FILE)
     params = policy.trainable_parameters()
     expected = {_peft_key(n) for n in params}

@@ -7,7 +7,10 @@ For a pair (prompt x, chosen y_c, rejected y_r), with sequence log-probs summed 
     z     = beta * ((pi_c - ref_c) - (pi_r - ref_r))      the implicit reward margin
     loss  = mean over pairs of  -log sigmoid(z)
 
-pi_ref is the logged reference log-prob when the pair carries one, else the model with LoRA disabled.
+One reference for every pair of every batch: pi_ref is the base model, i.e. the resident model with the
+LoRA adapter disabled (as TRL's DPOTrainer does with a peft model). Logged reference log-probs that a pair
+may carry (the sampler's, at its sampling temperature and from whichever adapter sampled it) are ignored:
+mixing them with recomputed ones would optimise two objectives in one batch.
 Metrics: reward_margin = mean z, accuracy = fraction of pairs with z > 0 (both before the step).
 """
 
@@ -43,6 +46,7 @@ class DpoStats:
     seconds: float
     reward_margin: float
     accuracy: float
+    logged_refs_ignored: int = 0
 
 
 def dpo_loss(pi_c, pi_r, ref_c, ref_r, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,15 +77,8 @@ def dpo_step(policy, optimizer, samples: list[DpoSample], *, beta: float, max_gr
     for rows in chunks:
         prompt = samples[rows[0]].prompt
         seqs = [t for r in rows for t in (samples[r].chosen, samples[r].rejected)]  # c0, r0, c1, r1, ...
-        logged = [(samples[r].ref_chosen, samples[r].ref_rejected) for r in rows]
-        if any(c is None for c, _ in logged):
-            with torch.no_grad(), policy.model.disable_adapter():
-                ref = _sequence_logprobs(policy, prompt, seqs)
-        else:
-            ref = torch.zeros(len(seqs), dtype=torch.float32, device=policy.device)
-        for k, (c, r) in enumerate(logged):  # a logged reference wins over the recomputed one
-            if c is not None:
-                ref[2 * k], ref[2 * k + 1] = c, r
+        with torch.no_grad(), policy.model.disable_adapter():
+            ref = _sequence_logprobs(policy, prompt, seqs)
         pi = _sequence_logprobs(policy, prompt, seqs)
         losses, z = dpo_loss(pi[0::2], pi[1::2], ref[0::2], ref[1::2], beta)
         loss = losses.sum() / n  # mean over all pairs of the batch, accumulated chunk by chunk
@@ -93,4 +90,5 @@ def dpo_step(policy, optimizer, samples: list[DpoSample], *, beta: float, max_gr
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     tokens = sum(len(s.chosen) + len(s.rejected) for s in samples)
     return DpoStats(loss=total, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0,
-                    reward_margin=sum(margins) / n, accuracy=sum(z > 0 for z in margins) / n)
+                    reward_margin=sum(margins) / n, accuracy=sum(z > 0 for z in margins) / n,
+                    logged_refs_ignored=sum(s.ref_chosen is not None for s in samples))

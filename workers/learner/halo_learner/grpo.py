@@ -11,10 +11,17 @@ division: Dr. GRPO), per completion token t:
     kl_t       = exp(ref_t - logp_t) - (ref_t - logp_t) - 1    k3 estimator, ref = LoRA disabled, no grad
     loss_t     = pg_t + kl_coef * kl_t                      (kl term skipped when kl_coef == 0)
 
-    loss = sum_{i,t} loss_t * mask_t / (B * L_max)          L_max = batch max_completion_len or longest
+    loss = sum_{i,t} loss_t * mask_t / (B * L_max)          L_max = the run's policy.maxTokens
 
 The constant denominator is what makes it Dr. GRPO: no per-sequence length normalisation, so short and
-long completions are weighted per token alike. One optimiser step per batch.
+long completions are weighted per token alike, and (as in TRL's dr_grpo, B x max_completion_length) the
+weight of a token does not change from one batch to the next with the batch's longest completion. A batch
+written without max_completion_len falls back to its longest completion (the caller logs it).
+One optimiser step per batch.
+
+Statistics (before the step, like TRL / CleanRL): kl = mean k3 over completion tokens (when the reference
+pass runs), mean ratio and clip fraction over tokens with sampler log-probs, entropy = mean -logp_t of the
+sampled tokens (a one-sample estimate of the policy's entropy at the sampling temperature).
 """
 
 from __future__ import annotations
@@ -60,10 +67,15 @@ class RatioStats:
     tokens: int = 0  # completion tokens with a sampler log-prob
     clipped: int = 0  # of those, ratios outside [1 - eps, 1 + eps]
     max_abs_log_ratio: float = 0.0
+    ratio_sum: float = 0.0
 
     @property
     def clip_fraction(self) -> float:
         return self.clipped / self.tokens if self.tokens else 0.0
+
+    @property
+    def mean_ratio(self) -> float | None:
+        return self.ratio_sum / self.tokens if self.tokens else None
 
     def add(self, log_ratio: torch.Tensor, known: torch.Tensor, clip_eps: float) -> None:
         lr = log_ratio.detach()[known]
@@ -72,7 +84,38 @@ class RatioStats:
         r = torch.exp(lr)
         self.tokens += int(lr.numel())
         self.clipped += int(((r < 1 - clip_eps) | (r > 1 + clip_eps)).sum())
+        self.ratio_sum += float(r.sum())
         self.max_abs_log_ratio = max(self.max_abs_log_ratio, float(lr.abs().max()))
+
+
+@dataclass
+class TokenStats:
+    """Sums over completion tokens: k3 KL to the reference (when computed) and -logp of the sampled token."""
+
+    tokens: int = 0
+    nll_sum: float = 0.0
+    kl_sum: float | None = None
+
+    def add(self, logp: torch.Tensor, ref: torch.Tensor | None, mask: torch.Tensor) -> None:
+        lp = logp.detach()[mask]
+        self.tokens += int(lp.numel())
+        self.nll_sum -= float(lp.sum())
+        if ref is not None:
+            log_r = ref[mask] - lp
+            self.kl_sum = (self.kl_sum or 0.0) + float((torch.exp(log_r) - log_r - 1).sum())
+
+    @property
+    def entropy(self) -> float | None:
+        return self.nll_sum / self.tokens if self.tokens else None
+
+    @property
+    def kl(self) -> float | None:
+        return self.kl_sum / self.tokens if self.tokens and self.kl_sum is not None else None
+
+
+def dr_grpo_denominator(batch_size: int, max_completion_len: int | None, longest: int) -> float:
+    """B x the run's max completion length: a constant of the run, not of the batch (see the docstring)."""
+    return float(batch_size * (max_completion_len or longest))
 
 
 @dataclass
@@ -82,6 +125,8 @@ class GrpoStats:
     tokens: int
     seconds: float
     ratios: RatioStats | None = None
+    token_stats: TokenStats | None = None
+    denominator: float = 0.0
 
 
 def _row_table(samples: list[GrpoSample], L: int, device):
@@ -172,7 +217,7 @@ class LoraWorkingCopy:
 def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
                   max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
                   on_progress: Callable[[], None] | None = None,
-                  ratios: RatioStats | None = None) -> tuple[float, int]:
+                  ratios: RatioStats | None = None, token_stats: TokenStats | None = None) -> tuple[float, int]:
     """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens); `ratios` collects ratio stats.
 
     prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
@@ -183,7 +228,7 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
     dev = policy.device
     B = len(samples)
     L = max(len(s.ids) for s in samples)
-    norm = float(B * (max_completion_len or L))
+    norm = dr_grpo_denominator(B, max_completion_len, L)
     adv, old = _row_table(samples, L, dev)
     chunks = _chunks(samples, micro_batch, prefix_sharing)
     layouts = ({rows[0]: packed_layout(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows])
@@ -197,9 +242,12 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
         o = old[rows, cols][:, :T]
         known = ~torch.isnan(o)
         o = torch.where(known, o, logp.detach())  # no sampler log-probs: ratio 1, plain PG
+        m = mask[rows, cols][:, :T] > 0
         if ratios is not None:
-            ratios.add(logp - o, known & (mask[rows, cols][:, :T] > 0), clip_eps)
+            ratios.add(logp - o, known & m, clip_eps)
         r = ref[rows, cols][:, :T] if ref is not None else None
+        if token_stats is not None:
+            token_stats.add(logp, r, m)
         per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef)
         return (per_token * mask[rows, cols][:, :T]).sum() / norm
 
@@ -243,9 +291,12 @@ def grpo_step(policy, optimizer, samples: list[GrpoSample], *, clip_eps: float, 
               on_progress: Callable[[], None] | None = None) -> GrpoStats:
     t0 = time.monotonic()
     optimizer.zero_grad(set_to_none=True)
-    ratios = RatioStats()
+    ratios, token_stats = RatioStats(), TokenStats()
     loss, tokens = grpo_backward(policy, samples, clip_eps=clip_eps, kl_coef=kl_coef, temperature=temperature,
                                  max_completion_len=max_completion_len, micro_batch=micro_batch,
-                                 prefix_sharing=prefix_sharing, on_progress=on_progress, ratios=ratios)
+                                 prefix_sharing=prefix_sharing, on_progress=on_progress, ratios=ratios,
+                                 token_stats=token_stats)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
-    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0, ratios=ratios)
+    denominator = dr_grpo_denominator(len(samples), max_completion_len, max(len(s.ids) for s in samples))
+    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0, ratios=ratios,
+                     token_stats=token_stats, denominator=denominator)

@@ -3,7 +3,11 @@ operations the Temporal activities expose. No Temporal imports here, so tests dr
 
 Version bookkeeping: v<N>'s parent is v<N-1>; v0 is the seeded LoRA init. Before an update the resident
 adapter is brought to v<N-1> (from disk if needed); while the update runs it is marked unknown, so a
-failed or interrupted update can never leak half-applied weights into the next one.
+failed or interrupted update can never leak half-applied weights into the next one. An existing v<N> is
+returned only to a retry of the same batch on the same base model (adapters.check_existing).
+
+Memory: the chunk size of an update is planned from the batch's shape under the memory budget
+(memory.py); after an out-of-memory failure the retry of that batch runs with half the chunk size.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from typing import Callable
 import torch
 from pydantic import TypeAdapter
 
-from . import adapters
+from . import adapters, retention
+from .adapters import check_model
 from .blobs import BlobStore
 from .dpo import DpoSample, dpo_step
 from .grpo import GrpoSample, grpo_step
-from .logprobs import compile_packed_layers
+from .logprobs import check_block_mask_attention, compile_packed_layers
+from .memory import MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
 from .models import Policy, load_policy
 from .payloads import (
     DpoBatch, GrpoBatch, SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdateDpoOutput,
@@ -46,6 +52,7 @@ class Settings:
     prefix_sharing: bool = True
     dpo_pairs_per_chunk: int = 4
     compile: bool = False  # torch.compile the decoder layers for the packed GRPO passes (HALO_COMPILE=1)
+    keep_last: int = retention.DEFAULT_KEEP_LAST  # versions kept with optimiser state (HALO_KEEP_VERSIONS)
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -54,16 +61,21 @@ class Settings:
             prefix_sharing=os.environ.get("HALO_PREFIX_SHARING", "1") not in ("0", "false", "no"),
             dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 4)),
             compile=os.environ.get("HALO_COMPILE", "0") in ("1", "true", "yes"),
+            keep_last=int(os.environ.get("HALO_KEEP_VERSIONS", retention.DEFAULT_KEEP_LAST)),
         )
 
 
 class Learner:
     def __init__(self, policy: Policy, blobs: BlobStore | None = None, checkpoints: Path | None = None,
-                 settings: Settings | None = None):
+                 settings: Settings | None = None, oom_hints: OomHints | None = None):
         self.policy = policy
         self.blobs = blobs or BlobStore()
         self.checkpoints = checkpoints
         self.settings = settings or Settings.from_env()
+        if self.settings.prefix_sharing:
+            check_block_mask_attention(policy)  # refuse at load, not at the first update
+        self.oom_hints = oom_hints or OomHints()
+        self.planned: tuple[str, int] | None = None  # (batch_ref, chunk size) of the update in progress
         if self.settings.compile and self.settings.prefix_sharing:
             compile_packed_layers(policy)
         params = list(policy.trainable_parameters().values())
@@ -108,49 +120,102 @@ class Learner:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
-    def _commit(self, run_id: str, version: int, kind: str, metrics: dict) -> tuple[Path, bool]:
+    def _commit(self, run_id: str, version: int, kind: str, metrics: dict, batch_ref: str) -> tuple[Path, bool]:
         path, reused = adapters.save_version(self.policy, self.optimizer, run_id, version, version - 1, kind,
-                                             metrics, self.checkpoints)
+                                             metrics, self.checkpoints, batch_ref=batch_ref)
         self.resident = (run_id, version) if not reused else None
         self.optimizer_synced = not reused
+        self.planned = None
+        try:
+            retention.prune_after_update(self.checkpoints, run_id, self.settings.keep_last)
+        except OSError as e:  # disk housekeeping must never fail an update that is already committed
+            log.warning("pruning optimiser state of %s failed: %s", run_id, e)
         return path, reused
+
+    def _existing(self, run_id: str, version: int, batch_ref: str) -> dict | None:
+        path = self._vdir(run_id, version)
+        if not path.exists():
+            return None
+        return adapters.check_existing(path, run_id, version, batch_ref, self.policy.model_id)["metrics"]
+
+    def _cap(self, batch_ref: str, configured: int) -> int:
+        hint = self.oom_hints.cap(batch_ref)
+        return min(configured, hint) if hint else configured
+
+    def after_oom(self) -> int | None:
+        """Record an out-of-memory failure of the update in progress; the next chunk size, None if none is left."""
+        if self.planned is None:
+            return None
+        batch_ref, k = self.planned
+        self.planned = None
+        return self.oom_hints.shrink(batch_ref, k)
+
+    def _plan(self, batch_ref: str, samples: list[GrpoSample]) -> Plan:
+        packed = self.settings.prefix_sharing
+        if packed:
+            groups: dict[str, tuple[int, list[int]]] = {}
+            for s in samples:
+                groups.setdefault(s.prompt_key, (len(s.prompt), []))[1].append(len(s.ids))
+            shape = list(groups.values())
+        else:
+            shape = [(len(s.prompt), [len(s.ids)]) for s in samples]
+        plan = plan_micro_batch(shape, self._cap(batch_ref, self.settings.micro_batch),
+                                budget_bytes(self.policy.device), MemoryModel.from_policy(self.policy), packed)
+        if not plan.fits:
+            log.warning("batch %s: even one completion per chunk is estimated at %.1f GiB, over the %.1f GiB budget "
+                        "(HALO_LEARNER_MEMORY_GB); trying anyway", batch_ref, plan.peak_bytes / 2**30,
+                        (plan.budget_bytes or 0) / 2**30)
+        self.planned = (batch_ref, plan.micro_batch)
+        return plan
 
     # ---- update_policy ---------------------------------------------------------------------------
 
     def update_policy(self, inp: UpdatePolicyInput, progress: Progress | None = None) -> UpdatePolicyOutput:
         hp = inp.hyperparameters
-        existing = self._vdir(inp.run_id, inp.version)
-        if existing.exists():
-            m = adapters.read_manifest(existing)["metrics"]
-            return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, **self._reused(existing),
+        check_model(inp.base_model, self.policy.model_id, f"update_policy {inp.run_id}/v{inp.version}")
+        m = self._existing(inp.run_id, inp.version, inp.batch_ref)
+        if m is not None:
+            return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version,
+                                      **self._reused(self._vdir(inp.run_id, inp.version)),
                                       retokenized=m.get("retokenized", 0),
-                                      token_mismatch_rate=m.get("token_mismatch_rate", 0.0))
+                                      token_mismatch_rate=m.get("token_mismatch_rate", 0.0),
+                                      **{k: m.get(k) for k in GRPO_STAT_KEYS})
         batch = GrpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
+        if batch.max_completion_len is None:
+            log.warning("batch %s has no max_completion_len: dr_grpo divides by B x its longest completion, which "
+                        "changes from batch to batch; write the run's policy.maxTokens into the batch",
+                        inp.batch_ref)
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
         samples, retok, mismatched = self._grpo_samples(batch)
-        beat = _beater(progress, "update_policy", len(samples))
+        plan = self._plan(inp.batch_ref, samples)
+        beat = _beater(progress, "update_policy", len(samples), micro_batch=plan.micro_batch)
         self.resident = None  # weights are about to change; unknown until committed
         self._set_lr(hp.learning_rate)
         stats = grpo_step(
             self.policy, self.optimizer, samples, clip_eps=hp.clip_epsilon, kl_coef=hp.kl_coef,
             temperature=hp.temperature, max_grad_norm=hp.max_grad_norm, max_completion_len=batch.max_completion_len,
-            micro_batch=self.settings.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
+            micro_batch=plan.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
         )
-        ratios = stats.ratios
+        ratios, ts = stats.ratios, stats.token_stats
+        update_stats = dict(kl=ts.kl, clip_fraction=ratios.clip_fraction if ratios.tokens else None,
+                            mean_ratio=ratios.mean_ratio, ratio_tokens=ratios.tokens, entropy=ts.entropy,
+                            denominator=stats.denominator, micro_batch=plan.micro_batch)
         metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
                        items=len(samples), retokenized=retok,
                        token_mismatch_rate=(mismatched / retok) if retok else 0.0,
-                       ratio_tokens=ratios.tokens, clip_fraction=ratios.clip_fraction,
-                       max_abs_log_ratio=ratios.max_abs_log_ratio, hyperparameters=hp.model_dump())
-        path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics)
+                       max_abs_log_ratio=ratios.max_abs_log_ratio, **update_stats,
+                       estimated_peak_gib=plan.peak_bytes / 2**30, hyperparameters=hp.model_dump())
+        path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics, inp.batch_ref)
         if reused:  # another learner wrote this version meanwhile; its weights are the truth
             return self.update_policy(inp, progress)
-        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d (%d retokenised items, %d tokens with "
-                 "sampler log-probs, %.3f clipped) in %.2fs", inp.run_id, inp.version, stats.loss, stats.grad_norm,
-                 stats.tokens, retok, ratios.tokens, ratios.clip_fraction, stats.seconds)
+        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
+                 "%d tokens with sampler log-probs, %.3f clipped, micro-batch %d) in %.2fs", inp.run_id, inp.version,
+                 stats.loss, stats.grad_norm, stats.tokens, ts.kl, ts.entropy or 0.0, retok, ratios.tokens,
+                 ratios.clip_fraction, plan.micro_batch, stats.seconds)
         return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
                                   grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
-                                  reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"])
+                                  reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"],
+                                  **update_stats)
 
     def _grpo_samples(self, batch: GrpoBatch) -> tuple[list[GrpoSample], int, int]:
         prompts = PromptCache(self.policy.processor, self.blobs)
@@ -183,10 +248,11 @@ class Learner:
 
     def update_dpo(self, inp: UpdateDpoInput, progress: Progress | None = None) -> UpdateDpoOutput:
         hp = inp.hyperparameters
-        existing = self._vdir(inp.run_id, inp.version)
-        if existing.exists():
-            m = adapters.read_manifest(existing)["metrics"]
-            return UpdateDpoOutput(run_id=inp.run_id, version=inp.version, **self._reused(existing),
+        check_model(inp.base_model, self.policy.model_id, f"update_dpo {inp.run_id}/v{inp.version}")
+        m = self._existing(inp.run_id, inp.version, inp.batch_ref)
+        if m is not None:
+            return UpdateDpoOutput(run_id=inp.run_id, version=inp.version,
+                                   **self._reused(self._vdir(inp.run_id, inp.version)),
                                    reward_margin=m.get("reward_margin", 0.0), accuracy=m.get("accuracy", 0.0))
         batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
@@ -201,15 +267,20 @@ class Learner:
                 rejected=completion_ids_from_text(tok, enc.text, p.rejected, True).ids,
                 ref_chosen=p.ref_chosen_logprob, ref_rejected=p.ref_rejected_logprob,
             ))
-        beat = _beater(progress, "update_dpo", len(samples))
+        chunk = self._cap(inp.batch_ref, self.settings.dpo_pairs_per_chunk)
+        self.planned = (inp.batch_ref, chunk)
+        beat = _beater(progress, "update_dpo", len(samples), micro_batch=chunk)
         self.resident = None
         self._set_lr(hp.learning_rate)
         stats = dpo_step(self.policy, self.optimizer, samples, beta=hp.beta, max_grad_norm=hp.max_grad_norm,
-                         pairs_per_chunk=self.settings.dpo_pairs_per_chunk, on_progress=beat)
+                         pairs_per_chunk=chunk, on_progress=beat)
+        if stats.logged_refs_ignored:
+            log.info("update_dpo %s v%d: %d pairs carried logged reference log-probs; the reference is the base "
+                     "model for every pair, so they were not used", inp.run_id, inp.version, stats.logged_refs_ignored)
         metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
                        pairs=len(samples), reward_margin=stats.reward_margin, accuracy=stats.accuracy,
-                       hyperparameters=hp.model_dump())
-        path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics)
+                       pairs_per_chunk=chunk, hyperparameters=hp.model_dump())
+        path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics, inp.batch_ref)
         if reused:
             return self.update_dpo(inp, progress)
         log.info("update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f in %.2fs", inp.run_id, inp.version,
@@ -222,6 +293,7 @@ class Learner:
 
     def sample_actions(self, inp: SampleActionsInput, progress: Progress | None = None) -> SampleActionsOutput:
         t0 = time.monotonic()
+        check_model(inp.base_model, self.policy.model_id, f"sample_actions for {inp.run_id}")
         msgs = PROMPT_ADAPTER.validate_python(self.blobs.get_json(inp.prompt_ref))
         prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
         if progress:
@@ -239,12 +311,15 @@ class Learner:
         )
 
 
-def _beater(progress: Progress | None, phase: str, items: int) -> Callable[[], None]:
+GRPO_STAT_KEYS = ("kl", "clip_fraction", "mean_ratio", "ratio_tokens", "entropy", "denominator", "micro_batch")
+
+
+def _beater(progress: Progress | None, phase: str, items: int, **extra) -> Callable[[], None]:
     count = [0]
 
     def beat() -> None:
         count[0] += 1
         if progress:
-            progress({"phase": phase, "steps": count[0], "items": items})
+            progress({"phase": phase, "steps": count[0], "items": items, **extra})
 
     return beat

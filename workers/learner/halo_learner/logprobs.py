@@ -211,6 +211,24 @@ def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], 
 # ---- shared prefix, packed into one sequence -----------------------------------------------------
 
 PACK_ALIGN = 16
+# Attention implementations that honour an arbitrary 4-D boolean mask. eager adds the mask to the scores
+# (a boolean True becomes +1, not "allowed"; 0.98 nats off on the tiny model) and FlashAttention-2 ignores
+# 4-D masks altogether, so the packed layout would silently let completions see each other.
+BLOCK_MASK_ATTENTION = ("sdpa",)
+
+
+class UnsupportedAttention(RuntimeError):
+    """The model runs an attention implementation under which the packed block mask is wrong."""
+
+
+def check_block_mask_attention(policy) -> None:
+    impl = getattr(hf_model(policy).model.language_model.config, "_attn_implementation", None)
+    if impl not in BLOCK_MASK_ATTENTION:
+        raise UnsupportedAttention(
+            f"the packed GRPO pass needs attention that honours a 4-D block mask ({', '.join(BLOCK_MASK_ATTENTION)}), "
+            f"but the model runs {impl!r}; load it with attn_implementation='sdpa' or set HALO_PREFIX_SHARING=0 "
+            "(padded batches, slower)"
+        )
 
 
 @dataclass
@@ -232,6 +250,7 @@ class PackedLayout:
 
 
 def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -> PackedLayout:
+    check_block_mask_attention(policy)
     dev = policy.device
     P = len(prompt)
     G, L = len(completions), max(len(c) for c in completions)
@@ -297,6 +316,7 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
 
     Differentiable: the graph is kept whole, so any loss over the result can be back-propagated through it.
     """
+    check_block_mask_attention(policy)  # a layout built earlier does not prove the model still runs sdpa
     lay = layout or packed_layout(policy, prompt, completions)
     # Qwen3VLModel.forward, image-only, with the placeholders taken from the layout rather than from
     # `input_ids == image_token_id`: a sampled completion may contain that token id, and it is plain text

@@ -89,7 +89,14 @@ class GrpoItem(_Strict):
 
 class GrpoBatch(_Strict):
     items: list[GrpoItem] = Field(min_length=1)
+    # The run's policy.maxTokens: dr_grpo divides by B x this constant, so per-token weight does not move
+    # between batches. Null falls back to the batch's longest completion (logged as a warning).
     max_completion_len: int | None = Field(None, ge=1)
+
+
+# The resident model a request was written for (the run's policy model, e.g. "Qwen/Qwen3-VL-8B-Instruct").
+# Null skips the check; a mismatch is a non-retryable ModelMismatch.
+ModelId = Annotated[str, Field(min_length=1)] | None
 
 
 class UpdatePolicyInput(_Strict):
@@ -97,6 +104,7 @@ class UpdatePolicyInput(_Strict):
     version: int = Field(ge=1)
     batch_ref: str
     hyperparameters: GrpoHyperparameters = GrpoHyperparameters()
+    base_model: ModelId = None
 
 
 class UpdateOutput(_Strict):
@@ -115,6 +123,15 @@ class UpdatePolicyOutput(UpdateOutput):
     # retokenisation is not a faithful stand-in for what was sampled (their old log-probs are not used).
     retokenized: int
     token_mismatch_rate: float
+    # Per-update statistics (TRL / CleanRL style), measured before the optimiser step; null when unknown
+    # (kl without a reference pass, ratio figures without sampler log-probs, versions written before them).
+    kl: float | None = None  # mean k3 estimate of KL(pi_theta || pi_ref) per completion token
+    clip_fraction: float | None = None  # share of ratio tokens outside [1 - eps, 1 + eps]
+    mean_ratio: float | None = None  # mean pi_theta / pi_old over tokens with sampler log-probs
+    ratio_tokens: int | None = None  # completion tokens that came with sampler log-probs
+    entropy: float | None = None  # mean -log pi_theta(sampled token): a one-sample entropy estimate
+    denominator: float | None = None  # dr_grpo's B x max_completion_len
+    micro_batch: int | None = None  # completions per packed forward, as planned for the memory budget
 
 
 # ---- update_dpo ----------------------------------------------------------------------------------
@@ -127,6 +144,8 @@ class DpoHyperparameters(_Strict):
 
 
 class DpoPair(_Strict):
+    # The reference is always the adapter-disabled base model (dpo.py); logged reference log-probs are
+    # accepted for older writers and ignored, so one batch never mixes two references.
     prompt: Prompt
     chosen: str
     rejected: str
@@ -149,6 +168,7 @@ class UpdateDpoInput(_Strict):
     version: int = Field(ge=1)
     batch_ref: str
     hyperparameters: DpoHyperparameters = DpoHyperparameters()
+    base_model: ModelId = None
 
 
 class UpdateDpoOutput(UpdateOutput):
@@ -167,6 +187,7 @@ class SampleActionsInput(_Strict):
     temperature: float = Field(0.7, ge=0)
     max_tokens: int = Field(256, ge=1)
     seed: int | None = None
+    base_model: ModelId = None
 
 
 class Completion(_Strict):

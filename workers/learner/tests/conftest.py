@@ -21,6 +21,7 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 from halo_learner.blobs import BlobStore  # noqa: E402
 from halo_learner.learner import Learner, Settings  # noqa: E402
+from halo_learner.memory import OomHints  # noqa: E402
 from halo_learner.models import load_policy  # noqa: E402
 
 
@@ -36,7 +37,8 @@ def policy():
 
 @pytest.fixture
 def learner(policy, blobs, tmp_path) -> Learner:
-    return Learner(policy, blobs=blobs, checkpoints=tmp_path / "checkpoints", settings=Settings(micro_batch=4))
+    return Learner(policy, blobs=blobs, checkpoints=tmp_path / "checkpoints", settings=Settings(micro_batch=4),
+                   oom_hints=OomHints(tmp_path / "oom-hints.json"))
 
 
 def png_ref(blobs: BlobStore, w: int, h: int, seed: int) -> str:

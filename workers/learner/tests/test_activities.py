@@ -76,7 +76,9 @@ def test_round_trip_snake_case_payloads(learner, blobs):
     ], "max_completion_len": None})
     out = _update(acts, batch_ref=ref)
     assert set(out) == {"run_id", "version", "adapter_path", "loss", "grad_norm", "tokens", "seconds", "reused",
-                        "retokenized", "token_mismatch_rate"}
+                        "retokenized", "token_mismatch_rate", "kl", "clip_fraction", "mean_ratio", "ratio_tokens",
+                        "entropy", "denominator", "micro_batch"}
+    assert out["kl"] is not None and out["entropy"] > 0 and out["ratio_tokens"] == 0 and out["mean_ratio"] is None
     assert out["retokenized"] == 2 and out["token_mismatch_rate"] == 0.5 and out["reused"] is False
     s = acts.sample_actions({"run_id": "acts", "version": 1, "prompt_ref": blobs.put_json(m), "n": 2,
                              "temperature": 0.7, "max_tokens": 4, "seed": 3})

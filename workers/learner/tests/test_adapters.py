@@ -65,15 +65,46 @@ def test_saved_adapter_is_vllm_qwen3vl_format(learner, blobs):
 
 
 def test_update_is_idempotent_per_version(learner, blobs):
-    first = _update(learner, blobs, "idem", 1, seed=2)
+    ref = _batch(blobs, seed=2)
+    hp = {"learning_rate": 1e-2, "kl_coef": 0.01, "temperature": 1.0}
+    first = learner.update_policy(UpdatePolicyInput(run_id="idem", version=1, batch_ref=ref, hyperparameters=hp))
     w1 = _lora_vector(learner)
-    files = sorted(p.name for p in (learner.checkpoints / "idem").iterdir())
-    # Same version again, even with a different batch: nothing is applied, the same adapter comes back.
-    second = _update(learner, blobs, "idem", 1, seed=3)
+    # The same version with the same batch (a retry): nothing is applied, the same adapter comes back.
+    second = learner.update_policy(UpdatePolicyInput(run_id="idem", version=1, batch_ref=ref, hyperparameters=hp))
     assert not first.reused and second.reused
-    assert second.adapter_path == first.adapter_path and second.loss == first.loss
+    assert second.adapter_path == first.adapter_path and second.loss == first.loss and second.kl == first.kl
     assert torch.equal(_lora_vector(learner), w1)
-    assert sorted(p.name for p in (learner.checkpoints / "idem").iterdir()) == files == ["v1"]
+    assert sorted(p.name for p in (learner.checkpoints / "idem").iterdir()) == ["v1"]
+    m = adapters.read_manifest(learner.checkpoints / "idem" / "v1")
+    assert m["batch_ref"] == ref and m["parent_version"] == 0 and m["base_model"] == "tiny-random"
+
+
+def test_stale_version_from_another_batch_is_refused(learner, blobs):
+    """A run id reused after its Temporal state was purged: v1 on disk came from another batch."""
+    _update(learner, blobs, "stale", 1, seed=2)
+    w1 = _lora_vector(learner)
+    with pytest.raises(adapters.StaleVersion, match="stale/v1 .* was trained from batch sha256:.*new run id"):
+        _update(learner, blobs, "stale", 1, seed=3)
+    assert torch.equal(_lora_vector(learner), w1)
+
+
+def test_other_base_model_is_refused(learner, blobs):
+    """A request for another model, or a version written by another model, never trains on the resident one."""
+    with pytest.raises(adapters.ModelMismatch, match="HALO_MODEL=Qwen/Qwen3-VL-8B-Instruct"):
+        learner.update_policy(UpdatePolicyInput(run_id="model", version=1, batch_ref=_batch(blobs, 6),
+                                                base_model="Qwen/Qwen3-VL-8B-Instruct"))
+    assert not (learner.checkpoints / "model").exists()
+    ref = _batch(blobs, 7)
+    learner.update_policy(UpdatePolicyInput(run_id="model", version=1, batch_ref=ref, base_model="tiny-random"))
+    d = learner.checkpoints / "model" / "v1"
+    m = adapters.read_manifest(d)
+    m["base_model"] = "Qwen/Qwen3-VL-8B-Instruct"
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(adapters.ModelMismatch, match="holds 'tiny-random'"):
+        learner.update_policy(UpdatePolicyInput(run_id="model", version=1, batch_ref=ref))
+    learner.resident = None
+    with pytest.raises(adapters.ModelMismatch):  # as the parent of v2 too
+        _update(learner, blobs, "model", 2, seed=8)
 
 
 def test_missing_parent_fails_clearly(learner, blobs):

@@ -155,3 +155,74 @@ def test_retokenised_fallback_is_counted_and_ids_are_used_as_given(learner, blob
     assert out.token_mismatch_rate == 0.5
     assert out.tokens == len(given) + sum(retok)
     assert _manifest_metrics(out)["ratio_tokens"] == len(given)  # only the item whose log-probs pair with ids
+
+
+def test_dr_grpo_denominator_is_constant_across_batches(learner, blobs, caplog):
+    """B x max_completion_len (the run's policy.maxTokens), whatever the batch's longest completion."""
+    m = messages(png_ref(blobs, 64, 64, 31), "Goal: submit the form")
+    rnd = random.Random(7)
+
+    def batch(lengths, max_len):
+        return blobs.put_json({"items": [
+            {"prompt": m, "completion": "", "completion_token_ids": [rnd.randrange(10, 390) for _ in range(n)],
+             "advantage": a, "old_logprobs": None} for n, a in zip(lengths, (0.5, -0.5, 0.25, -0.25))],
+            "max_completion_len": max_len})
+
+    hp = {"learning_rate": 1e-3, "kl_coef": 0.01, "temperature": 1.0}
+    short = learner.update_policy(UpdatePolicyInput(run_id="denom", version=1, batch_ref=batch([2, 3, 2, 1], 16),
+                                                    hyperparameters=hp))
+    long = learner.update_policy(UpdatePolicyInput(run_id="denom", version=2, batch_ref=batch([12, 9, 16, 5], 16),
+                                                   hyperparameters=hp))
+    print(f"tokens {short.tokens} vs {long.tokens}; denominators {short.denominator} and {long.denominator}")
+    assert short.tokens != long.tokens
+    assert short.denominator == long.denominator == 4 * 16
+    with caplog.at_level("WARNING", logger="halo_learner"):
+        legacy = learner.update_policy(UpdatePolicyInput(run_id="denom", version=3, batch_ref=batch([2, 7, 3, 1], None),
+                                                         hyperparameters=hp))
+    assert legacy.denominator == 4 * 7
+    assert "has no max_completion_len" in caplog.text
+
+
+def test_update_statistics_match_their_definitions(learner, blobs):
+    """kl (k3 to the base model), mean ratio, clip fraction and entropy proxy, computed by hand."""
+    policy = learner.policy
+    _perturb(policy, seed=5)
+    m = messages(png_ref(blobs, 64, 64, 33), "Goal: open settings")
+    prompt = encode_prompt(policy.processor, m, blobs)
+    rnd = random.Random(9)
+    comps = [[rnd.randrange(10, 390) for _ in range(n)] for n in (5, 3)]
+    with torch.no_grad():
+        cur = [padded_logprobs(policy, [prompt], [c], 1.0)[0][0] for c in comps]
+        with policy.model.disable_adapter():
+            ref = [padded_logprobs(policy, [prompt], [c], 1.0)[0][0] for c in comps]
+    old = [(cur[0] + torch.tensor([0.5, -0.5, 0.01, 0.3, -0.02])).tolist(), None]
+    samples = [GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=c, advantage=a, old_logprobs=o)
+               for c, a, o in zip(comps, (1.0, -1.0), old)]
+    stats = grpo_step(policy, learner.optimizer, samples, clip_eps=0.2, kl_coef=0.1, temperature=1.0,
+                      max_grad_norm=1.0, max_completion_len=8, micro_batch=2)
+    lp, rf = torch.cat(cur), torch.cat(ref)
+    kl = float((torch.exp(rf - lp) - (rf - lp) - 1).mean())
+    ratio = torch.exp(cur[0] - torch.tensor(old[0]))
+    ts, rs = stats.token_stats, stats.ratios
+    assert math.isclose(ts.kl, kl, rel_tol=1e-4, abs_tol=1e-7)
+    assert math.isclose(ts.entropy, float(-lp.mean()), rel_tol=1e-5)
+    assert rs.tokens == 5 and math.isclose(rs.mean_ratio, float(ratio.mean()), rel_tol=1e-5)
+    assert rs.clip_fraction == int(((ratio < 0.8) | (ratio > 1.2)).sum()) / 5
+
+
+def test_packed_pass_refuses_eager_attention(policy, blobs):
+    """eager adds the boolean block mask to the scores instead of masking: refused at load and per pass."""
+    import pytest
+
+    from halo_learner.learner import Learner, Settings
+    from halo_learner.logprobs import UnsupportedAttention, packed_group_logprobs
+
+    m = messages(png_ref(blobs, 64, 64, 35), "Goal: x")
+    prompt = encode_prompt(policy.processor, m, blobs)
+    packed_group_logprobs(policy, prompt, [[11, 12, 13], [14, 15]], 1.0)  # sdpa: fine
+    policy.model.base_model.model.set_attn_implementation("eager")
+    with pytest.raises(UnsupportedAttention, match="'eager'.*sdpa.*HALO_PREFIX_SHARING=0"):
+        packed_group_logprobs(policy, prompt, [[11, 12, 13], [14, 15]], 1.0)
+    with pytest.raises(UnsupportedAttention):
+        Learner(policy, blobs=blobs, settings=Settings(prefix_sharing=True))
+    Learner(policy, blobs=blobs, settings=Settings(prefix_sharing=False))  # the padded path is mask-agnostic
