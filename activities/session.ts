@@ -93,7 +93,8 @@ export function sessionStartFailure(err: unknown): unknown {
  * here, so everything after `startSession` is routed to this worker's own task queue.
  */
 export class SessionManager {
-  private browser?: Browser;
+  /** One browser per environment kind: MiniWoB++ renders with scrollbars, REAL (like agisdk) without. */
+  private readonly browsers = new Map<TaskSpec['env'], Browser>();
   private readonly sessions = new Map<string, Session>();
   private readonly siteLimiter: SiteLimiter;
   private readonly slotTimeoutMs: number;
@@ -117,13 +118,14 @@ export class SessionManager {
     return this.sessions.size;
   }
 
-  private async ensureBrowser(): Promise<Browser> {
-    if (this.browser?.isConnected()) return this.browser;
-    const browser = await launchChromium();
+  private async ensureBrowser(env: TaskSpec['env']): Promise<Browser> {
+    const current = this.browsers.get(env);
+    if (current?.isConnected()) return current;
+    const browser = await launchChromium({ hideScrollbars: env === 'real' });
     // A crashed browser takes its sessions with it (their episodes rebuild them from the action path), and
     // their site slots at once: episodes waiting for one must not wait for the sessions' closes.
     browser.on('disconnected', () => this.dropSessionsOf(browser));
-    this.browser = browser;
+    this.browsers.set(env, browser);
     return browser;
   }
 
@@ -151,7 +153,7 @@ export class SessionManager {
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
     const site = this.validateTask(input.spec);
     if (input.spec.env === 'real') await this.checkHealth(input.spec.task);
-    const browser = await this.ensureBrowser();
+    const browser = await this.ensureBrowser(input.spec.env);
     // Service workers would bypass the navigation guard of REAL pages.
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     let env: SessionEnv | undefined;
@@ -249,7 +251,13 @@ export class SessionManager {
         ...(this.deps.realOriginOverride ? { originOverride: (url: string) => this.realUrl(url) } : {}),
       });
     }
-    return new MiniWobEnv({ page: await context.newPage(), baseUrl: this.deps.miniwobBaseUrl, blobs: this.deps.blobs });
+    return new MiniWobEnv({
+      page: await context.newPage(),
+      baseUrl: this.deps.miniwobBaseUrl,
+      blobs: this.deps.blobs,
+      timeLimit: input.envOptions?.miniwobTimeLimit,
+      reward: input.envOptions?.miniwobReward,
+    });
   }
 
   /** What reward detectors see: the page, plus the site's client state where the environment has one. */
@@ -358,7 +366,7 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     clearInterval(this.sweeper);
     for (const id of [...this.sessions.keys()]) await this.close(id);
-    await this.browser?.close().catch(() => {});
+    for (const browser of this.browsers.values()) await browser.close().catch(() => {});
   }
 
   private async toRef(obs: Observation): Promise<ObservationRef> {

@@ -3,6 +3,17 @@
 
     .venv/bin/python bench/learner_grpo.py            # GPU: random-init 8B in bf16, real 8B shapes
     .venv/bin/python bench/learner_grpo.py --smoke    # CPU: tiny random Qwen3-VL, same code, < 1 minute
+    .venv/bin/python bench/learner_grpo.py --real-shape   # GPU: the real run's shape under vLLM's leftover memory
+
+--real-shape measures instead, on the same random 8B:
+  (d) a bf16 check that the packed layout's per-token log-probs equal the padded layout's, with a perturbed
+      (non-zero) adapter, for 8 completions of 30 and of 256 tokens; the noise floor next to it is the padded
+      layout against itself (one row alone vs. eight rows in one batch);
+  (e) configs/grpo-real.yaml's step: 8 prompts x 8 completions of up to 256 tokens (policy.maxTokens), each
+      prompt a 1280x720 screenshot (880 image tokens), dr_grpo with max_completion_len 256, the chunk size
+      planned by halo_learner.memory under the budget vLLM at --gpu-memory-utilization 0.5 leaves, and the
+      process capped at that budget (torch.cuda.set_per_process_memory_fraction), so a wrong plan is an OOM,
+      which (as in the learner) halves the chunk and tries again.
 
 Everything is built locally (no download): the model from the published 8B config below with random
 weights (same FLOPs and memory as the real ones), and a processor made of a locally trained byte-level
@@ -166,6 +177,131 @@ def run_mode(policy, batches, prefix_sharing: bool, micro_batch: int, warmup: in
     return sum(times) / len(times), peak, losses
 
 
+def perturb_adapter(policy, scale: float, seed: int = 3) -> None:
+    """LoRA B away from zero, so the adapter changes the log-probs the check compares."""
+    g = torch.Generator(device=policy.device).manual_seed(seed)
+    with torch.no_grad():
+        for n, p in policy.trainable_parameters().items():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g, device=policy.device, dtype=p.dtype) * scale)
+
+
+def logprob_check(policy, blobs, completion_len: int, text_tokens: int, group_size: int = 8) -> dict:
+    """Per-token log-probs of one group, packed vs. padded (both with the perturbed adapter, temperature 0.7)."""
+    from halo_learner.logprobs import packed_group_logprobs, padded_logprobs
+
+    batch = make_batch(policy, blobs, 1, group_size, completion_len, text_tokens, seed=77 + completion_len)
+    prompt, ids = batch[0].prompt, [s.ids for s in batch]
+    T = 0.7
+    with torch.no_grad():
+        packed, mask = packed_group_logprobs(policy, prompt, ids, T)
+        padded, _ = padded_logprobs(policy, [prompt] * len(ids), ids, T)
+        alone = torch.zeros_like(padded)
+        for i, c in enumerate(ids):
+            lp, _ = padded_logprobs(policy, [prompt], [c], T)
+            alone[i, : lp.shape[1]] = lp[0]
+        with policy.model.disable_adapter():
+            base, _ = padded_logprobs(policy, [prompt] * len(ids), ids, T)
+    m = mask.bool()
+    d = (packed - padded)[m].abs()
+    floor = (alone - padded)[m].abs()
+    moved = (padded - base)[m].abs()
+    return dict(completion_len=completion_len, tokens=int(m.sum()), max_abs=float(d.max()), mean_abs=float(d.mean()),
+                floor_max=float(floor.max()), floor_mean=float(floor.mean()), adapter_effect=float(moved.mean()))
+
+
+def real_shape(args, policy, blobs) -> int:
+    """(d) the bf16 log-prob check, then (e) the real config's step under the memory budget."""
+    from halo_learner.memory import GIB, LOGIT_BYTES, MemoryModel, _chunk_shape, budget_bytes, plan_micro_batch
+
+    cuda = policy.device.type == "cuda"
+    dev = torch.cuda.get_device_name() if cuda else "CPU (smoke, tiny random model)"
+    total = torch.cuda.get_device_properties(0).total_memory if cuda else 0
+    print(f"\n## learner_grpo --real-shape: {dev} ({total / GIB:.1f} GiB), torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n", flush=True)
+    perturb_adapter(policy, args.perturb)
+    print("| (d) bf16 packed vs. padded | tokens | max abs diff | mean abs diff | padded alone vs. batched: max | "
+          "mean | mean abs adapter effect |")
+    print("|---|---|---|---|---|---|---|")
+    for n in (30, 256):
+        r = logprob_check(policy, blobs, n, args.text_tokens)
+        print(f"| 8 completions of ~{n} tokens | {r['tokens']} | {r['max_abs']:.4f} | {r['mean_abs']:.5f} | "
+              f"{r['floor_max']:.4f} | {r['floor_mean']:.5f} | {r['adapter_effect']:.4f} |", flush=True)
+
+    budget = budget_bytes(policy.device)
+    if cuda:
+        torch.cuda.set_per_process_memory_fraction(budget / total)
+    groups, size, max_len = 8, 8, args.max_tokens
+    rnd = random.Random(5)
+    batches = []
+    for s in range(args.warmup + args.steps):
+        b = make_batch(policy, blobs, groups, size, max_len, args.text_tokens, seed=200 + s)
+        for smp in b:  # lengths spread over 1..maxTokens, as sampled completions are
+            smp.ids = smp.ids[: rnd.randint(max_len // 4, max_len)]
+        batches.append(b)
+    print(f"\nbudget {(budget or 0) / GIB:.1f} GiB (what vLLM at --gpu-memory-utilization 0.5 leaves; the process is "
+          f"capped there); per step {groups} prompts x {size} completions, prompt {len(batches[0][0].prompt)} "
+          f"tokens, completions {max_len // 4}..{max_len} tokens, kl_coef 0.001, max_completion_len {max_len}\n")
+    print("| (e) mode | chunk (planned) | estimated peak GiB | step s | completions/s | completion tokens/s | "
+          "peak GPU mem GiB | OOM retries | activation bytes/token measured (model) |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for packed in (True, False):
+        shape = ([(len(b.prompt), [len(s.ids) for s in batches[0][i * size:(i + 1) * size]])
+                  for i, b in enumerate(batches[0][::size])] if packed
+                 else [(len(s.prompt), [len(s.ids)]) for s in batches[0]])
+        mm = MemoryModel.from_policy(policy, packed)
+        plan = plan_micro_batch(shape, size, budget, mm, packed)
+        k, ooms = plan.micro_batch, 0
+        while True:
+            try:
+                opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=1e-5,
+                                        weight_decay=0.0)
+                if cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                times, ctoks = [], 0
+                for i, batch in enumerate(batches if packed else batches[: args.warmup + 1]):
+                    sync(policy)
+                    t0 = time.perf_counter()
+                    grpo_step(policy, opt, batch, clip_eps=0.2, kl_coef=0.001, temperature=0.7, max_grad_norm=1.0,
+                              max_completion_len=max_len, micro_batch=k, prefix_sharing=packed)
+                    sync(policy)
+                    if i >= args.warmup:
+                        times.append(time.perf_counter() - t0)
+                        ctoks += sum(len(s.ids) for s in batch)
+                break
+            except torch.OutOfMemoryError:
+                del opt
+                ooms += 1
+                if k == 1:
+                    print(f"| {'packed' if packed else 'padded'} | 1 | OOM at one completion per chunk |")
+                    k = 0
+                    break
+                k //= 2
+        if not k:
+            continue
+        step = sum(times) / len(times)
+        n = groups * size
+        # Invert the memory model on the measured peak: what one token of the largest chunk really kept.
+        chunks = []
+        for bt in (batches if packed else batches[: args.warmup + 1]):
+            if packed:
+                chunks += [(len(bt[i * size].prompt), [len(x.ids) for x in bt[i * size:(i + 1) * size][j:j + k]])
+                           for i in range(groups) for j in range(0, size, k)]
+            else:
+                chunks += [(max(len(x.prompt) for x in bt[j:j + k]), [len(x.ids) for x in bt[j:j + k]])
+                           for j in range(0, len(bt), k)]
+        worst = max((_chunk_shape(p_len, lens, packed) for p_len, lens in chunks), key=lambda t: t[0])
+        peak = torch.cuda.max_memory_allocated() if cuda else 0
+        measured = (peak - mm.resident_bytes - LOGIT_BYTES * worst[1] * mm.vocab) / worst[0] if cuda else float("nan")
+        print(f"| {'packed groups' if packed else 'padded baseline'} | {k} ({plan.micro_batch}) | "
+              f"{plan.peak_bytes / GIB:.1f} | {step:.2f} | {n / step:.2f} | {ctoks / len(times) / step:,.0f} | "
+              f"{peak / GIB if cuda else float('nan'):.1f} | {ooms} | {measured:,.0f} ({mm.act_bytes_per_token:,.0f}) |",
+              flush=True)
+        del opt
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny random model on CPU, a few seconds")
@@ -180,7 +316,14 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=30)
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure (b) with torch.compile'd decoder layers (compiles in the warm-up step)")
+    ap.add_argument("--real-shape", action="store_true",
+                    help="the bf16 packed-vs-padded check and the real config's step under the memory budget")
+    ap.add_argument("--max-tokens", type=int, default=256, help="--real-shape: policy.maxTokens")
+    ap.add_argument("--perturb", type=float, default=0.02, help="--real-shape: std of the perturbed LoRA B")
     args = ap.parse_args()
+    if args.real_shape and not torch.cuda.is_available() and not args.smoke:
+        print("--real-shape needs CUDA (or --smoke for the CPU dry run)", file=sys.stderr)
+        return 2
     if args.smoke:
         torch.set_num_threads(2)
         args.steps, args.warmup, args.groups, args.text_tokens = 2, 1, 2, 60
@@ -192,6 +335,12 @@ def main() -> int:
     policy = build(args.smoke)
     build_s = time.perf_counter() - t0
     blobs = BlobStore(tempfile.mkdtemp(prefix="halo-bench-blobs-"))
+    print(f"model built in {build_s:.1f}s", flush=True)
+    if args.real_shape:
+        args.steps = min(args.steps, 2)
+        if args.smoke:
+            args.max_tokens, args.steps = 16, 1
+        return real_shape(args, policy, blobs)
     batches = [make_batch(policy, blobs, args.groups, args.group_size, args.completion_len, args.text_tokens, s)
                for s in range(args.warmup + args.steps)]
     prompt_tokens = len(batches[0][0].prompt)

@@ -23,6 +23,9 @@ export const CHROMIUM_ARGS: readonly string[] = [
   '--disable-dev-shm-usage',
 ];
 
+/** Added by Playwright to every headless launch. */
+export const HIDE_SCROLLBARS = '--hide-scrollbars';
+
 export interface LaunchChromiumOptions {
   /** Overrides HALO_CHROMIUM and the default search. */
   executablePath?: string;
@@ -32,6 +35,12 @@ export interface LaunchChromiumOptions {
   extraArgs?: string[];
   /** Launch timeout in ms (default 60 s). */
   timeoutMs?: number;
+  /**
+   * Keep Playwright's headless `--hide-scrollbars` (default false). Official MiniWoB++ (Selenium) shows
+   * scrollbars, and they take 15 px of every scrollable box; the official REAL harness (agisdk, a plain
+   * Playwright launch) hides them, so REAL sessions ask for true.
+   */
+  hideScrollbars?: boolean;
 }
 
 function isExecutableFile(path: string): boolean {
@@ -71,13 +80,17 @@ export function resolveChromiumPath(explicit?: string): string {
   throw chromiumNotFound(`${DEFAULT_CHROMIUM_PATH} (nor chromium on PATH)`);
 }
 
-/** Headless Chromium through playwright-core (there is no Playwright browser download on these machines). */
+/**
+ * Headless Chromium through playwright-core (there is no Playwright browser download on these machines),
+ * with scrollbars unless `hideScrollbars`.
+ */
 export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<Browser> {
   const executablePath = resolveChromiumPath(opts.executablePath);
   return chromium.launch({
     executablePath,
     headless: opts.headless ?? true,
     args: [...CHROMIUM_ARGS, ...(opts.extraArgs ?? [])],
+    ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
     timeout: opts.timeoutMs ?? 60_000,
   });
 }

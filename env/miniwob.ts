@@ -5,6 +5,14 @@ import { DEFAULT_VIEWPORT } from './browser';
 import { PAGE_SCRIPT, type AxTreeOptions, type PageEpisodeState, type PageView } from './page-scripts';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
 import { captureViewport, executePageAction, firstLine, isFatalPageError, pngSize, sleep } from './page-actions';
+import {
+  episodeMaxTimeMs,
+  miniwobSuccess,
+  RAISED_EPISODE_MAX_TIME_MS,
+  reportedReward,
+  type MiniwobRewardMode,
+  type MiniwobTimeLimit,
+} from './miniwob-scoring';
 
 /**
  * Magnification of the MiniWoB task (160x210 CSS px in the page's top-left corner).
@@ -25,7 +33,7 @@ import { captureViewport, executePageAction, firstLine, isFatalPageError, pngSiz
  * 3.2 shows 400x225 CSS px: the 210 px task fills 672 of 720 px and both sizes are whole numbers.
  */
 export const DEFAULT_MINIWOB_ZOOM = 3.2;
-export const DEFAULT_EPISODE_MAX_TIME_MS = 1_000_000;
+export const DEFAULT_EPISODE_MAX_TIME_MS = RAISED_EPISODE_MAX_TIME_MS;
 export const DEFAULT_SETTLE_MS = 60;
 
 const AXTREE_MAX_LINES = 200;
@@ -37,8 +45,15 @@ export interface MiniWobEnvOptions {
   /** Static server root, e.g. http://127.0.0.1:41234 (task pages under /miniwob/). */
   baseUrl: string;
   blobs: BlobStore;
-  /** core.EPISODE_MAX_TIME in ms (MiniWoB's default 10 s is far too short for a VLM policy). */
+  /**
+   * Episode time limit (config `miniwob.timeLimit`): raised (default; MiniWoB's 10 s is far too short for a
+   * VLM policy), official (each task's own) or ms.
+   */
+  timeLimit?: MiniwobTimeLimit;
+  /** Same as `timeLimit: <ms>`; kept for callers that set the limit in ms. */
   episodeMaxTimeMs?: number;
+  /** Reward reported (config `miniwob.reward`): raw (default) or official (time-scaled). Success is raw 1 either way. */
+  reward?: MiniwobRewardMode;
   /** Screenshot magnification; see DEFAULT_MINIWOB_ZOOM. */
   zoom?: number;
   /** Wait after each action before reading the reward (plus one animation frame). */
@@ -67,7 +82,9 @@ export class MiniWobEnv implements Environment {
   readonly page: Page;
   readonly baseUrl: string;
   readonly zoom: number;
-  readonly episodeMaxTimeMs: number;
+  /** core.EPISODE_MAX_TIME set at reset; null keeps the task's own limit. */
+  readonly episodeMaxTimeMs: number | null;
+  readonly rewardMode: MiniwobRewardMode;
   readonly settleMs: number;
   private readonly blobs: BlobStore;
   private cdp: CDPSession | undefined;
@@ -79,7 +96,8 @@ export class MiniWobEnv implements Environment {
     this.baseUrl = opts.baseUrl.replace(/\/+$/, '');
     this.blobs = opts.blobs;
     this.zoom = opts.zoom ?? DEFAULT_MINIWOB_ZOOM;
-    this.episodeMaxTimeMs = opts.episodeMaxTimeMs ?? DEFAULT_EPISODE_MAX_TIME_MS;
+    this.episodeMaxTimeMs = episodeMaxTimeMs(opts.episodeMaxTimeMs ?? opts.timeLimit);
+    this.rewardMode = opts.reward ?? 'raw';
     this.settleMs = opts.settleMs ?? DEFAULT_SETTLE_MS;
     if (!(this.zoom > 0 && Number.isFinite(this.zoom))) throw new Error(`invalid zoom ${this.zoom}`);
     this.page.on('crash', () => {
@@ -144,8 +162,8 @@ export class MiniWobEnv implements Environment {
     if (action.type === 'answer') {
       // The agent ends the episode; MiniWoB scores only through the page, so take what the page says now.
       const st = (await this.page.evaluate('window.__halo.state()')) as PageEpisodeState;
-      const reward = st.done ? st.raw : 0;
-      ep.final = { reward, done: true, success: reward > 0, reason: st.reason ?? 'answered' };
+      const reward = st.done ? reportedReward(st, this.rewardMode) : 0;
+      ep.final = { reward, done: true, success: st.done && miniwobSuccess(st.raw), reason: st.reason ?? 'answered' };
       return { ...ep.final };
     }
 
@@ -170,7 +188,12 @@ export class MiniWobEnv implements Environment {
       // Something navigated away from the task page: the episode cannot be scored any more.
       result = { reward: 0, done: true, success: false, reason: 'navigated away from the task page' };
     } else {
-      result = { reward: st.done ? st.raw : 0, done: st.done, success: st.done && st.raw > 0, reason: st.reason };
+      result = {
+        reward: st.done ? reportedReward(st, this.rewardMode) : 0,
+        done: st.done,
+        success: st.done && miniwobSuccess(st.raw),
+        reason: st.reason,
+      };
     }
     if (result.done) ep.final = { ...result };
     return actionError === undefined ? result : { ...result, actionError };

@@ -7,7 +7,10 @@
 /** What `__halo.state()` and `__halo.afterAction()` return. */
 export interface PageEpisodeState {
   done: boolean;
+  /** WOB_RAW_REWARD_GLOBAL: no time penalty. */
   raw: number;
+  /** WOB_REWARD_GLOBAL: positive rewards scaled by the share of the time limit left. */
+  scaled: number;
   reason: string | null;
 }
 
@@ -336,12 +339,14 @@ export const PAGE_SCRIPT = String.raw`(function () {
 
   function state() {
     var f = window.__haloFinal;
-    if (f) return { done: true, raw: f.raw, reason: f.reason };
+    if (f) return { done: true, raw: f.raw, scaled: f.scaled, reason: f.reason };
     var raw = Number(window.WOB_RAW_REWARD_GLOBAL);
+    var scaled = Number(window.WOB_REWARD_GLOBAL);
     var reason = window.WOB_REWARD_REASON;
     return {
       done: window.WOB_DONE_GLOBAL === true,
       raw: isFinite(raw) ? raw : 0,
+      scaled: isFinite(scaled) ? scaled : 0,
       reason: reason === null || reason === undefined ? null : String(reason),
     };
   }
@@ -356,7 +361,7 @@ export const PAGE_SCRIPT = String.raw`(function () {
   }
 
   window.__halo = {
-    // Seed, raise the episode time limit and start the episode. Wraps core.endEpisode so that the first
+    // Seed, set the episode time limit and start the episode. Wraps core.endEpisode so that the first
     // result of the episode is kept even if something later starts another episode in the page.
     start: function (opts) {
       window.__haloFinal = null;
@@ -366,13 +371,15 @@ export const PAGE_SCRIPT = String.raw`(function () {
         var result = origEnd.apply(this, arguments);
         if (active && !window.__haloFinal && window.WOB_DONE_GLOBAL === true) {
           var raw = Number(window.WOB_RAW_REWARD_GLOBAL);
+          var scaled = Number(window.WOB_REWARD_GLOBAL);
           var why = window.WOB_REWARD_REASON;
-          window.__haloFinal = { raw: isFinite(raw) ? raw : 0, reason: why === null || why === undefined ? null : String(why) };
+          window.__haloFinal = { raw: isFinite(raw) ? raw : 0, scaled: isFinite(scaled) ? scaled : 0, reason: why === null || why === undefined ? null : String(why) };
         }
         return result;
       };
       Math.seedrandom(opts.seed);
-      core.EPISODE_MAX_TIME = opts.maxTimeMs;
+      // null keeps the task's own limit (the official setting).
+      if (opts.maxTimeMs !== null) core.EPISODE_MAX_TIME = opts.maxTimeMs;
       core.startEpisodeReal();
       return true;
     },

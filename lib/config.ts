@@ -102,6 +102,27 @@ export const realSchema = z
   })
   .prefault({});
 
+/** The limit `miniwob.timeLimit: raised` sets on every task: long enough that a slow policy never meets it. */
+export const MINIWOB_RAISED_TIME_LIMIT_MS = 1_000_000;
+
+// MiniWoB++ as the official package runs it, or with a time limit a VLM policy can live with.
+export const miniwobSchema = z
+  .object({
+    timeLimit: z
+      .union([z.enum(['raised', 'official']), z.number().int().min(1000).max(86_400_000)])
+      .default('raised')
+      .describe(
+        "episode time limit of every task. raised (default): 1,000,000 ms, because a VLM policy takes seconds per step and the official limit (10 s, or the task's own 7-30 s) would end most episodes with -1 while the policy is still thinking; official: each task's own limit, as published MiniWoB++ numbers were measured; a number: that many ms for every task",
+      ),
+    reward: z
+      .enum(['raw', 'official'])
+      .default('raw')
+      .describe(
+        "the environment reward an episode reports. raw (default): the task's reward in [-1, 1] without time penalty; official: the package's default, a positive reward scaled by the share of the time limit left (comparable only with timeLimit: official). Success is raw reward 1 either way: partial credit is a failure, visible as a reward below 1",
+      ),
+  })
+  .prefault({});
+
 // Agent-Q-style MCTS with step-level DPO (workflows/train-mcts.ts: `trainMcts` → one `mctsSearch` per task).
 export const mctsCriticSchema = z
   .object({
@@ -168,6 +189,7 @@ export const configSchema = z
     policy: policySchema,
     episode: episodeSchema,
     real: realSchema,
+    miniwob: miniwobSchema,
     train: trainSchema,
     mcts: mctsSchema,
     // Dense reward weights (defaults spelled out in configs/rewards.yaml).
@@ -180,6 +202,7 @@ export type PolicyConfig = z.infer<typeof policySchema>;
 export type EpisodeConfig = z.infer<typeof episodeSchema>;
 export type TrainConfig = z.infer<typeof trainSchema>;
 export type MctsConfig = z.infer<typeof mctsSchema>;
+export type MiniwobConfig = z.infer<typeof miniwobSchema>;
 
 export { ConfigError };
 

@@ -1,6 +1,6 @@
 import type { MctsParams } from './mcts-params';
 import type { AgentAction, Action } from './actions';
-import type { PolicyConfig } from './config';
+import type { MiniwobConfig, PolicyConfig } from './config';
 import type { RewardBreakdown, RewardState } from './rewards/types';
 import type { RewardWeights } from './rewards/weights';
 import type { RunContext } from './run-context';
@@ -27,12 +27,16 @@ export interface TaskRef {
   seed: number;
 }
 
-/** Environment options that travel with an episode (REAL only so far). */
+/** Environment options that travel with an episode. */
 export interface EnvOptions {
   /** Sent to REAL's /config as run_id; "0" means "not a leaderboard run". */
   realRunId: string;
   /** At the step cap, evaluate the final state instead of the official reward 0. */
   evaluateAtCap: boolean;
+  /** MiniWoB++ episode time limit (config `miniwob.timeLimit`); absent: raised. */
+  miniwobTimeLimit?: MiniwobConfig['timeLimit'];
+  /** MiniWoB++ reward reported (config `miniwob.reward`); absent: raw. */
+  miniwobReward?: MiniwobConfig['reward'];
 }
 
 export interface SessionHandle {

@@ -3,7 +3,7 @@ import { servedAdapterName } from './iteration-policy';
 import { runContextFromConfig } from './run-context';
 import { ConfigError } from './config-error';
 import { mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
-import type { EvalNote, EvalSkip } from './eval-summary';
+import { miniwobSettingsNote, type EvalNote, type EvalSkip } from './eval-summary';
 import type { EvalModeName, EvalModePlan, EvaluateInput } from './eval-types';
 import { criticParams, mctsParams, type MctsParams } from './mcts-params';
 
@@ -266,7 +266,8 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
  */
 export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: ResolveOptions): EvaluateInput {
   const { env, checkpoints, listAdapterVersions: versions } = opts;
-  const notes: EvalNote[] = [];
+  // First: under which MiniWoB++ rules every number of the summary was taken.
+  const notes: EvalNote[] = cfg.env === 'miniwob' ? [miniwobSettingsNote(base.miniwob)] : [];
   const skipped: EvalSkip[] = [];
   const tasks = resolveTasks(cfg, opts, notes);
   const modes: EvalModePlan[] = [];

@@ -1,5 +1,7 @@
 // Evaluation statistics: pure functions, safe in workflow code (no I/O, no Node APIs, no clocks).
 
+import { MINIWOB_RAISED_TIME_LIMIT_MS, type MiniwobConfig } from './config';
+
 /** One evaluated episode, as small as it can be (the trajectory stays in the blob store). */
 export interface EvalEpisodeRecord {
   /** The mode's label (its `name` unless the config gives a `label`). */
@@ -68,6 +70,22 @@ export interface EvalSummary {
   notes: EvalNote[];
   /** What each mode evaluated (model, adapter), when known. */
   modeDetails?: { mode: string; describe: string }[];
+}
+
+/**
+ * How MiniWoB++ episodes were run and scored, for the summary's notes: a success rate is comparable with
+ * published MiniWoB++ numbers only under `timeLimit: official` (and, for mean reward, `reward: official`).
+ */
+export function miniwobSettingsNote(settings: Partial<MiniwobConfig>): EvalNote {
+  const limit = settings.timeLimit ?? 'raised';
+  const time =
+    limit === 'official'
+      ? "time limit official (each task's own, 10 s unless the task sets 7-30 s)"
+      : limit === 'raised'
+        ? `time limit raised (${MINIWOB_RAISED_TIME_LIMIT_MS} ms for every task, not the official limits)`
+        : `time limit ${limit} ms for every task (not the official limits)`;
+  const reward = settings.reward === 'official' ? 'reward official (time-scaled)' : 'reward raw (no time penalty)';
+  return { mode: '*', note: `MiniWoB++ settings: ${time}; ${reward}; success = raw reward 1 (partial credit is a failure)` };
 }
 
 /** z for a two-sided 95% interval. */

@@ -29,6 +29,11 @@ export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext
     sessionStartTimeoutMs: cfg.episode.sessionStartTimeoutMs,
     heartbeatTimeoutMs: cfg.episode.heartbeatTimeoutMs,
     rewardWeights: cfg.rewards,
-    envOptions: { realRunId: cfg.real.runId, evaluateAtCap: cfg.real.evaluateAtCap },
+    envOptions: {
+      realRunId: cfg.real.runId,
+      evaluateAtCap: cfg.real.evaluateAtCap,
+      miniwobTimeLimit: cfg.miniwob.timeLimit,
+      miniwobReward: cfg.miniwob.reward,
+    },
   };
 }

@@ -97,6 +97,15 @@ export class Sessions {
     this.pending.push(this.closeQuietly(handle));
   }
 
+  /**
+   * Closes without ever waiting for it: for a session that was lost, whose worker is most likely gone (the
+   * close would wait out the schedule-to-start timeout). If the worker lives, the close frees its page and
+   * REAL site slot; if not, nothing is left to free.
+   */
+  closeAndForget(handle: SessionHandle): void {
+    void this.closeQuietly(handle);
+  }
+
   async flush(): Promise<void> {
     await Promise.all(this.pending.splice(0));
   }
@@ -130,20 +139,21 @@ export class DurableSession {
   /**
    * One step; when the session is lost, it is rebuilt from its path (the step is then applied in the new
    * session) until the budget is spent. The step carries its index, so a retried step never acts twice.
-   * `closeLost`: close the lost session in the background (frees its page and site slot if its worker lives).
+   * `onLost`: what to do with the lost session's handle before the rebuild (by default: close it in the
+   * background, awaited by `flush`).
    */
-  async step(action: Action, summary: string, budget: RebuildBudget, closeLost: boolean | (() => boolean) = true): Promise<StepSessionResult> {
+  async step(action: Action, summary: string, budget: RebuildBudget, onLost?: (lost: SessionHandle) => void): Promise<StepSessionResult> {
     for (;;) {
       try {
         return await this.stepOnce(action, summary);
       } catch (err) {
         if (!isSessionLost(err)) throw err;
-        await this.rebuild(err, budget, closeLost);
+        await this.rebuild(err, budget, onLost ?? ((h) => this.sessions.closeLater(h)));
       }
     }
   }
 
-  private async rebuild(why: unknown, budget: RebuildBudget, closeLost: boolean | (() => boolean)): Promise<void> {
+  private async rebuild(why: unknown, budget: RebuildBudget, onLost: (lost: SessionHandle) => void): Promise<void> {
     if (budget.used >= budget.max) {
       throw ApplicationFailure.nonRetryable(
         `browser session lost ${budget.used + 1} times${budget.where ?? ''}; giving up (last: ${(why as Error).message})`,
@@ -152,7 +162,7 @@ export class DurableSession {
     }
     budget.used++;
     budget.onRebuild?.();
-    if (typeof closeLost === 'function' ? closeLost() : closeLost) this.sessions.closeLater(this.handle);
+    onLost(this.handle);
     const fresh = await this.sessions.open(this.path, this.episodeId, `session lost: rebuild by replaying ${this.path.length} actions`);
     // The shaping state stays the caller's: a rebuilt session continues the same episode's rewards.
     this.handle = fresh.handle;

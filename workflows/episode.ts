@@ -20,6 +20,7 @@ import {
   episodeRun,
   type EpisodeInput,
   type EpisodeResult,
+  type SessionHandle,
   type StepGroup,
   type StepRecord,
   type StepSessionResult,
@@ -82,8 +83,11 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   const label = `${task.env}/${task.task} seed ${task.seed}`;
   let session: DurableSession = await sessions.open([], info.workflowId, `reset ${label}`);
   const initialObservation = session.observation;
-  // Losing a session used to leave it open; closing it frees its page (and its REAL site slot) if its worker lives.
-  const closeLost = () => patched('close-lost-sessions');
+  // A lost session used to be left alone; closing it frees its page (and its REAL site slot) if its worker
+  // lives. Never waited for: its worker is most likely gone.
+  const onLost = (lost: SessionHandle) => {
+    if (patched('close-lost-sessions')) sessions.closeAndForget(lost);
+  };
 
   /** Recent actions as the prompt shows them: the activity input (and so the history) stays flat as episodes grow. */
   function promptHistory() {
@@ -218,7 +222,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         invalidReward = g.invalid;
       } else if (isValidAction(sampled.candidates[0].action)) {
         const action = sampled.candidates[0].action;
-        stepOut = await session.step(action, `step ${stepNo}: ${describeAction(action)} on ${before.url}`, budget, closeLost);
+        stepOut = await session.step(action, `step ${stepNo}: ${describeAction(action)} on ${before.url}`, budget, onLost);
       } else {
         invalidReward = rewardForUnparsedOutput(before.stateKey, session.rewardState, rewardWeights);
       }

@@ -134,7 +134,7 @@ describe('durable episode on MiniWoB++', () => {
     });
   });
 
-  test('a 10-step episode history has no image bytes and stays under 100 KB', async () => {
+  test('a 10-step episode history has no image bytes and stays under 110 KB', async () => {
     policy.setMode({ kind: 'scripted' });
     // The scripted policy only waits on this task, so the episode runs all 10 steps.
     const id = `test-history-${Date.now()}`;
@@ -152,9 +152,17 @@ describe('durable episode on MiniWoB++', () => {
     console.error(`10-step episode: ${events.length} events, ${Buffer.byteLength(compact)} bytes of compact history JSON`);
     assert.ok(events.length > 40, `history has ${events.length} events`);
     const bytes = Buffer.byteLength(compact);
-    assert.ok(bytes < 100_000, `history JSON is ${bytes} bytes`);
+    // On failure, say which events take the room.
+    const byType = new Map<string, number>();
+    for (const e of events as Record<string, unknown>[]) {
+      const type = String(e.eventType ?? Object.keys(e).find((k) => k.endsWith('Attributes')) ?? '?');
+      byType.set(type, (byType.get(type) ?? 0) + Buffer.byteLength(JSON.stringify(e)));
+    }
+    const largest = [...byType.entries()].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([t, b]) => `${t} ${b}`).join(', ');
+    // 110 KB: each step also carries the references of its completion's token ids and log-probs (never the arrays).
+    assert.ok(bytes < 110_000, `history JSON is ${bytes} bytes (largest: ${largest})`);
     const described = await stack.client.workflow.getHandle(id).describe();
-    assert.ok((described.historySize ?? Infinity) < 100_000, `server counts ${described.historySize} bytes`);
+    assert.ok((described.historySize ?? Infinity) < 110_000, `server counts ${described.historySize} bytes`);
     let payloads = 0;
     // Readable activity summaries in the UI: the action text, the URL, the previous reward.
     const summaries = events

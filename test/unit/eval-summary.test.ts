@@ -279,7 +279,11 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   // No adapter yet: 'latest' falls back to version 0, and says so.
   const empty = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), base, { env: {}, listAdapterVersions: () => [] });
   assert.equal(empty.modes[0].adapterVersion, 0);
-  assert.match(empty.notes[0].note, /has no adapter .*evaluated version 0/);
+  assert.match(empty.notes[0].note, /^MiniWoB\+\+ settings: time limit raised \(1000000 ms.*reward raw.*success = raw reward 1/);
+  assert.match(empty.notes[1].note, /has no adapter .*evaluated version 0/);
+  const official = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), parseConfig({ miniwob: { timeLimit: 'official', reward: 'official' } }), { env: {}, listAdapterVersions: () => [] });
+  assert.match(official.notes[0].note, /time limit official .*; reward official \(time-scaled\)/);
+  assert.deepEqual(official.run.envOptions, { realRunId: '0', evaluateAtCap: false, miniwobTimeLimit: 'official', miniwobReward: 'official' });
 
   // Unknown MiniWoB task.
   assert.throws(

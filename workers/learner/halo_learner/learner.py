@@ -160,7 +160,7 @@ class Learner:
         else:
             shape = [(len(s.prompt), [len(s.ids)]) for s in samples]
         plan = plan_micro_batch(shape, self._cap(batch_ref, self.settings.micro_batch),
-                                budget_bytes(self.policy.device), MemoryModel.from_policy(self.policy), packed)
+                                budget_bytes(self.policy.device), MemoryModel.from_policy(self.policy, packed), packed)
         if not plan.fits:
             log.warning("batch %s: even one completion per chunk is estimated at %.1f GiB, over the %.1f GiB budget "
                         "(HALO_LEARNER_MEMORY_GB); trying anyway", batch_ref, plan.peak_bytes / 2**30,

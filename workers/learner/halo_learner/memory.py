@@ -9,8 +9,10 @@ gradient pass of its largest chunk:
          + logit_bytes * keep * V           bf16 logits, float32 log-softmax and its gradient (kept rows only)
 
 with S the packed length (prompt once + the completions; padded path: k full rows). `act_bytes_per_token`
-defaults to ~76 bytes per hidden unit per layer: 11 GiB per 1070-token sample on the 8B without gradient
-checkpointing (H100, research notes section 6.1); `HALO_ACT_BYTES_PER_TOKEN` overrides it once measured.
+is measured on the 8B without gradient checkpointing (H100, bench/RESULTS.md, 2026-11-23): 8.06 MB per token
+on the packed path (bf16 LoRA working copies), 10.9 MB on the padded path (peft's float32 LoRA), i.e. ~55 and
+~74 bytes per hidden unit per decoder layer; the defaults below keep a few percent above those.
+`HALO_ACT_BYTES_PER_TOKEN` overrides both.
 
 An out-of-memory failure halves the chunk size for the retry of the same batch (a hint persisted under
 HALO_HOME and carried in heartbeat details), so a retry never repeats the failure that preceded it.
@@ -31,7 +33,8 @@ from .logprobs import PACK_ALIGN, hf_model
 
 GIB = 1 << 30
 # Bytes per hidden unit per decoder layer kept for the backward pass, per token (see the docstring).
-ACT_BYTES_PER_UNIT = 76.0
+ACT_BYTES_PER_UNIT_PACKED = 58.0
+ACT_BYTES_PER_UNIT_PADDED = 78.0
 # bf16 logits (2) + float32 log-softmax (4) + its gradient (4), per kept row and vocabulary entry.
 LOGIT_BYTES = 10.0
 # CUDA context, allocator fragmentation and the no-grad reference pass's transient buffers.
@@ -46,10 +49,11 @@ class MemoryModel:
     vocab: int
 
     @classmethod
-    def from_policy(cls, policy) -> "MemoryModel":
+    def from_policy(cls, policy, packed: bool = True) -> "MemoryModel":
         cfg = hf_model(policy).config.text_config
+        unit = ACT_BYTES_PER_UNIT_PACKED if packed else ACT_BYTES_PER_UNIT_PADDED
         per_token = float(os.environ.get("HALO_ACT_BYTES_PER_TOKEN", 0)) or (
-            ACT_BYTES_PER_UNIT * cfg.hidden_size * cfg.num_hidden_layers)
+            unit * cfg.hidden_size * cfg.num_hidden_layers)
         if policy.device.type == "cuda":
             resident = torch.cuda.memory_allocated(policy.device)
         else:
