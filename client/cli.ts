@@ -18,6 +18,7 @@ import { register as registerView } from './commands/view';
 import { register as registerReport } from './commands/report';
 import { register as registerConfigDoc } from './commands/config-doc';
 import { register as registerMcts } from './commands/mcts';
+import { register as registerGc } from './commands/gc';
 import { BlobStore } from '../blob/store';
 import { singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
@@ -284,7 +285,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
-for (const register of [registerView, registerReport, registerConfigDoc, registerMcts]) register(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc]) register(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

@@ -86,6 +86,11 @@ export const trainSchema = z
       .default(60)
       .describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
+    baseModel: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("the learner's base model (its HALO_MODEL), sent with every learner request so a learner holding another model refuses; default: policy.model with the colocated backend, unchecked otherwise"),
     maxFailedEpisodeShare: z
       .number()
       .min(0)

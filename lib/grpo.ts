@@ -231,6 +231,12 @@ export interface UpdateSummary {
   retokenized?: number;
   /** Share of the retokenised items whose ids are not a faithful stand-in for what was sampled. */
   token_mismatch_rate?: number;
+  /** The update's own statistics (null when the learner could not measure them): KL to the reference, share of
+   * clipped tokens, mean importance ratio, entropy estimate of the sampled tokens. */
+  kl?: number | null;
+  clip_fraction?: number | null;
+  mean_ratio?: number | null;
+  entropy?: number | null;
 }
 
 export interface IterationMetricsInput {
@@ -274,6 +280,11 @@ export interface IterationMetrics {
   retokenized?: number;
   /** Of those, the share whose retokenisation may differ from the sampled tokens (their old log-probs unused). */
   token_mismatch_rate?: number;
+  /** The update's KL to the reference, clipped-token share, mean ratio and entropy estimate, when measured. */
+  kl?: number;
+  clip_fraction?: number;
+  mean_ratio?: number;
+  entropy?: number;
   /** Wall-clock seconds per phase, as given. */
   seconds: Record<string, number>;
   num_groups: number;
@@ -331,10 +342,21 @@ export function iterationMetrics(input: IterationMetricsInput): IterationMetrics
     tokens: u ? u.tokens : 0,
     ...(u && u.retokenized !== undefined ? { retokenized: u.retokenized } : {}),
     ...(u && u.token_mismatch_rate !== undefined ? { token_mismatch_rate: roundReward(u.token_mismatch_rate) } : {}),
+    ...updateStats(u),
     seconds,
     num_groups: input.groups.length,
     num_episodes: eps.length,
   };
+}
+
+/** The learner's per-update statistics that it measured (finite), as metrics fields. */
+function updateStats(u: UpdateSummary | undefined): Pick<IterationMetrics, 'kl' | 'clip_fraction' | 'mean_ratio' | 'entropy'> {
+  const out: Pick<IterationMetrics, 'kl' | 'clip_fraction' | 'mean_ratio' | 'entropy'> = {};
+  for (const k of ['kl', 'clip_fraction', 'mean_ratio', 'entropy'] as const) {
+    const v = u?.[k];
+    if (typeof v === 'number' && Number.isFinite(v)) out[k] = v;
+  }
+  return out;
 }
 
 /**

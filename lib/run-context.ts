@@ -17,6 +17,13 @@ export interface RunContext {
   heartbeatTimeoutMs: number;
   rewardWeights?: RewardWeights;
   envOptions?: EnvOptions;
+  /** The learner's base model: a learner holding another model refuses the run's requests. */
+  baseModel?: string;
+}
+
+/** `train.baseModel`, or the colocated policy's model (the learner samples with it, so it is the learner's). */
+export function learnerBaseModel(cfg: HaloConfig): string | undefined {
+  return cfg.train.baseModel ?? (cfg.policy.backend === 'colocated' ? cfg.policy.model : undefined);
 }
 
 export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext {
@@ -29,6 +36,7 @@ export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext
     sessionStartTimeoutMs: cfg.episode.sessionStartTimeoutMs,
     heartbeatTimeoutMs: cfg.episode.heartbeatTimeoutMs,
     rewardWeights: cfg.rewards,
+    ...(learnerBaseModel(cfg) ? { baseModel: learnerBaseModel(cfg) } : {}),
     envOptions: {
       realRunId: cfg.real.runId,
       evaluateAtCap: cfg.real.evaluateAtCap,

@@ -60,6 +60,10 @@ export const IterationMetricsSchema = z.object({
   /** Items the update retokenised (no sampler token ids) and the share of them that may differ from what was sampled. */
   retokenized: int.min(0).optional(),
   token_mismatch_rate: fraction.optional(),
+  kl: finite.optional(),
+  clip_fraction: fraction.optional(),
+  mean_ratio: finite.optional(),
+  entropy: finite.optional(),
   /** Episodes of the iteration that failed (left out of the batch). */
   failed_episodes: int.min(1).optional(),
   seconds: z.record(z.string(), finite.min(0)),

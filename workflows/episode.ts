@@ -70,6 +70,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     adapterVersion: input.adapterVersion ?? 0,
     ...(input.adapter ? { adapter: input.adapter } : {}),
     runId: run.runId,
+    ...(run.baseModel ? { baseModel: run.baseModel } : {}),
     gpuTaskQueue: run.gpuTaskQueue,
     learnerHeartbeatTimeoutMs: run.learnerHeartbeatTimeoutMs,
   };

@@ -158,6 +158,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       adapterVersion: input.adapterVersion,
       ...(input.adapter ? { adapter: input.adapter } : {}),
       runId: run.runId,
+      ...(run.baseModel ? { baseModel: run.baseModel } : {}),
       gpuTaskQueue: run.gpuTaskQueue,
       learnerHeartbeatTimeoutMs: run.learnerHeartbeatTimeoutMs,
     },

@@ -22,6 +22,8 @@ export interface SamplerSettings {
   /** openai backend: the served adapter `policy.model` names, reloaded into a server that restarted. */
   adapter?: ServedAdapter;
   runId: string;
+  /** The learner's base model (colocated): a learner holding another one refuses. */
+  baseModel?: string;
   gpuTaskQueue: string;
   learnerHeartbeatTimeoutMs: number;
 }
@@ -88,6 +90,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     n: req.n,
     temperature: policy.temperature,
     max_tokens: policy.maxTokens,
+    ...(s.baseModel ? { base_model: s.baseModel } : {}),
   });
   const texts = out.completions.map((c) => c.text);
   const fromSampler = out.completions.map((c) => ({

@@ -140,7 +140,15 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   // 2. Group advantages into a batch (references only), 3. one learner update: adapter v<N>.
   const batch = await run.timed(
     'update',
-    () => control.buildGrpoBatch({ run_id: runId, iteration: it, grouping: t.grouping, trajectory_refs: episodes.map((e) => e.trajectoryRef) }),
+    () =>
+      control.buildGrpoBatch({
+        run_id: runId,
+        iteration: it,
+        grouping: t.grouping,
+        trajectory_refs: episodes.map((e) => e.trajectoryRef),
+        // dr_grpo's constant denominator: B × the longest completion the policy may write.
+        max_completion_len: cfg.policy.maxTokens,
+      }),
     'batch',
   );
   const version = state.adapterVersion + 1;
@@ -153,6 +161,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
       run_id: runId,
       version,
       batch_ref: batch.batch_ref,
+      ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
       hyperparameters: {
         learning_rate: t.learningRate,
         kl_coef: t.klCoef,
@@ -185,6 +194,10 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
       tokens: update.tokens,
       retokenized: update.retokenized,
       token_mismatch_rate: update.token_mismatch_rate,
+      kl: update.kl,
+      clip_fraction: update.clip_fraction,
+      mean_ratio: update.mean_ratio,
+      entropy: update.entropy,
     },
     phaseSeconds: { ...run.seconds },
   });

@@ -154,6 +154,7 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
         run_id: runId,
         version: next,
         batch_ref: batchRef,
+        ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
         hyperparameters: { learning_rate: m.learningRate, beta: m.beta, max_grad_norm: m.maxGradNorm },
       }),
     );

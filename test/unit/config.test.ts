@@ -83,7 +83,7 @@ test('reasoning models get max_completion_tokens and no temperature; others max_
   assert.deepEqual(samplingParams({ model: 'gpt-4o', maxTokens: 8, temperature: 0 }), { max_tokens: 8, temperature: 0 });
 });
 
-test('configs/grpo-real.yaml is the real setup: REAL gomail, vLLM, N=8, T=0.7, lr 1e-6, dr_grpo, kl 0.001', () => {
+test('configs/grpo-real.yaml is the real setup: REAL gomail, vLLM, N=8, T=0.7, LoRA lr 1e-5, dr_grpo, kl 0.001', () => {
   const c = loadConfigFile(join(__dirname, '..', '..', 'configs', 'grpo-real.yaml'));
   assert.equal(c.episode.env, 'real');
   assert.ok(c.train.tasks.every((t) => t.startsWith('gomail-')));
@@ -91,7 +91,7 @@ test('configs/grpo-real.yaml is the real setup: REAL gomail, vLLM, N=8, T=0.7, l
   assert.equal(c.policy.model, 'Qwen/Qwen3-VL-8B-Instruct');
   assert.equal(c.train.numGenerations, 8);
   assert.equal(c.policy.temperature, 0.7);
-  assert.equal(c.train.learningRate, 1e-6);
+  assert.equal(c.train.learningRate, 1e-5);
   assert.equal(c.train.lossType, 'dr_grpo');
   assert.equal(c.train.klCoef, 0.001);
   assert.ok(c.train.vllmBaseUrl);
