@@ -48,7 +48,7 @@ function rehearsalConfig() {
     ...shipped,
     temporal: { ...shipped.temporal, address: stack.address, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
     policy: { ...shipped.policy, baseUrl: `${vllm.url}/v1`, timeoutMs: 20_000 },
-    episode: { ...shipped.episode, maxSteps: 2, sessionStartTimeoutMs: 20_000, heartbeatTimeoutMs: 10_000 },
+    episode: { ...shipped.episode, maxSteps: 1, sessionStartTimeoutMs: 20_000, heartbeatTimeoutMs: 10_000 },
     train: {
       ...shipped.train,
       runId: RUN,
