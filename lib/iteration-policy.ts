@@ -35,6 +35,12 @@ export interface Serving {
   adapterPath?: string;
 }
 
+/** Where a run's adapters are served: only on the openai backend, into the vLLM the run loads them into. */
+export function servingOf(policy: PolicyConfig, vllmBaseUrl: string | undefined, adapterPath?: string): Serving | undefined {
+  if (policy.backend !== 'openai' || !vllmBaseUrl) return undefined;
+  return { baseUrl: vllmBaseUrl, ...(adapterPath ? { adapterPath } : {}) };
+}
+
 /** The name under which adapter v<N> of a run is served (vLLM's `lora_name`, the chat request's `model`). */
 export function servedAdapterName(runId: string, version: number): string {
   return `${runId}-v${version}`;

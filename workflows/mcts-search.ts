@@ -77,6 +77,7 @@ import { DurableSession, Sessions, type RebuildBudget, type SessionSettings } fr
 import { sample, type SamplerSettings } from './sampler';
 import { SearchState, type SearchCandidate, type Valuation, type Verdict } from './search-state';
 import type { ServedAdapter } from '../lib/iteration-policy';
+import { workflowClockMs } from './clock';
 
 export interface MctsSearchInput extends LegacyEpisodeFields {
   /** The run's infrastructure (queues, timeouts, rewards); inputs recorded before it existed carry the flat fields. */
@@ -190,7 +191,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 async function simulate(search: Search, sim: number): Promise<void> {
   const { state, params: P } = search;
   const { tree } = state;
-  const startedAt = Date.now();
+  const startedAt = workflowClockMs();
   const ctx = simContext(search, sim);
   const tag = ctx.tag;
   state.phase = `${tag}: select`;

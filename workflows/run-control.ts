@@ -1,5 +1,14 @@
 import { condition, setHandler } from '@temporalio/workflow';
 import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from './messages';
+import { workflowClockMs } from './clock';
+
+/** How a training run (GRPO or MCTS) ends. */
+export interface TrainingResult {
+  runId: string;
+  iterations: number;
+  adapterVersion: number;
+  stoppedEarly: boolean;
+}
 
 /**
  * Pause, resume, stop and status for a long-running workflow, in one place. Handlers are installed by the
@@ -43,14 +52,23 @@ export class RunControl<Extra extends object = object> {
     return !this.stopping;
   }
 
+  /**
+   * The run's result when the iteration just finished ends it (stopped, or the last one); null when the run
+   * goes on to `iteration + 1`.
+   */
+  ended(runId: string, iteration: number, iterations: number, adapterVersion: number): TrainingResult | null {
+    if (!this.stopping && iteration < iterations) return null;
+    return { runId, iterations: iteration, adapterVersion, stoppedEarly: iteration < iterations };
+  }
+
   /** Runs `fn` as phase `name`, adding its workflow-clock duration to `seconds[key]`. */
   async timed<T>(name: string, fn: () => Promise<T>, key = name): Promise<T> {
     this.phase = name;
-    const t0 = Date.now();
+    const t0 = workflowClockMs();
     try {
       return await fn();
     } finally {
-      this.seconds[key] = (this.seconds[key] ?? 0) + (Date.now() - t0) / 1000;
+      this.seconds[key] = (this.seconds[key] ?? 0) + (workflowClockMs() - t0) / 1000;
     }
   }
 }

@@ -35,6 +35,7 @@ import {
   type MctsTreeView,
   type SearchTask,
 } from '../lib/mcts-search';
+import { workflowClockMs } from './clock';
 
 /**
  * What one `mctsSearch` run knows (workflows/mcts-search.ts): the tree, the counters, the task's goal, how many
@@ -209,11 +210,11 @@ export class SearchState {
   // ---- bookkeeping of the steps ----
 
   async timed<T>(key: keyof MctsCounters['seconds'], fn: () => Promise<T>): Promise<T> {
-    const t0 = Date.now();
+    const t0 = workflowClockMs();
     try {
       return await fn();
     } finally {
-      this.counters.seconds[key] += (Date.now() - t0) / 1000;
+      this.counters.seconds[key] += (workflowClockMs() - t0) / 1000;
     }
   }
 
@@ -294,7 +295,7 @@ export class SearchState {
   backedUp(v: Valuation, sim: number, startedAt: number): void {
     backpropagate(this.tree, v.node, v.value);
     this.simulations = sim;
-    this.counters.seconds.total += (Date.now() - startedAt) / 1000;
+    this.counters.seconds.total += (workflowClockMs() - startedAt) / 1000;
   }
 
   /** The Temporal UI's current details after a simulation. */

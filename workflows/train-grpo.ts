@@ -1,14 +1,14 @@
 import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
 import { trainingRunConfig } from './run-config';
-import { RunControl } from './run-control';
+import { RunControl, type TrainingResult } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { GrpoBatchActivities } from '../activities/grpo-batch';
 import type { createMetricsActivities } from '../activities/metrics';
 import type { AdapterActivities } from '../activities/adapters';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../lib/grpo';
-import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
+import { greedy, samplingPolicy, servingOf, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
 import { fnv1a32 } from '../lib/rewards/shaping';
 import { learnerActivities } from './learner-calls';
@@ -51,12 +51,7 @@ export interface TrainStatus {
   servedAdapter?: ServedAdapter;
 }
 
-export interface TrainResult {
-  runId: string;
-  iterations: number;
-  adapterVersion: number;
-  stoppedEarly: boolean;
-}
+export type TrainResult = TrainingResult;
 
 type MetricsActivities = ReturnType<typeof createMetricsActivities>;
 
@@ -90,24 +85,20 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   const { cfg, stored, runId } = await trainingRunConfig(input, control, 'grpo');
   const state: TrainState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, zeroStdHistory: [], paused: false };
   const t = cfg.train;
-  run.describe(() => ({ runId, iteration: state.iteration, iterations: t.iterations, adapterVersion: state.adapterVersion, lastMetrics }));
-  if (!(await run.proceed())) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
-
   const it = state.iteration;
   const ctx = runContextFromConfig(cfg, runId);
-  const servesAdapters = cfg.policy.backend === 'openai' && Boolean(t.vllmBaseUrl);
-  const serving = (adapterPath?: string) => (servesAdapters ? { baseUrl: t.vllmBaseUrl!, ...(adapterPath ? { adapterPath } : {}) } : undefined);
   // On-policy: this iteration samples from the adapter the previous one wrote.
-  const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: serving(state.adapterPath) });
-  const task = (p: { task: string; seed: number }) => ({ env: cfg.episode.env, task: p.task, seed: p.seed });
+  const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: servingOf(cfg.policy, t.vllmBaseUrl, state.adapterPath) });
   run.describe(() => ({
     runId,
-    iteration: state.iteration,
+    iteration: it,
     iterations: t.iterations,
     adapterVersion: state.adapterVersion,
     lastMetrics,
     ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}),
   }));
+  if (!(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
+  const task = (p: { task: string; seed: number }) => ({ env: cfg.episode.env, task: p.task, seed: p.seed });
 
   // 1. Episodes.
   const picks = pickTasks(t.tasks, t.episodesPerIteration, runId, it);
@@ -174,7 +165,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   );
 
   // 4. Serve the new adapter (colocated: the learner already holds it).
-  if (servesAdapters) {
+  if (servingOf(cfg.policy, t.vllmBaseUrl)) {
     await run.timed(
       'load adapter',
       () => control.loadAdapterIntoVllm({ base_url: t.vllmBaseUrl!, run_id: runId, version, adapter_path: update.adapter_path, keep: 1 }),
@@ -204,7 +195,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   if (rollout.failed.length > 0) metrics.failed_episodes = rollout.failed.length;
   // 6. Greedy evaluation on held-out tasks every K iterations, with the adapter just written.
   if (t.evalEvery > 0 && it % t.evalEvery === 0 && t.heldOutTasks.length > 0) {
-    const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: serving(update.adapter_path) });
+    const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: servingOf(cfg.policy, t.vllmBaseUrl, update.adapter_path) });
     const evals: EpisodeResult[] = await run.timed(
       'evaluation',
       () =>
@@ -236,9 +227,8 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     });
   }
 
-  if (run.stopping || it >= t.iterations) {
-    return { runId, iterations: it, adapterVersion: version, stoppedEarly: it < t.iterations };
-  }
+  const ended = run.ended(runId, it, t.iterations, version);
+  if (ended) return ended;
   run.phase = 'continue';
   const nextState: TrainState = {
     ...state,

@@ -8,7 +8,7 @@
 import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
 import { trainingRunConfig } from './run-config';
-import { RunControl } from './run-control';
+import { RunControl, type TrainingResult } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { LearnerBatchActivities } from '../activities/learner-batches';
 import type { AdapterActivities } from '../activities/adapters';
@@ -16,7 +16,7 @@ import type { MctsStoreActivities } from '../activities/mcts-store';
 import type { MctsMetricsActivities } from '../activities/mcts-metrics';
 import type { MctsIterationMetrics } from '../lib/mcts-metrics';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
-import { greedy, samplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
+import { greedy, samplingPolicy, servingOf, type ServedAdapter } from '../lib/iteration-policy';
 import { mctsParams } from '../lib/mcts-params';
 import { mctsIterationMetrics, searchSeed, searchWorkflowId } from '../lib/mcts-search';
 import { runContextFromConfig } from '../lib/run-context';
@@ -62,12 +62,7 @@ export interface TrainMctsStatus {
   servedAdapter?: ServedAdapter;
 }
 
-export interface TrainMctsResult {
-  runId: string;
-  iterations: number;
-  adapterVersion: number;
-  stoppedEarly: boolean;
-}
+export type TrainMctsResult = TrainingResult;
 
 /**
  * Agent Q's "MCTS-guided DPO", one iteration per workflow run: searches (child workflows, bounded
@@ -97,21 +92,18 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   const { cfg, stored, runId } = await trainingRunConfig(input, control, 'mcts');
   const state: TrainMctsState = input.state ?? { iteration: 1, adapterVersion: 0, configRef: stored!.ref, configHash: stored!.hash, paused: false };
   const m = cfg.mcts;
-  run.describe(() => status(runId, m.iterations, state));
-  if (!(await run.proceed())) return { runId, iterations: state.iteration - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
-
   const it = state.iteration;
   const ctx = runContextFromConfig(cfg, runId);
-  const servesAdapters = cfg.policy.backend === 'openai' && Boolean(m.vllmBaseUrl);
-  const serving = (adapterPath?: string) => (servesAdapters ? { baseUrl: m.vllmBaseUrl!, ...(adapterPath ? { adapterPath } : {}) } : undefined);
   let adapterPath = state.adapterPath;
+  // The searches sample from the adapter the previous iteration wrote.
+  const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: servingOf(cfg.policy, m.vllmBaseUrl, adapterPath) });
+  run.describe(() => ({ ...status(runId, m.iterations, state), ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}) }));
+  if (!(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
 
   // 1. One search per task, with the current policy (adapter v<N-1>).
   const params = mctsParams(cfg);
-  const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: serving(adapterPath) });
   const picks = m.tasks.map((task) => ({ task, seed: searchSeed(runId, it, task), id: searchWorkflowId(runId, it, task) }));
   searches = picks.map((p) => p.id);
-  run.describe(() => ({ ...status(runId, m.iterations, state), ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}) }));
   const searched = await run.timed('search', () =>
     poolSettled(picks, m.parallelism, (p) =>
       executeChild(mctsSearch, {
@@ -162,7 +154,7 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
     version = next;
     adapterPath = out.adapter_path;
     // 3. Serve it (colocated: the learner already holds it).
-    if (servesAdapters) {
+    if (servingOf(cfg.policy, m.vllmBaseUrl)) {
       await run.timed(
         'load adapter',
         () => control.loadAdapterIntoVllm({ base_url: m.vllmBaseUrl!, run_id: runId, version, adapter_path: out.adapter_path, keep: 1 }),
@@ -176,7 +168,7 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   // 4. Greedy evaluation with the new policy, every evalEvery iterations.
   let evalSuccessRate: number | null = null;
   if (m.evalEvery > 0 && it % m.evalEvery === 0) {
-    const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: serving(adapterPath) });
+    const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: servingOf(cfg.policy, m.vllmBaseUrl, adapterPath) });
     const runsEval = m.tasks.flatMap((task) => m.evalSeeds.map((seed) => ({ task, seed })));
     const evals: EpisodeResult[] = await run.timed(
       'evaluate',
@@ -209,9 +201,8 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   lastMetrics = metrics;
   await control.appendMctsMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString() });
 
-  if (run.stopping || it >= m.iterations) {
-    return { runId, iterations: it, adapterVersion: version, stoppedEarly: it < m.iterations };
-  }
+  const ended = run.ended(runId, it, m.iterations, version);
+  if (ended) return ended;
   run.phase = 'continue';
   const nextState: TrainMctsState = {
     ...state,

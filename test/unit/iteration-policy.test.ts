@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseConfig } from '../../lib/config';
-import { greedy, samplingPolicy, servedAdapterName } from '../../lib/iteration-policy';
+import { greedy, samplingPolicy, servedAdapterName, servingOf } from '../../lib/iteration-policy';
 import { runContextFromConfig } from '../../lib/run-context';
 import { episodeInput, episodeRun, type EpisodeInput } from '../../lib/episode-types';
 
@@ -61,4 +61,11 @@ test('an episode input written by hand with flat fields still resolves, with the
   const handWritten: EpisodeInput = { task: { env: 'miniwob', task: 'click-button', seed: 1 }, maxSteps: 3, policy: colocated.policy, browserTaskQueue: 'x' };
   const run = episodeRun(handWritten, 'wf-9');
   assert.deepEqual([run.runId, run.browserTaskQueue, run.gpuTaskQueue, run.maxSessionRebuilds], ['wf-9', 'x', 'gpu', 5]);
+});
+
+test('adapters are served only on the openai backend with a vLLM to load them into', () => {
+  assert.deepEqual(servingOf(served.policy, 'http://v/v1', '/ckpt/r/v2'), { baseUrl: 'http://v/v1', adapterPath: '/ckpt/r/v2' });
+  assert.deepEqual(servingOf(served.policy, 'http://v/v1'), { baseUrl: 'http://v/v1' });
+  assert.equal(servingOf(served.policy, undefined, '/ckpt/r/v2'), undefined);
+  assert.equal(servingOf(colocated.policy, 'http://v/v1', '/ckpt/r/v2'), undefined);
 });
