@@ -46,6 +46,10 @@ export const policySchema = z
       .enum(['auto', 'on', 'off'])
       .default('auto')
       .describe("ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for api.openai.com and servers that refuse the fields"),
+    constrained: z
+      .boolean()
+      .default(false)
+      .describe("constrained action decoding: every sample is a valid action of the tool-call schema, element ids limited to those on the page and coordinates inside the grid (colocated: xgrammar in the learner; openai: vLLM's structured_outputs field with the same JSON schema). The learner applies the same grammar mask when it recomputes log-probs"),
   })
   .prefault({});
 
