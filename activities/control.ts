@@ -3,6 +3,7 @@ import { BlobStore } from '../blob/store';
 import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
+import { actionGrammar } from '../lib/action-grammar';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, TrajectoryInput, SampledTokens } from '../lib/episode-types';
 import { toOpenAiMessages } from './openai-messages';
 import { withServedAdapter } from './adapters';
@@ -21,6 +22,16 @@ function activitySignal(): AbortSignal | undefined {
 
 /** Activities of the control worker: policy sampling and trajectory records (I/O that is not a browser). */
 export function createControlActivities(blobs: BlobStore) {
+  /** Constrained decoding: the action grammar of this page as a blob; a budget it cannot fit is the config's fault. */
+  async function storeGrammar(axtree: string, maxTokens: number): Promise<string> {
+    let grammar;
+    try {
+      grammar = actionGrammar(axtree, maxTokens);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable(err instanceof Error ? err.message : String(err), 'ConfigError');
+    }
+    return blobs.putJson(grammar.schema);
+  }
 
   return {
     /** A JSON value into the blob store (e.g. a run's config, so continue-as-new carries a reference). */
@@ -37,6 +48,15 @@ export function createControlActivities(blobs: BlobStore) {
     async writePrompt(input: Omit<SampleInput, 'policy'> & { historyLength: number }): Promise<string> {
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
       return blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
+    },
+
+    /** The colocated sampler's prompt and, for constrained decoding, the page's action grammar (both blobs). */
+    async writePromptAndGrammar(
+      input: Omit<SampleInput, 'policy'> & { historyLength: number; maxTokens: number },
+    ): Promise<{ promptRef: string; grammarRef: string }> {
+      const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
+      const promptRef = await blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
+      return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens) };
     },
 
     /**
@@ -58,7 +78,10 @@ export function createControlActivities(blobs: BlobStore) {
       const prompt = buildPrompt({ ...input.observation, axtree }, input.history, policy.historyLength);
       const promptRef = await blobs.putJson(prompt);
       const messages = await toOpenAiMessages(blobs, prompt);
-      const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy) });
+      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens) : undefined;
+      const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
+      const ask = () =>
+        chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
       let adapterLoad: SampleResult['adapterLoad'];
       let res: Awaited<ReturnType<typeof ask>>;
       if (adapter) {
@@ -82,6 +105,7 @@ export function createControlActivities(blobs: BlobStore) {
         candidates,
         model: res.model,
         promptRef,
+        ...(grammarRef ? { grammarRef } : {}),
         latencyMs: Date.now() - t0,
         askedForTokens: res.askedForTokens,
         ...(adapterLoad ? { adapterLoad } : {}),
@@ -118,6 +142,7 @@ export function createControlActivities(blobs: BlobStore) {
         steps.push({
           step: step.step,
           promptRef: step.promptRef,
+          ...(step.grammarRef ? { grammarRef: step.grammarRef } : {}),
           observation: before,
           completion,
           completionRef: step.completionRef,

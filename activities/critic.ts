@@ -75,7 +75,8 @@ function asPolicyConfig(critic: CriticConfig): PolicyConfig {
     backend: 'openai',
     baseUrl: critic.baseUrl,
     model: critic.model,
-    apiKeyEnv: critic.apiKeyEnv,
+    credential: critic.credential ?? 'critic',
+    ...(critic.apiKeyEnv !== undefined ? { apiKeyEnv: critic.apiKeyEnv } : {}),
     timeoutMs: critic.timeoutMs,
     temperature: critic.temperature,
     maxTokens: critic.maxTokens ?? CRITIC_MAX_TOKENS,
@@ -113,7 +114,7 @@ export function createCriticActivities(blobs: BlobStore) {
     const { goal, url, step, screenshotRef } = observation;
     const prompt = build({ goal, url, step, screenshotRef, axtree });
     const promptRef = await blobs.putJson(prompt);
-    const { completions, model } = await chatCompletions(config, 1, await toOpenAiMessages(blobs, prompt), activitySignal()).catch(
+    const { completions, model } = await chatCompletions(config, 1, await toOpenAiMessages(blobs, prompt), activitySignal(), { field: 'critic' }).catch(
       (err: unknown) => {
         throw asCriticFailure(err);
       },

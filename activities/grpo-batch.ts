@@ -8,7 +8,7 @@ import type { LearnerBatchActivities } from './learner-batches';
 interface TrajectoryForBatch {
   task: { env: string; task: string; seed: number };
   groups?: StepGroup[];
-  steps: { promptRef: string; completion: string; completionRef?: string; tokensRef?: string; tokenIds?: number[]; logprobs?: number[]; shaped: { total: number } }[];
+  steps: { promptRef: string; grammarRef?: string; completion: string; completionRef?: string; tokensRef?: string; tokenIds?: number[]; logprobs?: number[]; shaped: { total: number } }[];
 }
 
 export interface BuildGrpoBatchInput {
@@ -65,7 +65,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             reward: c.reward,
           });
         }
-        out.push({ promptRef: g.promptRef, step: g.step, chosen: g.chosen, candidates });
+        out.push({ promptRef: g.promptRef, ...(g.grammarRef ? { grammarRef: g.grammarRef } : {}), step: g.step, chosen: g.chosen, candidates });
       }
     }
     return out;
@@ -93,6 +93,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             old_logprobs: t.tokenIds && t.logprobs && t.logprobs.length === t.tokenIds.length ? t.logprobs : null,
             advantage: advantages[i],
             finish_reason: null,
+            ...(st.grammarRef ? { grammar_ref: st.grammarRef } : {}),
           });
         }
       }
@@ -133,6 +134,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             old_logprobs: null,
             advantage: 0,
             finish_reason: null,
+            ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
           })),
         );
       } else if (input.grouping === 'episode') {

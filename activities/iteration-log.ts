@@ -84,11 +84,13 @@ export function createIterationLog<L extends { run_id: string; iteration: number
     /** Appends the iteration's line unless the file already has one for that iteration. */
     async append(input: IterationLogEntry): Promise<{ appended: boolean }> {
       const path = fileOf(input?.run_id);
+      // The fixed keys last: a metrics object that happens to carry run_id, iteration or time cannot move the
+      // line to another run or iteration than the file and the exactly-once check use.
       const parsed = spec.schema.safeParse({
+        ...input.metrics,
         run_id: input.run_id,
         iteration: input.iteration,
         time: input.time ?? new Date().toISOString(),
-        ...input.metrics,
       });
       if (!parsed.success) {
         const issues = parsed.error.issues

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { RunIdSchema } from '../lib/run-metrics';
 import { createIterationLog } from './iteration-log';
+import type { CurvesSink, WandbTarget } from '../host/curves';
 import { MctsIterationMetricsSchema, type MctsIterationMetrics } from '../lib/mcts-metrics';
 
 /**
@@ -12,6 +13,8 @@ import { MctsIterationMetricsSchema, type MctsIterationMetrics } from '../lib/mc
  * append (the file is read first; an iteration already there is not written again, `appended: false`); the
  * line goes out in one write and is fsynced; a torn last line (a process killed mid-write) is ignored by
  * readers and repaired by the next append (truncated away, or completed with its newline when it parses).
+ * With a curves sink, each append also syncs the run's TensorBoard files (and W&B run) in the background,
+ * as activities/metrics.ts does.
  */
 
 const int = z.number().int();
@@ -84,9 +87,11 @@ export interface AppendMctsMetricsInput {
   metrics: MctsIterationMetrics;
   /** ISO time; default now. */
   time?: string;
+  /** Also log the run's scalars to this Weights & Biases project (the config's `wandb` section). */
+  wandb?: WandbTarget;
 }
 
-export function createMctsMetricsActivities(runsRoot: string) {
+export function createMctsMetricsActivities(runsRoot: string, curves?: CurvesSink) {
   const log = createIterationLog<MctsMetricsLine>(runsRoot, {
     fileName: MCTS_METRICS_FILE,
     what: 'MCTS metrics',
@@ -98,7 +103,10 @@ export function createMctsMetricsActivities(runsRoot: string) {
   return {
     /** Appends the iteration's line unless the file already has one for that iteration (exactly once). */
     async appendMctsMetrics(input: AppendMctsMetricsInput): Promise<{ appended: boolean }> {
-      return log.append(input);
+      const { wandb, ...entry } = input;
+      const res = await log.append(entry);
+      curves?.schedule(runsRoot, input.run_id, 'mcts', wandb);
+      return res;
     },
 
     async readMctsMetrics(input: { run_id: string }): Promise<MctsMetricsLine[]> {

@@ -1,6 +1,7 @@
 import type { IterationMetrics } from '../lib/grpo';
 import { MetricsLineSchema, MetricsParseError, parseMetricsJsonl, parseMetricsLine, type MetricsLine } from '../lib/run-metrics';
 import { createIterationLog } from './iteration-log';
+import type { CurvesSink, WandbTarget } from '../host/curves';
 
 /**
  * The run's metrics file, `<runsRoot>/<run_id>/metrics.jsonl` (control worker).
@@ -18,6 +19,11 @@ import { createIterationLog } from './iteration-log';
  * Concurrency: appends to one file are serialised within this process (two attempts of the same activity
  * on one worker). Two workers appending the same iteration at the same instant could both pass the check;
  * readers then keep the first line per iteration, so the run's metrics are still one per iteration.
+ *
+ * Curves: with a sink (host/curves.ts; the control worker passes one), every append, including one that found
+ * its line already there (a retry after a crash may have written the line but not the curves), also starts a
+ * background sync of the run's TensorBoard files (and W&B run, when `wandb` is given) from this file. The sync
+ * writes only iterations not written yet, so each iteration's scalars land there once.
  */
 
 export interface AppendIterationMetricsInput {
@@ -26,13 +32,15 @@ export interface AppendIterationMetricsInput {
   metrics: IterationMetrics;
   /** ISO time for the line; default: now (the activity's clock). A workflow may pass its own time. */
   time?: string;
+  /** Also log the run's scalars to this Weights & Biases project (the config's `wandb` section). */
+  wandb?: WandbTarget;
 }
 
 export interface ReadRunMetricsInput {
   run_id: string;
 }
 
-export function createMetricsActivities(runsRoot: string) {
+export function createMetricsActivities(runsRoot: string, curves?: CurvesSink) {
   const log = createIterationLog<MetricsLine>(runsRoot, {
     fileName: 'metrics.jsonl',
     what: 'iteration metrics',
@@ -44,7 +52,10 @@ export function createMetricsActivities(runsRoot: string) {
   return {
     /** Appends the iteration's line unless the file already has one for that iteration (exactly once). */
     async appendIterationMetrics(input: AppendIterationMetricsInput): Promise<{ appended: boolean }> {
-      return log.append(input);
+      const { wandb, ...entry } = input;
+      const res = await log.append(entry);
+      curves?.schedule(runsRoot, input.run_id, 'grpo', wandb);
+      return res;
     },
 
     /** Every line of the run's metrics file (none when the file does not exist yet). */

@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/activity';
 import type { PolicyConfig } from '../lib/config';
+import { apiKeyFor } from './credentials';
 
 export interface Completion {
   text: string;
@@ -61,11 +62,11 @@ export async function chatCompletions(
   n: number,
   messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
   signal?: AbortSignal,
-  opts: { tokens?: boolean } = {},
+  opts: { tokens?: boolean; field?: string; grammar?: Record<string, unknown> } = {},
 ): Promise<ChatResult> {
   const client = new OpenAI({
     baseURL: policy.baseUrl,
-    apiKey: process.env[policy.apiKeyEnv] || 'EMPTY',
+    apiKey: apiKeyFor({ credential: policy.credential, apiKeyEnv: policy.apiKeyEnv, url: policy.baseUrl, field: opts.field ?? 'policy', fallback: 'policy' }) || 'EMPTY',
     maxRetries: 0,
     timeout: policy.timeoutMs,
   });
@@ -76,6 +77,7 @@ export async function chatCompletions(
       n,
       ...samplingParams(policy),
       ...(tokens ? TOKEN_FIELDS : {}),
+      ...(opts.grammar ? structuredOutputs(opts.grammar) : {}),
     };
     const res = await client.chat.completions.create(body, { signal });
     if (!Array.isArray(res.choices) || res.choices.length === 0) {
@@ -145,6 +147,15 @@ function refusedTokenFields(err: unknown): boolean {
  * OpenAI's reasoning models (o-series, gpt-5 class) reject `max_tokens` and any temperature but the default;
  * vLLM and older models take `max_tokens` and `temperature`.
  */
+/**
+ * vLLM's structured-output request field (0.11+; the `guided_*` fields it replaced are ignored from 0.12 on,
+ * with unconstrained output): the action grammar's JSON schema, compact JSON without free whitespace, which is
+ * what the colocated sampler compiles with xgrammar too (lib/action-grammar.ts).
+ */
+export function structuredOutputs(schema: Record<string, unknown>): { structured_outputs: { json: Record<string, unknown>; disable_any_whitespace: true } } {
+  return { structured_outputs: { json: schema, disable_any_whitespace: true } };
+}
+
 export function samplingParams(policy: Pick<PolicyConfig, 'model' | 'maxTokens' | 'temperature'>): { max_tokens?: number; max_completion_tokens?: number; temperature?: number } {
   const name = policy.model.split('/').pop() ?? policy.model;
   if (/^(o\d|gpt-5)/i.test(name)) return { max_completion_tokens: policy.maxTokens };

@@ -1,16 +1,18 @@
+import '../host/load-env'; // first: .env fills in what the environment does not set
 import { Command, Option } from 'commander';
 import { WorkflowIdConflictPolicy } from '@temporalio/client';
 import { existsSync, writeFileSync } from 'node:fs';
 import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
-import { getRealTask, realTasksBySite, registrySnapshot } from '../env/real-tasks';
-import { join } from 'node:path';
+import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
+import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from './run-flags';
+import { join, resolve } from 'node:path';
 import { loadConfigFile } from '../host/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
 import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
-import { connectClient, down, stackStatus, up } from './stack';
+import { connectClient, down, parseRoles, stackStatus, up } from './stack';
 import { followTrain, runStatus, startOrAttachTrain } from './train';
 import { register as registerEval } from './commands/eval';
 import { register as registerRuns } from './commands/runs';
@@ -19,7 +21,10 @@ import { register as registerReport } from './commands/report';
 import { register as registerConfigDoc } from './commands/config-doc';
 import { register as registerMcts } from './commands/mcts';
 import { register as registerGc } from './commands/gc';
-import { BlobStore } from '../blob/store';
+import { register as registerDoctor } from './commands/doctor';
+import { register as registerExport } from './commands/export';
+import { register as registerVerifyExploration } from './commands/verify-exploration';
+import { blobStoreFor } from '../blob/store';
 import { singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
 import { pauseSignal, stopSignal } from '../workflows/messages';
@@ -38,6 +43,11 @@ const num = (name: string) => (v: string) => {
   return n;
 };
 
+/** `--home` of `up`/`down`: this host's runs folder instead of the config's `stack.home`. */
+function withHome(cfg: HaloConfig, home: string | undefined): HaloConfig {
+  return home ? { ...cfg, stack: { ...cfg.stack, home: resolve(home) } } : cfg;
+}
+
 const program = new Command('halo')
   .description('HALO-Agent: durable online RL for a vision-language browser agent')
   .option('-c, --config <file>', 'config file (YAML)', undefined)
@@ -46,14 +56,17 @@ const program = new Command('halo')
 program
   .command('up')
   .description('start the local stack (Temporal dev server, control and browser workers) and wait until it is healthy')
+  .option('--role <role...>', 'start only this part on this host (browser, control, learner; repeatable), against a Temporal server that runs elsewhere (TEMPORAL_ADDRESS…); no dev server is started')
+  .option('--home <dir>', 'the runs folder of this host (logs, pids, in-flight ledgers; blobs and checkpoints unless HALO_STORE names an object store); default stack.home')
   .option('--json', 'print the stack status as JSON')
-  .action(async (opts: { json?: boolean }) => {
-    const cfg = loadConfig(program.opts().config);
+  .action(async (opts: { json?: boolean; role?: string[]; home?: string }) => {
+    const cfg = withHome(loadConfig(program.opts().config), opts.home);
+    const roles = parseRoles(opts.role);
     const say = (m: string) => !opts.json && console.error(`halo: ${m}`);
-    const st = await up(cfg, say);
+    const st = await up(cfg, say, { roles });
     const { client, connection } = await connectClient(cfg);
     try {
-      await reloadServedAdapters(client, say);
+      if (!roles || roles.includes('control')) await reloadServedAdapters(client, say);
     } finally {
       await connection.close();
     }
@@ -67,9 +80,11 @@ program
 program
   .command('down')
   .description('stop the local stack gracefully (workers first, then Temporal); state stays on disk')
-  .action(async () => {
-    const cfg = loadConfig(program.opts().config);
-    await down(cfg, (m) => console.error(`halo: ${m}`));
+  .option('--role <role...>', 'stop only this part (browser, control, learner), as started by `up --role`; the Temporal server is left alone')
+  .option('--home <dir>', 'the runs folder of this host (as given to `up --home`)')
+  .action(async (opts: { role?: string[]; home?: string }) => {
+    const cfg = withHome(loadConfig(program.opts().config), opts.home);
+    await down(cfg, (m) => console.error(`halo: ${m}`), { roles: parseRoles(opts.role) });
     console.log('stack is down');
   });
 
@@ -95,7 +110,7 @@ program
     }, 'command line');
     const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));
     const home = stackStatus(cfg).home;
-    const out = { ...result, trajectoryPath: new BlobStore(join(home, 'blobs')).pathOf(result.trajectoryRef) };
+    const out = { ...result, trajectoryPath: blobStoreFor(home).locationOf(result.trajectoryRef) };
     if (opts.json) console.log(JSON.stringify(out));
     else {
       console.log(
@@ -105,20 +120,39 @@ program
     }
   });
 
-program
+const trainCommand = program
   .command('train')
   .description('start a GRPO training run (or attach to it if the run id exists) and show its progress')
   .option('--run-id <id>', 'run id (default: train.runId of the config)')
   .option('--detach', 'return as soon as the run is started')
-  .option('--json', 'print the final result as JSON')
-  .action(async (opts: { runId?: string; detach?: boolean; json?: boolean }) => {
-    const base = loadConfig(program.opts().config);
-    const cfg = parseConfig({ ...base, train: { ...base.train, ...defined({ runId: opts.runId }) } }, 'command line');
-    assertTrainTasks(cfg);
+  .option('--dry-run', 'validate the config and flags, check the tasks (REAL: sites reachable, --task-registry matched) and print the run; start nothing')
+  .option('--json', 'print the final result as JSON');
+addOverrideOptions(trainCommand, 'train', () => ({ file: 'configs/default.yaml', values: flagDefaults('train', loadConfig(undefined)) }));
+trainCommand
+  .action(async (opts: { runId?: string; detach?: boolean; dryRun?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
+    const { cfg, notes, pin } = runConfigFromFlags('train', program.opts().config, DEFAULT_CONFIG, opts);
+    for (const n of notes) console.error(`halo: ${n}`);
+    if (cfg.episode.env === 'real') await preflightTasks('real', [...cfg.train.tasks, ...cfg.train.heldOutTasks], pin, `GRPO run ${cfg.train.runId}`);
+    else {
+      assertTrainTasks(cfg);
+      await preflightTasks(cfg.episode.env, [], pin, `GRPO run ${cfg.train.runId}`);
+    }
+    if (opts.dryRun) {
+      const t = cfg.train;
+      if (opts.json) console.log(JSON.stringify({ config: cfg, notes }));
+      else {
+        console.log(`run ${t.runId} (not started): ${cfg.episode.env} tasks ${t.tasks.join(', ')}${t.heldOutTasks.length ? `; held out ${t.heldOutTasks.join(', ')}` : ''}`);
+        console.log(`${t.iterations} iterations × ${t.episodesPerIteration} episodes, N=${t.numGenerations} (${t.grouping} grouping), lr ${t.learningRate}, temperature ${cfg.policy.temperature}, policy ${cfg.policy.backend} ${cfg.policy.model}${t.seed !== undefined ? `, seed ${t.seed}` : ''}${pin ? `; tasks pinned to ${pin.file}` : ''}`);
+      }
+      return;
+    }
     const { client, connection } = await connectClient(cfg);
     try {
       const { handle, attached } = await startOrAttachTrain(client, cfg);
       console.error(`halo: ${attached ? 'attached to' : 'started'} run ${cfg.train.runId} (workflow id ${cfg.train.runId}, queue ${cfg.temporal.controlTaskQueue})`);
+      if (attached && Object.keys(overrideFlagsOf(opts)).length) {
+        console.error(`halo: run ${cfg.train.runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
+      }
       if (opts.detach) {
         if (opts.json) console.log(JSON.stringify({ runId: cfg.train.runId, attached }));
         return;
@@ -217,19 +251,12 @@ function clipLine(s: string, n: number): string {
   return one.length <= n ? one : one.slice(0, n - 1) + '…';
 }
 
-/** Every task the run will use exists (and is scorable): checked before anything starts. */
+/** Every MiniWoB++ task the run will use exists: checked before anything starts (REAL: preflightTasks). */
 function assertTrainTasks(cfg: HaloConfig): void {
   const names = [...cfg.train.tasks, ...cfg.train.heldOutTasks];
   try {
-    if (cfg.episode.env === 'real') {
-      for (const id of names) {
-        const t = getRealTask(id);
-        if (!t.scorable) throw new ConfigError(`REAL task ${id} is unscorable (its eval script is empty)`);
-      }
-    } else {
-      const known = listMiniwobTasks(findMiniwobHtml());
-      for (const name of names) assertMiniwobTask(name, known);
-    }
+    const known = listMiniwobTasks(findMiniwobHtml());
+    for (const name of names) assertMiniwobTask(name, known);
   } catch (err) {
     throw new ConfigError(`train.tasks / train.heldOutTasks: ${(err as Error).message}`);
   }
@@ -285,7 +312,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
-for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc]) register(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration]) register(program, { loadConfig });
 
 program.parseAsync(process.argv).catch((err: Error) => {
   console.error(`halo: ${err.message}`);

@@ -14,6 +14,7 @@ import {
   REPO_ROOT,
   type ManagedProcess,
 } from './processes';
+import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 
 export interface StackStatus {
@@ -55,10 +56,26 @@ export function learnerSettings(env: NodeJS.ProcessEnv = process.env) {
   };
 }
 
-function stackEnv(cfg: HaloConfig, home: string, address: string, namespace: string): NodeJS.ProcessEnv {
+/** What `halo up --role` starts on a host: one part of the stack, against a Temporal server that runs elsewhere. */
+export const ROLES = ['browser', 'control', 'learner'] as const;
+export type Role = (typeof ROLES)[number];
+
+export function parseRoles(values: string[] | string | undefined): Role[] | undefined {
+  if (values === undefined) return undefined;
+  const list = (Array.isArray(values) ? values : [values]).flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean);
+  for (const r of list) {
+    if (!(ROLES as readonly string[]).includes(r)) throw new Error(`--role ${JSON.stringify(r)}: one of ${ROLES.join(', ')}`);
+  }
+  return list.length ? [...new Set(list as Role[])] : undefined;
+}
+
+function stackEnv(cfg: HaloConfig, home: string, address: string, namespace: string, roles?: Role[]): NodeJS.ProcessEnv {
   const learner = learnerSettings();
   return {
     ...process.env,
+    // A host started by role keeps everything under its own home, adapter checkpoints (a cache when
+    // HALO_STORE names an object store) included.
+    ...(roles && !process.env.HALO_CHECKPOINTS ? { HALO_CHECKPOINTS: join(home, 'checkpoints') } : {}),
     HALO_HOME: home,
     TEMPORAL_ADDRESS: address,
     TEMPORAL_NAMESPACE: namespace,
@@ -80,7 +97,7 @@ export function stackStatus(cfg: HaloConfig): StackStatus {
     learner: readPid(home, 'learner'),
     learnerEnabled: learner.enabled,
     gpuQueue: learner.gpuQueue,
-    learnerModel: learner.model,
+    learnerModel: learnerModelFor(home, learner.model),
     address: s.address,
     namespace: s.namespace,
     uiUrl: isLocal(s.address) ? `http://localhost:${cfg.stack.uiPort}` : undefined,
@@ -93,47 +110,54 @@ export function stackStatus(cfg: HaloConfig): StackStatus {
  * workers, the Python learner) and wait until the server answers and every worker polls its queue. Safe to
  * call twice.
  */
-export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {}): Promise<StackStatus> {
+export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {}, opts: { roles?: Role[] } = {}): Promise<StackStatus> {
   const st = stackStatus(cfg);
   const { home, address, namespace } = st;
-  if (isLocal(address) && st.temporal === undefined) {
+  // Without roles: the whole stack on this box. With roles: only those parts, and never a Temporal server.
+  const roles = opts.roles;
+  const has = (r: Role) => !roles || roles.includes(r);
+  if (!roles && isLocal(address) && st.temporal === undefined) {
     const port = Number(address.split(':').pop());
     say(`starting Temporal dev server on ${address} (UI :${cfg.stack.uiPort}, data ${join(home, 'temporal.db')})`);
     await startDevServer({ home, port, uiPort: cfg.stack.uiPort });
   }
   const conn = await waitForServer(address, 90_000);
   try {
-    if (isLocal(address)) await prepareNamespace(conn, namespace, cfg.stack.retentionDays);
-    const env = stackEnv(cfg, home, address, namespace);
+    if (!roles && isLocal(address)) await prepareNamespace(conn, namespace, cfg.stack.retentionDays);
+    const env = stackEnv(cfg, home, address, namespace, roles);
     const learner = learnerSettings();
+    const learnerOn = roles ? roles.includes('learner') : learner.enabled;
     const started = new Map<string, ManagedProcess>();
-    if (st.control === undefined) {
+    if (has('control') && st.control === undefined) {
       say('starting control worker');
       const { command, args } = workerCommand('control');
       started.set('control', spawnBackground(home, 'control-worker', command, args, env));
     }
     st.browsers.forEach((pid, i) => {
-      if (pid !== undefined) return;
+      if (pid !== undefined || !has('browser')) return;
       say(`starting browser worker ${i}`);
       const { command, args } = workerCommand('browser');
       started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, env));
     });
-    if (learner.enabled && st.learner === undefined) {
-      say(`starting learner (model ${learner.model}, queue ${learner.gpuQueue})`);
-      const l = learnerCommand(env);
+    if (learnerOn && st.learner === undefined) {
+      // Without HALO_MODEL: the model this stack's learner last ran (client/learner-record.ts).
+      const model = learnerModelFor(home, learner.model);
+      say(`starting learner (model ${model}, queue ${learner.gpuQueue})`);
+      const l = learnerCommand({ ...env, HALO_MODEL: model });
       started.set('learner', spawnBackground(home, 'learner', l.command, l.args, l.env));
+      recordLearnerModel(home, model);
     }
     const browser = [...started.entries()].find(([k]) => k.startsWith('browser'))?.[1];
     await waitForPollers(
       conn,
       namespace,
       [
-        { name: cfg.temporal.controlTaskQueue, type: 'workflow', process: started.get('control') },
-        { name: cfg.temporal.browserTaskQueue, type: 'activity', process: browser },
+        ...(has('control') ? [{ name: cfg.temporal.controlTaskQueue, type: 'workflow' as const, process: started.get('control') }] : []),
+        ...(has('browser') ? [{ name: cfg.temporal.browserTaskQueue, type: 'activity' as const, process: browser }] : []),
       ],
       home,
     );
-    if (learner.enabled) {
+    if (learnerOn) {
       await waitForPollers(
         conn,
         namespace,
@@ -185,16 +209,17 @@ export async function waitForPollers(
 }
 
 /** Workers first (they finish in-flight activities), then the server. Safe to call twice. */
-export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {}): Promise<void> {
+export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {}, opts: { roles?: Role[] } = {}): Promise<void> {
   const st = stackStatus(cfg);
-  const names = ['control-worker', ...st.browsers.map((_, i) => `browser-worker-${i}`)];
+  const has = (r: Role) => !opts.roles || opts.roles.includes(r);
+  const names = [...(has('control') ? ['control-worker'] : []), ...(has('browser') ? st.browsers.map((_, i) => `browser-worker-${i}`) : [])];
   // The learner is a worker too: stopped with the others (it finishes the running update first), and
   // whether or not it is enabled now, so a stack started with it never leaves it behind.
   await Promise.all([
     ...names.map(async (n) => (await stopProcess(st.home, n)) && say(`stopped ${n}`)),
-    (async () => (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
+    (async () => has('learner') && (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
   ]);
-  if (await stopProcess(st.home, 'temporal')) say('stopped Temporal dev server');
+  if (!opts.roles && (await stopProcess(st.home, 'temporal'))) say('stopped Temporal dev server');
 }
 
 export async function connectClient(cfg: HaloConfig): Promise<{ client: Client; connection: Connection }> {

@@ -156,7 +156,12 @@ export function planOverlay(action: AgentAction, axtree: string | undefined, siz
 // HTML
 
 export function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
+  return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
+}
+
+/** Any value as HTML text: numbers and booleans of a trajectory file are only typed, not checked, so they are escaped too. */
+function esc(v: unknown): string {
+  return escapeHtml(String(v));
 }
 
 function round2(n: number): number {
@@ -164,13 +169,13 @@ function round2(n: number): number {
 }
 
 function fmt(n: number): string {
-  if (!Number.isFinite(n)) return String(n);
+  if (typeof n !== 'number' || !Number.isFinite(n)) return esc(n);
   const r = Math.round(n * 1000) / 1000;
   return (r > 0 ? '+' : '') + String(r);
 }
 
 function plain(n: number): string {
-  return String(Math.round(n * 1000) / 1000);
+  return esc(Math.round(n * 1000) / 1000);
 }
 
 function markerSvg(m: Marker, size: { width: number; height: number }): string {
@@ -184,7 +189,7 @@ function markerSvg(m: Marker, size: { width: number; height: number }): string {
     [x, y - arm, x, y - gap],
     [x, y + gap, x, y + arm],
   ]
-    .map(([x1, y1, x2, y2]) => `<line x1="${round2(x1)}" y1="${round2(y1)}" x2="${round2(x2)}" y2="${round2(y2)}"/>`)
+    .map(([x1, y1, x2, y2]) => `<line x1="${esc(round2(x1))}" y1="${esc(round2(y1))}" x2="${esc(round2(x2))}" y2="${esc(round2(y2))}"/>`)
     .join('');
   const fontSize = Math.max(14, Math.round(r * 1.3));
   // A label pill next to the marker, kept inside the image (left of the marker when it would run off the right).
@@ -195,13 +200,13 @@ function markerSvg(m: Marker, size: { width: number; height: number }): string {
   const bx = right ? x + arm + 4 : Math.max(0, x - arm - 4 - w);
   const by = Math.min(Math.max(0, y - r - h), size.height - h);
   return (
-    `<g class="marker" data-kind="${m.kind}" data-grid-x="${m.gridX}" data-grid-y="${m.gridY}" data-x="${m.x}" data-y="${m.y}">` +
-    `<circle class="halo" cx="${x}" cy="${y}" r="${r}"/>` +
-    `<circle class="ring" cx="${x}" cy="${y}" r="${r}"/>` +
+    `<g class="marker" data-kind="${esc(m.kind)}" data-grid-x="${esc(m.gridX)}" data-grid-y="${esc(m.gridY)}" data-x="${esc(m.x)}" data-y="${esc(m.y)}">` +
+    `<circle class="halo" cx="${esc(x)}" cy="${esc(y)}" r="${esc(r)}"/>` +
+    `<circle class="ring" cx="${esc(x)}" cy="${esc(y)}" r="${esc(r)}"/>` +
     `<g class="cross">${lines}</g>` +
-    `<circle class="dot" cx="${x}" cy="${y}" r="${Math.max(2, Math.round(r / 5))}"/>` +
-    `<rect class="label-bg" x="${round2(bx)}" y="${round2(by)}" width="${w}" height="${h}" rx="${Math.round(h / 4)}"/>` +
-    `<text x="${round2(bx + w / 2)}" y="${round2(by + h / 2)}" dy="0.35em" font-size="${fontSize}" text-anchor="middle">${escapeHtml(m.label)}</text>` +
+    `<circle class="dot" cx="${esc(x)}" cy="${esc(y)}" r="${esc(Math.max(2, Math.round(r / 5)))}"/>` +
+    `<rect class="label-bg" x="${esc(round2(bx))}" y="${esc(round2(by))}" width="${esc(w)}" height="${esc(h)}" rx="${esc(Math.round(h / 4))}"/>` +
+    `<text x="${esc(round2(bx + w / 2))}" y="${esc(round2(by + h / 2))}" dy="0.35em" font-size="${esc(fontSize)}" text-anchor="middle">${escapeHtml(m.label)}</text>` +
     `</g>`
   );
 }
@@ -209,23 +214,23 @@ function markerSvg(m: Marker, size: { width: number; height: number }): string {
 function screenshotHtml(image: ImageView | undefined, imageError: string | undefined, overlay: Overlay | undefined, alt: string): string {
   if (!image) return `<div class="noimage">${escapeHtml(imageError ?? 'no screenshot')}</div>`;
   const svg =
-    `<svg class="overlay" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${image.width} ${image.height}" preserveAspectRatio="none" ` +
-    `data-width="${image.width}" data-height="${image.height}">${overlay?.marker ? markerSvg(overlay.marker, image) : ''}</svg>`;
-  return `<div class="frame"><img src="${image.src}" width="${image.width}" height="${image.height}" alt="${escapeHtml(alt)}">${svg}</div>`;
+    `<svg class="overlay" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${esc(image.width)} ${esc(image.height)}" preserveAspectRatio="none" ` +
+    `data-width="${esc(image.width)}" data-height="${esc(image.height)}">${overlay?.marker ? markerSvg(overlay.marker, image) : ''}</svg>`;
+  return `<div class="frame"><img src="${esc(image.src)}" width="${esc(image.width)}" height="${esc(image.height)}" alt="${escapeHtml(alt)}">${svg}</div>`;
 }
 
 function breakdownHtml(b: RewardBreakdown): string {
   const rows = b.terms
     .map(
       (t) =>
-        `<tr class="term" data-term="${escapeHtml(t.term)}" data-value="${t.value}"><td><code>${escapeHtml(t.term)}</code></td>` +
+        `<tr class="term" data-term="${escapeHtml(t.term)}" data-value="${esc(t.value)}"><td><code>${escapeHtml(t.term)}</code></td>` +
         `<td class="num ${t.value < 0 ? 'neg' : t.value > 0 ? 'pos' : ''}">${fmt(t.value)}</td><td>${escapeHtml(t.detail ?? '')}</td></tr>`,
     )
     .join('');
   const empty = b.terms.length === 0 ? '<tr><td colspan="3" class="muted">no terms fired</td></tr>' : '';
   return (
     `<table class="breakdown"><thead><tr><th>term</th><th>value</th><th>detail</th></tr></thead><tbody>${rows}${empty}</tbody>` +
-    `<tfoot><tr class="total" data-value="${b.total}"><td>total</td><td class="num">${fmt(b.total)}</td><td></td></tr></tfoot></table>`
+    `<tfoot><tr class="total" data-value="${esc(b.total)}"><td>total</td><td class="num">${fmt(b.total)}</td><td></td></tr></tfoot></table>`
   );
 }
 
@@ -233,12 +238,12 @@ function candidatesHtml(cands: CandidateView[]): string {
   const rows = cands
     .map(
       (c) =>
-        `<tr class="candidate${c.chosen ? ' chosen' : ''}"><td>${c.index}${c.chosen ? ' ✓' : ''}</td><td>${c.valid ? 'valid' : 'invalid'}</td>` +
+        `<tr class="candidate${c.chosen ? ' chosen' : ''}"><td>${esc(c.index)}${c.chosen ? ' ✓' : ''}</td><td>${c.valid ? 'valid' : 'invalid'}</td>` +
         `<td class="num">${fmt(c.reward)}</td><td><pre>${escapeHtml(c.completion)}</pre></td></tr>`,
     )
     .join('');
   return (
-    `<details class="group"><summary>${cands.length} candidates sampled at this state (GRPO group; ✓ = continued from)</summary>` +
+    `<details class="group"><summary>${esc(cands.length)} candidates sampled at this state (GRPO group; ✓ = continued from)</summary>` +
     `<table><thead><tr><th>#</th><th>action</th><th>shaped reward</th><th>completion</th></tr></thead><tbody>${rows}</tbody></table></details>`
   );
 }
@@ -251,11 +256,11 @@ function stepHtml(s: StepView): string {
     s.actionError ? '<span class="badge bad">action error</span>' : '',
   ].join('');
   return `
-<section class="step" id="step-${s.step}" data-step="${s.step}" data-action="${escapeHtml(s.action.type)}" data-valid="${s.valid}" data-env-reward="${s.envReward}" data-shaped="${s.shaped.total}">
-  <h2><a href="#step-${s.step}">Step ${s.step}</a> · ${escapeHtml(title)} ${badges}</h2>
+<section class="step" id="step-${esc(s.step)}" data-step="${esc(s.step)}" data-action="${escapeHtml(s.action.type)}" data-valid="${esc(s.valid)}" data-env-reward="${esc(s.envReward)}" data-shaped="${esc(s.shaped.total)}">
+  <h2><a href="#step-${esc(s.step)}">Step ${esc(s.step)}</a> · ${escapeHtml(title)} ${badges}</h2>
   <div class="cols">
     <figure class="shot">
-      ${screenshotHtml(s.image, s.imageError, s.overlay, `screenshot before step ${s.step}`)}
+      ${screenshotHtml(s.image, s.imageError, s.overlay, `screenshot before step ${esc(s.step)}`)}
       ${s.overlay.caption ? `<figcaption class="caption">${escapeHtml(s.overlay.caption)}</figcaption>` : ''}
     </figure>
     <div class="details">
@@ -328,9 +333,9 @@ label.toggle { position:fixed; right:16px; bottom:12px; background:var(--card); 
 /** The whole page. */
 export function renderEpisodeHtml(v: EpisodeView): string {
   const h = v.header;
-  const title = `${h.env}/${h.task} seed ${h.seed} · ${h.success ? 'success' : 'failure'} · ${h.workflowId}`;
+  const title = `${h.env}/${h.task} seed ${esc(h.seed)} · ${h.success ? 'success' : 'failure'} · ${h.workflowId}`;
   const nav = v.steps
-    .map((s) => `<a href="#step-${s.step}" class="${s.valid ? '' : 'invalid'}" title="${escapeHtml(describeAction(s.action))}">${s.step}: ${escapeHtml(s.action.type)} ${fmt(s.shaped.total)}</a>`)
+    .map((s) => `<a href="#step-${esc(s.step)}" class="${s.valid ? '' : 'invalid'}" title="${escapeHtml(describeAction(s.action))}">${esc(s.step)}: ${escapeHtml(s.action.type)} ${fmt(s.shaped.total)}</a>`)
     .join('');
   const final = v.final
     ? `
@@ -350,14 +355,14 @@ export function renderEpisodeHtml(v: EpisodeView): string {
 </head>
 <body>
 <input type="checkbox" id="toggle-overlay" checked hidden>
-<header class="episode" data-success="${h.success}" data-reward="${h.reward}" data-steps="${h.steps}">
-  <h1>${escapeHtml(h.env)}/${escapeHtml(h.task)} <span class="muted">seed ${h.seed}</span> · <span class="${h.success ? 'success' : 'failure'}">${h.success ? 'success' : 'failure'}</span></h1>
+<header class="episode" data-success="${esc(h.success)}" data-reward="${esc(h.reward)}" data-steps="${esc(h.steps)}">
+  <h1>${escapeHtml(h.env)}/${escapeHtml(h.task)} <span class="muted">seed ${esc(h.seed)}</span> · <span class="${h.success ? 'success' : 'failure'}">${h.success ? 'success' : 'failure'}</span></h1>
   <div class="goal"><b>Goal:</b> ${escapeHtml(h.goal)}</div>
   <div class="facts">
     <span>reward <b class="reward">${plain(h.reward)}</b></span>
-    <span>steps <b class="steps">${h.steps}</b></span>
+    <span>steps <b class="steps">${esc(h.steps)}</b></span>
     <span>shaped return <b>${fmt(h.shapedReturn)}</b></span>
-    <span>action validity <b>${Math.round(h.actionValidity * 100)}%</b></span>
+    <span>action validity <b>${esc(Math.round(h.actionValidity * 100))}%</b></span>
     ${h.reason ? `<span>end <b>${escapeHtml(h.reason)}</b></span>` : ''}
     <span>policy <b>${escapeHtml(h.policyModel)}</b></span>
     <span>workflow <b>${escapeHtml(h.workflowId)}</b></span>

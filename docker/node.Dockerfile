@@ -20,11 +20,19 @@ RUN npm ci --omit=dev --no-audit --no-fund --loglevel=error
 RUN python3 -m venv .venv \
  && .venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps miniwob==1.1.0 agisdk==0.3.5
 
+# The run curves the control worker writes (host/curves.ts → python -m halo_learner.curves): TensorBoard's writer
+# and the optional wandb client, at the learner's pins.
+COPY workers/learner/requirements.txt /tmp/learner-requirements.txt
+RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check -c /tmp/learner-requirements.txt tensorboard wandb
+
 COPY . .
 
 ENV HALO_CHROMIUM=/usr/bin/chromium \
     HALO_HOME=/app/runs
-RUN mkdir -p /app/runs /app/checkpoints
+RUN mkdir -p /app/runs /app/checkpoints && chown node:node /app/runs /app/checkpoints
+
+# The image's unprivileged user (uid 1000): Chromium runs with its sandbox on only when it is not root.
+USER node
 
 # docker-compose.yml picks the worker; this default is the control worker.
 CMD ["node", "--import", "tsx", "workers/control.ts"]

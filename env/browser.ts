@@ -6,13 +6,23 @@ import { chromium, type Browser } from 'playwright-core';
 export const DEFAULT_VIEWPORT = { width: 1280, height: 720 } as const;
 
 export const DEFAULT_CHROMIUM_PATH = '/usr/bin/chromium';
+/** Ubuntu ships Chromium as a snap only (22.04 and later). */
+export const SNAP_CHROMIUM_PATH = '/snap/bin/chromium';
+
+/** Where `npx playwright-core install chromium` puts its build (undefined when Playwright cannot say). */
+function playwrightChromium(): string | undefined {
+  try {
+    return chromium.executablePath();
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * The machine has no network. Without the background-networking family of flags Chromium keeps retrying
  * closed connections (component updates, sync, safe browsing...), which costs CPU and log noise.
  */
 export const CHROMIUM_ARGS: readonly string[] = [
-  '--no-sandbox',
   '--disable-gpu',
   '--disable-quic',
   '--no-first-run',
@@ -22,6 +32,15 @@ export const CHROMIUM_ARGS: readonly string[] = [
   '--disable-default-apps',
   '--disable-dev-shm-usage',
 ];
+
+/**
+ * Chromium's own sandbox (user namespaces + seccomp-bpf around every renderer) stays on, except for a browser
+ * started as root, where Chromium refuses to run sandboxed: a developer machine or CI running as root. The
+ * worker image runs as an unprivileged user, so pages from the web render sandboxed there.
+ */
+export function chromiumSandboxed(uid: number | undefined = process.getuid?.()): boolean {
+  return uid !== 0;
+}
 
 /** Added by Playwright to every headless launch. */
 export const HIDE_SCROLLBARS = '--hide-scrollbars';
@@ -55,13 +74,14 @@ function isExecutableFile(path: string): boolean {
 
 function chromiumNotFound(where: string): Error {
   return new Error(
-    `Chromium not found at ${where}; install Debian's chromium (apt-get install chromium) or set HALO_CHROMIUM`,
+    `Chromium not found at ${where}; install Debian's chromium (apt-get install chromium), on Ubuntu the snap or Playwright's build (npx playwright-core install --with-deps chromium), or set HALO_CHROMIUM`,
   );
 }
 
 /**
  * Which Chromium binary to use: an explicit path (option or HALO_CHROMIUM) must exist; otherwise
- * /usr/bin/chromium, otherwise `chromium` (or `chromium-browser`) on PATH.
+ * /usr/bin/chromium, otherwise `chromium` (or `chromium-browser`) on PATH, otherwise the snap's
+ * /snap/bin/chromium (Ubuntu), otherwise Playwright's own download (`npx playwright-core install chromium`).
  */
 export function resolveChromiumPath(explicit?: string): string {
   const chosen = explicit ?? process.env.HALO_CHROMIUM;
@@ -77,7 +97,10 @@ export function resolveChromiumPath(explicit?: string): string {
       if (isExecutableFile(candidate)) return candidate;
     }
   }
-  throw chromiumNotFound(`${DEFAULT_CHROMIUM_PATH} (nor chromium on PATH)`);
+  if (isExecutableFile(SNAP_CHROMIUM_PATH)) return SNAP_CHROMIUM_PATH;
+  const playwrights = playwrightChromium();
+  if (playwrights && isExecutableFile(playwrights)) return playwrights;
+  throw chromiumNotFound(`${DEFAULT_CHROMIUM_PATH} (nor chromium on PATH, ${SNAP_CHROMIUM_PATH} or Playwright's download)`);
 }
 
 /**
@@ -90,6 +113,8 @@ export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<
     executablePath,
     headless: opts.headless ?? true,
     args: [...CHROMIUM_ARGS, ...(opts.extraArgs ?? [])],
+    // Playwright adds --no-sandbox unless told otherwise.
+    chromiumSandbox: chromiumSandboxed(),
     ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
     timeout: opts.timeoutMs ?? 60_000,
   });

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { minimalChildEnv } from './child-env';
 
 /** The repository root (this file lives in <repo>/env). */
 const REPO_ROOT = resolve(__dirname, '..');
@@ -21,7 +22,7 @@ export function locateWithProjectPython<T>(pkg: string, script: string, accept: 
   for (const py of pythons) {
     let out: string;
     try {
-      out = execFileSync(py, ['-c', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 }).trim();
+      out = execFileSync(py, ['-c', script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000, env: minimalChildEnv() }).trim();
     } catch (err) {
       const e = err as NodeJS.ErrnoException & { status?: number };
       tried.push(`${py}: ${e.code === 'ENOENT' ? 'not found' : e.status === NOT_INSTALLED_STATUS ? `${pkg} not installed` : e.message}`);

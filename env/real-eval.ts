@@ -5,6 +5,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { RealTask } from './real-tasks';
+import { minimalChildEnv } from './child-env';
 
 /**
  * Runs a REAL v2 eval script on a final state, the way agisdk 0.3.5 does it
@@ -156,7 +157,8 @@ function runScript(python: string, script: string, statePath: string, cwd: strin
       cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
-      env: { ...process.env, PYTHONIOENCODING: 'utf-8', PYTHONDONTWRITEBYTECODE: '1' },
+      // Only what the interpreter needs: the script never sees the worker's keys (env/child-env.ts).
+      env: minimalChildEnv(process.env, { PYTHONIOENCODING: 'utf-8', PYTHONDONTWRITEBYTECODE: '1' }),
     });
     const out: Buffer[] = [];
     const err: Buffer[] = [];

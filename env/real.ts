@@ -17,7 +17,9 @@ import {
 import type { AxTreeOptions, PageView } from './page-scripts';
 import { evaluateFinalState, UnscorableTaskError, type EvalResult, type EvaluateOptions } from './real-eval';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
+import { isHarnessPath } from './real-paths';
 import type { SiteLimiter, ReleaseSlot } from './site-limits';
+import { reachesPrivateNetwork } from './private-network';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
 
 /**
@@ -49,7 +51,6 @@ const DEFAULT_NAVIGATION_TIMEOUT_MS = 30_000;
 const CONFIG_NETWORK_IDLE_TIMEOUT_MS = 10_000;
 const AFTER_ACTION_LOAD_TIMEOUT_MS = 3_000;
 const MAX_REDIRECT_HOPS = 10;
-const HARNESS_PATHS = /^\/(config|finish|submit)\/?$/;
 
 export interface RealEnvOptions {
   /** A fresh context per episode (the site state lives in it), created with viewport 1280x720. */
@@ -224,6 +225,8 @@ export class RealEnv implements Environment {
   private cdp: CDPSession | undefined;
   private crashed = false;
   private routed = false;
+  /** Subresource and subframe requests to private, loopback or link-local addresses refused (this session). */
+  privateRequestsBlocked = 0;
   private episode: EpisodeState | undefined;
   /** Allowed origin while an episode is being set up or runs (read by the route handler). */
   private origin: string | undefined;
@@ -291,7 +294,7 @@ export class RealEnv implements Environment {
       return `outside ${origin}`;
     }
     if (u.origin !== origin) return `outside ${origin}`;
-    if (HARNESS_PATHS.test(u.pathname)) return `${u.pathname} is reserved for the harness`;
+    if (isHarnessPath(u.pathname)) return `${u.pathname} is reserved for the harness`;
     return null;
   }
 
@@ -325,6 +328,17 @@ export class RealEnv implements Environment {
   }
 
   private readonly onRoute = async (route: Route, request: Request): Promise<void> => {
+    // Subresources and subframes (a page's images, scripts, fetches, iframes) of any page of the episode may
+    // go anywhere on the web but not to this machine or its networks; the site's own origin stays reachable
+    // (a mirror or the tests' site may live on one). Main-frame navigations are judged by origin below.
+    if (!request.isNavigationRequest() || isSubframeRequest(request)) {
+      const url = request.url();
+      if (!this.isSiteOrigin(url) && (await reachesPrivateNetwork(url).catch(() => true))) {
+        this.privateRequestsBlocked++;
+        await route.abort('blockedbyclient').catch(() => undefined);
+        return;
+      }
+    }
     if (!request.isNavigationRequest()) {
       await route.fallback().catch(() => undefined);
       return;
@@ -333,6 +347,14 @@ export class RealEnv implements Environment {
     this.track(work);
     await work;
   };
+
+  private isSiteOrigin(url: string): boolean {
+    try {
+      return this.origin !== undefined && new URL(url).origin === this.origin;
+    } catch {
+      return false;
+    }
+  }
 
   private async routeNavigation(route: Route, request: Request): Promise<void> {
     try {
@@ -792,5 +814,15 @@ export class RealEnv implements Environment {
       this.routed = false;
     }
     this.origin = undefined;
+  }
+}
+
+/** A navigation of a frame inside a page (an iframe), not of a page itself. */
+function isSubframeRequest(request: Request): boolean {
+  try {
+    const frame = request.frame();
+    return frame.parentFrame() !== null;
+  } catch {
+    return false;
   }
 }

@@ -18,11 +18,16 @@ function readYaml(path: string, what: string): unknown {
 }
 
 export function loadConfigFile(path: string): HaloConfig {
+  return parseConfig(readConfigRaw(path), `config file ${path}`);
+}
+
+/** A config file as a plain object before validation (`rewards: <file>` read in), for command-line overrides. */
+export function readConfigRaw(path: string): unknown {
   let raw = readYaml(path, 'config file');
   // `rewards: <file>` points at a weights file (like configs/rewards.yaml), relative to this config file.
   if (raw && typeof raw === 'object' && typeof (raw as { rewards?: unknown }).rewards === 'string') {
     const file = resolve(dirname(path), (raw as { rewards: string }).rewards);
     raw = { ...(raw as object), rewards: readYaml(file, 'rewards file') };
   }
-  return parseConfig(raw, `config file ${path}`);
+  return raw;
 }

@@ -10,6 +10,12 @@ const REPO_ROOT = resolve(__dirname, '..');
 
 /** An eval config file; `haloConfigPath` is its `haloConfig` resolved against the file's folder. */
 export function loadEvalConfigFile(path: string): { config: EvalConfig; haloConfigPath?: string } {
+  const config = parseEvalConfig(readEvalConfigRaw(path), `eval config ${path}`);
+  return { config, ...(config.haloConfig ? { haloConfigPath: resolve(dirname(path), config.haloConfig) } : {}) };
+}
+
+/** An eval config file as a plain object before validation, for command-line overrides. */
+export function readEvalConfigRaw(path: string): unknown {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -22,8 +28,7 @@ export function loadEvalConfigFile(path: string): { config: EvalConfig; haloConf
   } catch (err) {
     throw new ConfigError(`eval config ${path} is not valid YAML: ${(err as Error).message}`);
   }
-  const config = parseEvalConfig(raw, `eval config ${path}`);
-  return { config, ...(config.haloConfig ? { haloConfigPath: resolve(dirname(path), config.haloConfig) } : {}) };
+  return raw;
 }
 
 /** The learner's checkpoints root: HALO_CHECKPOINTS, else <repo>/checkpoints; relative paths are from the repo. */

@@ -1,11 +1,19 @@
 import { z } from 'zod';
-import { ConfigError } from './config-error';
+import { ConfigError, formatConfigIssues } from './config-error';
 import { rewardWeightsSchema } from './rewards/weights';
+import { CREDENTIAL_NAMES } from './credentials';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
+// Every section is strict (an unknown key is an error that names the closest valid key) and every number
+// has an upper bound.
+
+/** Seeds are 32-bit (MiniWoB++ and REAL seed their generators with them). */
+export const MAX_SEED = 2_147_483_647;
+/** Task lists (train.tasks, heldOutTasks, mcts.tasks): far above the ~125 MiniWoB++ and ~110 REAL tasks. */
+export const MAX_TASKS = 10_000;
 
 export const temporalSchema = z
-  .object({
+  .strictObject({
     address: z.string().default('127.0.0.1:7233'),
     namespace: z.string().default('default'),
     controlTaskQueue: z.string().default('halo-control'),
@@ -14,23 +22,33 @@ export const temporalSchema = z
   .prefault({});
 
 export const stackSchema = z
-  .object({
+  .strictObject({
     home: z.string().default('runs').describe('folder for the Temporal database, blobs, logs and pid files'),
     uiPort: z.number().int().min(1).max(65535).default(8233),
     retentionDays: z.number().int().min(1).max(3650).default(30),
     browserWorkers: z.number().int().min(1).max(16).default(1),
+    minFreeDiskGiB: z
+      .number()
+      .min(0)
+      .max(1_000_000)
+      .default(2)
+      .describe("free space the control worker's home folder (blobs, metrics) must have before each training iteration; below it the run pauses with the reason in its status (resume after freeing space, e.g. halo gc)"),
   })
   .prefault({});
 
 export const policySchema = z
-  .object({
+  .strictObject({
     backend: z
       .enum(['openai', 'colocated'])
       .default('openai')
       .describe('openai: an OpenAI-compatible server (vLLM) at baseUrl; colocated: the learner samples with its resident model'),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct'),
-    apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
+    credential: z
+      .enum(CREDENTIAL_NAMES)
+      .default('policy')
+      .describe('the API key the worker sends, by name: the worker maps policy / critic / baseline to its own environment (HALO_POLICY_API_KEY, HALO_POLICY_API_KEY, OPENAI_API_KEY; HALO_CREDENTIAL_<NAME>_ENV on the worker changes the variable)'),
+    apiKeyEnv: z.string().optional().describe('deprecated: accepted only when it names the variable the worker maps credential to; use credential'),
     temperature: z.number().min(0).max(2).default(0),
     maxTokens: z.number().int().min(1).max(8192).default(256),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
@@ -54,39 +72,40 @@ export const policySchema = z
   .prefault({});
 
 export const episodeSchema = z
-  .object({
+  .strictObject({
     env: z.enum(['miniwob', 'real']).default('miniwob'),
     task: z.string().min(1).default('click-button'),
-    seed: z.number().int().min(0).default(0),
+    seed: z.number().int().min(0).max(MAX_SEED).default(0),
     maxSteps: z.number().int().min(1).max(200).default(10),
     maxSessionRebuilds: z.number().int().min(0).max(20).default(5),
-    sessionStartTimeoutMs: z.number().int().min(1000).default(20_000).describe('how long a session activity may wait for its browser worker before the session counts as lost'),
-    heartbeatTimeoutMs: z.number().int().min(1000).default(10_000),
+    sessionStartTimeoutMs: z.number().int().min(1000).max(3_600_000).default(20_000).describe('how long a session activity may wait for its browser worker before the session counts as lost'),
+    heartbeatTimeoutMs: z.number().int().min(1000).max(600_000).default(10_000),
   })
   .prefault({});
 
 export const trainSchema = z
-  .object({
+  .strictObject({
     runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('grpo-local'),
     iterations: z.number().int().min(1).max(100_000).default(3),
     episodesPerIteration: z.number().int().min(1).max(256).default(2),
     parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once'),
-    tasks: z.array(z.string().min(1)).min(1).default(['click-button', 'enter-text']),
-    heldOutTasks: z.array(z.string().min(1)).default([]),
-    evalEvery: z.number().int().min(0).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
+    tasks: z.array(z.string().min(1)).min(1).max(MAX_TASKS).default(['click-button', 'enter-text']),
+    heldOutTasks: z.array(z.string().min(1)).max(MAX_TASKS).default([]),
+    evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
     grouping: z.enum(['step', 'episode']).default('step'),
     numGenerations: z.number().int().min(2).max(64).default(4).describe('N: candidates per state (step) or rollouts per task (episode)'),
     choose: z.enum(['best', 'sampled']).default('best').describe('which candidate the episode continues from (step grouping)'),
-    learningRate: z.number().gt(0).default(1e-6),
-    klCoef: z.number().min(0).default(0.001),
+    learningRate: z.number().gt(0).max(1).default(1e-6),
+    klCoef: z.number().min(0).max(100).default(0.001),
     clipEpsilon: z.number().gt(0).lt(1).default(0.2),
-    maxGradNorm: z.number().gt(0).default(1),
+    maxGradNorm: z.number().gt(0).max(10_000).default(1),
     lossType: z.literal('dr_grpo').default('dr_grpo'),
     gpuTaskQueue: z.string().min(1).default('gpu'),
     learnerHeartbeatTimeoutS: z
       .number()
       .int()
       .min(1)
+      .max(3600)
       .default(60)
       .describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
@@ -95,6 +114,13 @@ export const trainSchema = z
       .min(1)
       .optional()
       .describe("the learner's base model (its HALO_MODEL), sent with every learner request so a learner holding another model refuses; default: policy.model with the colocated backend, unchecked otherwise"),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_SEED)
+      .optional()
+      .describe("seed of the run's episodes: tasks and task seeds come from (seed, iteration, episode) instead of the run id, so runs with different ids play the same episodes; default: the run id"),
     maxFailedEpisodeShare: z
       .number()
       .min(0)
@@ -105,7 +131,7 @@ export const trainSchema = z
   .prefault({});
 
 export const realSchema = z
-  .object({
+  .strictObject({
     runId: z.string().min(1).default('0').describe('run_id sent to /config; "0" keeps episodes off the REAL leaderboard'),
     evaluateAtCap: z.boolean().default(false).describe('evaluate the final state at the step cap (official rule: reward 0, no evaluation)'),
   })
@@ -116,7 +142,7 @@ export const MINIWOB_RAISED_TIME_LIMIT_MS = 1_000_000;
 
 // MiniWoB++ as the official package runs it, or with a time limit a VLM policy can live with.
 export const miniwobSchema = z
-  .object({
+  .strictObject({
     timeLimit: z
       .union([z.enum(['raised', 'official']), z.number().int().min(1000).max(86_400_000)])
       .default('raised')
@@ -134,14 +160,15 @@ export const miniwobSchema = z
 
 // Agent-Q-style MCTS with step-level DPO (workflows/train-mcts.ts: `trainMcts` → one `mctsSearch` per task).
 export const mctsCriticSchema = z
-  .object({
+  .strictObject({
     backend: z
       .enum(['openai', 'none'])
       .default('openai')
       .describe('openai: an OpenAI-compatible server (usually the vLLM serving the base model) ranks candidates and values states; none: neutral priors (0.5) and no critic values, i.e. search outcomes only'),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct').describe('the frozen critic: the base model, not an adapter'),
-    apiKeyEnv: z.string().default('HALO_POLICY_API_KEY').describe('environment variable holding the API key'),
+    credential: z.enum(CREDENTIAL_NAMES).default('critic').describe('the API key the worker sends, by name (see policy.credential)'),
+    apiKeyEnv: z.string().optional().describe('deprecated: accepted only when it names the variable the worker maps credential to; use credential'),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
     temperature: z.number().min(0).max(2).default(0),
     maxTokens: z.number().int().min(16).max(8192).default(256),
@@ -149,18 +176,19 @@ export const mctsCriticSchema = z
   .prefault({});
 
 export const mctsSchema = z
-  .object({
+  .strictObject({
     runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('mcts-local'),
     iterations: z.number().int().min(1).max(100_000).default(3),
     tasks: z
       .array(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'a task name: letters, digits, . _ -'))
       .min(1)
+      .max(MAX_TASKS)
       .default(['click-button'])
       .refine((t) => new Set(t).size === t.length, 'tasks must be distinct (each is searched once per iteration)')
       .describe('every iteration runs one search per task (seed derived from run id, iteration and task)'),
     parallelism: z.number().int().min(1).max(64).default(1).describe('searches running at once'),
     numSimulations: z.number().int().min(1).max(10_000).default(50).describe('simulations (select, expand, evaluate, backpropagate) per search'),
-    ucbConstant: z.number().min(0).default(1.414).describe('UCB1 exploration constant c'),
+    ucbConstant: z.number().min(0).max(100).default(1.414).describe('UCB1 exploration constant c'),
     maxChildren: z.number().int().min(1).max(32).default(5).describe('K: candidate actions sampled per expanded state (after dedupe, at most K children)'),
     alpha: z.number().min(0).max(1).default(0.5).describe('composite Q = alpha * Q_mcts + (1 - alpha) * Q_critic'),
     pairThreshold: z.number().min(0).max(1).default(0.1).describe('minimum composite-Q gap between two explored siblings for a DPO pair'),
@@ -172,12 +200,19 @@ export const mctsSchema = z
     temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
     continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),
     critic: mctsCriticSchema,
-    beta: z.number().gt(0).default(0.1).describe('DPO beta'),
-    learningRate: z.number().gt(0).default(1e-6),
-    maxGradNorm: z.number().gt(0).default(1),
-    evalEvery: z.number().int().min(0).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
-    evalSeeds: z.array(z.number().int().min(0)).min(1).default([0]).describe('seeds of the greedy evaluation episodes'),
+    beta: z.number().gt(0).max(100).default(0.1).describe('DPO beta'),
+    learningRate: z.number().gt(0).max(1).default(1e-6),
+    maxGradNorm: z.number().gt(0).max(10_000).default(1),
+    evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
+    evalSeeds: z.array(z.number().int().min(0).max(MAX_SEED)).min(1).max(1000).default([0]).describe('seeds of the greedy evaluation episodes'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_SEED)
+      .optional()
+      .describe("seed of the searches: each task's seed comes from (seed, iteration, task) instead of the run id; default: the run id"),
     maxFailedSearchShare: z
       .number()
       .min(0)
@@ -191,6 +226,22 @@ export const mctsSchema = z
   })
   .prefault({});
 
+// Weights & Biases: every iteration's scalars also go to a W&B run (TensorBoard event files are written either way).
+export const wandbSchema = z
+  .strictObject({
+    project: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('W&B project that receives every iteration\'s metrics (run id = the HALO run id); unset: no W&B. TensorBoard event files under <stack.home>/<run>/tensorboard are written either way'),
+    entity: z.string().min(1).optional().describe("W&B entity (team or user); unset: the API key's default"),
+    mode: z
+      .enum(['online', 'offline', 'disabled'])
+      .optional()
+      .describe('online needs WANDB_API_KEY on the control worker; offline needs no network and keeps the run under <stack.home>/<run>/wandb for `wandb sync`; unset: WANDB_MODE, else online'),
+  })
+  .prefault({});
+
 export const configSchema = z
   .object({
     temporal: temporalSchema,
@@ -201,6 +252,7 @@ export const configSchema = z
     miniwob: miniwobSchema,
     train: trainSchema,
     mcts: mctsSchema,
+    wandb: wandbSchema,
     // Dense reward weights (defaults spelled out in configs/rewards.yaml).
     rewards: rewardWeightsSchema.prefault({}),
   })
@@ -217,11 +269,35 @@ export { ConfigError };
 
 /** Validate a parsed config object; the error lists every bad field by its dotted path. */
 export function parseConfig(raw: unknown, source = 'config'): HaloConfig {
-  const result = configSchema.safeParse(raw ?? {});
+  const input = raw ?? {};
+  const result = configSchema.safeParse(input);
   if (result.success) return result.data;
-  const lines = result.error.issues.map((i) => {
-    const path = i.path.length ? i.path.join('.') : '(root)';
-    return `  ${path}: ${i.message}`;
-  });
+  const lines = formatConfigIssues(result.error.issues, configSchema, input);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/**
+ * A config stored by a run that started under an earlier version of this schema (read back on continue-as-new
+ * or resume): keys the schema no longer has are dropped instead of failing the run, which was validated when
+ * it started. Anything else wrong is still an error. Returns the config and the dotted paths dropped.
+ */
+export function parseStoredConfig(raw: unknown, source = 'stored run config'): { cfg: HaloConfig; dropped: string[] } {
+  const input = JSON.parse(JSON.stringify(raw ?? {})) as unknown;
+  const dropped: string[] = [];
+  for (let round = 0; round < 8; round++) {
+    const result = configSchema.safeParse(input);
+    if (result.success) return { cfg: result.data, dropped };
+    const unknown = result.error.issues.filter((i) => i.code === 'unrecognized_keys');
+    if (unknown.length === 0) break;
+    for (const issue of unknown) {
+      let at: unknown = input;
+      for (const seg of issue.path) at = at !== null && typeof at === 'object' ? (at as Record<PropertyKey, unknown>)[seg] : undefined;
+      if (at === null || typeof at !== 'object') continue;
+      for (const key of issue.keys) {
+        delete (at as Record<string, unknown>)[key];
+        dropped.push([...issue.path, key].map(String).join('.'));
+      }
+    }
+  }
+  return { cfg: parseConfig(input, source), dropped };
 }

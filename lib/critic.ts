@@ -11,13 +11,16 @@
 import { matchingBrace, stripCodeFence } from './text';
 import { clip } from './actions';
 import type { PromptMessage } from './prompt';
+import type { CredentialName } from './credentials';
 
 /** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
 export interface CriticConfig {
   baseUrl: string;
   model: string;
-  /** Environment variable holding the API key. */
-  apiKeyEnv: string;
+  /** The API key by name (the worker maps it to its environment); default `critic`. */
+  credential?: CredentialName;
+  /** Deprecated: accepted only when it names the variable the worker maps the credential to. */
+  apiKeyEnv?: string;
   timeoutMs: number;
   temperature: number;
   /** Completion budget; default CRITIC_MAX_TOKENS. */

@@ -150,6 +150,8 @@ export interface SampleResult {
   candidates: Candidate[];
   model: string;
   promptRef: string;
+  /** Constrained decoding (`policy.constrained`): the grammar blob the request was constrained with. */
+  grammarRef?: string;
   latencyMs: number;
   /** Token ids and log-probs were asked for (`policy.tokenIds`); candidates without them were not given any. */
   askedForTokens?: boolean;
@@ -252,6 +254,8 @@ export interface GroupCandidate {
 /** N candidates sampled at one state, each scored from that state; the episode continued from `chosen`. */
 export interface StepGroup {
   promptRef: string;
+  /** Constrained decoding: the grammar blob the candidates were sampled under. */
+  grammarRef?: string;
   step: number;
   candidates: GroupCandidate[];
   chosen: number;
@@ -262,6 +266,8 @@ export interface StepRecord {
   observation: StepObservationRef;
   /** The prompt the action was sampled from (GRPO episode grouping trains on it). */
   promptRef: string;
+  /** Constrained decoding: the grammar blob the action was sampled under. */
+  grammarRef?: string;
   completion: string;
   completionRef?: string;
   /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */
@@ -286,6 +292,7 @@ export interface StepRecord {
 export interface TrajectoryStepInput {
   step: number;
   promptRef: string;
+  grammarRef?: string;
   completionRef?: string;
   completion?: string;
   /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */

@@ -1,11 +1,12 @@
 import { z } from 'zod';
 import { servedAdapterName } from './iteration-policy';
 import { runContextFromConfig } from './run-context';
-import { ConfigError } from './config-error';
-import { mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
+import { ConfigError, formatConfigIssues, type IssueLike } from './config-error';
+import { MAX_SEED, MAX_TASKS, mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
 import { miniwobSettingsNote, type EvalNote, type EvalSkip } from './eval-summary';
-import type { EvalModeName, EvalModePlan, EvaluateInput } from './eval-types';
+import { evalSizeProblem, type EvalModeName, type EvalModePlan, type EvaluateInput } from './eval-types';
 import { criticParams, mctsParams, type MctsParams } from './mcts-params';
+import { CREDENTIAL_NAMES, credentialEnvVar, type CredentialName } from './credentials';
 
 /**
  * Eval config files (`halo eval --config FILE`, e.g. configs/eval-default.yaml): which modes run greedily on
@@ -33,7 +34,7 @@ export const adapterSchema = z.union([
   z.strictObject({
     run: z.string().regex(ID, 'a run id: letters, digits, . _ - (max 81)'),
     version: z
-      .union([z.number().int().min(0), z.literal('latest')])
+      .union([z.number().int().min(0).max(1_000_000), z.literal('latest')])
       .default(0)
       .describe("0 = the base model; N = adapter v<N> of the run; 'latest' = its highest version under the checkpoints folder (0 if none)"),
   }),
@@ -61,7 +62,8 @@ function qwenMode<N extends Exclude<EvalModeName, 'openai_baseline'>>(name: N, a
       .optional()
       .describe('openai backend: the served model or adapter name (default: <run>-v<N> for an adapter version ≥ 1, else the HALO config policy.model)'),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1').describe('openai backend: the server'),
-    apiKeyEnv: z.string().min(1).default('HALO_POLICY_API_KEY'),
+    credential: z.enum(CREDENTIAL_NAMES).default('policy').describe('openai backend: the API key by name; the control worker maps it to its environment'),
+    apiKeyEnv: z.string().min(1).optional().describe('deprecated: accepted only when it names the variable credential maps to'),
     maxTokens: maxTokens.optional().describe('default: policy.maxTokens of the HALO config'),
     timeoutMs: timeoutMs.optional().describe('default: policy.timeoutMs of the HALO config'),
   });
@@ -98,7 +100,8 @@ export const openaiBaselineModeSchema = z.strictObject({
   label: label.optional(),
   model: z.string().min(1).default('gpt-4o').describe('any OpenAI chat model with image input (gpt-4o, gpt-4.1, …)'),
   baseUrl: z.string().url().default(OPENAI_DEFAULT_BASE_URL),
-  apiKeyEnv: z.string().min(1).default('OPENAI_API_KEY'),
+  credential: z.enum(CREDENTIAL_NAMES).default('baseline').describe('the API key by name; the control worker maps it to its environment (baseline: OPENAI_API_KEY)'),
+  apiKeyEnv: z.string().min(1).optional().describe('deprecated: accepted only when it names the variable credential maps to'),
   maxTokens: maxTokens.default(512),
   timeoutMs: timeoutMs.optional(),
 });
@@ -118,12 +121,14 @@ export const evalConfigSchema = z
     tasks: z
       .array(z.string().min(1))
       .min(1)
+      .max(MAX_TASKS)
       .default(['click-button', 'enter-text', 'click-link', 'focus-text'])
       .superRefine(noDuplicates((t) => `task "${t}"`))
       .describe('MiniWoB++ task names, or REAL task ids and site names (a site means all its tasks)'),
     seeds: z
-      .array(z.number().int().min(0))
+      .array(z.number().int().min(0).max(MAX_SEED))
       .min(1)
+      .max(10_000)
       .superRefine(noDuplicates((s) => `seed ${s}`))
       .default([0, 1]),
     maxSteps: z.number().int().min(1).max(200).default(5),
@@ -132,6 +137,7 @@ export const evalConfigSchema = z
     modes: z
       .array(evalModeSchema)
       .min(1)
+      .max(64)
       .superRefine((modes, ctx) => {
         const seen = new Map<string, number>();
         modes.forEach((m, i) => {
@@ -158,14 +164,15 @@ export type EvalConfigInput = z.input<typeof evalConfigSchema>;
 
 /** Validate a parsed eval config; the error lists every bad field by its dotted path. */
 export function parseEvalConfig(raw: unknown, source = 'eval config'): EvalConfig {
-  const result = evalConfigSchema.safeParse(raw ?? {});
+  const input = raw ?? {};
+  const result = evalConfigSchema.safeParse(input);
   if (result.success) return result.data;
-  const lines = result.error.issues.map((i) => `  ${i.path.length ? i.path.join('.') : '(root)'}: ${describeIssue(i)}`);
+  const lines = formatConfigIssues(result.error.issues, evalConfigSchema, input, describeIssue);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
 }
 
 /** zod's union errors say only "Invalid input"; say what was expected instead. */
-function describeIssue(i: z.core.$ZodIssue): string {
+function describeIssue(i: IssueLike): string {
   if (i.code === 'invalid_union' && i.path.at(-1) === 'adapter') {
     return 'expected { run: RUN_ID, version: N | latest } or { path: …/<run>/v<N> }';
   }
@@ -212,9 +219,20 @@ const sameUrl = (a: string, b: string) => a.replace(/\/+$/, '') === b.replace(/\
  * non-default baseUrl (a local OpenAI-compatible server needs no key).
  */
 export function baselineSkipReason(mode: Extract<EvalMode, { name: 'openai_baseline' }>, env: Record<string, string | undefined>): string | null {
-  if (env[mode.apiKeyEnv]) return null;
+  const envVar = credentialEnvVar(mode.credential, env);
+  if (env[envVar]) return null;
   if (!sameUrl(mode.baseUrl, OPENAI_DEFAULT_BASE_URL)) return null;
-  return `no API key: ${mode.apiKeyEnv} is not set and baseUrl is the default ${OPENAI_DEFAULT_BASE_URL} (set ${mode.apiKeyEnv} for the CLI and the control worker, or point baseUrl at an OpenAI-compatible server)`;
+  return `no API key: ${envVar} (credential ${mode.credential}) is not set and baseUrl is the default ${OPENAI_DEFAULT_BASE_URL} (set ${envVar} for the CLI and the control worker, or point baseUrl at an OpenAI-compatible server)`;
+}
+
+/** A legacy `apiKeyEnv` must name the variable the credential maps to; anything else is a config error saying what to write. */
+function checkLegacyKeyEnv(m: { credential: CredentialName; apiKeyEnv?: string }, where: string, env: Record<string, string | undefined>): void {
+  if (m.apiKeyEnv === undefined) return;
+  const envVar = credentialEnvVar(m.credential, env);
+  if (m.apiKeyEnv === envVar) return;
+  throw new ConfigError(
+    `invalid eval config:\n  ${where}.apiKeyEnv: ${m.apiKeyEnv} is not read any more: name a credential (${where}.credential: ${CREDENTIAL_NAMES.join(' | ')}; "${m.credential}" is read from ${envVar}, and HALO_CREDENTIAL_${m.credential.toUpperCase()}_ENV=${m.apiKeyEnv} on the control worker and the CLI maps it to ${m.apiKeyEnv})`,
+  );
 }
 
 function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]): { task: string; site: string }[] {
@@ -271,10 +289,13 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
   const skipped: EvalSkip[] = [];
   const tasks = resolveTasks(cfg, opts, notes);
   const modes: EvalModePlan[] = [];
-  const greedy = (p: Partial<PolicyConfig>): PolicyConfig => ({ ...base.policy, ...p, temperature: 0 });
+  // The HALO config's legacy key variable belongs to its own credential, not to a mode's.
+  const { apiKeyEnv: _baseKeyEnv, ...basePolicy } = base.policy;
+  const greedy = (p: Partial<PolicyConfig>): PolicyConfig => ({ ...basePolicy, ...p, temperature: 0 });
 
-  for (const m of cfg.modes) {
+  for (const [i, m] of cfg.modes.entries()) {
     const labelOf = m.label ?? m.name;
+    checkLegacyKeyEnv(m, `modes.${i}`, env);
     if (m.name === 'openai_baseline') {
       const why = baselineSkipReason(m, env);
       if (why) {
@@ -289,7 +310,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
           backend: 'openai',
           baseUrl: m.baseUrl,
           model: m.model,
-          apiKeyEnv: m.apiKeyEnv,
+          credential: m.credential,
+          ...(m.apiKeyEnv !== undefined ? { apiKeyEnv: m.apiKeyEnv } : {}),
           maxTokens: m.maxTokens,
           timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
         }),
@@ -355,7 +377,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
           backend: 'openai',
           baseUrl: m.baseUrl,
           model,
-          apiKeyEnv: m.apiKeyEnv,
+          credential: m.credential,
+          ...(m.apiKeyEnv !== undefined ? { apiKeyEnv: m.apiKeyEnv } : {}),
           maxTokens: m.maxTokens ?? base.policy.maxTokens,
           timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
         }),
@@ -366,6 +389,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
       });
     }
   }
+  const tooBig = evalSizeProblem({ modes: modes.length, tasks: tasks.length, seeds: cfg.seeds.length });
+  if (tooBig) throw new ConfigError(`invalid eval config:\n  ${tooBig}`);
 
   return {
     evalId: cfg.runId,

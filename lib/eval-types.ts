@@ -1,5 +1,5 @@
 import type { PolicyConfig } from './config';
-import type { EvalNote, EvalSkip } from './eval-summary';
+import type { EvalNote, EvalSkip, EvalSummary } from './eval-summary';
 import type { MctsParams } from './mcts-params';
 import type { RunContext } from './run-context';
 
@@ -41,4 +41,66 @@ export interface EvaluateInput {
   controlTaskQueue: string;
   /** Queues, timeouts and rewards of every episode; each mode runs its episodes under its own `runId`. */
   run: RunContext;
+  /** Episodes per workflow run before it continues as new (default DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY). */
+  continueAsNewEvery?: number;
+  /** Set by the workflow itself when it continues as new. */
+  carry?: EvalCarry;
+}
+
+/** An evaluation runs at most this many episodes (modes × tasks × seeds); larger ones are split by the user. */
+export const MAX_EVAL_EPISODES = 100_000;
+/** Episodes per workflow run before `evaluate` continues as new (each child adds ~10 events to the history). */
+export const DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY = 500;
+export const MAX_EVAL_CONTINUE_AS_NEW_EVERY = 2_000;
+
+/** Why an evaluation of this size cannot run, or null: checked by the client and again by the workflow. */
+export function evalSizeProblem(o: { modes: number; tasks: number; seeds: number; continueAsNewEvery?: number }): string | null {
+  const total = o.modes * o.tasks * o.seeds;
+  if (total > MAX_EVAL_EPISODES) {
+    return (
+      `modes × tasks × seeds = ${o.modes} × ${o.tasks} × ${o.seeds} = ${total} episodes, more than one evaluation runs (${MAX_EVAL_EPISODES}): ` +
+      `use fewer seeds, tasks or modes, or split it into several evaluations`
+    );
+  }
+  const every = o.continueAsNewEvery;
+  if (every !== undefined && !(Number.isInteger(every) && every >= 1 && every <= MAX_EVAL_CONTINUE_AS_NEW_EVERY)) {
+    return `continueAsNewEvery ${every}: a whole number of episodes from 1 to ${MAX_EVAL_CONTINUE_AS_NEW_EVERY}`;
+  }
+  return null;
+}
+
+/**
+ * What one run of `evaluate` hands the next when it continues as new: small, whatever the evaluation's size
+ * (the records themselves are in blobs, one per chunk).
+ */
+export interface EvalCarry {
+  /** Index, in mode × task × seed order, of the next episode to start. */
+  next: number;
+  /** Blob refs of the record chunks written so far (a JSON array of EvalEpisodeRecord each), in order. */
+  chunkRefs: string[];
+  /** Episodes finished (recorded) and failed so far. */
+  done: number;
+  failed: number;
+  paused: boolean;
+}
+
+/** Input of the activity that assembles an evaluation's records and summary from its chunks. */
+export interface FinishEvalInput {
+  evalId: string;
+  env: 'miniwob' | 'real';
+  modes: { label: string; name: EvalModeName; describe: string }[];
+  chunkRefs: string[];
+  /** Episodes the evaluation planned (modes × tasks × seeds): those without a record were not run (stop). */
+  total: number;
+  skipped: EvalSkip[];
+  notes: EvalNote[];
+}
+
+export interface FinishEvalResult {
+  summary: EvalSummary;
+  /** Blob with every record, one JSON object per line (episodes.jsonl). */
+  recordsRef: string;
+  /** Blob with `{ evalId, modes, summary, recordsRef, episodeCount }`. */
+  resultsRef: string;
+  episodeCount: number;
 }

@@ -113,6 +113,8 @@ export interface CandidateOutcome {
 export interface BatchStepGroup {
   /** Blob reference of the prompt JSON (`SampleResult.promptRef`). */
   promptRef: string;
+  /** Constrained decoding: the grammar blob every candidate was sampled under. */
+  grammarRef?: string;
   step: number;
   candidates: CandidateOutcome[];
   /** Index of the candidate the episode continued from. */
@@ -173,6 +175,8 @@ export interface GrpoRefItem {
   old_logprobs: number[] | null;
   advantage: number;
   finish_reason: string | null;
+  /** Constrained decoding: the grammar blob the completion was sampled under (the learner masks the same way). */
+  grammar_ref?: string | null;
 }
 
 /**
@@ -207,6 +211,7 @@ export function groupsToBatchItems(groups: readonly BatchStepGroup[]): GrpoRefIt
         old_logprobs: old,
         advantage: adv[i],
         finish_reason: c.finishReason ?? null,
+        ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
       });
     });
   }

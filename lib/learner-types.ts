@@ -59,6 +59,8 @@ export const GrpoItemSchema = z
     old_logprobs: z.array(finite).nullable().default(null),
     /** Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn. */
     finish_reason: z.string().nullable().default(null),
+    /** Constrained decoding: the JSON-schema blob (lib/action-grammar.ts) the completion was sampled under. */
+    grammar_ref: z.string().nullable().default(null),
   })
   .superRefine((it, ctx) => {
     if (it.completion_token_ids === null) return;
@@ -180,6 +182,8 @@ export const SampleActionsInputSchema = z.strictObject({
   max_tokens: int.min(1).default(256),
   seed: int.nullable().default(null),
   base_model: baseModel,
+  /** Constrained decoding: every completion follows this JSON-schema blob (lib/action-grammar.ts). */
+  grammar_ref: z.string().nullable().default(null),
 });
 
 export const CompletionSchema = z.strictObject({

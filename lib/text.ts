@@ -46,3 +46,42 @@ export function editDistance(a: string, b: string): number {
   }
   return prev[b.length];
 }
+
+/** The longest page URL an activity summary carries (query and fragment are dropped first). */
+export const SUMMARY_URL_CHARS = 80;
+/** Activity summaries are Temporal user metadata, kept small by the server: at most this many UTF-8 bytes. */
+export const SUMMARY_MAX_BYTES = 240;
+
+function utf8Bytes(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      n += 4;
+      i++;
+    } else n += 3;
+  }
+  return n;
+}
+
+/** A URL for a one-line summary: no query or fragment (they may carry tokens), at most SUMMARY_URL_CHARS. */
+export function clipUrlForSummary(url: string): string {
+  const cut = url.search(/[?#]/);
+  const bare = cut === -1 ? url : `${url.slice(0, cut)}${url[cut]}…`;
+  return bare.length <= SUMMARY_URL_CHARS ? bare : `${bare.slice(0, SUMMARY_URL_CHARS - 1)}…`;
+}
+
+/**
+ * An activity summary as it is scheduled: every URL in it clipped (clipUrlForSummary), one line, and the
+ * whole at most SUMMARY_MAX_BYTES bytes, so a page with a long URL cannot make the command too large.
+ */
+export function clipSummary(summary: string): string {
+  let s = summary.replace(/\s*[\r\n]+\s*/g, ' ').replace(/\b(?:[a-z][a-z0-9+.-]*:\/\/|data:)\S+/gi, clipUrlForSummary);
+  if (utf8Bytes(s) <= SUMMARY_MAX_BYTES) return s;
+  const chars = Array.from(s);
+  while (chars.length > 0 && utf8Bytes(chars.join('')) > SUMMARY_MAX_BYTES - 3) chars.pop();
+  s = `${chars.join('')}…`;
+  return s;
+}

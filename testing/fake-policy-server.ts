@@ -18,7 +18,7 @@ export interface EmailScript {
 export type FakeMode =
   | { kind: 'scripted'; email?: EmailScript }
   | { kind: 'garbage' }
-  | { kind: 'custom'; answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number }) => string }
+  | { kind: 'custom'; answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number; temperature: number }) => string }
   | { kind: 'status'; status: number };
 
 export interface RecordedRequest {
@@ -205,7 +205,7 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
           mode.kind === 'garbage'
             ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
             : mode.kind === 'custom'
-              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i })
+              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1) })
               : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
         return {
           index: i,

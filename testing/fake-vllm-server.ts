@@ -106,6 +106,8 @@ export async function startFakeVllmServer(
         unknownModels.push(name);
         return sendJson(res, 404, { error: { message: `The model \`${name}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } });
       }
+      const constraint = structuredOutputsError(body as Record<string, unknown>);
+      if (constraint) return sendError(res, 400, 'BadRequestError', constraint);
       const out = await chat.answer(body, { legacyTokens: opts.legacyTokens });
       return sendJson(res, out.status, out.body);
     }
@@ -179,6 +181,32 @@ export async function startFakeVllmServer(
       }),
   };
   return api;
+}
+
+/** The kinds of `structured_outputs` constraint (vLLM's StructuredOutputsParams): a request names exactly one. */
+export const STRUCTURED_OUTPUT_KINDS = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'] as const;
+const STRUCTURED_OUTPUT_OPTIONS = ['disable_any_whitespace', 'disable_additional_properties', 'whitespace_pattern', 'disable_fallback'];
+
+/**
+ * vLLM's checks on `structured_outputs` (0.11+): an object with exactly one constraint, a schema that is an object
+ * or a non-empty string, no unknown keys. The `guided_*` fields it replaced are not checked: from 0.12 on vLLM
+ * ignores them silently (HTTP 200, unconstrained output), which is why tests assert they are never sent.
+ */
+export function structuredOutputsError(body: Record<string, unknown>): string | undefined {
+  const so = body.structured_outputs;
+  if (so === undefined || so === null) return undefined;
+  if (typeof so !== 'object' || Array.isArray(so)) return 'structured_outputs: Input should be a valid dictionary';
+  const keys = Object.keys(so);
+  const unknown = keys.filter((k) => !(STRUCTURED_OUTPUT_KINDS as readonly string[]).includes(k) && !STRUCTURED_OUTPUT_OPTIONS.includes(k));
+  if (unknown.length) return `structured_outputs.${unknown[0]}: Extra inputs are not permitted`;
+  const kinds = keys.filter((k) => (STRUCTURED_OUTPUT_KINDS as readonly string[]).includes(k) && (so as Record<string, unknown>)[k] != null);
+  if (kinds.length === 0) return 'You must use one kind of structured outputs constraint but none are specified';
+  if (kinds.length > 1) return `You can only use one kind of structured outputs constraint but multiple are specified: ${kinds.join(', ')}`;
+  const json = (so as Record<string, unknown>).json;
+  if (json !== undefined && !((typeof json === 'object' && json !== null && !Array.isArray(json)) || (typeof json === 'string' && json.length > 0))) {
+    return 'structured_outputs.json must be a JSON schema object or a non-empty string';
+  }
+  return undefined;
 }
 
 function isDir(p: string): boolean {

@@ -1,8 +1,8 @@
+import '../host/load-env'; // first: .env fills in what the environment does not set
 import { Worker } from '@temporalio/worker';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
-import { BlobStore } from '../blob/store';
+import { blobStoreFor } from '../blob/store';
 import { SessionManager, createSessionActivities } from '../activities/session';
 import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
@@ -22,7 +22,7 @@ async function main() {
   const workerName = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const ownQueue = `${queueNames().browser}@${workerName}`;
   const manager = new SessionManager({
-    blobs: new BlobStore(join(haloHome(), 'blobs')),
+    blobs: blobStoreFor(haloHome()),
     miniwobBaseUrl: miniwob.baseUrl,
     miniwobTasks: listMiniwobTasks(htmlDir),
     workerTaskQueue: ownQueue,

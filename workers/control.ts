@@ -1,7 +1,9 @@
+import '../host/load-env'; // first: .env fills in what the environment does not set
 import { Worker } from '@temporalio/worker';
-import { join } from 'node:path';
-import { BlobStore } from '../blob/store';
+import { blobStoreFor } from '../blob/store';
 import { createControlActivities } from '../activities/control';
+import { createEvalRecordActivities } from '../activities/eval-records';
+import { createDiskActivities } from '../activities/disk';
 import { createLearnerBatchActivities } from '../activities/learner-batches';
 import { adapterActivities } from '../activities/adapters';
 import { createGrpoBatchActivities } from '../activities/grpo-batch';
@@ -10,6 +12,7 @@ import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { createMctsMetricsActivities } from '../activities/mcts-metrics';
 import { haloHome } from '../host/home';
+import { createCurvesSink } from '../host/curves';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 
 /**
@@ -21,8 +24,10 @@ async function main() {
   const log = installRuntime('control-worker');
   const { connection, namespace, settings } = await connectWorker();
   const ledger = await takeOverLedger('control-worker', settings, log);
-  const blobs = new BlobStore(join(haloHome(), 'blobs'));
+  const blobs = blobStoreFor(haloHome());
   const batches = createLearnerBatchActivities(blobs);
+  // TensorBoard / W&B curves of each run, synced from its metrics file after every metrics append.
+  const curves = createCurvesSink({ warn: (msg, fields) => log.warn(fields ?? {}, msg) });
   const worker = await Worker.create({
     connection,
     namespace,
@@ -32,11 +37,13 @@ async function main() {
       ...createControlActivities(blobs),
       ...batches,
       ...createGrpoBatchActivities(blobs, batches),
-      ...createMetricsActivities(haloHome()),
+      ...createMetricsActivities(haloHome(), curves),
       ...adapterActivities,
       ...createCriticActivities(blobs),
       ...createMctsStoreActivities(blobs, batches),
-      ...createMctsMetricsActivities(haloHome()),
+      ...createMctsMetricsActivities(haloHome(), curves),
+      ...createEvalRecordActivities(blobs),
+      ...createDiskActivities(haloHome()),
     },
     interceptors: { activity: [ledger.interceptor()] },
     shutdownGraceTime: '10s',

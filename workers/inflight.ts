@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
@@ -17,6 +17,9 @@ import type { Logger } from '../host/log';
  * the episode's session rebuild begin. A process that starts in the same role on the same host reads the
  * ledgers of processes that are gone and fails their attempts through the task token
  * (RespondActivityTaskFailed), so the retry starts now. A ledger whose process still runs is left alone.
+ *
+ * One file per process, `<role>-<host>-<pid>.json`, readable by its owner only (0600 in a 0700 folder: a task
+ * token is enough to complete or fail the activity).
  */
 
 interface Entry {
@@ -93,10 +96,13 @@ export class InflightLedger {
       rmSync(this.file, { force: true });
       return;
     }
-    mkdirSync(this.dir, { recursive: true });
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    chmodSync(this.dir, 0o700);
     const body: LedgerFile = { pid: process.pid, host: hostname(), role: this.role, running: [...this.running.values()] };
     const tmp = `${this.file}.tmp`;
-    writeFileSync(tmp, JSON.stringify(body));
+    rmSync(tmp, { force: true });
+    writeFileSync(tmp, JSON.stringify(body), { mode: 0o600, flag: 'wx' });
+    chmodSync(tmp, 0o600);
     renameSync(tmp, this.file);
   }
 
@@ -106,7 +112,8 @@ export class InflightLedger {
     const prefix = `${this.role}-${hostname()}-`;
     const out: { file: string; ledger: LedgerFile | null }[] = [];
     for (const name of readdirSync(this.dir)) {
-      if (!name.startsWith(prefix) || !name.endsWith('.json')) continue;
+      // `<role>-<host>-<pid>.json` of this role and host only (a role or host name that merely starts the same does not count).
+      if (!name.startsWith(prefix) || !/^\d+\.json$/.test(name.slice(prefix.length))) continue;
       const file = join(this.dir, name);
       let ledger: LedgerFile | null = null;
       try {
@@ -114,6 +121,7 @@ export class InflightLedger {
       } catch {
         // Unreadable (cut mid-write is impossible with the rename, so: damaged): dropped below.
       }
+      if (ledger && ((ledger.host !== undefined && ledger.host !== hostname()) || (ledger.role !== undefined && ledger.role !== this.role))) continue;
       if (ledger && ledger.pid !== process.pid && alive(ledger.pid)) continue;
       out.push({ file, ledger });
     }

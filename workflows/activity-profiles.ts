@@ -1,7 +1,9 @@
 import type { ActivityOptions, RetryPolicy } from '@temporalio/workflow';
+import { clipSummary } from '../lib/text';
 
 // Retry and timeout profiles, declared once. Retries belong to Temporal (clients inside activities never
-// retry on their own); these say how long and how often.
+// retry on their own); these say how long and how often. Summaries are clipped here (lib/text.ts clipSummary):
+// they name page URLs, which can be kilobytes long.
 
 /**
  * The learner (Python, `gpu` queue). A retry of a killed learner's attempt is queued when its successor starts
@@ -32,7 +34,7 @@ export function runActivities(startToCloseTimeout: ActivityOptions['startToClose
  * blob reads and writes and bounds how long a call that died with its worker waits before its retry.
  */
 export function modelCall(timeoutMs: number, maxAttempts: number, summary: string, marginMs = 30_000): ActivityOptions {
-  return { summary, startToCloseTimeout: timeoutMs + marginMs, retry: modelRetry(maxAttempts) };
+  return { summary: clipSummary(summary), startToCloseTimeout: timeoutMs + marginMs, retry: modelRetry(maxAttempts) };
 }
 
 /**
@@ -42,7 +44,7 @@ export function modelCall(timeoutMs: number, maxAttempts: number, summary: strin
  */
 export function sessionOpen(taskQueue: string, heartbeatTimeoutMs: number, summary: string, scheduleToStartMs?: number): ActivityOptions {
   return {
-    summary,
+    summary: clipSummary(summary),
     taskQueue,
     startToCloseTimeout: '15m',
     heartbeatTimeout: heartbeatTimeoutMs,
@@ -57,7 +59,7 @@ export function sessionOpen(taskQueue: string, heartbeatTimeoutMs: number, summa
  */
 export function onSession(taskQueue: string, scheduleToStartMs: number, heartbeatTimeoutMs: number, summary: string): ActivityOptions {
   return {
-    summary,
+    summary: clipSummary(summary),
     taskQueue,
     scheduleToStartTimeout: scheduleToStartMs,
     startToCloseTimeout: '2m',

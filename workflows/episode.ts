@@ -177,6 +177,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     const chosen = chooseCandidate(rewards, input.grouping!.choose, u);
     groups.push({
       promptRef: sampled.promptRef,
+      ...(sampled.grammarRef ? { grammarRef: sampled.grammarRef } : {}),
       step: stepNo,
       chosen,
       candidates: sampled.candidates.map((c, i) => ({
@@ -233,6 +234,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
         step: stepNo,
         observation: { url, step, screenshotRef, axtreeRef },
         promptRef: sampled.promptRef,
+        ...(sampled.grammarRef ? { grammarRef: sampled.grammarRef } : {}),
         completion: c.preview,
         ...(c.completionRef ? { completionRef: c.completionRef } : {}),
         ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
@@ -290,6 +292,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
       steps: steps.map((r) => ({
         step: r.step,
         promptRef: r.promptRef,
+        ...(r.grammarRef ? { grammarRef: r.grammarRef } : {}),
         ...(r.completionRef ? { completionRef: r.completionRef } : { completion: r.completion }),
         ...(r.tokensRef ? { tokensRef: r.tokensRef } : {}),
         ...(r.tokenIds ? { tokenIds: r.tokenIds, ...(r.logprobs ? { logprobs: r.logprobs } : {}) } : {}),

@@ -1,8 +1,10 @@
 import {
   ApplicationFailure,
+  continueAsNew,
   defineQuery,
   executeChild,
   isCancellation,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -12,23 +14,31 @@ import {
 import { failureMessage, pool } from './pool';
 import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
+import type { EvalRecordActivities } from '../activities/eval-records';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { summarizeEval, type EvalEpisodeRecord, type EvalSummary } from '../lib/eval-summary';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { episode } from './episode';
-import type { EvalModeName, EvalModePlan, EvaluateInput } from '../lib/eval-types';
+import { DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY, evalSizeProblem, type EvalCarry, type EvalModeName, type EvalModePlan, type EvaluateInput } from '../lib/eval-types';
 import * as profiles from './activity-profiles';
 
 export type { EvalModeName, EvalModePlan, EvaluateInput };
 
 export interface EvaluateResult {
   evalId: string;
-  /** Small per-episode records (trajectories by reference only). */
-  episodes: EvalEpisodeRecord[];
+  /**
+   * Per-episode records inline: only evaluations started before records went to blobs have them; the others
+   * name the blob (`recordsRef`), whatever their size.
+   */
+  episodes?: EvalEpisodeRecord[];
+  /** Blob with every per-episode record (trajectories by reference only), one JSON object per line. */
+  recordsRef?: string;
+  /** Episodes recorded. */
+  episodeCount: number;
   summary: EvalSummary;
   /** What each mode evaluated. */
   modes: { label: string; name: EvalModeName; describe: string }[];
-  /** Blob holding `{ evalId, modes, episodes, summary }` (activity `storeJson`). */
+  /** Blob holding `{ evalId, modes, summary, recordsRef, episodeCount }` (older evaluations: `episodes` inline). */
   resultsRef: string;
   /** Stopped by the `stop` signal: episodes not started then are left out of the summary. */
   stoppedEarly: boolean;
@@ -53,19 +63,31 @@ export function evalEpisodeId(evalId: string, mode: string, task: string, seed: 
  * Greedy evaluation: for every mode (skipped ones were decided by the client and are only listed), every task
  * × seed runs as an `episode` child workflow with a deterministic id, at most `parallelism` at once. A failed
  * episode is recorded with its error (a failure in the success rate) rather than failing the evaluation.
- * `pause` holds episodes not yet started, `stop` leaves them out. The results go to the blob store
- * (`storeJson`); the client writes its files from the returned value.
+ * `pause` holds episodes not yet started, `stop` leaves them out.
+ *
+ * Any size: every `continueAsNewEvery` episodes (a chunk) the chunk's records go to one blob and the workflow
+ * continues as new with a small carry (the next index and the chunk refs); at the end an activity assembles
+ * the records into one JSON-lines blob and computes the summary. The result names the blobs.
  */
 export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
   const info = workflowInfo();
   const evalId = input.evalId;
+  const carry: EvalCarry = input.carry ?? { next: 0, chunkRefs: [], done: 0, failed: 0, paused: false };
+  const total = input.modes.length * input.tasks.length * input.seeds.length;
+  const progress: EvalProgress = { evalId, total, done: carry.done, failed: carry.failed, running: 0 };
+  const control = new RunControl<EvalProgress & { runId: string }>(evalId, { paused: carry.paused });
+  control.describe(() => ({ runId: evalId, ...progress }));
+  setHandlerForProgress(progress);
+  // Evaluations started before records went to blobs keep running every episode in one history.
+  const chunked = patched('eval-record-chunks');
+
+  const tooBig = evalSizeProblem({ modes: input.modes.length, tasks: input.tasks.length, seeds: input.seeds.length, continueAsNewEvery: input.continueAsNewEvery });
+  if (tooBig) throw ApplicationFailure.nonRetryable(tooBig, 'InvalidConfig');
   const runs = input.modes.flatMap((mode) =>
     input.tasks.flatMap((t) => input.seeds.map((seed) => ({ mode, task: t.task, site: t.site, seed }))),
   );
-  const progress: EvalProgress = { evalId, total: runs.length, done: 0, failed: 0, running: 0 };
-  const control = new RunControl<EvalProgress & { runId: string }>(evalId);
-  control.describe(() => ({ runId: evalId, ...progress }));
-  setHandlerForProgress(progress);
+  const every = chunked ? (input.continueAsNewEvery ?? DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY) : runs.length;
+  const chunk = runs.slice(carry.next, carry.next + every);
 
   if (info.workflowId !== evalId) {
     throw ApplicationFailure.nonRetryable(`workflow id ${info.workflowId} must equal the eval id ${evalId}`, 'InvalidConfig');
@@ -92,7 +114,7 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
   details();
   control.phase = 'episodes';
 
-  const records = await pool(runs, input.parallelism, async (r): Promise<EvalEpisodeRecord | null> => {
+  const records = await pool(chunk, input.parallelism, async (r): Promise<EvalEpisodeRecord | null> => {
     if (!(await control.proceed())) return null;
     const workflowId = evalEpisodeId(evalId, r.mode.label, r.task, r.seed);
     const base = { mode: r.mode.label, task: r.task, site: r.site, seed: r.seed, workflowId };
@@ -149,10 +171,32 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
     }
   });
   const episodes = records.filter((e): e is EvalEpisodeRecord => e !== null);
-  const notRun = records.length - episodes.length;
-
-  control.phase = 'summary';
   const modes = input.modes.map((m) => ({ label: m.label, name: m.name, describe: m.describe }));
+  const store = proxyActivities<ControlActivities & EvalRecordActivities>(profiles.runActivities('2m'));
+
+  if (chunked) {
+    control.phase = 'records';
+    const chunkRefs = episodes.length > 0 ? [...carry.chunkRefs, (await store.storeJson({ value: episodes })).ref] : carry.chunkRefs;
+    const next = carry.next + chunk.length;
+    if (!control.stopping && next < runs.length) {
+      return continueAsNew<typeof evaluate>({ ...input, carry: { next, chunkRefs, done: progress.done, failed: progress.failed, paused: control.paused } });
+    }
+    control.phase = 'summary';
+    const fin = await store.finishEval({ evalId, env: input.env, modes, chunkRefs, total: runs.length, skipped: input.skipped, notes: input.notes });
+    control.phase = 'done';
+    return {
+      evalId,
+      recordsRef: fin.recordsRef,
+      episodeCount: fin.episodeCount,
+      summary: fin.summary,
+      modes,
+      resultsRef: fin.resultsRef,
+      stoppedEarly: fin.episodeCount < runs.length,
+    };
+  }
+
+  const notRun = records.length - episodes.length;
+  control.phase = 'summary';
   const summary = summarizeEval({
     evalId,
     env: input.env,
@@ -162,10 +206,9 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
     notes: notRun > 0 ? [...input.notes, { mode: '*', note: `stopped early: ${notRun} of ${records.length} episodes were not run` }] : input.notes,
     modeDetails: modes.map((m) => ({ mode: m.label, describe: m.describe })),
   });
-  const store = proxyActivities<ControlActivities>(profiles.runActivities('2m'));
   const { ref } = await store.storeJson({ value: { evalId, modes, episodes, summary } });
   control.phase = 'done';
-  return { evalId, episodes, summary, modes, resultsRef: ref, stoppedEarly: notRun > 0 };
+  return { evalId, episodes, episodeCount: episodes.length, summary, modes, resultsRef: ref, stoppedEarly: notRun > 0 };
 }
 
 function setHandlerForProgress(progress: EvalProgress): void {

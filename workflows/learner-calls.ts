@@ -20,6 +20,7 @@ import {
   type UpdatePolicyOutput,
 } from '../lib/learner-types';
 import { LEARNER_RETRY, LEARNER_UPDATE_TIMEOUT } from './activity-profiles';
+import { clipSummary } from '../lib/text';
 
 // Workflow-safe: only @temporalio/workflow and zod (pure). The learner is the Python worker on the `gpu`
 // task queue (workers/learner); its activities are called by name with one snake_case object each.
@@ -59,7 +60,7 @@ export function learnerActivities(opts: LearnerProxyOptions = {}) {
     heartbeatTimeout: opts.heartbeatTimeout ?? '60s',
     retry: opts.retry ?? LEARNER_RETRY,
     ...(opts.scheduleToCloseTimeout !== undefined ? { scheduleToCloseTimeout: opts.scheduleToCloseTimeout } : {}),
-    ...(opts.summary !== undefined ? { summary: opts.summary } : {}),
+    ...(opts.summary !== undefined ? { summary: clipSummary(opts.summary) } : {}),
   };
   const acts = proxyActivities<LearnerActivityFns>(options);
   return {

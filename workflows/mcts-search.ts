@@ -70,6 +70,7 @@ import {
   type SearchTask,
 } from '../lib/mcts-search';
 import { parseRewardWeights } from '../lib/rewards/weights';
+import { clipSummary } from '../lib/text';
 import type { RunContext } from '../lib/run-context';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
@@ -384,7 +385,7 @@ function criticCall(search: Search, critic: CriticConfig, summary: string) {
 
 /** Blob-store work of the search (snapshots, pairs). */
 function blobs(summary: string) {
-  return proxyActivities<ControlActivities & MctsStoreActivities>({ ...profiles.runActivities('30s'), summary });
+  return proxyActivities<ControlActivities & MctsStoreActivities>({ ...profiles.runActivities('30s'), summary: clipSummary(summary) });
 }
 
 /** The tree to the blob store: its nodes in chunks, then the manifest naming them. Returns the manifest's reference. */

@@ -15,6 +15,8 @@ export interface RunStatus {
   phase: string;
   paused: boolean;
   stopping: boolean;
+  /** Why the run paused itself (e.g. the disk is full); absent when a user paused it or it runs. */
+  pauseReason?: string;
 }
 
 export const statusQuery = defineQuery<RunStatus>('status');

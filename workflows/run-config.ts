@@ -1,6 +1,6 @@
-import { ApplicationFailure, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, patched, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import { ConfigError, parseConfig, parseStoredConfig, type HaloConfig } from '../lib/config';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 
 /**
@@ -13,10 +13,13 @@ export async function runConfig(
   control: Pick<ControlActivities, 'loadJson' | 'storeJson'>,
   what: string,
 ): Promise<{ cfg: HaloConfig; stored?: { ref: string; hash: string } }> {
-  if (input.state) return { cfg: parseConfig(await control.loadJson({ ref: input.state.configRef }), 'stored run config') };
+  // A stored config was validated when the run started; keys a later schema dropped are ignored (parseStoredConfig).
+  if (input.state) return { cfg: parseStoredConfig(await control.loadJson({ ref: input.state.configRef })).cfg };
   let cfg: HaloConfig;
   try {
-    cfg = parseConfig(input.config ?? input, what);
+    // Every section strict (an unknown key fails the run); runs started before that dropped unknown keys, and
+    // their histories must replay the same way.
+    cfg = patched('strict-config-sections') ? parseConfig(input.config ?? input, what) : parseStoredConfig(input.config ?? input, what).cfg;
   } catch (err) {
     if (err instanceof ConfigError) throw ApplicationFailure.nonRetryable(err.message, 'InvalidConfig');
     throw err;

@@ -19,6 +19,8 @@ export class RunControl<Extra extends object = object> {
   phase = 'starting';
   paused = false;
   stopping = false;
+  /** Set when the run paused itself; cleared by resume. */
+  pauseReason: string | undefined;
   /** Workflow-clock seconds per phase of the current unit of work. */
   seconds: Record<string, number> = {};
   private extra: () => Extra & { runId: string };
@@ -27,7 +29,10 @@ export class RunControl<Extra extends object = object> {
     this.paused = initial?.paused ?? false;
     this.extra = () => ({ runId }) as Extra & { runId: string };
     setHandler(pauseSignal, () => void (this.paused = true));
-    setHandler(resumeSignal, () => void (this.paused = false));
+    setHandler(resumeSignal, () => {
+      this.paused = false;
+      this.pauseReason = undefined;
+    });
     setHandler(stopSignal, () => void (this.stopping = true));
     setHandler(statusQuery, () => this.status());
   }
@@ -38,7 +43,7 @@ export class RunControl<Extra extends object = object> {
   }
 
   status(): Extra & RunStatus {
-    return { ...this.extra(), phase: this.phase, paused: this.paused, stopping: this.stopping };
+    return { ...this.extra(), phase: this.phase, paused: this.paused, stopping: this.stopping, ...(this.pauseReason ? { pauseReason: this.pauseReason } : {}) };
   }
 
   /** Waits while paused (a stop ends the wait too); returns whether the run should go on. */
@@ -50,6 +55,23 @@ export class RunControl<Extra extends object = object> {
       this.phase = before;
     }
     return !this.stopping;
+  }
+
+  /**
+   * Checks free disk before an iteration: below the threshold the run pauses itself with the reason in its
+   * status, instead of failing half-written; a resume checks again. Returns whether the run should go on.
+   */
+  async waitForDisk(check: () => Promise<{ ok: boolean; freeBytes: number; minFreeBytes: number; path: string }>): Promise<boolean> {
+    for (;;) {
+      const disk = await check();
+      if (disk.ok) return !this.stopping;
+      const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
+      this.pauseReason =
+        `disk almost full: ${gib(disk.freeBytes)} free at ${disk.path}, below stack.minFreeDiskGiB (${gib(disk.minFreeBytes)}); ` +
+        `free space (halo gc removes unreferenced blobs) and resume the run`;
+      this.paused = true;
+      if (!(await this.proceed())) return false;
+    }
   }
 
   /**

@@ -43,6 +43,8 @@ export interface SampledCandidate {
 
 export interface Sampled {
   promptRef: string;
+  /** Constrained decoding: the grammar blob every candidate was sampled under. */
+  grammarRef?: string;
   candidates: SampledCandidate[];
 }
 
@@ -71,13 +73,13 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
       history: req.history,
       ...(s.adapter ? { adapter: s.adapter } : {}),
     });
-    return { promptRef: res.promptRef, candidates: res.candidates };
+    return { promptRef: res.promptRef, candidates: res.candidates, ...(res.grammarRef ? { grammarRef: res.grammarRef } : {}) };
   }
-  const promptRef = await control(`${req.summary}: prompt`).writePrompt({
-    observation: req.observation,
-    history: req.history,
-    historyLength: policy.historyLength,
-  });
+  const promptInput = { observation: req.observation, history: req.history, historyLength: policy.historyLength };
+  // Runs recorded before constrained decoding never set `constrained`, so they replay the plain prompt activity.
+  const { promptRef, grammarRef } = policy.constrained
+    ? await control(`${req.summary}: prompt and grammar`).writePromptAndGrammar({ ...promptInput, maxTokens: policy.maxTokens })
+    : { promptRef: await control(`${req.summary}: prompt`).writePrompt(promptInput), grammarRef: undefined };
   const out = await learnerActivities({
     taskQueue: s.gpuTaskQueue,
     summary: `${req.summary} (${policy.model} v${s.adapterVersion}, n=${req.n})`,
@@ -91,6 +93,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     temperature: policy.temperature,
     max_tokens: policy.maxTokens,
     ...(s.baseModel ? { base_model: s.baseModel } : {}),
+    ...(grammarRef ? { grammar_ref: grammarRef } : {}),
   });
   const texts = out.completions.map((c) => c.text);
   const fromSampler = out.completions.map((c) => ({
@@ -100,7 +103,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
   }));
   if (patched('parse-in-activity')) {
     const parsed = await control(`${req.summary}: parse ${texts.length} completions`).parseCompletions({ texts, store: req.store });
-    return { promptRef, candidates: parsed.candidates.map((p, i) => ({ ...p, ...fromSampler[i] })) };
+    return { promptRef, ...(grammarRef ? { grammarRef } : {}), candidates: parsed.candidates.map((p, i) => ({ ...p, ...fromSampler[i] })) };
   }
   // Histories recorded before parsing moved into an activity: the text was parsed here, and only a search's
   // expansions stored their texts (`storeCompletions`); kept so those histories replay.

@@ -1,7 +1,8 @@
-import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, log, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
 import { trainingRunConfig } from './run-config';
 import { RunControl, type TrainingResult } from './run-control';
+import type { DiskActivities } from '../activities/disk';
 import type { ControlActivities } from '../activities/control';
 import type { GrpoBatchActivities } from '../activities/grpo-batch';
 import type { createMetricsActivities } from '../activities/metrics';
@@ -10,6 +11,7 @@ import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type IterationMetrics } from '../lib/grpo';
 import { greedy, samplingPolicy, servingOf, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
+import { wandbOf } from '../lib/curves';
 import { fnv1a32 } from '../lib/rewards/shaping';
 import { learnerActivities } from './learner-calls';
 import { episode } from './episode';
@@ -70,7 +72,7 @@ export function pickTasks(tasks: string[], count: number, runId: string, iterati
  */
 export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   const info = workflowInfo();
-  const control = proxyActivities<ControlActivities & GrpoBatchActivities & MetricsActivities & AdapterActivities>(profiles.runActivities());
+  const control = proxyActivities<ControlActivities & GrpoBatchActivities & MetricsActivities & AdapterActivities & DiskActivities>(profiles.runActivities());
   // Handlers first, so `status`, pause and stop work from the first moment (before the config is stored).
   const run = new RunControl<Omit<TrainStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused });
   let lastMetrics: IterationMetrics | null = input.state?.lastMetrics ?? null;
@@ -97,11 +99,15 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     lastMetrics,
     ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}),
   }));
-  if (!(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
+  // Runs started before the disk check replay without it.
+  const diskOk = !patched('free-disk-check') || (await run.waitForDisk(() => control.checkFreeDisk({ minFreeBytes: cfg.stack.minFreeDiskGiB * 2 ** 30 })));
+  if (!diskOk || !(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
   const task = (p: { task: string; seed: number }) => ({ env: cfg.episode.env, task: p.task, seed: p.seed });
 
   // 1. Episodes.
-  const picks = pickTasks(t.tasks, t.episodesPerIteration, runId, it);
+  // train.seed, when set, replaces the run id as the source of tasks and seeds.
+  const pickKey = t.seed === undefined ? runId : `seed-${t.seed}`;
+  const picks = pickTasks(t.tasks, t.episodesPerIteration, pickKey, it);
   const runs = t.grouping === 'episode' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
   const rollout = await run.timed('rollout', () =>
     poolSettled(runs, t.parallelism, (p, j) =>
@@ -199,7 +205,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     const evals: EpisodeResult[] = await run.timed(
       'evaluation',
       () =>
-        pool(pickTasks(t.heldOutTasks, t.heldOutTasks.length, `${runId}-eval`, it), t.parallelism, (p, j) =>
+        pool(pickTasks(t.heldOutTasks, t.heldOutTasks.length, `${pickKey}-eval`, it), t.parallelism, (p, j) =>
           executeChild(episode, {
             workflowId: `${runId}-it${it}-eval${j}`,
             taskQueue: cfg.temporal.controlTaskQueue,
@@ -217,7 +223,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     metrics.seconds = { ...metrics.seconds, eval: run.seconds.eval };
   }
   lastMetrics = metrics;
-  await control.appendIterationMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString() });
+  await control.appendIterationMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString(), ...wandbOf(cfg) });
   const zeroStdHistory = [...state.zeroStdHistory, metrics.frac_reward_zero_std].slice(-10);
   if (shouldWarnZeroStd(zeroStdHistory)) {
     log.warn('frac_reward_zero_std has stayed above 0.5: most groups carry no learning signal (raise temperature or numGenerations, or check the rewards)', {

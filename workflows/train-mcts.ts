@@ -5,11 +5,12 @@
  * one → optional greedy evaluation → one metrics line (`runs/<run>/mcts-metrics.jsonl`) → continue-as-new
  * with a small state.
  */
-import { continueAsNew, executeChild, log, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, log, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import { checkFailureShare, pool, poolSettled } from './pool';
 import { trainingRunConfig } from './run-config';
 import { RunControl, type TrainingResult } from './run-control';
 import type { ControlActivities } from '../activities/control';
+import type { DiskActivities } from '../activities/disk';
 import type { LearnerBatchActivities } from '../activities/learner-batches';
 import type { AdapterActivities } from '../activities/adapters';
 import type { MctsStoreActivities } from '../activities/mcts-store';
@@ -20,6 +21,7 @@ import { greedy, samplingPolicy, servingOf, type ServedAdapter } from '../lib/it
 import { mctsParams } from '../lib/mcts-params';
 import { mctsIterationMetrics, searchSeed, searchWorkflowId } from '../lib/mcts-search';
 import { runContextFromConfig } from '../lib/run-context';
+import { wandbOf } from '../lib/curves';
 import { episode } from './episode';
 import { learnerActivities } from './learner-calls';
 import { mctsSearch, type MctsSearchInput } from './mcts-search';
@@ -72,7 +74,7 @@ export type TrainMctsResult = TrainingResult;
  */
 export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult> {
   const info = workflowInfo();
-  const control = proxyActivities<ControlActivities & LearnerBatchActivities & MctsStoreActivities & MctsMetricsActivities & AdapterActivities>(
+  const control = proxyActivities<ControlActivities & LearnerBatchActivities & MctsStoreActivities & MctsMetricsActivities & AdapterActivities & DiskActivities>(
     profiles.runActivities(),
   );
   const run = new RunControl<Omit<TrainMctsStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused });
@@ -98,11 +100,13 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   // The searches sample from the adapter the previous iteration wrote.
   const sampling = samplingPolicy({ policy: cfg.policy, runId, adapterVersion: state.adapterVersion, serving: servingOf(cfg.policy, m.vllmBaseUrl, adapterPath) });
   run.describe(() => ({ ...status(runId, m.iterations, state), ...(sampling.adapter ? { servedAdapter: sampling.adapter } : {}) }));
-  if (!(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
+  // Runs started before the disk check replay without it.
+  const diskOk = !patched('free-disk-check') || (await run.waitForDisk(() => control.checkFreeDisk({ minFreeBytes: cfg.stack.minFreeDiskGiB * 2 ** 30 })));
+  if (!diskOk || !(await run.proceed())) return { runId, iterations: it - 1, adapterVersion: state.adapterVersion, stoppedEarly: true };
 
   // 1. One search per task, with the current policy (adapter v<N-1>).
   const params = mctsParams(cfg);
-  const picks = m.tasks.map((task) => ({ task, seed: searchSeed(runId, it, task), id: searchWorkflowId(runId, it, task) }));
+  const picks = m.tasks.map((task) => ({ task, seed: searchSeed(m.seed === undefined ? runId : `seed-${m.seed}`, it, task), id: searchWorkflowId(runId, it, task) }));
   searches = picks.map((p) => p.id);
   const searched = await run.timed('search', () =>
     poolSettled(picks, m.parallelism, (p) =>
@@ -199,7 +203,7 @@ export async function trainMcts(input: TrainMctsInput): Promise<TrainMctsResult>
   const metrics = mctsIterationMetrics({ searches: results, update, adapterVersion: version, evalSuccessRate, seconds: { ...run.seconds } });
   if (searched.failed.length > 0) metrics.failed_searches = searched.failed.length;
   lastMetrics = metrics;
-  await control.appendMctsMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString() });
+  await control.appendMctsMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString(), ...wandbOf(cfg) });
 
   const ended = run.ended(runId, it, m.iterations, version);
   if (ended) return ended;

@@ -147,7 +147,7 @@ export function renderConfigReference(): string {
     '# Configuration reference',
     '',
     'One YAML file (`--config`, default `configs/default.yaml`) validated by one zod schema (`lib/config.ts`).',
-    'Every key is optional: a missing key takes its default, and an unknown or invalid key is an error that names it by its dotted path.',
+    'Every key is optional: a missing key takes its default, and an unknown or invalid key is an error that names it by its dotted path (an unknown key also names the closest valid one: `train.iteratons: unknown key; did you mean train.iterations?`). Every number has an upper bound.',
     'Command-line flags override the file.',
     '',
   ];

@@ -1,18 +1,22 @@
 import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { findMiniwobHtml } from '../../env/miniwob-server';
 import { listMiniwobTasks } from '../../env/miniwob-tasks';
 import { realTasksBySite } from '../../env/real-tasks';
 import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
-import { loadConfigFile } from '../../host/config-file';
-import type { EvalConfig, RealTaskInfo, ResolveOptions } from '../../lib/eval-config';
-import { loadEvalConfigFile, resolveEvalPlanOnHost } from '../../host/eval-config-file';
+import { loadConfigFile, readConfigRaw } from '../../host/config-file';
+import { evalConfigSchema, parseEvalConfig, type EvalConfig, type RealTaskInfo, type ResolveOptions } from '../../lib/eval-config';
+import { loadEvalConfigFile, readEvalConfigRaw, resolveEvalPlanOnHost } from '../../host/eval-config-file';
+import { applyEvalOverrides, parseWithFlags } from '../../lib/config-overrides';
+import { addOverrideOptions, flagDefaults, loadPin, overrideContext, overrideFlagsOf, parseHaloWithFlags, preflightTasks, type TaskRegistryPin } from '../run-flags';
+import { snapshotSites } from '../real-preflight';
 import { summaryMarkdown, type EvalSummary } from '../../lib/eval-summary';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
 import { evalProgressQuery, type EvaluateInput, type EvaluateResult } from '../../workflows/evaluate';
 import { REPO_ROOT } from '../processes';
+import { blobStoreFor, type BlobStore } from '../../blob/store';
 import { connectClient, stackStatus } from '../stack';
 
 // `halo eval --config FILE`: greedy evaluation of several policy modes on the same tasks and seeds, as one
@@ -69,11 +73,15 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
 }
 
 /** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
-export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'>): EvaluateInput {
+export function planEval(
+  cfg: EvalConfig,
+  opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'> & { realSites?: ResolveOptions['realSites'] },
+): EvaluateInput {
   return resolveEvalPlanOnHost(cfg, opts.base, {
     env: opts.env,
     checkpoints: opts.checkpoints,
-    ...taskRegistries(cfg),
+    // A pinned registry (--task-registry) names the REAL tasks; else the installed agisdk does.
+    ...(opts.realSites && cfg.env === 'real' ? { realSites: opts.realSites } : taskRegistries(cfg)),
   });
 }
 
@@ -130,8 +138,15 @@ export async function followEval(handle: WorkflowHandle, say?: (line: string) =>
   }
 }
 
+/** The evaluation's records as JSON lines: from its records blob, or inline for an evaluation from before them. */
+export async function evalRecordsJsonl(result: EvaluateResult, blobs: BlobStore): Promise<string> {
+  if (result.episodes) return result.episodes.map((e) => JSON.stringify(e)).join('\n') + (result.episodes.length ? '\n' : '');
+  if (!result.recordsRef) throw new Error(`evaluation ${result.evalId} returned neither records nor a records blob`);
+  return (await blobs.get(result.recordsRef)).toString('utf8');
+}
+
 /** episodes.jsonl (one record per line), summary.json and summary.md. */
-export function writeEvalFiles(dir: string, result: EvaluateResult): { files: EvalFiles; report: EvalReport; markdown: string } {
+export function writeEvalFiles(dir: string, result: EvaluateResult, recordsJsonl: string): { files: EvalFiles; report: EvalReport; markdown: string } {
   mkdirSync(dir, { recursive: true });
   const files: EvalFiles = {
     dir,
@@ -141,7 +156,7 @@ export function writeEvalFiles(dir: string, result: EvaluateResult): { files: Ev
   };
   const markdown = summaryMarkdown(result.summary);
   const report: EvalReport = { ...result.summary, modesEvaluated: result.modes, resultsRef: result.resultsRef, files };
-  writeFileSync(files.episodes, result.episodes.map((e) => JSON.stringify(e)).join('\n') + (result.episodes.length ? '\n' : ''));
+  writeFileSync(files.episodes, recordsJsonl);
   writeFileSync(files.summaryJson, JSON.stringify(report, null, 2) + '\n');
   writeFileSync(files.summaryMd, markdown);
   return { files, report, markdown };
@@ -162,7 +177,8 @@ export async function runEval(cfg: EvalConfig, client: Client, opts: RunEvalOpti
   );
   const result = await followEval(handle, opts.progress, opts.pollMs);
   const dir = resolve(opts.outDir ?? join(stackStatus(opts.base).home, 'evals', result.evalId));
-  const { files, report, markdown } = writeEvalFiles(dir, result);
+  const home = stackStatus(opts.base).home;
+  const { files, report, markdown } = writeEvalFiles(dir, result, await evalRecordsJsonl(result, blobStoreFor(home)));
   return { result, attached, markdown, report, files };
 }
 
@@ -173,30 +189,80 @@ function defaultLoadConfig(path?: string): HaloConfig {
   return existsSync(DEFAULT_HALO_CONFIG) ? loadConfigFile(DEFAULT_HALO_CONFIG) : parseConfig({});
 }
 
+/**
+ * The eval config with the command-line flags and `--id` applied, and the HALO config of the stack (with
+ * --ucb-c); errors on flag-set values name the flag.
+ */
+export function evalConfigFromFlags(
+  file: string,
+  opts: Record<string, unknown> & { haloConfig?: string; id?: string; taskRegistry?: string },
+  ctx: { loadConfig: (path?: string) => HaloConfig },
+): { cfg: EvalConfig; base: HaloConfig; notes: string[]; pin?: TaskRegistryPin } {
+  const evalRaw = readEvalConfigRaw(file);
+  const haloFromFile = evalRaw && typeof evalRaw === 'object' && typeof (evalRaw as { haloConfig?: unknown }).haloConfig === 'string'
+    ? resolve(dirname(file), (evalRaw as { haloConfig: string }).haloConfig)
+    : undefined;
+  const haloPath = opts.haloConfig ?? haloFromFile;
+  const pin = loadPin(opts.taskRegistry);
+  const flags = overrideFlagsOf(opts);
+  const haloRawPath = haloPath ?? (existsSync(DEFAULT_HALO_CONFIG) ? DEFAULT_HALO_CONFIG : undefined);
+  const o = applyEvalOverrides(evalRaw, flags.ucbC !== undefined && haloRawPath ? readConfigRaw(haloRawPath) : {}, flags, overrideContext(pin));
+  if (opts.id) {
+    o.eval.raw.runId = opts.id;
+    o.eval.flagPaths.set('runId', '--id');
+  }
+  const cfg = parseWithFlags(o.eval, (r) => evalConfigSchema.safeParse(r), (r) => parseEvalConfig(r, `eval config ${file}`));
+  // The stack's config as the caller loads it, unless a flag changes it.
+  const base = o.halo.flagPaths.size ? parseHaloWithFlags(o.halo, haloRawPath ? `config file ${haloRawPath}` : 'config') : ctx.loadConfig(haloPath);
+  return { cfg, base, notes: o.eval.notes, ...(pin ? { pin } : {}) };
+}
+
+function evalFlagDefaults(ctx: { loadConfig: (path?: string) => HaloConfig }): Record<string, unknown> {
+  const file = join(REPO_ROOT, 'configs', 'eval-default.yaml');
+  const { config, haloConfigPath } = loadEvalConfigFile(file);
+  const halo = ctx.loadConfig(haloConfigPath);
+  const mctsMode = config.modes.find((m) => m.name === 'qwen3vl_mcts');
+  return {
+    ...flagDefaults('eval', config),
+    '--seed': config.seeds.join(','),
+    '--simulations': mctsMode && 'testTimeMcts' in mctsMode && mctsMode.testTimeMcts ? mctsMode.testTimeMcts.simulations : '(no test-time search)',
+    '--ucb-c': halo.mcts.ucbConstant,
+  };
+}
+
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig } = { loadConfig: defaultLoadConfig }): void {
-  program
+  const evalCommand = program
     .command('eval')
     .description('greedy evaluation of policy modes (Qwen3-VL base / GRPO / MCTS adapters, an OpenAI baseline) on the same tasks and seeds; an existing eval id attaches')
     .option('--config <file>', 'eval config (YAML), e.g. configs/eval-default.yaml')
     .option('--halo-config <file>', 'HALO config of the stack (Temporal, queues, rewards); default: haloConfig of the eval file, else configs/default.yaml')
     .option('--id <evalId>', 'eval id (default: runId of the eval config)')
     .option('--out <dir>', 'folder for episodes.jsonl, summary.json, summary.md (default <stack.home>/evals/<id>)')
-    .option('--json', 'print the summary as JSON instead of the Markdown table')
-    .action(async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean }) => {
+    .option('--detach', 'return as soon as the evaluation is started (results: run it again without --detach, which attaches)')
+    .option('--json', 'print the summary as JSON instead of the Markdown table');
+  addOverrideOptions(evalCommand, 'eval', () => ({ file: 'configs/eval-default.yaml', values: evalFlagDefaults(ctx) }));
+  evalCommand
+    .action(async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean; detach?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
       // `--config` is also the program's own option, and commander gives it to the program wherever it
       // appears: for `halo eval` it names the eval config.
       const file = opts.config ?? program.opts().config;
       if (!file) throw new ConfigError('halo eval needs --config FILE: an eval config such as configs/eval-default.yaml');
-      const { config, haloConfigPath } = loadEvalConfigFile(file);
-      const cfg: EvalConfig = opts.id ? { ...config, runId: opts.id } : config;
       if (opts.id && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/.test(opts.id)) {
         throw new ConfigError(`--id ${JSON.stringify(opts.id)}: letters, digits, . _ - (max 81)`);
       }
-      const base = ctx.loadConfig(opts.haloConfig ?? haloConfigPath);
+      const { cfg, base, notes, pin } = evalConfigFromFlags(file, opts, ctx);
+      for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
       // Plan before connecting: a bad task name or adapter path is reported without a stack.
-      const plan = planEval(cfg, { base });
+      const plan = planEval(cfg, { base, ...(pin ? { realSites: snapshotSites(pin.snapshot) } : {}) });
+      await preflightTasks(plan.env, plan.tasks.map((t) => t.task), pin, `evaluation ${plan.evalId}`, { allowUnscorable: true });
       const { client, connection } = await connectClient(base);
       try {
+        if (opts.detach) {
+          const { attached } = await startOrAttachEval(client, plan);
+          console.error(`halo: ${attached ? 'attached to' : 'started'} eval ${plan.evalId} (workflow id ${plan.evalId}, queue ${plan.controlTaskQueue})`);
+          if (opts.json) console.log(JSON.stringify({ evalId: plan.evalId, attached }));
+          return;
+        }
         const out = await runEval(cfg, client, {
           base,
           plan,

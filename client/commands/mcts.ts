@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
 import { join } from 'node:path';
-import { BlobStore } from '../../blob/store';
+import { BlobStore, blobStoreFor } from '../../blob/store';
 import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
 import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/mcts';
 import { describeAction, type AgentAction } from '../../lib/actions';
@@ -21,6 +21,7 @@ import type { TrainMctsResult, TrainMctsStatus } from '../../workflows/train-mct
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
 import { refuseEndedBadly } from '../train';
+import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from '../run-flags';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
 
@@ -217,16 +218,22 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
     .option('--config <file>', 'config file (YAML); default configs/mcts-default.yaml')
     .option('--run-id <id>', 'run id (default: mcts.runId of the config)')
     .option('--detach', 'return as soon as the run is started')
-    .option('--json', 'print the final result as JSON')
+    .option('--json', 'print the final result as JSON');
+  addOverrideOptions(mcts, 'mcts', () => ({ file: 'configs/mcts-default.yaml', values: flagDefaults('mcts', ctx.loadConfig(MCTS_DEFAULT_CONFIG)) }));
+  mcts
     .action(async (_opts: unknown, cmd: Command) => {
-      const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean }>();
-      const base = ctx.loadConfig(opts.config ?? MCTS_DEFAULT_CONFIG);
-      const cfg = opts.runId ? parseConfig({ ...base, mcts: { ...base.mcts, runId: opts.runId } }, 'command line') : base;
+      const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>>();
+      const { cfg, notes, pin } = runConfigFromFlags('mcts', opts.config, MCTS_DEFAULT_CONFIG, opts);
+      for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
+      await preflightTasks(cfg.episode.env, cfg.mcts.tasks, pin, `MCTS run ${cfg.mcts.runId}`);
       const runId = cfg.mcts.runId;
       const { client, connection } = await connectClient(cfg);
       try {
         const { handle, attached } = await startOrAttachMcts(client, cfg);
         console.error(`halo: ${attached ? 'attached to' : 'started'} MCTS run ${runId} (workflow id ${runId}, queue ${cfg.temporal.controlTaskQueue})`);
+        if (attached && Object.keys(overrideFlagsOf(opts)).length) {
+          console.error(`halo: run ${runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
+        }
         if (opts.detach) {
           if (opts.json) console.log(JSON.stringify({ runId, attached }));
           return;
@@ -260,7 +267,7 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
       const { client, connection } = await connectClient(cfg);
       try {
         const id = await findSearch(client, run, task);
-        const view = await readTree(client, id, new BlobStore(join(stackStatus(cfg).home, 'blobs')));
+        const view = await readTree(client, id, blobStoreFor(stackStatus(cfg).home));
         if (opts.json) {
           const pairs = view.tree ? collectPairs(view.tree, view.alpha, view.pairThreshold) : [];
           console.log(JSON.stringify({ ...view, pairList: pairs }));

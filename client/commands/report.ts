@@ -1,15 +1,17 @@
 import type { Command } from 'commander';
 import { existsSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
-import { launchChromium } from '../../env/browser';
+import { dirname, join, resolve } from 'node:path';
+import { syncCurves, type CurvesSyncResult } from '../../host/curves';
 import type { HaloConfig } from '../../lib/config';
 import { parseMetricsJsonl, validateRunId, type MetricsLine } from '../../lib/run-metrics';
 import { REPO_ROOT } from '../processes';
-import { REPORT_METRICS, renderReportHtml, type ReportMetric } from '../report-html';
+import { REPORT_CHARTS, chartSpec, renderChartSvg, renderSvgPng, type ChartDef } from '../report-charts';
+import { renderReportHtml, type RenderedChart } from '../report-html';
 
-// `halo report RUN`: `runs/<RUN>/metrics.jsonl` → `runs/<RUN>/report/report.html` (inline SVG charts) and one
-// PNG per metric, rendered by headless Chromium from the same HTML (element screenshots of each chart).
+// `halo report RUN`: `runs/<RUN>/metrics.jsonl` → `runs/<RUN>/report/report.html` and one PNG per chart. The
+// charts are Vega-Lite specs (client/report-charts.ts) compiled by vega-lite, rendered to SVG by vega and
+// to PNG by resvg, all in this process: no browser.
 
 export class NoMetricsError extends Error {
   constructor(message: string) {
@@ -26,17 +28,19 @@ export interface WriteRunReportOptions {
   outDir?: string;
   /** Skip the PNGs (HTML only). */
   png?: boolean;
-  /** Chromium binary (default: HALO_CHROMIUM, /usr/bin/chromium, PATH). */
-  chromiumPath?: string;
-  metrics?: readonly ReportMetric[];
+  charts?: readonly ChartDef[];
+  /** Also bring the run's TensorBoard files up to date (python -m halo_learner.curves). */
+  tensorboard?: boolean;
 }
 
 export interface RunReportResult {
   dir: string;
   html: string;
-  /** metric key → PNG path. */
+  /** chart id → PNG path. */
   pngs: Record<string, string>;
   iterations: number;
+  /** The TensorBoard sync's result, when asked for. */
+  tensorboard?: CurvesSyncResult['tensorboard'];
 }
 
 /** Reads and validates the metrics file; a clear error when the run has none. */
@@ -51,31 +55,31 @@ export async function readRunMetrics(runId: string, metricsPath: string): Promis
   return lines;
 }
 
-/** Writes report.html and one PNG per metric into the output folder. */
+/** Writes report.html and one PNG per chart into the output folder. */
 export async function writeRunReport(opts: WriteRunReportOptions): Promise<RunReportResult> {
-  const metrics = opts.metrics ?? REPORT_METRICS;
+  const defs = opts.charts ?? REPORT_CHARTS;
   const lines = await readRunMetrics(opts.runId, opts.metricsPath);
   const dir = resolve(opts.outDir ?? join(resolve(opts.metricsPath, '..'), 'report'));
   await mkdir(dir, { recursive: true });
-  const html = renderReportHtml(opts.runId, lines, metrics);
-  const htmlPath = join(dir, 'report.html');
-  await writeFile(htmlPath, html);
+  const charts: RenderedChart[] = [];
   const pngs: Record<string, string> = {};
-  if (opts.png !== false) {
-    const browser = await launchChromium({ executablePath: opts.chromiumPath });
-    try {
-      const page = await browser.newPage({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 2 });
-      await page.setContent(html, { waitUntil: 'load' });
-      for (const m of metrics) {
-        const path = join(dir, `${m.key}.png`);
-        await page.locator(`figure.chart[data-metric="${m.key}"]`).screenshot({ path, animations: 'disabled' });
-        pngs[m.key] = path;
-      }
-    } finally {
-      await browser.close();
+  for (const def of defs) {
+    const spec = chartSpec(lines, def);
+    const svg = await renderChartSvg(spec);
+    const chart: RenderedChart = { def, spec, svg };
+    if (opts.png !== false) {
+      const path = join(dir, `${def.id}.png`);
+      await writeFile(path, await renderSvgPng(svg));
+      pngs[def.id] = path;
+      chart.png = `${def.id}.png`;
     }
+    charts.push(chart);
   }
-  return { dir, html: htmlPath, pngs, iterations: lines.length };
+  const htmlPath = join(dir, 'report.html');
+  await writeFile(htmlPath, renderReportHtml(opts.runId, lines, charts));
+  const res: RunReportResult = { dir, html: htmlPath, pngs, iterations: lines.length };
+  if (opts.tensorboard) res.tensorboard = (await syncCurves(dirname(resolve(opts.metricsPath)), { kind: 'grpo' })).tensorboard;
+  return res;
 }
 
 /** RUN is a run id (its folder under stack.home), or a path to a run folder or a metrics.jsonl file. */
@@ -93,15 +97,17 @@ export function resolveRunMetrics(cfg: HaloConfig, run: string): { runId: string
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig }): void {
   program
     .command('report')
-    .description("write a run's report: report.html with a chart per metric, and one PNG per chart")
+    .description("write a run's report: report.html with its learning curve and learner charts (Vega-Lite), and one PNG per chart")
     .argument('<run>', 'run id (reads <stack.home>/<run>/metrics.jsonl), or a run folder / metrics.jsonl path')
     .option('--out <dir>', 'output folder (default <stack.home>/<run>/report)')
-    .option('--no-png', 'write the HTML only (no Chromium)')
-    .action(async (run: string, opts: { out?: string; png?: boolean }) => {
+    .option('--no-png', 'write the HTML only')
+    .option('--tensorboard', "also bring the run's TensorBoard event files up to date (<run>/tensorboard; the control worker writes them after every iteration)")
+    .action(async (run: string, opts: { out?: string; png?: boolean; tensorboard?: boolean }) => {
       const cfg = ctx.loadConfig(program.opts().config);
       const { runId, metricsPath } = resolveRunMetrics(cfg, run);
-      const res = await writeRunReport({ runId, metricsPath, outDir: opts.out, png: opts.png });
+      const res = await writeRunReport({ runId, metricsPath, outDir: opts.out, png: opts.png, tensorboard: opts.tensorboard });
       console.log(res.html);
       for (const p of Object.values(res.pngs)) console.log(p);
+      if (res.tensorboard) console.log(`${res.tensorboard.dir} (${res.tensorboard.written} iteration${res.tensorboard.written === 1 ? '' : 's'} written)`);
     });
 }

@@ -5,6 +5,7 @@ import { connectClient, up } from '../stack';
 import { sleep } from '../processes';
 import { resumeSignal, statusQuery } from '../../workflows/messages';
 import { reloadServedAdapters } from '../served-adapters';
+import { episodesQuery, RUN_STATUSES, runsQuery } from '../visibility';
 
 interface Ctx {
   loadConfig: (path?: string) => HaloConfig;
@@ -21,19 +22,16 @@ export interface RunRow {
   started: string;
 }
 
-const STATUSES = ['Running', 'Completed', 'Failed', 'Canceled', 'Terminated', 'ContinuedAsNew', 'TimedOut'];
+const STATUSES = RUN_STATUSES;
 
 /** Runs (training, MCTS, eval) by the search attributes their workflows set; filterable by mode and status. */
 export async function listRuns(client: Client, opts: { mode?: string; status?: string; kind?: string; limit?: number }): Promise<RunRow[]> {
-  const clauses = [opts.kind ? `HaloKind = '${opts.kind}'` : `HaloKind IN ('train', 'mcts', 'eval')`];
-  if (opts.mode) clauses.push(`HaloMode = '${opts.mode}'`);
-  if (opts.status) clauses.push(`ExecutionStatus = '${opts.status}'`);
-  return collect(client, clauses.join(' AND '), opts.limit ?? 100);
+  return collect(client, runsQuery({ kind: opts.kind || undefined, mode: opts.mode || undefined, status: opts.status || undefined }), opts.limit ?? 100);
 }
 
 /** Episodes of a run (HaloRunId), newest first. */
 export async function listEpisodes(client: Client, runId: string, limit = 500): Promise<RunRow[]> {
-  return collect(client, `HaloRunId = '${runId}' AND HaloKind = 'episode'`, limit);
+  return collect(client, episodesQuery(runId), limit);
 }
 
 async function collect(client: Client, query: string, limit: number): Promise<RunRow[]> {
@@ -79,10 +77,7 @@ export function register(program: Command, ctx: Ctx): void {
     .option('--kind <kind>', 'train, mcts or eval')
     .option('--json', 'print JSON')
     .action(async (opts: { mode?: string; status?: string; kind?: string; json?: boolean }) => {
-      if (opts.status && !STATUSES.includes(opts.status)) throw new Error(`--status must be one of ${STATUSES.join(', ')}`);
-      for (const [k, v] of Object.entries({ mode: opts.mode, kind: opts.kind })) {
-        if (v !== undefined && !/^[A-Za-z0-9._-]+$/.test(v)) throw new Error(`--${k} must be letters, digits, . _ -`);
-      }
+      runsQuery(opts); // a bad --kind, --mode or --status fails here, before connecting
       const cfg = ctx.loadConfig(program.opts().config);
       const { client, connection } = await connectClient(cfg);
       try {

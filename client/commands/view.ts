@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { BlobNotFoundError, BlobStore } from '../../blob/store';
+import { BlobNotFoundError, BlobStore, blobStoreFor } from '../../blob/store';
 import type { AgentAction } from '../../lib/actions';
 import type { HaloConfig } from '../../lib/config';
 import type { EpisodeResult, ObservationRef, StepGroup, TaskRef } from '../../lib/episode-types';
@@ -264,7 +264,7 @@ export interface EpisodeSource {
  */
 export async function resolveEpisodeSource(cfg: HaloConfig, episode: string): Promise<EpisodeSource> {
   const home = resolve(REPO_ROOT, cfg.stack.home);
-  const blobs = new BlobStore(join(home, 'blobs'));
+  const blobs = blobStoreFor(home);
   if (BLOB_REF.test(episode)) return { trajectory: episode, blobs };
   if (existsSync(episode)) {
     const root = blobRootOf(episode);

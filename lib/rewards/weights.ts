@@ -6,7 +6,7 @@
 
 import { z } from 'zod';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError } from '../config-error';
+import { closestKey, ConfigError, knownKeysAt } from '../config-error';
 
 const MAX_ABS = 1000;
 const bonus = (def: number, doc: string) => z.number().min(0).max(MAX_ABS).default(def).describe(doc);
@@ -127,7 +127,11 @@ export function parseRewardWeights(raw: unknown, source = 'reward weights'): Rew
   for (const issue of result.error.issues) {
     const path = issue.path.map(String);
     if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) lines.push(`  ${[...path, key].join('.')}: ${unknownKeyText(issue.path)}`);
+      for (const key of issue.keys) {
+        const near = closestKey(key, knownKeysAt(rewardWeightsSchema, issue.path, raw ?? {}));
+        const hint = near ? `; did you mean ${[...path, near].join('.')}?` : '';
+        lines.push(`  ${[...path, key].join('.')}: ${unknownKeyText(issue.path)}${hint}`);
+      }
     } else {
       lines.push(`  ${path.length ? path.join('.') : '(root)'}: ${issue.message}`);
     }

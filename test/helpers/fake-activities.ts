@@ -1,4 +1,7 @@
 import { createHash } from 'node:crypto';
+import { assembleEval } from '../../lib/eval-records';
+import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval-types';
 import { ApplicationFailure } from '@temporalio/common';
 import { clip, type Action, type AgentAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
@@ -202,6 +205,9 @@ export class FakeControl {
   readonly dpoBatches: string[][] = [];
   /** What `collectMctsPairs` reports for every search (tests make the update run or skip). */
   pairsPerSearch = 1;
+  /** What `checkFreeDisk` reports (tests make the disk run full). */
+  freeDiskBytes = 100 * 2 ** 30;
+  readonly diskChecks: number[] = [];
 
   constructor(private readonly policy: PolicyScript = distinctClicks) {}
 
@@ -215,6 +221,24 @@ export class FakeControl {
       loadJson: async (input: { ref: string }) => {
         if (!this.blobs.has(input.ref)) throw ApplicationFailure.nonRetryable(`no blob ${input.ref}`, 'BlobNotFound');
         return this.blobs.get(input.ref);
+      },
+      checkFreeDisk: async (input: { minFreeBytes: number }) => {
+        this.diskChecks.push(this.freeDiskBytes);
+        return { path: '/fake-home', freeBytes: this.freeDiskBytes, minFreeBytes: input.minFreeBytes, ok: this.freeDiskBytes >= input.minFreeBytes };
+      },
+      /** As activities/eval-records.ts: the chunks' records into one JSON-lines blob, and the summary. */
+      finishEval: async (input: FinishEvalInput): Promise<FinishEvalResult> => {
+        const chunks = input.chunkRefs.map((ref) => {
+          if (!this.blobs.has(ref)) throw ApplicationFailure.nonRetryable(`no blob ${ref}`, 'BlobNotFound');
+          return this.blobs.get(ref) as EvalEpisodeRecord[];
+        });
+        const { episodes, jsonl, summary } = assembleEval(input, chunks);
+        const recordsRef = fakeRef(jsonl, 'jsonl');
+        this.blobs.set(recordsRef, jsonl);
+        const results = { evalId: input.evalId, modes: input.modes, summary, recordsRef, episodeCount: episodes.length };
+        const resultsRef = fakeRef(JSON.stringify(results));
+        this.blobs.set(resultsRef, results);
+        return { summary, recordsRef, resultsRef, episodeCount: episodes.length };
       },
       samplePolicy: async (input: { policy: { n: number; model: string }; n?: number; observation: { step: number } }) => {
         const n = input.n ?? input.policy.n;

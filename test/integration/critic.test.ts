@@ -33,7 +33,7 @@ before(async () => {
   blobs = new BlobStore(root);
   activities = createCriticActivities(blobs);
   input = {
-    critic: { baseUrl: critic.url, model: 'fake-critic', apiKeyEnv: 'HALO_TEST_NO_SUCH_KEY', timeoutMs: 10_000, temperature: 0 },
+    critic: { baseUrl: critic.url, model: 'fake-critic', timeoutMs: 10_000, temperature: 0 },
     observation: {
       goal: 'Open the message from Alice.',
       url: 'http://x/mail',

@@ -56,10 +56,11 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
       },
       { name: 'openai_baseline', model: 'gpt-4o', baseUrl: fake.url },
       // Default baseUrl and no key in the environment: listed as skipped.
-      { name: 'openai_baseline', label: 'openai_nokey', model: 'gpt-4o', apiKeyEnv: NO_KEY },
+      { name: 'openai_baseline', label: 'openai_nokey', model: 'gpt-4o', credential: 'critic' },
     ],
   });
-  const env = { ...process.env };
+  // The CLI reads the `critic` credential from NO_KEY, which is not set.
+  const env: NodeJS.ProcessEnv = { ...process.env, HALO_CREDENTIAL_CRITIC_ENV: NO_KEY };
   delete env[NO_KEY];
   const lines: string[] = [];
   const dir = join(out, 'eval-test');
@@ -95,7 +96,7 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
   assert.equal(baselineRow.actionValidity, 1);
   assert.equal(summary.skipped.length, 1);
   assert.equal(summary.skipped[0].mode, 'openai_nokey');
-  assert.match(summary.skipped[0].reason, new RegExp(`no API key: ${NO_KEY} is not set and baseUrl is the default https://api\\.openai\\.com/v1`));
+  assert.match(summary.skipped[0].reason, new RegExp(`no API key: ${NO_KEY} \\(credential critic\\) is not set and baseUrl is the default https://api\\.openai\\.com/v1`));
   assert.ok(summary.notes.some((n) => n.mode === 'qwen3vl_mcts' && /^test-time MCTS: 2 simulations before every step/.test(n.note)));
   assert.ok(summary.notes.some((n) => n.mode === 'qwen3vl_mcts' && /run mcts-local has no adapter/.test(n.note)));
   assert.match(summary.resultsRef, /^sha256:/);

@@ -280,6 +280,11 @@ test('navigation off the task origin is blocked in the browser', async () => {
 
   const harness = await env.apply({ type: 'goto', url: '/finish' });
   assert.equal(harness.actionError, `navigation to ${site.origin}/finish blocked: /finish is reserved for the harness`);
+  // However it is spelt: percent-encoded, upper case, doubled slashes, dot segments.
+  for (const path of ['/%66inish', '/FINISH', '//finish/', '/x/%2e%2e/Config', '/%2566inish']) {
+    const r = await env.apply({ type: 'goto', url: `${site.origin}${path}` });
+    assert.match(r.actionError ?? '', /blocked: .* is reserved for the harness$/, `${path}: ${r.actionError}`);
+  }
 
   assert.deepEqual(site.externalRequests, [], 'nothing reached the external origin');
   await new Promise((r) => setTimeout(r, 1_200));

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../../client/processes';
+import { curvesPython, syncCurves } from '../../host/curves';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
@@ -55,6 +56,23 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
   assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2]);
   assert.equal(lines[0].eval, undefined);
   assert.equal(lines[1].eval?.episodes, 1, 'greedy evaluation on the held-out task every 2 iterations');
+
+  // The control worker wrote the same scalars as TensorBoard event files (in the background after each metrics
+  // line), read back with TensorBoard's own reader: every iteration once.
+  const runDir = join(stack.home, 'grpo-test');
+  let scalars: Record<string, [number, number][]> = {};
+  for (let i = 0; i < 120; i++) {
+    scalars = await readTensorBoard(join(runDir, 'tensorboard'));
+    if ((scalars['train/success_rate'] ?? []).length >= 2) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  for (const [tag, key] of [['train/success_rate', 'success_rate'], ['train/mean_reward', 'mean_reward'], ['train/action_validity', 'action_validity'], ['learner/loss', 'loss'], ['learner/grad_norm', 'grad_norm']] as const) {
+    assert.deepEqual(scalars[tag]?.map(([step]) => step), [1, 2], `${tag}: one value per iteration`);
+    scalars[tag].forEach(([, v], i) => assert.ok(Math.abs(v - (lines[i][key] as number)) < 1e-5, `${tag} at iteration ${i + 1}: ${v}`));
+  }
+  assert.deepEqual(scalars['eval/success_rate']?.map(([step]) => step), [2]);
+  // A later sync (a retried activity, `halo report --tensorboard`) writes nothing again.
+  assert.equal((await syncCurves(runDir)).tensorboard.written, 0);
 
   // After it finished, starting it again still attaches (no second run).
   const late = await startOrAttachTrain(stack.client, cfg);
@@ -121,3 +139,17 @@ test("the README's `temporal workflow start --type trainGrpo` form starts a run"
   ], { timeout: 240_000, maxBuffer: 1 << 24 });
   assert.match(stdout, /"adapterVersion":\s*1/);
 });
+
+/** Every scalar of a TensorBoard log folder, by tag, as [step, value] pairs (TensorBoard's EventAccumulator). */
+async function readTensorBoard(dir: string): Promise<Record<string, [number, number][]>> {
+  const script = [
+    'import json, sys',
+    'from tensorboard.backend.event_processing.event_accumulator import EventAccumulator',
+    "acc = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0})",
+    'acc.Reload()',
+    "print(json.dumps({t: [[e.step, e.value] for e in acc.Scalars(t)] for t in acc.Tags()['scalars']}))",
+  ].join('\n');
+  if (!existsSync(dir)) return {};
+  const { stdout } = await promisify(execFile)(curvesPython(), ['-c', script, dir], { timeout: 60_000 });
+  return JSON.parse(stdout) as Record<string, [number, number][]>;
+}

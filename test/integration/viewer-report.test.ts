@@ -27,7 +27,7 @@ import type { EpisodeResult } from '../../lib/episode-types';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
 import { NoMetricsError, writeRunReport } from '../../client/commands/report';
-import { REPORT_METRICS } from '../../client/report-html';
+import { REPORT_CHARTS } from '../../client/report-charts';
 
 // A small but real episode: a local page driven by the environment's own page script and action executor,
 // screenshots and accessibility trees into a real blob store, shaped rewards from the real calculator, and
@@ -338,13 +338,15 @@ function metricsLine(iteration: number, loss: number | null): MetricsLine {
     grad_norm: loss === null ? null : 0.8,
     adapter_version: loss === null ? 0 : iteration,
     tokens: 1000,
+    ...(loss === null ? {} : { kl: 0.01 * iteration, clip_fraction: 0.125, entropy: 2 - iteration * 0.1 }),
+    ...(iteration === 2 ? { eval: { success_rate: 0.75, mean_return: 1, episodes: 4 } } : {}),
     seconds: { rollout: 10, update: 2 },
     num_groups: 4,
     num_episodes: 2,
   };
 }
 
-test('the run report has one chart per metric with one point per value, and a valid PNG per chart', async () => {
+test('the run report draws the learning curve and the learner charts with Vega-Lite: every value a point, a valid PNG per chart', async () => {
   const runDir = join(work, 'runs', 'viewer-run');
   mkdirSync(runDir, { recursive: true });
   const lines = [metricsLine(0, null), metricsLine(1, 0.42), metricsLine(2, 0.31), metricsLine(3, -0.05)];
@@ -354,57 +356,85 @@ test('the run report has one chart per metric with one point per value, and a va
   const res = await writeRunReport({ runId: 'viewer-run', metricsPath: join(runDir, 'metrics.jsonl'), outDir });
   assert.equal(res.iterations, 4);
   assert.equal(res.html, join(outDir, 'report.html'));
+  const html = readFileSync(res.html, 'utf8');
+  assert.doesNotMatch(html, /<script[^>]*\bsrc=/, 'the page loads nothing: the charts are inline SVG');
 
-  const expected: Record<string, number[]> = {};
-  for (const m of REPORT_METRICS) expected[m.key] = lines.flatMap((l) => (l[m.key] === null ? [] : [l[m.key] as number]));
-  assert.equal(expected.loss.length, 3);
+  // Every metric drawn, with its (iteration, value) pairs; null values (no update in iteration 0) are no points.
+  const get = (l: MetricsLine, key: string): number | null => {
+    const v = key === 'eval.success_rate' ? l.eval?.success_rate : (l as unknown as Record<string, unknown>)[key];
+    return typeof v === 'number' ? v : null;
+  };
+  const expected = (key: string) => lines.flatMap((l) => (get(l, key) === null ? [] : [[l.iteration, get(l, key)] as [number, number]]));
+  const drawn: Record<string, string[]> = {
+    learning_curve: ['success_rate', 'action_validity', 'eval.success_rate', 'mean_reward'],
+    learner: ['loss', 'grad_norm', 'kl', 'clip_fraction', 'entropy'],
+    signal: ['frac_reward_zero_std', 'reward_std'],
+  };
+  assert.deepEqual(expected('loss').map(([i]) => i), [1, 2, 3]);
+  assert.deepEqual(expected('eval.success_rate'), [[2, 0.75]]);
 
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   try {
     await page.goto(pathToFileURL(res.html).href);
     const charts = await page.$$eval('figure.chart', (figs) =>
-      figs.map((f) => ({
-        metric: f.getAttribute('data-metric'),
-        values: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('data-value'))),
-        iterations: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('data-iteration'))),
-        cx: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('cx'))),
-        cy: Array.from(f.querySelectorAll('circle.point')).map((c) => Number(c.getAttribute('cy'))),
-        line: f.querySelector('path.line')?.getAttribute('d') ?? '',
-        xTicks: f.querySelectorAll('.x-axis .tick').length,
-        yTicks: f.querySelectorAll('.y-axis .tick').length,
-        labels: Array.from(f.querySelectorAll('.axis-label')).map((t) => t.textContent),
-      })),
+      figs.map((f) => {
+        const svg = f.querySelector('.vega-svg svg');
+        const box = svg?.getBoundingClientRect();
+        return {
+          id: f.getAttribute('data-chart'),
+          spec: JSON.parse(f.querySelector('script.vega-lite-spec')?.textContent ?? 'null'),
+          width: box?.width ?? 0,
+          height: box?.height ?? 0,
+          points: Array.from(f.querySelectorAll('path[aria-roledescription="point"]')).map((p) => ({
+            label: p.getAttribute('aria-label') ?? '',
+            y: Number(/translate\([^,]+,([^)]+)\)/.exec(p.getAttribute('transform') ?? '')?.[1]),
+          })),
+          titles: Array.from(f.querySelectorAll('.role-title-text text, .role-title text')).map((t) => t.textContent),
+        };
+      }),
     );
     assert.deepEqual(
-      charts.map((c) => c.metric),
-      REPORT_METRICS.map((m) => m.key),
+      charts.map((c) => c.id),
+      REPORT_CHARTS.map((c) => c.id),
     );
+    assert.equal(charts[0].id, 'learning_curve', 'the learning curve comes first');
+    assert.ok(charts[0].width >= 700, `the learning curve is wide (${charts[0].width}px)`);
     for (const c of charts) {
-      const want = expected[c.metric!];
-      assert.equal(c.values.length, want.length, `${c.metric}: one point per value`);
-      assert.deepEqual(c.values, want);
-      assert.ok(c.cx.every((x, i) => i === 0 || x > c.cx[i - 1]), `${c.metric}: x grows with the iteration`);
-      assert.ok(c.xTicks >= 2 && c.yTicks >= 2, `${c.metric}: axes have ticks`);
-      assert.deepEqual(c.labels, ['iteration', c.metric]);
-      assert.ok(c.line.startsWith('M'), `${c.metric}: a line`);
+      assert.ok(c.width > 300 && c.height > 150, `${c.id}: a drawn SVG (${c.width}x${c.height})`);
+      assert.match(c.spec.$schema, /vega-lite\/v6/);
+      // The spec's inline data holds every value of every metric drawn.
+      const panels: { data: { values: { iteration: number; metric: string; value: number | null }[] } }[] = c.spec.concat ?? c.spec.vconcat ?? [c.spec];
+      const rows = panels.flatMap((p) => p.data.values);
+      for (const key of drawn[c.id!]) {
+        const fromSpec = rows.filter((r) => r.metric === key && r.value !== null).map((r) => [r.iteration, r.value]);
+        assert.deepEqual(fromSpec, expected(key), `${c.id}: ${key} in the spec`);
+        // One point per value in the SVG, labelled with its iteration and metric.
+        const pts = c.points.filter((p) => p.label.includes(`metric: ${key};`));
+        assert.deepEqual(
+          pts.map((p) => Number(/^iteration: (\d+)/.exec(p.label)?.[1])),
+          expected(key).map(([i]) => i),
+          `${c.id}: ${key} points`,
+        );
+      }
+      const keys = new Set(rows.map((r) => r.metric));
+      assert.deepEqual([...keys].sort(), [...drawn[c.id!]].sort(), `${c.id}: no other series (mean_ratio has no values in this run)`);
     }
-    // Higher values are drawn higher (smaller y).
-    const mr = charts.find((c) => c.metric === 'mean_reward')!;
-    assert.ok(mr.cy.every((y, i) => i === 0 || y < mr.cy[i - 1]));
-    const loss = charts.find((c) => c.metric === 'loss')!;
-    assert.deepEqual(loss.iterations, [1, 2, 3]);
+    // Higher values are drawn higher (smaller y): mean_reward grows with the iteration.
+    const mr = charts[0].points.filter((p) => p.label.includes('metric: mean_reward;')).map((p) => p.y);
+    assert.equal(mr.length, 4);
+    assert.ok(mr.every((y, i) => i === 0 || y < mr[i - 1]), `mean_reward points rise: ${mr}`);
   } finally {
     await page.close();
   }
 
-  assert.deepEqual(Object.keys(res.pngs).sort(), REPORT_METRICS.map((m) => m.key).sort());
-  for (const m of REPORT_METRICS) {
-    const path = join(outDir, `${m.key}.png`);
-    assert.equal(res.pngs[m.key], path);
-    assert.ok(existsSync(path), path);
+  assert.deepEqual(Object.keys(res.pngs).sort(), REPORT_CHARTS.map((c) => c.id).sort());
+  for (const c of REPORT_CHARTS) {
+    const path = join(outDir, `${c.id}.png`);
+    assert.equal(res.pngs[c.id], path);
     const info = pngInfo(readFileSync(path));
-    assert.ok(info.width > 600 && info.height > 300, `${m.key}.png is ${info.width}x${info.height}`);
+    assert.ok(info.width > 600 && info.height > 300, `${c.id}.png is ${info.width}x${info.height}`);
   }
+  assert.ok(pngInfo(readFileSync(res.pngs.learning_curve)).width >= 1400, 'the learning curve PNG is rendered at twice its size');
 });
 
 test('a run without a metrics file gets a clear error', async () => {

@@ -7,6 +7,8 @@ import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
 import { parseConfig } from '../../lib/config';
 import { loadConfigFile } from '../../host/config-file';
+import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/credentials';
+import { chromiumSandboxed } from '../../env/browser';
 
 // docker-compose.yml for one GPU machine: checked against the repository (paths, Dockerfiles), against the
 // code (every variable a worker gets is one it reads, and every one it needs is set), and for the properties
@@ -24,11 +26,16 @@ interface Service {
   depends_on?: string[] | Record<string, { condition?: string }>;
   deploy?: { resources?: { reservations?: { devices?: { driver?: string; count?: number | string; device_ids?: string[]; capabilities?: string[] }[] } } };
   stop_grace_period?: string;
+  networks?: string[] | Record<string, unknown>;
+  user?: string;
+  security_opt?: string[];
+  cap_drop?: string[];
 }
 
 interface Compose {
   services: Record<string, Service>;
   volumes?: Record<string, unknown>;
+  networks?: Record<string, { internal?: boolean } | null>;
 }
 
 const COMPOSE_PATH = join(REPO_ROOT, 'docker-compose.yml');
@@ -105,6 +112,10 @@ function tsEnvReads(): Set<string> {
     for (const m of text.matchAll(/\b(?:process\.)?env(?:\.([A-Z][A-Z0-9_]*)|\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\])/g)) names.add(m[1] ?? m[2]);
     if (text.includes("from '@temporalio/envconfig'")) for (const k of ENVCONFIG_VARIABLES) names.add(k);
   }
+  // Named credentials: lib/credentials.ts maps each name to a variable, read through a lookup.
+  for (const v of Object.values(DEFAULT_CREDENTIAL_ENV)) names.add(v);
+  for (const n of CREDENTIAL_NAMES) names.add(credentialOverrideVar(n));
+  names.add(INSECURE_HOSTS_ENV);
   return names;
 }
 
@@ -343,4 +354,111 @@ test('teardown.sh stops gracefully, keeps volumes, and purges only after confirm
   assert.doesNotMatch(r.stderr, /docker is not installed/);
   const bad = spawnSync('/bin/bash', [path, '--bogus'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
   assert.equal(bad.status, 2);
+});
+
+function networksOf(s: Service): string[] {
+  return Array.isArray(s.networks) ? s.networks : Object.keys(s.networks ?? {});
+}
+
+test('vLLM requires the API key the control worker sends, and no browser origin may read its answers', () => {
+  const v = services.vllm;
+  const args = [...argv(v.entrypoint), ...argv(v.command)];
+  const keyFromEnv = env(v).VLLM_API_KEY;
+  const keyFlag = args.findIndex((a) => a === '--api-key' || a.startsWith('--api-key='));
+  assert.ok(keyFromEnv || keyFlag >= 0, 'vLLM runs without --api-key / VLLM_API_KEY');
+  // The key comes from the environment of `docker compose`, required (no default that would be a known key).
+  assert.match(keyFromEnv ?? '', /^\$\{HALO_POLICY_API_KEY:\?[^}]+\}$/);
+  const control = env(services['control-worker']);
+  assert.equal(control[DEFAULT_CREDENTIAL_ENV.policy], keyFromEnv, 'the control worker sends the key vLLM requires (credential policy)');
+  const critic = loadConfigFile(join(REPO_ROOT, 'docker/compose-config.yaml')).mcts.critic;
+  assert.equal(critic.backend === 'openai' ? DEFAULT_CREDENTIAL_ENV[critic.credential] : DEFAULT_CREDENTIAL_ENV.policy, DEFAULT_CREDENTIAL_ENV.policy);
+  // Plain http to vllm is allowed by name on the worker, and only that host.
+  assert.deepEqual(control[INSECURE_HOSTS_ENV]?.split(',').map((h) => h.trim()), ['vllm']);
+  assert.equal(env(services['browser-worker'])[DEFAULT_CREDENTIAL_ENV.policy], undefined, 'the browser worker holds no key');
+  const origins = args[args.indexOf('--allowed-origins') + 1];
+  assert.ok(args.includes('--allowed-origins'), '--allowed-origins is not set: vLLM allows every origin by default');
+  const list = JSON.parse(origins) as string[];
+  assert.ok(Array.isArray(list) && !list.includes('*'), `--allowed-origins ${origins}`);
+});
+
+test('the browser worker reaches only Temporal and its own way out; vLLM, Postgres and the UI are elsewhere', () => {
+  const declared = compose.networks ?? {};
+  for (const [name, s] of Object.entries(services)) {
+    const nets = networksOf(s);
+    assert.ok(nets.length > 0, `${name} is on the default network (every service names its networks)`);
+    for (const n of nets) assert.ok(n in declared, `${name} uses undeclared network ${n}`);
+  }
+  const browserNets = networksOf(services['browser-worker']);
+  const members = (net: string) => Object.entries(services).filter(([, s]) => networksOf(s).includes(net)).map(([n]) => n);
+  for (const other of ['vllm', 'postgres', 'temporal-ui']) {
+    const shared = networksOf(services[other]).filter((n) => browserNets.includes(n));
+    assert.deepEqual(shared, [], `browser-worker shares ${shared.join(', ')} with ${other}`);
+  }
+  assert.ok(networksOf(services.temporal).some((n) => browserNets.includes(n)), 'the browser worker cannot reach Temporal');
+  for (const n of browserNets) {
+    const internal = declared[n]?.internal === true;
+    // A network with a way out is the browser's alone; the ones it shares have no way out.
+    if (!internal) assert.deepEqual(members(n), ['browser-worker'], `egress network ${n} is shared with ${members(n).join(', ')}`);
+  }
+  // vLLM's own network, where the key is sent over plain http, is internal and holds only vLLM and the control worker.
+  const keyNet = networksOf(services.vllm).filter((n) => networksOf(services['control-worker']).includes(n));
+  assert.equal(keyNet.length, 1);
+  assert.equal(declared[keyNet[0]]?.internal, true);
+  assert.deepEqual(members(keyNet[0]).sort(), ['control-worker', 'vllm']);
+  assert.equal(declared[networksOf(services.postgres)[0]]?.internal, true, "Postgres's network is internal");
+});
+
+test('Chromium runs as a non-root user with its sandbox on', () => {
+  const node = readFileSync(join(REPO_ROOT, 'docker/node.Dockerfile'), 'utf8');
+  const users = [...node.matchAll(/^USER\s+(\S+)/gm)].map((m) => m[1]);
+  assert.ok(users.length > 0 && !['root', '0'].includes(users.at(-1)!.split(':')[0]), 'the node image ends as root');
+  const b = services['browser-worker'];
+  assert.ok(b.user && !/^(root|0)(:|$)/.test(b.user) && !/:-0}/.test(b.user), `browser-worker user ${b.user}`);
+  assert.deepEqual(b.cap_drop, ['ALL']);
+  assert.ok(b.security_opt?.includes('no-new-privileges:true'));
+  assert.ok(!b.security_opt?.some((o) => /apparmor=unconfined|privileged/.test(o)));
+  assert.equal((b as { privileged?: boolean }).privileged, undefined);
+  // env/browser.ts passes --no-sandbox only to a browser started as root.
+  assert.equal(chromiumSandboxed(1000), true);
+  assert.equal(chromiumSandboxed(0), false);
+  assert.doesNotMatch(readFileSync(join(REPO_ROOT, 'env/browser.ts'), 'utf8'), /'--no-sandbox'/);
+});
+
+test('every .dockerignore keeps environment files, keys and certificates out of the images', () => {
+  const files = [join(REPO_ROOT, '.dockerignore'), ...readdirSync(join(REPO_ROOT, 'docker')).filter((f) => f.endsWith('.dockerignore')).map((f) => join(REPO_ROOT, 'docker', f))];
+  assert.ok(files.length >= 3);
+  for (const f of files) {
+    const lines = new Set(readFileSync(f, 'utf8').split('\n').map((l) => l.trim()));
+    for (const p of ['.env*', '**/.env*', '**/*.pem', '**/*.key', '**/*.crt', '**/*.p12']) assert.ok(lines.has(p), `${f} lacks ${p}`);
+    // A later "!" rule must not bring them back.
+    for (const l of lines) assert.ok(!/^!.*(\.env|\.pem|\.key|\.crt)/.test(l), `${f}: ${l} re-includes secrets`);
+  }
+});
+
+test('docker/compose-real.yaml: configs/grpo-real.yaml\'s training settings, with every URL on the vllm service', () => {
+  const real = loadConfigFile(join(REPO_ROOT, 'docker/compose-real.yaml'));
+  const seed = loadConfigFile(join(REPO_ROOT, 'configs/grpo-real.yaml'));
+  const vllmPort = parsePort(services.vllm.ports![0]).container;
+  assert.equal(real.episode.env, 'real');
+  assert.equal(real.policy.backend, 'openai');
+  assert.equal(new URL(real.policy.baseUrl).host, `vllm:${vllmPort}`);
+  assert.equal(new URL(real.train.vllmBaseUrl!).host, `vllm:${vllmPort}`);
+  assert.equal(real.policy.model, env(services.learner).HALO_MODEL, 'vLLM serves the model the learner trains');
+  assert.equal(real.train.gpuTaskQueue, env(services.learner).HALO_GPU_QUEUE);
+  assert.equal(real.temporal.controlTaskQueue, env(services['control-worker']).HALO_CONTROL_QUEUE);
+  assert.equal(real.temporal.browserTaskQueue, env(services['browser-worker']).HALO_BROWSER_QUEUE);
+  // The seed's hyperparameters: everything but the run id and the addresses.
+  const strip = <T extends object>(o: T, keys: string[]) => Object.fromEntries(Object.entries(o).filter(([k]) => !keys.includes(k)));
+  assert.deepEqual(strip(real.train, ['runId', 'vllmBaseUrl']), strip(seed.train, ['runId', 'vllmBaseUrl']));
+  assert.deepEqual(strip(real.policy, ['baseUrl']), strip(seed.policy, ['baseUrl']));
+  assert.deepEqual(real.episode, seed.episode);
+  assert.deepEqual(real.real, seed.real);
+  assert.deepEqual(real.rewards, seed.rewards);
+  const urls: string[] = [];
+  const walk = (v: unknown) => {
+    if (typeof v === 'string' && /^https?:\/\//.test(v)) urls.push(v);
+    else if (v && typeof v === 'object') for (const x of Object.values(v)) walk(x);
+  };
+  walk({ policy: real.policy, train: real.train });
+  for (const url of urls) assert.equal(new URL(url).hostname, 'vllm', `${url} is not reachable from the workers`);
 });

@@ -215,11 +215,11 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
       { name: 'qwen3vl_grpo', label: 'grpo_vllm', backend: 'openai', adapter: { run: 'grpo-local', version: 4 }, baseUrl: 'http://10.0.0.2:8000/v1' },
       { name: 'openai_baseline' },
       { name: 'openai_baseline', label: 'local_compat', baseUrl: 'http://127.0.0.1:9999/v1', model: 'fake' },
-      { name: 'openai_baseline', label: 'with_key', apiKeyEnv: 'MY_KEY' },
+      { name: 'openai_baseline', label: 'with_key', credential: 'critic' },
     ],
   });
   const plan = resolveEvalPlan(cfg, base, {
-    env: { MY_KEY: 'sk-test' },
+    env: { HALO_CREDENTIAL_CRITIC_ENV: 'MY_KEY', MY_KEY: 'sk-test' },
     listAdapterVersions: (run) => (run === 'grpo-local' ? [1, 2, 5] : []),
     miniwobTasks: ['click-button', 'enter-text'],
   });
@@ -233,11 +233,12 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   assert.deepEqual([by.qwen3vl_grpo.adapterVersion, by.qwen3vl_grpo.runId], [5, 'grpo-local']);
   assert.deepEqual([by.qwen3vl_mcts.adapterVersion, by.qwen3vl_mcts.runId], [2, 'mcts-a']);
   assert.deepEqual([by.grpo_vllm.policy.backend, by.grpo_vllm.policy.model, by.grpo_vllm.policy.baseUrl], ['openai', 'grpo-local-v4', 'http://10.0.0.2:8000/v1']);
-  assert.deepEqual([by.local_compat.policy.model, by.local_compat.policy.apiKeyEnv, by.local_compat.policy.maxTokens], ['fake', 'OPENAI_API_KEY', 512]);
+  assert.deepEqual([by.local_compat.policy.model, by.local_compat.policy.credential, by.local_compat.policy.apiKeyEnv, by.local_compat.policy.maxTokens], ['fake', 'baseline', undefined, 512]);
+  assert.equal(by.with_key.policy.credential, 'critic');
   assert.equal(by.with_key.policy.baseUrl, 'https://api.openai.com/v1');
   assert.equal(plan.skipped.length, 1);
   assert.equal(plan.skipped[0].mode, 'openai_baseline');
-  assert.match(plan.skipped[0].reason, /no API key: OPENAI_API_KEY is not set/);
+  assert.match(plan.skipped[0].reason, /no API key: OPENAI_API_KEY \(credential baseline\) is not set/);
   assert.ok(plan.notes.some((n) => n.mode === 'qwen3vl_grpo' && /latest adapter of run grpo-local: v5/.test(n.note)));
   // Test-time MCTS: only the mode that asks for it searches, with the HALO config's mcts section and the mode's
   // budget, judging ended episodes by self-evaluation; without a critic the note says what that means.

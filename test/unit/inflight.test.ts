@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Context } from '@temporalio/activity';
@@ -47,4 +47,29 @@ test('orphans: ledgers of dead processes of the same role and host, and our own 
   const names = found.map((o) => o.file.slice(dir.length + 1)).sort();
   assert.deepEqual(names, [`browser-worker-${host}-${dead}.json`, `browser-worker-${host}-${process.pid}.json`, `browser-worker-${host}-1.json`].sort());
   assert.equal(found.find((o) => o.file.endsWith('-1.json'))?.ledger, null, 'a damaged ledger is dropped without releasing anything');
+});
+
+test('a ledger is readable by its owner only (0600 in a 0700 folder), even under a permissive umask', () => {
+  const dir = join(mkdtempSync(join(tmpdir(), 'halo-inflight-')), 'inflight');
+  const old = process.umask(0o000);
+  try {
+    const ledger = new InflightLedger(dir, 'browser-worker');
+    ledger.begin(info([9]));
+    assert.equal(statSync(ledger.file).mode & 0o777, 0o600);
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+    assert.equal(ledger.file, join(dir, `browser-worker-${hostname()}-${process.pid}.json`));
+    assert.deepEqual(readdirSync(dir), [`browser-worker-${hostname()}-${process.pid}.json`], 'no temp file left behind');
+  } finally {
+    process.umask(old);
+  }
+});
+
+test('orphans: a role or host that only starts like ours is not ours', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'halo-inflight-'));
+  const host = hostname();
+  const dead = deadPid();
+  const body = (role: string, h: string) => JSON.stringify({ pid: dead, host: h, role, running: [] });
+  writeFileSync(join(dir, `browser-worker-${host}-x-${dead}.json`), body('browser-worker', `${host}-x`));
+  writeFileSync(join(dir, `browser-worker-${host}-${dead}.json`), body('browser-worker-2', host));
+  assert.deepEqual(new InflightLedger(dir, 'browser-worker').orphans(), []);
 });

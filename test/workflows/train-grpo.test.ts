@@ -7,6 +7,7 @@ import type { TrainResult } from '../../workflows/train-grpo';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
 import { continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { resumeSignal, statusQuery } from '../../workflows/messages';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
 // and an operator's pause, resume and stop.
@@ -125,6 +126,35 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
       assert.match(cause.message, /2 of 4 episodes of iteration 1 failed, more than train\.maxFailedEpisodeShare = 0\.25/);
       assert.match(cause.message, /site down for .*-it1-ep1/);
       assert.deepEqual(control.grpoBatches, [], 'no update from an iteration with too many failures');
+    });
+  });
+
+  test('below the free-disk threshold an iteration does not start: the run pauses with the reason, resume checks again', async () => {
+    await withFakeWorkers(env, 'grpo-disk', {}, async ({ q, runId, control, browser, learner }) => {
+      control.freeDiskBytes = 1.5 * 2 ** 30; // below the default stack.minFreeDiskGiB (2)
+      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: grpoConfig(q, runId, 1) }] });
+      let st: { paused: boolean; pauseReason?: string } = { paused: false };
+      for (let i = 0; i < 200 && !st.pauseReason; i++) {
+        st = await handle.query(statusQuery);
+        if (!st.pauseReason) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(st.paused, true);
+      assert.match(st.pauseReason ?? '', /disk almost full: 1\.50 GiB free at \/fake-home, below stack\.minFreeDiskGiB \(2\.00 GiB\).*halo gc/);
+      assert.equal(browser.starts.length, 0, 'no episode started on a full disk');
+      // A resume with the disk still full pauses again; after space is freed it goes on.
+      await handle.signal(resumeSignal);
+      for (let i = 0; i < 200; i++) {
+        st = await handle.query(statusQuery);
+        if (control.diskChecks.length >= 2 && st.paused) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.deepEqual([st.paused, control.diskChecks.length, browser.starts.length], [true, 2, 0]);
+      control.freeDiskBytes = 50 * 2 ** 30;
+      await handle.signal(resumeSignal);
+      const result = (await handle.result()) as TrainResult;
+      assert.deepEqual([result.iterations, result.stoppedEarly], [1, false]);
+      assert.equal(learner.updates.length, 1);
+      assert.equal(control.diskChecks.length, 3);
     });
   });
 });

@@ -11,6 +11,15 @@ A folder that exists is final, which is what makes an update idempotent per (run
 with the same batch gets it back. A request for that version with another batch, or from a learner holding
 another base model, is refused (`StaleVersion`, `ModelMismatch`): the folder belongs to something else
 (typically an earlier run under the same run id whose Temporal state was purged).
+
+With HALO_STORE=s3://bucket/prefix the folder is also published to the object store, written once:
+
+    <prefix>/checkpoints/<run_id>/v<N>/files/<sha256>-<name>   every file, content-addressed
+    <prefix>/checkpoints/<run_id>/v<N>/manifest.json           written last with If-None-Match: *; it commits the version
+
+and the local folder is a cache: a version this host lacks is fetched (files checked against the manifest's
+sha256) where a path is needed, for the learner to continue from it and for vLLM to load it. Two learners that
+raced for one version leave one manifest; the loser's local folder is replaced by the winner's.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import torch
 from peft import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
-from . import paths
+from . import objects, paths
 
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -72,7 +81,7 @@ def check_existing(path: Path, run_id: str, version: int, batch_ref: str, reside
 
 
 def version_dir(run_id: str, version: int, root: Path | None = None) -> Path:
-    return (root or paths.checkpoints_root()) / run_id / f"v{version}"
+    return (root or paths.checkpoints_root()) / paths.check_run_id(run_id) / f"v{version}"
 
 
 def _temp_prefix(version: int) -> str:
@@ -113,7 +122,7 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
                  root: Path | None = None, batch_ref: str | None = None) -> tuple[Path, bool]:
     """Write v<version> atomically. Returns (path, reused): reused when another writer got there first."""
     final = version_dir(run_id, version, root)
-    if final.exists():
+    if final.exists() or fetch_version(run_id, version, root) is not None:
         return final, True
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(final.parent, version)
@@ -148,7 +157,7 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
                 return final, True
             raise
         _fsync_dir(final.parent)
-        return final, False
+        return final, not publish_version(final, run_id, version)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -217,3 +226,99 @@ def reset_to_initial(policy, optimizer) -> None:
         for name, p in policy.trainable_parameters().items():
             p.copy_(policy.initial_adapter[name])
     optimizer.state.clear()
+
+
+# ---- the object store (HALO_STORE) ---------------------------------------------------------------------
+
+REMOTE_FILES = "files"
+
+
+def remote_store() -> "objects.S3Objects | None":
+    loc = objects.store_location()
+    return objects.S3Objects(loc.child("checkpoints")) if loc is not None else None
+
+
+def _remote_file_key(store, run_id: str, version: int, name: str, sha: str) -> str:
+    return store.loc.key(run_id, f"v{version}", REMOTE_FILES, f"{sha}-{name}")
+
+
+def publish_version(path: Path, run_id: str, version: int, store=None) -> bool:
+    """Upload a complete local version folder; True when this folder is the version in the store (committed
+    now, or the same files were committed before), False when another writer's version was committed first,
+    in which case the local folder is replaced by that one. Without an object store: True, nothing to do."""
+    store = store or remote_store()
+    if store is None:
+        return True
+    manifest = read_manifest(path)
+    files = {n: h for n, h in manifest.get("files", {}).items() if (path / n).exists()}
+    mkey = store.loc.key(run_id, f"v{version}", MANIFEST_FILE)
+    if not store.exists(mkey):
+        for name, sha in files.items():
+            key = _remote_file_key(store, run_id, version, name, sha)
+            if not store.exists(key):
+                store.put_if_absent(key, (path / name).read_bytes())
+        body = json.dumps({**manifest, "stored_files": files}, indent=2).encode()
+        if store.put_if_absent(mkey, body, "application/json"):
+            return True
+    theirs = json.loads(store.get(mkey))
+    mine_w, theirs_w = files.get(ADAPTER_FILE), theirs.get("stored_files", theirs.get("files", {})).get(ADAPTER_FILE)
+    if mine_w is not None and mine_w == theirs_w:
+        return True
+    # Another learner committed this version first: its files are the version; ours go.
+    aside = path.with_name(f"{_temp_prefix(version)}lost-{os.getpid()}")
+    os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    if fetch_version(run_id, version, path.parent.parent, store) is None:
+        raise RuntimeError(f"adapter {run_id}/v{version}: the committed manifest in {store.where()} could not be fetched")
+    return False
+
+
+def fetch_version(run_id: str, version: int, root: Path | None = None, store=None) -> Path | None:
+    """Bring v<version> from the object store into the local folder (a cache) unless it is there; the local
+    path, or None when there is no object store or the version is not in it."""
+    final = version_dir(run_id, version, root)
+    if final.exists():
+        return final
+    store = store or remote_store()
+    if store is None:
+        return None
+    try:
+        manifest = json.loads(store.get(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)))
+    except objects.ObjectNotFound:
+        return None
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(version) + f"fetch-{os.getpid()}-", dir=final.parent))
+    try:
+        stored = manifest.pop("stored_files", None) or manifest.get("files", {})
+        for name, sha in stored.items():
+            objects.check_part(name, "adapter file name")
+            data = store.get(_remote_file_key(store, run_id, version, name, sha))
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise RuntimeError(f"adapter {run_id}/v{version}: {name} in {store.where()} does not match its sha256")
+            (tmp / name).write_bytes(data)
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+        return final
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def synced_version_dir(run_id: str, version: int, root: Path | None = None) -> Path:
+    """The local folder of v<version>, made to agree with the object store when there is one: fetched when
+    only the store has it, published when only this host has it (a learner killed between writing and
+    uploading)."""
+    path = version_dir(run_id, version, root)
+    store = remote_store()
+    if store is None or version < 1:
+        return path
+    if path.exists():
+        if not store.exists(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)):
+            publish_version(path, run_id, version, store)
+        return path
+    fetch_version(run_id, version, root, store)
+    return path

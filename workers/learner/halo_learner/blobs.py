@@ -1,6 +1,8 @@
 """Content-addressed blob store, byte-compatible with blob/store.ts.
 
-A reference is `sha256:<64 hex>.<ext>`; the file lives at `<root>/<hex[:2]>/<hex[2:]>.<ext>`.
+A reference is `sha256:<64 hex>.<ext>`; the file lives at `<root>/<hex[:2]>/<hex[2:]>.<ext>`, where the root
+is a folder (default `<HALO_HOME>/blobs`) or, with HALO_STORE=s3://bucket/prefix, the key prefix `<prefix>/blobs`
+of that bucket (objects.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import objects, paths
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$")
 
 
 class BlobNotFound(Exception):
-    def __init__(self, ref: str, root: Path):
+    def __init__(self, ref: str, root: Path | str):
         super().__init__(f"blob {ref} not found under {root}")
         self.ref = ref
 
@@ -29,10 +31,30 @@ class BadBlobRef(ValueError):
 
 
 class BlobStore:
-    def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root) if root is not None else paths.blob_root()
+    def __init__(self, root: str | os.PathLike | None = None, s3: "objects.S3Objects | None" = None):
+        if root is None and s3 is None:
+            loc = objects.store_location()
+            if loc is not None:
+                s3 = objects.S3Objects(loc.child("blobs"))
+        elif isinstance(root, str) and root.startswith("s3://"):
+            s3 = objects.S3Objects(objects.parse_store_url(root, "blob store"))
+        self.s3 = s3
+        self.root = s3.where() if s3 is not None else (Path(root) if root is not None else paths.blob_root())
+
+    def _key(self, ref: str) -> str:
+        m = _REF.match(ref)
+        if not m:
+            raise BadBlobRef(f"not a blob reference: {ref!r}")
+        return self.s3.loc.key(m.group(1)[:2], f"{m.group(1)[2:]}.{m.group(2)}")
+
+    def exists(self, ref: str) -> bool:
+        if self.s3 is not None:
+            return self.s3.exists(self._key(ref))
+        return self.path_of(ref).exists()
 
     def path_of(self, ref: str) -> Path:
+        if self.s3 is not None:
+            raise ValueError(f"blob store {self.root} is not a folder: no path for {ref}")
         m = _REF.match(ref)
         if not m:
             raise BadBlobRef(f"not a blob reference: {ref!r}")
@@ -42,6 +64,13 @@ class BlobStore:
     def put(self, data: bytes | str, ext: str) -> str:
         buf = data.encode() if isinstance(data, str) else data
         ref = f"sha256:{hashlib.sha256(buf).hexdigest()}.{ext}"
+        if self.s3 is not None:
+            key = self._key(ref)
+            # A conditional put checks existence in the same round trip; a large object is looked up first so
+            # that stored bytes are not sent again. An existing object holds these bytes (content-addressed).
+            if len(buf) <= (1 << 20) or not self.s3.exists(key):
+                self.s3.put_if_absent(key, buf)
+            return ref
         path = self.path_of(ref)
         if path.exists():
             return ref  # same bytes, same name: nothing to do
@@ -65,6 +94,11 @@ class BlobStore:
         return self.put(json.dumps(value, separators=(",", ":"), ensure_ascii=False), "json")
 
     def get(self, ref: str) -> bytes:
+        if self.s3 is not None:
+            try:
+                return self.s3.get(self._key(ref))
+            except objects.ObjectNotFound:
+                raise BlobNotFound(ref, self.root) from None
         path = self.path_of(ref)
         try:
             return path.read_bytes()

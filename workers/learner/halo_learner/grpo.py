@@ -3,7 +3,9 @@
 For a batch of B completions o_i with advantages A_i (already r_i - mean(r) of their group, no std
 division: Dr. GRPO), per completion token t:
 
-    logp_t     = log pi_theta(o_t | prompt, o_<t)          logits / sampling temperature
+    logp_t     = log pi_theta(o_t | prompt, o_<t)          logits / sampling temperature, masked to the
+                                                            tokens the sample's grammar allowed at t when it
+                                                            was sampled under one (constrained decoding)
     ratio_t    = exp(logp_t - logp_old_t)                   logp_old = sampler's log-prob, or logp.detach()
                                                             (vLLM: --logprobs-mode processed_logprobs, so
                                                             logp_old is after temperature like logp_t)
@@ -58,6 +60,8 @@ class GrpoSample:
     ids: list[int]
     advantage: float
     old_logprobs: list[float] | None
+    # Constrained decoding: (len(ids), ceil(V/32)) int32 grammar bitmask of each position (grammar.py).
+    bitmask: torch.Tensor | None = None
 
 
 @dataclass
@@ -159,11 +163,12 @@ def reference_logprobs(policy, samples: list[GrpoSample], temperature: float, ch
     with torch.no_grad(), policy.model.disable_adapter():
         for rows in _chunks(samples, chunk, prefix_sharing):
             ids = [samples[r].ids for r in rows]
+            masks = [samples[r].bitmask for r in rows]
             if prefix_sharing:
                 lay = layouts.get(rows[0]) if layouts is not None else None
-                lp, _ = packed_group_logprobs(policy, samples[rows[0]].prompt, ids, temperature, lay)
+                lp, _ = packed_group_logprobs(policy, samples[rows[0]].prompt, ids, temperature, lay, masks)
             else:
-                lp, _ = padded_logprobs(policy, [samples[r].prompt for r in rows], ids, temperature)
+                lp, _ = padded_logprobs(policy, [samples[r].prompt for r in rows], ids, temperature, masks)
             ref[rows, : lp.shape[1]] = lp
             if on_progress:
                 on_progress()
@@ -256,13 +261,14 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
     with LoraWorkingCopy(params, policy.dtype if prefix_sharing else params[0].dtype) as work:
         for rows_list in chunks:
             rows = torch.tensor(rows_list, device=dev)
+            masks = [samples[i].bitmask for i in rows_list]
             if prefix_sharing:
                 logp, _ = packed_group_logprobs(policy, samples[rows_list[0]].prompt,
                                                 [samples[i].ids for i in rows_list], temperature,
-                                                layouts[rows_list[0]])
+                                                layouts[rows_list[0]], masks)
             else:
                 logp, _ = padded_logprobs(policy, [samples[i].prompt for i in rows_list],
-                                          [samples[i].ids for i in rows_list], temperature)
+                                          [samples[i].ids for i in rows_list], temperature, masks)
             loss = loss_fn(logp, rows, slice(0, logp.shape[1]))
             loss.backward()
             total += float(loss.detach())

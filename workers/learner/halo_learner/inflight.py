@@ -6,6 +6,11 @@ The learner owns the `gpu` queue of its machine, so its successor knows better: 
 ledger its predecessor left and fails that attempt through the task token (RespondActivityTaskFailed). The
 retry policy then schedules the next attempt right away, on the new process. Idempotency per (run_id,
 version) keeps a half-done update from being applied twice, as for any retry.
+
+A ledger is one file per process, `inflight-<queue>-<host>-<pid>.json` (mode 0600 in a 0700 folder: a task
+token completes the activity), like the TypeScript workers' (workers/inflight.ts). A learner only takes over
+ledgers of its own queue and host whose process is gone, so learners of one queue on several hosts sharing
+a home leave each other's attempts alone.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import base64
 import json
 import logging
 import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -35,11 +42,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class InflightLedger:
-    """One JSON file per task queue: written when an activity starts, removed when it ends."""
+def _write_private(path: Path, text: str) -> None:
+    """Writes `text` to a new file readable by its owner only, then moves it to `path`."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
-    def __init__(self, path: Path):
-        self.path = path
+
+class InflightLedger:
+    """One JSON file per learner process: written when an activity starts, removed when it ends."""
+
+    def __init__(self, directory: Path, queue: str, host: str | None = None):
+        self.directory = directory
+        self.queue = queue
+        self.host = host or socket.gethostname()
+        self.prefix = f"inflight-{queue}-{self.host}-"
+        self.path = directory / f"{self.prefix}{os.getpid()}.json"
 
     def begin(self, info: activity.Info) -> None:
         record = {
@@ -51,38 +75,57 @@ class InflightLedger:
             "attempt": info.attempt,
             "started": time.time(),
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
+        record["queue"] = self.queue
+        record["host"] = self.host
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+        _write_private(self.path, json.dumps(record))
 
     def end(self) -> None:
         self.path.unlink(missing_ok=True)
 
+    def orphans(self) -> list[tuple[Path, dict]]:
+        """Unfinished attempts of dead learners of this queue and host: (ledger file, record). Unreadable
+        ledgers are removed; ledgers of live processes, other queues and other hosts are left alone."""
+        if not self.directory.is_dir():
+            return []
+        name = re.compile(re.escape(self.prefix) + r"(\d+)\.json")
+        out: list[tuple[Path, dict]] = []
+        for path in sorted(self.directory.iterdir()):
+            if not name.fullmatch(path.name):
+                continue
+            try:
+                record = json.loads(path.read_text())
+                pid = int(record["pid"])
+                base64.b64decode(record["task_token"], validate=True)
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring an unreadable in-flight ledger %s: %s", path, e)
+                path.unlink(missing_ok=True)
+                continue
+            if record.get("queue", self.queue) != self.queue or record.get("host", self.host) != self.host:
+                continue
+            # Same pid as ours: a reused pid (e.g. a restarted container), so the writer is gone.
+            if pid != os.getpid() and _alive(pid):
+                log.warning("in-flight ledger %s belongs to the running process %d: left alone", path, pid)
+                continue
+            out.append((path, record))
+        return out
+
     def orphan(self) -> dict | None:
-        """The predecessor's unfinished attempt, or None (no ledger, unreadable, or its process still runs)."""
-        try:
-            record = json.loads(self.path.read_text())
-            pid = int(record["pid"])
-            base64.b64decode(record["task_token"], validate=True)
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("ignoring an unreadable in-flight ledger %s: %s", self.path, e)
-            self.end()
-            return None
-        # Same pid as ours: a reused pid (e.g. a restarted container), so the writer is gone.
-        if pid != os.getpid() and _alive(pid):
-            log.warning("in-flight ledger %s belongs to the running process %d: left alone", self.path, pid)
-            return None
-        return record
+        """The first unfinished attempt a dead predecessor left, or None."""
+        found = self.orphans()
+        return found[0][1] if found else None
 
 
 async def release_orphan(client: Client, ledger: InflightLedger) -> str | None:
-    """Fails the attempt a dead predecessor left running; returns a line saying what happened, or None."""
-    record = ledger.orphan()
-    if record is None:
-        return None
+    """Fails the attempts dead predecessors left running; returns lines saying what happened, or None."""
+    lines = [await _release(client, path, record) for path, record in ledger.orphans()]
+    return "; ".join(lines) if lines else None
+
+
+async def _release(client: Client, path: Path, record: dict) -> str:
     what = f"{record.get('activity_type')} of {record.get('workflow_id')} (attempt {record.get('attempt')})"
     handle = client.get_async_activity_handle(task_token=base64.b64decode(record["task_token"]))
     try:
@@ -95,5 +138,5 @@ async def release_orphan(client: Client, ledger: InflightLedger) -> str | None:
             raise
         # Timed out, completed or cancelled meanwhile: nothing to release.
         line = f"the attempt a dead learner left running is already over: {what}"
-    ledger.end()
+    path.unlink(missing_ok=True)
     return line

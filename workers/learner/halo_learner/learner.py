@@ -26,6 +26,7 @@ from . import adapters, retention
 from .adapters import check_model
 from .blobs import BlobStore
 from .dpo import DpoSample, dpo_step
+from .grammar import Grammars
 from .grpo import GrpoSample, grpo_step
 from .logprobs import check_block_mask_attention, compile_packed_layers
 from .memory import MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
@@ -35,7 +36,7 @@ from .payloads import (
     UpdatePolicyInput, UpdatePolicyOutput, Completion, Prompt,
 )
 from .prompts import PromptCache, completion_ids_from_text, encode_prompt, prompt_key
-from .sampling import sample
+from .sampling import sample, stop_ids
 
 log = logging.getLogger("halo_learner")
 Progress = Callable[[dict], None]
@@ -83,6 +84,16 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
         self.resident: tuple[str, int] | None = None
         self.optimizer_synced = False  # AdamW moments belong to `resident`
+        self._grammars: Grammars | None = None
+
+    @property
+    def grammars(self) -> Grammars:
+        """xgrammar compiler for this model's tokenizer, built on first use (unconstrained runs never need it)."""
+        if self._grammars is None:
+            lm_head = self.policy.model.get_output_embeddings()
+            vocab = lm_head.out_features if lm_head is not None else len(self.policy.tokenizer)
+            self._grammars = Grammars(self.policy.tokenizer, vocab, sorted(stop_ids(self.policy.tokenizer)), self.blobs)
+        return self._grammars
 
     @classmethod
     def from_env(cls) -> "Learner":
@@ -91,7 +102,8 @@ class Learner:
     # ---- version bookkeeping ---------------------------------------------------------------------
 
     def _vdir(self, run_id: str, version: int) -> Path:
-        return adapters.version_dir(run_id, version, self.checkpoints)
+        # With an object store (HALO_STORE) the local folder is a cache, fetched or published here.
+        return adapters.synced_version_dir(run_id, version, self.checkpoints)
 
     def _ensure(self, run_id: str, version: int, with_optimizer: bool) -> None:
         """Make the resident adapter v<version> of run_id."""
@@ -240,8 +252,12 @@ class Learner:
             if batch.max_completion_len is not None and len(ids) > batch.max_completion_len:
                 ids = ids[: batch.max_completion_len]
                 old = old[: batch.max_completion_len] if old is not None else None
+            try:
+                bitmask = self.grammars.completion_bitmask(it.grammar_ref, ids) if it.grammar_ref else None
+            except ValueError as e:
+                raise InvalidBatch(f"items[{i}]: {e}") from e
             samples.append(GrpoSample(prompt=prompt, prompt_key=prompt_key(it.prompt), ids=ids,
-                                      advantage=it.advantage, old_logprobs=old))
+                                      advantage=it.advantage, old_logprobs=old, bitmask=bitmask))
         return samples, retok, mismatched
 
     # ---- update_dpo ------------------------------------------------------------------------------
@@ -298,12 +314,13 @@ class Learner:
         prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
         if progress:
             progress({"phase": "sample_actions", "prompt_tokens": len(prompt)})
+        grammar = dict(grammars=self.grammars, grammar_ref=inp.grammar_ref) if inp.grammar_ref else {}
         if inp.version == 0:
             with self.policy.model.disable_adapter():
-                out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed)
+                out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
         else:
             self._ensure(inp.run_id, inp.version, with_optimizer=False)
-            out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed)
+            out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
         return SampleActionsOutput(
             completions=[Completion(text=s.text, token_ids=s.token_ids, logprobs=s.logprobs,
                                     finish_reason=s.finish_reason) for s in out],

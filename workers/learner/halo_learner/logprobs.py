@@ -13,7 +13,9 @@
   completion. One forward (and one backward) per group: no KV cache, no expansion, no second prompt pass.
   This is what the GRPO update uses.
 
-Logits are divided by the sampling temperature before the log-softmax, as the sampler did.
+Logits are divided by the sampling temperature before the log-softmax, as the sampler did. A completion
+sampled under a grammar (constrained decoding) comes with its per-position bitmask (grammar.py); its logits
+are masked to the allowed tokens first, as the sampler's were, so both describe the same distribution.
 Positions are Qwen3-VL's 3-D M-RoPE ids, computed here explicitly so all three ways use identical ones.
 """
 
@@ -27,7 +29,11 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from .grammar import masked, unpack_bitmask
 from .prompts import EncodedPrompt
+
+# Per completion: its (len, ceil(V/32)) int32 grammar bitmask, or None (unconstrained).
+Bitmasks = list["torch.Tensor | None"]
 
 
 def hf_model(policy):
@@ -35,9 +41,10 @@ def hf_model(policy):
     return policy.model.base_model.model
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   allowed: torch.Tensor | None = None) -> torch.Tensor:
     # float32 log-softmax: bf16 logsumexp over 151k entries is too coarse for importance ratios.
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp = F.log_softmax(masked(logits.float(), allowed) / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
@@ -73,7 +80,26 @@ def rope_positions(policy, input_ids, mm_token_type_ids, image_grid_thw, attenti
 # ---- unshared: one padded batch ------------------------------------------------------------------
 
 
-def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list[int]], temperature: float):
+def allowed_table(bitmasks: Bitmasks | None, lengths: list[int], L: int, V: int, device) -> torch.Tensor | None:
+    """(B, L, V) bool of allowed tokens (all True for unconstrained rows and padding); None when no row has a grammar."""
+    if not bitmasks or all(b is None for b in bitmasks):
+        return None
+    out = torch.ones((len(lengths), L, V), dtype=torch.bool, device=device)
+    for i, b in enumerate(bitmasks):
+        if b is not None:
+            out[i, : lengths[i]] = _allowed_rows(b[: lengths[i]], V, device)
+    return out
+
+
+def _allowed_rows(bitmask: torch.Tensor, V: int, device) -> torch.Tensor:
+    rows = unpack_bitmask(bitmask.to(device), V)
+    if rows.shape[-1] < V:  # lm_head padding beyond the grammar's vocabulary: never allowed
+        rows = F.pad(rows, (0, V - rows.shape[-1]), value=False)
+    return rows
+
+
+def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list[int]], temperature: float,
+                    bitmasks: Bitmasks | None = None):
     """(B, L) completion log-probs and mask from one forward over left-padded prompt + right-padded completion."""
     dev, pad = policy.device, policy.tokenizer.pad_token_id
     P = max(len(p) for p in prompts)
@@ -95,7 +121,8 @@ def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list
         use_cache=False, logits_to_keep=L + 1, **vision,
     )
     logits = out.logits[:, :-1]  # position P-1+j predicts completion token j
-    return token_logprobs(logits, comp, temperature), cmask
+    allowed = allowed_table(bitmasks, [len(c) for c in completions], L, logits.shape[-1], dev)
+    return token_logprobs(logits, comp, temperature, allowed), cmask
 
 
 # ---- shared prefix -------------------------------------------------------------------------------
@@ -311,7 +338,7 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
 
 
 def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float,
-                          layout: PackedLayout | None = None):
+                          layout: PackedLayout | None = None, bitmasks: Bitmasks | None = None):
     """(G, L) log-probs (0 where masked) and mask of G completions of one prompt, from one packed forward.
 
     Differentiable: the graph is kept whole, so any loss over the result can be back-propagated through it.
@@ -332,16 +359,41 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
         ).last_hidden_state
     logits = m.lm_head(hidden[:, lay.first_kept:lay.first_kept + lay.keep])
     del hidden, embeds
-    logp = F.log_softmax(logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
-    del logits
     G, L = lay.mask.shape
-    first = logp[0].index_select(0, lay.first)  # (G,)
-    rest = logp[1:].gather(-1, lay.targets[:, None]).squeeze(-1)
-    flat = torch.zeros(G * L, dtype=logp.dtype, device=logp.device)
-    flat = flat.index_put((torch.arange(G, device=logp.device) * L,), first)
+    if bitmasks and any(b is not None for b in bitmasks):
+        first, rest = _masked_packed(logits[0].float(), lay, completions, temperature, bitmasks)
+    else:
+        logp = F.log_softmax(logits[0].float() / temperature, dim=-1)  # (keep, V); row 0 = prompt's last
+        first = logp[0].index_select(0, lay.first)  # (G,)
+        rest = logp[1:].gather(-1, lay.targets[:, None]).squeeze(-1)
+    del logits
+    flat = torch.zeros(G * L, dtype=first.dtype, device=first.device)
+    flat = flat.index_put((torch.arange(G, device=first.device) * L,), first)
     if rest.numel():
         flat = flat.index_put((lay.flat_index,), rest)
     return flat.view(G, L), lay.mask
+
+
+def _masked_packed(logits: torch.Tensor, lay: PackedLayout, completions: list[list[int]], temperature: float,
+                   bitmasks: Bitmasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-token and later-token log-probs of a packed group, each position under its own grammar mask.
+
+    Row 0 (the prompt's last position) predicts every completion's first token, each under its own mask;
+    rows 1.. follow `completions` in order, c_i[1:] for each i.
+    """
+    V, dev = logits.shape[-1], logits.device
+    first = []
+    for i, c in enumerate(completions):
+        b = bitmasks[i]
+        allowed = _allowed_rows(b[:1], V, dev)[0] if b is not None else None
+        first.append(F.log_softmax(masked(logits[0], allowed) / temperature, dim=-1)[c[0]])
+    rows = [(_allowed_rows(b[1:len(c)], V, dev) if b is not None else torch.ones((len(c) - 1, V), dtype=torch.bool, device=dev))
+            for b, c in zip(bitmasks, completions)]
+    rest_logits = logits[1:]
+    if rows and sum(r.shape[0] for r in rows):
+        rest_logits = masked(rest_logits, torch.cat(rows))
+    rest = F.log_softmax(rest_logits / temperature, dim=-1).gather(-1, lay.targets[:, None]).squeeze(-1)
+    return torch.stack(first), rest
 
 
 # ---- optional: compiled decoder layers for the packed path ---------------------------------------

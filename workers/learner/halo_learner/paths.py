@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 # workers/learner/halo_learner/paths.py -> repo root is three levels up.
@@ -30,3 +31,17 @@ def checkpoints_root() -> Path:
 
 def models_cache() -> Path:
     return halo_home() / "models"
+
+
+# A run id names a folder (checkpoints/<run_id>/): one path component that starts with a letter or digit, so
+# "", ".", "..", ".hidden" and anything with a separator are refused. Same rule as the TypeScript configs
+# (train.runId, mcts.runId), with room for derived ids.
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def check_run_id(run_id: str) -> str:
+    """The run id, if it is a safe single folder name; else ValueError."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise ValueError(f"invalid run id {run_id!r}: letters, digits, . _ - starting with a letter or digit (max 200)")
+    return run_id

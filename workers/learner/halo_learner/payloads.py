@@ -10,6 +10,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .paths import RUN_ID_PATTERN
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -66,6 +68,9 @@ class GrpoItem(_Strict):
     old_logprobs: list[float] | None = None
     # Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn.
     finish_reason: str | None = None
+    # Constrained decoding: the JSON-schema blob the completion was sampled under (lib/action-grammar.ts); the
+    # learner applies the same mask when it recomputes log-probs.
+    grammar_ref: str | None = None
 
     @field_validator("advantage")
     @classmethod
@@ -100,7 +105,7 @@ ModelId = Annotated[str, Field(min_length=1)] | None
 
 
 class UpdatePolicyInput(_Strict):
-    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
     version: int = Field(ge=1)
     batch_ref: str
     hyperparameters: GrpoHyperparameters = GrpoHyperparameters()
@@ -164,7 +169,7 @@ class DpoBatch(_Strict):
 
 
 class UpdateDpoInput(_Strict):
-    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
     version: int = Field(ge=1)
     batch_ref: str
     hyperparameters: DpoHyperparameters = DpoHyperparameters()
@@ -180,7 +185,7 @@ class UpdateDpoOutput(UpdateOutput):
 
 
 class SampleActionsInput(_Strict):
-    run_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
     version: int = Field(0, ge=0)
     prompt_ref: str
     n: int = Field(1, ge=1, le=64)
@@ -188,6 +193,8 @@ class SampleActionsInput(_Strict):
     max_tokens: int = Field(256, ge=1)
     seed: int | None = None
     base_model: ModelId = None
+    # Constrained decoding: the JSON-schema blob every completion must follow (grammar.py).
+    grammar_ref: str | None = None
 
 
 class Completion(_Strict):

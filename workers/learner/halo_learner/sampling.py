@@ -4,6 +4,10 @@ The prompt (screenshot included) is prefilled once and its KV cache shared by th
 prefix caching. Sampling is plain temperature sampling (no top-k/top-p), and the log-probs are those of the
 temperature-scaled distribution the tokens were drawn from, i.e. what the trainer recomputes.
 temperature 0 means greedy; its log-probs are then those of the unscaled distribution.
+
+With a grammar (constrained decoding, grammar.py) each row's logits are masked to the tokens its grammar
+allows before the temperature and the sampling, and the log-probs reported are those of the masked
+distribution, as vLLM reports them under structured outputs. A row ends when its grammar accepted a stop token.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .grammar import Grammars, unpack_bitmask
 from .logprobs import expanded_cache, run_continuation, run_prompt
 from .prompts import EncodedPrompt
 
@@ -34,7 +39,7 @@ def stop_ids(tokenizer) -> set[int]:
 
 @torch.no_grad()
 def sample(policy, prompt: EncodedPrompt, n: int, temperature: float, max_tokens: int,
-           seed: int | None = None) -> list[Sampled]:
+           seed: int | None = None, grammars: Grammars | None = None, grammar_ref: str | None = None) -> list[Sampled]:
     dev = policy.device
     gen = None
     if seed is not None:
@@ -51,14 +56,35 @@ def sample(policy, prompt: EncodedPrompt, n: int, temperature: float, max_tokens
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     stopped = torch.zeros(n, dtype=torch.bool, device=dev)
     toks, lps, mask = [], [], torch.zeros((n, 0), dtype=torch.bool, device=dev)
+    matchers = grammars.matchers(grammar_ref, n) if grammars is not None and grammar_ref else None
+    bitmask = grammars.allocate(n) if matchers else None
     for t in range(max_tokens):
-        logp = F.log_softmax(logits.float() / scale, dim=-1)
+        scores = logits.float()
+        if matchers:
+            for i in range(n):
+                if not done[i]:
+                    grammars.fill(matchers[i], bitmask, i)
+            allowed = unpack_bitmask(bitmask, grammars.vocab_size).to(dev)
+            V = scores.shape[-1]
+            if V > allowed.shape[-1]:  # lm_head padding beyond the tokenizer: never allowed
+                allowed = F.pad(allowed, (0, V - allowed.shape[-1]), value=False)
+            allowed[done] = True  # finished rows sample padding, which is never used
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        logp = F.log_softmax(scores / scale, dim=-1)
         nxt = logp.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         toks.append(nxt)
         lps.append(logp.gather(-1, nxt[:, None]).squeeze(-1))
         mask = torch.cat([mask, (~done)[:, None]], dim=1)
         hit = torch.isin(nxt, stops) & ~done
+        if matchers:
+            for i in range(n):
+                if not done[i]:
+                    tok = int(nxt[i])
+                    if not matchers[i].accept_token(tok):
+                        raise RuntimeError(f"grammar {grammar_ref} refused sampled token {tok}: mask and matcher disagree")
+                    if matchers[i].is_terminated():
+                        hit[i] = True
         stopped |= hit
         done |= hit
         if bool(done.all()) or t == max_tokens - 1:

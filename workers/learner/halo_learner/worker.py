@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -26,7 +27,9 @@ from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from .activities import LearnerActivities
+from .envfile import load_dotenv
 from .inflight import InflightLedger, release_orphan
+from .models import TINY
 from .learner import Learner
 from .paths import halo_home
 
@@ -54,13 +57,25 @@ def temporal_settings(env=os.environ) -> dict:
                 namespace=env.get("TEMPORAL_NAMESPACE") or "default", api_key=api_key, tls=tls)
 
 
+def worker_identity(learner: Learner) -> str:
+    """`<pid>@<host> halo-learner model=<id> device=<cpu|cuda[:i]> [gpu=<name>]`: `halo doctor` reads the model and
+    device from the poller list of the gpu queue."""
+    device = learner.policy.device
+    ident = f"{os.getpid()}@{socket.gethostname()} halo-learner model={learner.policy.model_id} device={device}"
+    if device.type == "cuda":
+        import torch
+
+        ident += " gpu=" + torch.cuda.get_device_name(device).replace(" ", "_")
+    return ident
+
+
 async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None = None) -> None:
     """Serves the queue; `learner` may be a factory, called after a dead predecessor's attempt is released
     (loading an 8B model takes a while, and the retry can be queued meanwhile)."""
     settings = temporal_settings()
     queue = task_queue or os.environ.get("HALO_GPU_QUEUE") or "gpu"
     client = await Client.connect(**settings)
-    ledger = InflightLedger(halo_home() / "learner" / f"inflight-{queue}.json")
+    ledger = InflightLedger(halo_home() / "learner", queue)
     released = await release_orphan(client, ledger)
     if released:
         log.warning(released)
@@ -75,7 +90,7 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner") as pool:
         worker = Worker(
             client, task_queue=queue, activities=acts.all(), activity_executor=pool,
-            max_concurrent_activities=1,
+            max_concurrent_activities=1, identity=worker_identity(learner),
             graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
         )
         log.info("learner ready: model=%s queue=%s address=%s namespace=%s", learner.policy.model_id, queue,
@@ -87,12 +102,17 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
 
 
 def main() -> int:
+    load_dotenv()
     logging.basicConfig(level=os.environ.get("HALO_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    torch_threads = os.environ.get("HALO_TORCH_THREADS")
-    if torch_threads:
-        import torch
+    import torch
 
+    torch_threads = os.environ.get("HALO_TORCH_THREADS")
+    if not torch_threads and not torch.cuda.is_available() and os.environ.get("HALO_MODEL") == TINY:
+        # The tiny model's matrices are too small to share between threads, and on a machine whose cores also
+        # run Chromium and Temporal, spinning worker threads made each sampling call an order of magnitude slower.
+        torch_threads = "1"
+    if torch_threads:
         torch.set_num_threads(int(torch_threads))
     asyncio.run(serve(Learner.from_env))
     return 0

@@ -17,7 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# One thread: the tiny model gains nothing from more, and spinning threads stall when other processes hold the cores.
+torch.set_num_threads(1)
 
 from halo_learner.blobs import BlobStore  # noqa: E402
 from halo_learner.learner import Learner, Settings  # noqa: E402

@@ -1,0 +1,137 @@
+import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
+import { configSchema, ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import {
+  applyRunOverrides,
+  flagsOf,
+  parseWithFlags,
+  type OverrideCommand,
+  type OverrideContext,
+  type OverrideFlags,
+  type Overridden,
+} from '../lib/config-overrides';
+import { readConfigRaw } from '../host/config-file';
+import { realTasksBySite, type RegistrySnapshot } from '../env/real-tasks';
+import { loadTaskRegistryFile, realPreflight, snapshotSites } from './real-preflight';
+
+// The common overrides of `halo train`, `halo mcts` and `halo eval` (lib/config-overrides.ts) as commander
+// options, and what a run checks before it starts.
+
+export interface TaskRegistryPin {
+  snapshot: RegistrySnapshot;
+  file: string;
+}
+
+/** Adds the command's override flags, `--task-registry`, and a help section with the default config's values. */
+export function addOverrideOptions(cmd: Command, command: OverrideCommand, defaults: () => { file: string; values: Record<string, unknown> }): Command {
+  for (const f of flagsOf(command)) {
+    const path = f.path?.[command];
+    cmd.option(`${f.flag} <${f.arg}>`, `${f.help[command]}${path && f.key !== 'task' && f.key !== 'tasks' && !f.help[command]!.includes(path) ? ` (${path})` : ''}`);
+  }
+  cmd.option('--task-registry <file>', 'pin the REAL tasks to a `halo tasks snapshot` file: tasks come from it, and every eval script must match the installed agisdk (sha256) before anything starts');
+  cmd.addHelpText('after', () => {
+    let d: { file: string; values: Record<string, unknown> };
+    try {
+      d = defaults();
+    } catch (err) {
+      return `\nDefaults: the config file's values (${(err as Error).message})`;
+    }
+    const lines = Object.entries(d.values).map(([flag, v]) => `  ${flag.padEnd(18)} ${typeof v === 'string' ? v : JSON.stringify(v)}`);
+    return `\nDefaults of the flags above: the config file's values; without --config, ${d.file}:\n${lines.join('\n')}\nFlags override the file and are validated like its values.`;
+  });
+  return cmd;
+}
+
+/** The override flags among commander's parsed options (it camel-cases `--num-generations` → numGenerations). */
+export function overrideFlagsOf(opts: Record<string, unknown>): OverrideFlags {
+  const keys: (keyof OverrideFlags)[] = ['task', 'tasks', 'domain', 'env', 'episodes', 'iterations', 'numGenerations', 'lr', 'temperature', 'simulations', 'ucbC', 'sampleSize', 'seed'];
+  const out: OverrideFlags = {};
+  for (const k of keys) if (typeof opts[k] === 'string') out[k] = opts[k] as string;
+  return out;
+}
+
+export function loadPin(file: string | undefined): TaskRegistryPin | undefined {
+  return file ? { snapshot: loadTaskRegistryFile(file), file } : undefined;
+}
+
+/** REAL tasks by site: from the pinned snapshot when there is one, else from the installed agisdk. */
+export function overrideContext(pin: TaskRegistryPin | undefined): OverrideContext {
+  let sites: ReturnType<NonNullable<OverrideContext['realSites']>> | undefined;
+  return {
+    realSites: () =>
+      (sites ??= pin
+        ? snapshotSites(pin.snapshot)
+        : Object.fromEntries(Object.entries(realTasksBySite()).map(([s, list]) => [s, list.map((t) => ({ id: t.id, site: t.site, scorable: t.scorable }))]))),
+  };
+}
+
+/** Validates an overridden HALO config: errors on flag-set values name the flag. */
+export function parseHaloWithFlags(o: Overridden, source: string): HaloConfig {
+  return parseWithFlags(o, (raw) => configSchema.safeParse(raw), (raw) => parseConfig(raw, source));
+}
+
+/**
+ * `halo train` / `halo mcts`: the config file (or `defaultFile` when it exists, else the defaults) with the
+ * flags and `--run-id` applied and validated.
+ */
+export function runConfigFromFlags(
+  command: 'train' | 'mcts',
+  file: string | undefined,
+  defaultFile: string,
+  opts: Record<string, unknown> & { runId?: string; taskRegistry?: string },
+): { cfg: HaloConfig; notes: string[]; pin?: TaskRegistryPin } {
+  const path = file ?? (existsSync(defaultFile) ? defaultFile : undefined);
+  const raw = path ? readConfigRaw(path) : {};
+  const pin = loadPin(opts.taskRegistry);
+  const o = applyRunOverrides(command, raw, overrideFlagsOf(opts), overrideContext(pin));
+  if (opts.runId !== undefined) {
+    const sec = (o.raw[command] ??= {}) as Record<string, unknown>;
+    sec.runId = opts.runId;
+    o.flagPaths.set(`${command}.runId`, '--run-id');
+  }
+  const cfg = parseHaloWithFlags(o, path ? `config file ${path}` : 'config');
+  return { cfg, notes: o.notes, ...(pin ? { pin } : {}) };
+}
+
+/**
+ * Before a run or evaluation starts: on REAL, every task known (and scorable unless `allowUnscorable`), the
+ * pinned registry matched, and the sites reachable (HALO_REAL_ORIGIN instead when set); a pin on MiniWoB++ is
+ * an error.
+ */
+export async function preflightTasks(
+  env: 'miniwob' | 'real',
+  tasks: readonly string[],
+  pin: TaskRegistryPin | undefined,
+  what: string,
+  opts: { allowUnscorable?: boolean } = {},
+): Promise<void> {
+  if (env !== 'real') {
+    if (pin) throw new ConfigError(`--task-registry: pins REAL tasks, and this ${what} runs on ${env}`);
+    return;
+  }
+  await realPreflight({
+    tasks,
+    ...(pin ? { pin } : {}),
+    originOverride: process.env.HALO_REAL_ORIGIN || undefined,
+    what,
+    allowUnscorable: opts.allowUnscorable,
+  });
+}
+
+/** The default config's value of every flag that maps to one config path, for --help. */
+export function flagDefaults(command: OverrideCommand, cfg: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const f of flagsOf(command)) {
+    const path = f.path?.[command];
+    if (!path) continue;
+    let v: unknown = cfg;
+    for (const p of path.split('.')) v = v && typeof v === 'object' ? (v as Record<string, unknown>)[p] : undefined;
+    if (f.key === 'task') continue;
+    out[f.flag] = v === undefined ? (f.key === 'seed' ? 'the run id' : '(unset)') : Array.isArray(v) ? v.join(',') : v;
+  }
+  if (command === 'train' && cfg && typeof cfg === 'object') {
+    const t = (cfg as HaloConfig).train;
+    if (t) out['--episodes'] = `${t.iterations * t.episodesPerIteration} (${t.iterations} iterations × ${t.episodesPerIteration})`;
+  }
+  return out;
+}

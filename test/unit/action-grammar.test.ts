@@ -1,0 +1,66 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/action-grammar';
+import { isValidAction } from '../../lib/actions';
+import { parseAction } from '../../lib/parse';
+
+const TREE = '[3] text "Click the button." @(200,111)\n[5] button "Click Me!" @(76,629)\n[12] textbox value="" @(1,2)';
+
+/** The longest text a variant admits, written the way xgrammar writes JSON without free whitespace. */
+function xgrammarJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(xgrammarJson).join(', ')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${xgrammarJson(v)}`).join(', ')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+test('element ids come from the tree lines, sorted, without duplicates', () => {
+  assert.deepEqual(elementIdsOf(TREE), [3, 5, 12]);
+  assert.deepEqual(elementIdsOf('[7] a\n  [2] b\n[7] again\nno id [9] inside a line'), [2, 7]);
+  assert.deepEqual(elementIdsOf(''), []);
+});
+
+test('the learner tests compile the same schema the builder writes', () => {
+  const fixture = JSON.parse(readFileSync('workers/learner/tests/fixtures/action-schema.json', 'utf8'));
+  assert.deepEqual(fixture, actionGrammar(TREE, 128).schema);
+});
+
+test('every variant has its fields in a fixed order, all required, nothing else allowed', () => {
+  const { schema } = actionGrammar(TREE, 256);
+  const args = (schema as any).properties.arguments.anyOf as any[];
+  const kinds = args.map((v) => v.properties.action.const ?? v.properties.action.enum.join('|'));
+  assert.deepEqual(kinds, ['click_element', 'type', 'left_click|double_click|right_click|mouse_move', 'key', 'scroll', 'wait', 'answer']);
+  for (const v of args) {
+    assert.equal(v.additionalProperties, false);
+    assert.deepEqual(v.required, Object.keys(v.properties));
+  }
+  assert.deepEqual(args[0].properties.element_id, { enum: [3, 5, 12] });
+});
+
+test('a page without element ids offers no element actions', () => {
+  const args = (actionGrammar('', 256).schema as any).properties.arguments.anyOf as any[];
+  assert.ok(args.every((v) => !('element_id' in v.properties)));
+});
+
+test('maxBytes is the longest completion, and the longest completions parse into valid actions', () => {
+  const g = actionGrammar(TREE, 256);
+  assert.equal(g.textMax, GRAMMAR_TEXT_MAX);
+  const longest = [
+    { action: 'type', element_id: 12, text: 'x'.repeat(g.textMax) },
+    { action: 'answer', text: 'y'.repeat(g.textMax) },
+    { action: 'double_click', coordinate: [1000, 1000] },
+    { action: 'key', keys: ['ArrowDown1', 'Backspace0', 'ctrl+shift'] },
+    { action: 'scroll', pixels: -2000 },
+  ].map((a) => xgrammarJson({ name: 'computer_use', arguments: a }));
+  assert.equal(g.maxBytes, Math.max(...longest.map((s) => s.length)));
+  for (const s of longest) assert.ok(isValidAction(parseAction(s)), s);
+});
+
+test('free text shrinks to fit the token budget; too small a budget names the value to raise', () => {
+  const g = actionGrammar(TREE, 128);
+  assert.ok(g.maxBytes <= 127 && g.textMax < GRAMMAR_TEXT_MAX && g.textMax >= 8);
+  assert.throws(() => actionGrammar(TREE, 60), /policy\.maxTokens 60 is too small .* raise policy\.maxTokens to at least \d+/);
+  assert.ok(minConstrainedMaxTokens() > 60 && minConstrainedMaxTokens() <= 128);
+});

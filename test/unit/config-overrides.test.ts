@@ -1,0 +1,207 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { configSchema, parseConfig, type HaloConfig } from '../../lib/config';
+import { evalConfigSchema, parseEvalConfig, type EvalConfig } from '../../lib/eval-config';
+import {
+  applyEvalOverrides,
+  applyRunOverrides,
+  flagsOf,
+  OVERRIDE_FLAGS,
+  parseWithFlags,
+  sampleTasks,
+  splitEpisodeBudget,
+  type OverrideFlags,
+  type Overridden,
+  type SiteTask,
+} from '../../lib/config-overrides';
+import { pinProblems } from '../../client/real-preflight';
+import type { RealRegistry, RegistrySnapshot } from '../../env/real-tasks';
+
+const sites: Record<string, SiteTask[]> = {
+  gomail: [
+    { id: 'gomail-1', site: 'gomail', scorable: true },
+    { id: 'gomail-2', site: 'gomail', scorable: true },
+    { id: 'gomail-3', site: 'gomail', scorable: false },
+  ],
+  omnizon: [{ id: 'omnizon-3', site: 'omnizon', scorable: true }],
+};
+const ctx = { realSites: () => sites };
+
+const halo = (o: Overridden): HaloConfig => parseWithFlags(o, (r) => configSchema.safeParse(r), (r) => parseConfig(r, 'test config'));
+const train = (flags: OverrideFlags, file: unknown = {}) => halo(applyRunOverrides('train', file, flags, ctx));
+const mcts = (flags: OverrideFlags, file: unknown = {}) => halo(applyRunOverrides('mcts', file, flags, ctx));
+const evalOf = (flags: OverrideFlags, file: unknown = { modes: [{ name: 'qwen3vl_base' }, { name: 'qwen3vl_mcts' }] }) => {
+  const o = applyEvalOverrides(file, {}, flags, ctx);
+  return {
+    cfg: parseWithFlags(o.eval, (r) => evalConfigSchema.safeParse(r), (r) => parseEvalConfig(r, 'test eval config')) as EvalConfig,
+    base: halo(o.halo),
+  };
+};
+
+test('every train flag lands at its config path', () => {
+  const file = { train: { episodesPerIteration: 8, heldOutTasks: ['gomail-2'], tasks: ['gomail-1'] }, episode: { env: 'real' } };
+  const c = train({ tasks: 'click-button,enter-text,focus-text', env: 'miniwob', iterations: '7', numGenerations: '6', lr: '2e-5', temperature: '0.7', seed: '11' }, file);
+  assert.deepEqual(c.train.tasks, ['click-button', 'enter-text', 'focus-text']);
+  assert.deepEqual(c.train.heldOutTasks, [], 'the file held out tasks of its own list');
+  assert.equal(c.episode.env, 'miniwob');
+  assert.equal(c.train.iterations, 7);
+  assert.equal(c.train.numGenerations, 6);
+  assert.equal(c.train.learningRate, 2e-5);
+  assert.equal(c.policy.temperature, 0.7);
+  assert.equal(c.train.seed, 11);
+  assert.equal(train({ task: 'click-link' }).train.tasks.join(), 'click-link');
+  const budget = train({ episodes: '20' }, file);
+  assert.deepEqual([budget.train.iterations, budget.train.episodesPerIteration], [4, 5]);
+  const withIts = train({ episodes: '20', iterations: '3' }, file);
+  assert.deepEqual([withIts.train.iterations, withIts.train.episodesPerIteration], [3, 6]);
+  const sampled = train({ tasks: 'a,b,c,d,e', sampleSize: '2', seed: '1' });
+  assert.equal(sampled.train.tasks.length, 2);
+  assert.deepEqual(train({ tasks: 'a,b,c,d,e', sampleSize: '2', seed: '1' }).train.tasks, sampled.train.tasks, 'the draw is deterministic');
+});
+
+test('a REAL task or site implies --env real; --domain takes the scorable tasks of the site', () => {
+  const one = train({ task: 'v2.omnizon-3' });
+  assert.equal(one.episode.env, 'real');
+  assert.deepEqual(one.train.tasks, ['omnizon-3'], 'the v2. prefix is dropped');
+  const o = applyRunOverrides('train', {}, { domain: 'gomail' }, ctx);
+  assert.ok(o.notes.some((n) => /gomail-3 \(unscorable\)/.test(n)), o.notes.join('\n'));
+  const site = halo(o);
+  assert.deepEqual([site.episode.env, site.train.tasks], ['real', ['gomail-1', 'gomail-2']]);
+  assert.deepEqual(train({ domain: 'gomail,omnizon' }).train.tasks, ['gomail-1', 'gomail-2', 'omnizon-3']);
+  assert.throws(() => train({ domain: 'gomial' }), /^ConfigError: --domain: unknown REAL site "gomial" \(sites: gomail, omnizon\)$/);
+  assert.throws(() => train({ domain: 'gomail', env: 'miniwob' }), /--domain: REAL sites need --env real/);
+  assert.throws(() => train({ task: 'a', tasks: 'b' }), /--task and --tasks/);
+});
+
+test('every mcts flag lands at its config path', () => {
+  const c = mcts({ tasks: 'click-button,click-link', env: 'miniwob', iterations: '2', numGenerations: '3', lr: '1e-4', temperature: '0.9', simulations: '12', ucbC: '2.5', seed: '4' });
+  assert.deepEqual(c.mcts.tasks, ['click-button', 'click-link']);
+  assert.deepEqual(
+    [c.episode.env, c.mcts.iterations, c.mcts.maxChildren, c.mcts.learningRate, c.mcts.temperature, c.mcts.numSimulations, c.mcts.ucbConstant, c.mcts.seed],
+    ['miniwob', 2, 3, 1e-4, 0.9, 12, 2.5, 4],
+  );
+  assert.deepEqual(mcts({ domain: 'gomail', sampleSize: '1', seed: '0' }).mcts.tasks.length, 1);
+});
+
+test('every eval flag lands at its config path', () => {
+  const { cfg, base } = evalOf({ tasks: 'click-button,enter-text,focus-text', env: 'miniwob', seed: '5', simulations: '3', ucbC: '0.5', sampleSize: '2' });
+  assert.equal(cfg.tasks.length, 2);
+  assert.deepEqual(cfg.seeds, [5]);
+  const m = cfg.modes.find((x) => x.name === 'qwen3vl_mcts');
+  assert.ok(m && 'testTimeMcts' in m && m.testTimeMcts?.simulations === 3, JSON.stringify(m));
+  assert.equal(base.mcts.ucbConstant, 0.5);
+  const site = evalOf({ domain: 'gomail' }).cfg;
+  assert.deepEqual([site.env, site.tasks], ['real', ['gomail-1', 'gomail-2']]);
+  assert.throws(() => evalOf({ simulations: '3' }, { modes: [{ name: 'qwen3vl_base' }] }), /--simulations: the eval config has no qwen3vl_mcts mode/);
+});
+
+// A wrong value of each flag: the error names the flag and says what is wrong.
+const bad: [string, OverrideFlags, RegExp][] = [
+  ['train', { lr: '0' }, /^--lr: must be > 0$/],
+  ['train', { lr: 'fast' }, /^--lr: must be a number, got "fast"$/],
+  ['train', { iterations: '0' }, /^--iterations: must be >= 1$/],
+  ['train', { iterations: '2.5' }, /^--iterations: must be an integer$/],
+  ['train', { numGenerations: '1' }, /^--num-generations: must be >= 2$/],
+  ['train', { temperature: '2.5' }, /^--temperature: must be <= 2$/],
+  ['train', { env: 'web' }, /^--env: must be one of miniwob, real$/],
+  ['train', { episodes: '0' }, /^--episodes: must be >= 1$/],
+  ['train', { episodes: '2', iterations: '3' }, /^--episodes: 2 episodes cannot fill 3 iterations/],
+  ['train', { episodes: '1e9' }, /^--episodes \(train\.iterations\): must be <= 100000$/],
+  ['train', { seed: '-1' }, /^--seed: must be >= 0$/],
+  ['train', { sampleSize: '0' }, /^--sample-size: must be >= 1$/],
+  ['train', { sampleSize: '9' }, /^--sample-size: must be <= 2 \(the number of tasks to draw from\)$/],
+  ['train', { tasks: ' , ' }, /^--tasks: must name at least one task$/],
+  ['train', { task: 'a,b' }, /^--task: one task id/],
+  ['train', { domain: 'nowhere' }, /^--domain: unknown REAL site/],
+  ['mcts', { simulations: '0' }, /^--simulations: must be >= 1$/],
+  ['mcts', { ucbC: '-1' }, /^--ucb-c: must be >= 0$/],
+  ['mcts', { temperature: '0' }, /^--temperature: must be > 0$/],
+  ['mcts', { numGenerations: '0' }, /^--num-generations: must be >= 1$/],
+  ['mcts', { lr: '-1' }, /^--lr: must be > 0$/],
+  ['mcts', { iterations: 'x' }, /^--iterations: must be a number/],
+  ['mcts', { tasks: 'a,a' }, /^--tasks: tasks must be distinct/],
+  ['mcts', { seed: '1.5' }, /^--seed: must be an integer$/],
+  ['mcts', { env: 'x' }, /^--env: must be one of miniwob, real$/],
+  ['mcts', { domain: 'nowhere' }, /^--domain: unknown REAL site/],
+  ['mcts', { sampleSize: '0' }, /^--sample-size: must be >= 1$/],
+  ['eval', { domain: 'nowhere' }, /^--domain: unknown REAL site/],
+  ['eval', { seed: '-2' }, /^--seed: must be >= 0$/],
+  ['eval', { simulations: '0' }, /^--simulations: must be >= 1$/],
+  ['eval', { ucbC: '-0.1' }, /^--ucb-c: must be >= 0$/],
+  ['eval', { env: 'x' }, /^--env: must be one of miniwob, real$/],
+  ['eval', { tasks: 'a,a' }, /^--tasks: task "a" is listed twice$/],
+  ['eval', { sampleSize: '99' }, /^--sample-size: must be <= \d+/],
+];
+
+test('a wrong value is an error naming the flag', () => {
+  for (const [command, flags, expected] of bad) {
+    const run = () => (command === 'eval' ? evalOf(flags) : command === 'train' ? train(flags, { train: { tasks: ['x', 'y'] } }) : mcts(flags));
+    assert.throws(run, (err: Error) => {
+      assert.equal(err.name, 'ConfigError', `${command} ${JSON.stringify(flags)}: ${err.message}`);
+      assert.match(err.message, expected, `${command} ${JSON.stringify(flags)}`);
+      return true;
+    });
+  }
+  // Every flag of every command has a wrong-value case above.
+  for (const c of ['train', 'mcts', 'eval'] as const) {
+    for (const f of flagsOf(c)) {
+      if (f.key === 'task') continue;
+      assert.ok(bad.some(([cmd, flags]) => cmd === c && f.key in flags), `${c} ${f.flag} has a wrong-value case`);
+    }
+  }
+  assert.ok(OVERRIDE_FLAGS.length >= 13);
+});
+
+test("the file's own mistakes keep their usual message", () => {
+  assert.throws(() => train({ lr: '0.1' }, { train: { iterations: -1 } }), /invalid test config:\n\s+train\.iterations/);
+});
+
+test('an episode budget is split into iterations × episodes, never more than the budget', () => {
+  assert.deepEqual(splitEpisodeBudget(20, 8), { iterations: 4, episodesPerIteration: 5 });
+  assert.deepEqual(splitEpisodeBudget(23, 8), { iterations: 3, episodesPerIteration: 7 });
+  assert.deepEqual(splitEpisodeBudget(16, 8), { iterations: 2, episodesPerIteration: 8 });
+  assert.deepEqual(splitEpisodeBudget(3, 8), { iterations: 1, episodesPerIteration: 3 });
+  assert.deepEqual(splitEpisodeBudget(6, 2), { iterations: 3, episodesPerIteration: 2 });
+  assert.deepEqual(splitEpisodeBudget(20, 8, 2), { iterations: 2, episodesPerIteration: 10 });
+  for (let budget = 1; budget <= 60; budget++) {
+    for (const per of [1, 2, 4, 8, 16]) {
+      const s = splitEpisodeBudget(budget, per);
+      assert.ok(s.iterations * s.episodesPerIteration <= budget, `${budget}/${per}`);
+      assert.ok(s.episodesPerIteration <= per && s.episodesPerIteration >= Math.min(budget, Math.ceil(per / 2)), `${budget}/${per}: ${JSON.stringify(s)}`);
+    }
+  }
+});
+
+test('a sample keeps the list order and depends on the seed', () => {
+  const list = Array.from({ length: 20 }, (_, i) => `t${i}`);
+  const a = sampleTasks(list, 5, 1);
+  assert.equal(a.length, 5);
+  assert.deepEqual(a, [...a].sort((x, y) => list.indexOf(x) - list.indexOf(y)));
+  assert.notDeepEqual(sampleTasks(list, 5, 2), a);
+});
+
+test('a pinned registry: the same scripts pass, a changed sha256, script, goal or a missing task is named', () => {
+  const installed = {
+    agisdkVersion: '0.3.5',
+    byId: new Map([
+      ['gomail-1', { id: 'gomail-1', evalScript: 'eval_gomail_1.py', evalSha256: 'a'.repeat(64), goal: 'Send a mail', startUrl: 'https://g/' }],
+      ['gomail-2', { id: 'gomail-2', evalScript: 'eval_gomail_2.py', evalSha256: 'b'.repeat(64), goal: 'Read', startUrl: 'https://g/' }],
+    ]),
+  } as unknown as RealRegistry;
+  const snap: RegistrySnapshot = {
+    agisdk_version: '0.3.5',
+    tasks: [
+      { id: 'gomail-1', goal: 'Send a mail', site: 'gomail', start_url: 'https://g/', eval_script: 'eval_gomail_1.py', eval_sha256: 'a'.repeat(64), scorable: true },
+      { id: 'gomail-2', goal: 'Read', site: 'gomail', start_url: 'https://g/', eval_script: 'eval_gomail_2.py', eval_sha256: 'b'.repeat(64), scorable: true },
+    ],
+  };
+  assert.deepEqual(pinProblems(snap, 'snap.json', ['v2.gomail-1', 'gomail-2'], installed), []);
+  const tampered = structuredClone(snap);
+  tampered.tasks[1].eval_sha256 = 'c'.repeat(64);
+  tampered.tasks[0].goal = 'Delete every mail';
+  const problems = pinProblems(tampered, 'snap.json', ['gomail-1', 'gomail-2', 'gomail-9'], installed);
+  assert.equal(problems.length, 3, problems.join('\n'));
+  assert.match(problems[0], /^task gomail-1: its goal differs/);
+  assert.match(problems[1], /^task gomail-2: eval script eval_gomail_2\.py has sha256 bbbbbbbbbbbb… in the installed agisdk 0\.3\.5, snap\.json pins cccccccccccc…$/);
+  assert.match(problems[2], /^task gomail-9 is not in the pinned registry snap\.json/);
+});

@@ -1,0 +1,139 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ApplicationFailure } from '@temporalio/common';
+import { chatCompletions } from '../../activities/policy-client';
+import { ensureAdapterLoaded, ensureAdapters, listLoadedAdapters } from '../../activities/adapters';
+import { parseConfig, type PolicyConfig } from '../../lib/config';
+import { credentialEnvVar, resolveCredential } from '../../lib/credentials';
+
+// The key probe: a workflow input that names an unrelated environment variable must not make the worker send
+// that variable's value anywhere. The local server records every request it receives, headers and body.
+const SECRET = 'probe-secret-7f3a9c';
+const POLICY_KEY = 'policy-key-1b2c';
+const seen: { url: string; headers: IncomingMessage['headers']; body: string }[] = [];
+let server: Server;
+let base: string;
+const saved = { ...process.env };
+
+before(async () => {
+  process.env.HALO_PROBE_SECRET = SECRET;
+  process.env.HALO_POLICY_API_KEY = POLICY_KEY;
+  delete process.env.HALO_CREDENTIAL_POLICY_ENV;
+  delete process.env.HALO_CREDENTIAL_HTTP_HOSTS;
+  server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString('utf8')));
+    req.on('end', () => {
+      seen.push({ url: req.url ?? '', headers: req.headers, body });
+      res.setHeader('content-type', 'application/json');
+      if (req.url?.endsWith('/chat/completions')) {
+        res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }] }));
+      } else if (req.url?.endsWith('/models')) {
+        res.end(JSON.stringify({ object: 'list', data: [{ id: 'm' }] }));
+      } else {
+        res.end('"Success"');
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(async () => {
+  for (const k of ['HALO_PROBE_SECRET', 'HALO_POLICY_API_KEY', 'HALO_CREDENTIAL_POLICY_ENV', 'HALO_CREDENTIAL_HTTP_HOSTS']) {
+    if (saved[k] === undefined) delete process.env[k];
+    else process.env[k] = saved[k];
+  }
+  await new Promise((r) => server.close(r));
+});
+
+const policyAt = (baseUrl: string): PolicyConfig => parseConfig({ policy: { baseUrl, model: 'm' } }).policy;
+const user = [{ role: 'user' as const, content: 'hi' }];
+const leaked = () => seen.some((r) => JSON.stringify(r.headers).includes(SECRET) || r.body.includes(SECRET));
+
+async function rejectsNonRetryable(p: Promise<unknown>, type: string): Promise<ApplicationFailure> {
+  const err = await p.then(
+    () => assert.fail('expected a failure'),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof ApplicationFailure, `not an ApplicationFailure: ${String(err)}`);
+  assert.equal(err.type, type);
+  assert.equal(err.nonRetryable, true);
+  return err;
+}
+
+test('a policy input naming an unrelated variable is refused before any request', async () => {
+  const before = seen.length;
+  // As a credential name (the input bypassed the config schema, as a raw workflow start can).
+  const asName = { ...policyAt(`${base}/v1`), credential: 'HALO_PROBE_SECRET' } as unknown as PolicyConfig;
+  const e1 = await rejectsNonRetryable(chatCompletions(asName, 1, user), 'UnknownCredential');
+  assert.match(e1.message, /policy\.credential "HALO_PROBE_SECRET" is not a credential this worker knows \(one of policy, critic, baseline\)/);
+  // As the old apiKeyEnv field.
+  const asVar = { ...policyAt(`${base}/v1`), apiKeyEnv: 'HALO_PROBE_SECRET' };
+  const e2 = await rejectsNonRetryable(chatCompletions(asVar, 1, user), 'CredentialEnvMismatch');
+  assert.match(e2.message, /policy\.credential: policy \| critic \| baseline/);
+  assert.match(e2.message, /HALO_POLICY_API_KEY/);
+  assert.equal(seen.length, before, 'the server received a request');
+  assert.equal(leaked(), false);
+});
+
+test('adapter loading and listing refuse an unrelated variable too', async () => {
+  const before = seen.length;
+  const adapter = { base_url: base, lora_name: 'r-v1', lora_path: '/tmp/r/v1' };
+  await rejectsNonRetryable(ensureAdapterLoaded({ ...adapter, api_key_env: 'HALO_PROBE_SECRET' }), 'CredentialEnvMismatch');
+  await rejectsNonRetryable(ensureAdapterLoaded({ ...adapter, credential: 'HALO_PROBE_SECRET' as never }), 'UnknownCredential');
+  await rejectsNonRetryable(listLoadedAdapters({ base_url: base, api_key_env: 'HALO_PROBE_SECRET' }), 'CredentialEnvMismatch');
+  await rejectsNonRetryable(
+    ensureAdapters({ base_url: base, adapters: [{ lora_name: 'r-v1', lora_path: '/tmp/r/v1' }], credential: 'HALO_PROBE_SECRET' as never }).then((r) => {
+      // ensureAdapters reports non-retryable refusals per adapter: re-raise to check it.
+      throw ApplicationFailure.nonRetryable(r.failed[0]?.message ?? 'none failed', /credential/.test(r.failed[0]?.message ?? '') ? 'UnknownCredential' : 'Other');
+    }),
+    'UnknownCredential',
+  );
+  assert.equal(seen.length, before, 'the server received a request');
+  assert.equal(leaked(), false);
+});
+
+test('a named credential is sent, to loopback over http; the legacy field naming the same variable is accepted', async () => {
+  seen.length = 0;
+  await chatCompletions(policyAt(`${base}/v1`), 1, user);
+  await chatCompletions({ ...policyAt(`${base}/v1`), apiKeyEnv: 'HALO_POLICY_API_KEY' }, 1, user);
+  await listLoadedAdapters({ base_url: base });
+  assert.equal(seen.length, 3);
+  for (const r of seen) assert.equal(r.headers.authorization, `Bearer ${POLICY_KEY}`);
+  assert.equal(leaked(), false);
+});
+
+test('a key is never sent over plain http to a host that is not loopback', async () => {
+  seen.length = 0;
+  for (const url of ['http://10.255.255.1:9/v1', 'http://example.invalid/v1', 'http://169.254.169.254/v1']) {
+    const e = await rejectsNonRetryable(chatCompletions(policyAt(url), 1, user), 'InsecureCredentialTransport');
+    assert.match(e.message, /never sent over http/);
+    await rejectsNonRetryable(listLoadedAdapters({ base_url: url }), 'InsecureCredentialTransport');
+  }
+  assert.equal(seen.length, 0);
+});
+
+test('the worker alone maps names to variables and allows plain-http hosts', () => {
+  const env = { HALO_POLICY_API_KEY: 'k', OPENAI_API_KEY: 'o', MINE: 'm', HALO_CREDENTIAL_BASELINE_ENV: 'MINE', HALO_CREDENTIAL_HTTP_HOSTS: 'vllm, gpu-box' };
+  assert.equal(credentialEnvVar('policy', env), 'HALO_POLICY_API_KEY');
+  assert.equal(credentialEnvVar('critic', env), 'HALO_POLICY_API_KEY');
+  assert.equal(credentialEnvVar('baseline', env), 'MINE');
+  const r = (credential: unknown, url: string, apiKeyEnv?: string) => resolveCredential({ credential, apiKeyEnv, url, field: 'policy', fallback: 'policy' }, env);
+  assert.deepEqual(r('baseline', 'https://api.openai.com/v1'), { ok: true, name: 'baseline', envVar: 'MINE', key: 'm' });
+  assert.equal(r('policy', 'http://vllm:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://GPU-BOX:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://[::1]:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://localhost:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://127.3.0.1:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://127.0.0.1.nip.io:8000/v1').ok, false);
+  assert.equal(r('policy', 'http://vllm.evil:8000/v1').ok, false);
+  assert.equal(r(undefined, 'http://10.0.0.1/v1', undefined).ok, false);
+  // No key set: nothing is sent, so any URL is fine.
+  assert.equal(resolveCredential({ credential: 'policy', url: 'http://10.0.0.1/v1', field: 'policy', fallback: 'policy' }, {}).ok, true);
+  assert.equal(r('baseline', 'https://x/v1', 'OPENAI_API_KEY').ok, false, 'OPENAI_API_KEY is not what this worker maps baseline to');
+  assert.equal(r('baseline', 'https://x/v1', 'MINE').ok, true);
+  for (const bad of ['PATH', 'HOME', 'policy ', 'Policy', '', 42]) assert.equal(r(bad, 'https://x/v1').ok, false, String(bad));
+});

@@ -1,0 +1,76 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { formatDoctor, learnerDetail, vllmChecks } from '../../client/doctor';
+import { parseConfig } from '../../lib/config';
+import { startFakeVllmServer } from '../../testing/fake-vllm-server';
+
+const realCfg = (url: string, model = 'Qwen/Qwen3-VL-8B-Instruct') =>
+  parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model }, train: { vllmBaseUrl: url } });
+
+test('doctor, vLLM: served model and runtime LoRA updating pass; without runtime updating, that check fails and names the fix', async () => {
+  for (const runtimeLoraUpdating of [true, false]) {
+    const vllm = await startFakeVllmServer({ runtimeLoraUpdating });
+    try {
+      const checks = await vllmChecks(realCfg(vllm.url), {}, 5000);
+      const byId = new Map(checks.map((c) => [c.id, c]));
+      assert.equal(byId.get('vllm')?.status, 'pass', JSON.stringify(checks));
+      const rt = byId.get('vllm.lora-runtime')!;
+      assert.equal(rt.status, runtimeLoraUpdating ? 'pass' : 'fail', JSON.stringify(rt));
+      if (!runtimeLoraUpdating) assert.match(rt.fix ?? '', /VLLM_ALLOW_RUNTIME_LORA_UPDATING=True/);
+      assert.equal(vllm.adapters.size, 0, 'the probe loads nothing');
+      // No vLLM process on this machine to read --max-lora-rank from: said so, not failed.
+      assert.equal(byId.get('vllm.lora-rank')?.status, 'skip');
+    } finally {
+      await vllm.close();
+    }
+  }
+});
+
+test('doctor, vLLM: a model the server does not serve fails; an unreachable server fails with the way to start one', async () => {
+  const vllm = await startFakeVllmServer();
+  try {
+    const [c] = await vllmChecks(realCfg(vllm.url, 'some/other-model'), {}, 5000);
+    assert.equal(c.status, 'fail');
+    assert.match(c.detail, /Qwen\/Qwen3-VL-8B-Instruct/);
+  } finally {
+    await vllm.close();
+  }
+  const [down] = await vllmChecks(realCfg('http://127.0.0.1:9'), {}, 2000);
+  assert.equal(down.status, 'fail');
+  assert.match(down.fix ?? '', /launch\.sh gpu/);
+  const colocated = await vllmChecks(parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } }), {}, 1000);
+  assert.deepEqual(colocated.map((c) => c.status), ['skip']);
+});
+
+test('doctor, learner: model and device from the worker identity; an 8B model on the CPU is a warning, another model a failure', () => {
+  const cfg = parseConfig({ policy: { backend: 'colocated', model: 'Qwen/Qwen3-VL-8B-Instruct' } });
+  const base = { id: 'learner', name: 'learner', status: 'pass' as const, detail: '1 poller(s) on gpu' };
+  const gpu = learnerDetail({ ...base, identities: ['12@box halo-learner model=Qwen/Qwen3-VL-8B-Instruct device=cuda gpu=NVIDIA_H100_80GB_HBM3'] }, cfg);
+  assert.equal(gpu.status, 'pass');
+  assert.match(gpu.detail, /Qwen\/Qwen3-VL-8B-Instruct on cuda \(NVIDIA H100 80GB HBM3\)/);
+  const cpu = learnerDetail({ ...base, identities: ['12@box halo-learner model=Qwen/Qwen3-VL-8B-Instruct device=cpu'] }, cfg);
+  assert.equal(cpu.status, 'warn');
+  assert.match(cpu.fix ?? '', /CPU/);
+  const other = learnerDetail({ ...base, identities: ['12@box halo-learner model=tiny-random device=cpu'] }, cfg);
+  assert.equal(other.status, 'fail');
+  assert.match(other.fix ?? '', /HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct/);
+  const tiny = learnerDetail({ ...base, identities: ['12@box halo-learner model=tiny-random device=cpu'] }, parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } }));
+  assert.equal(tiny.status, 'pass');
+  const old = learnerDetail({ ...base, identities: ['12@box'] }, cfg);
+  assert.equal(old.status, 'pass');
+  assert.match(old.detail, /not reported/);
+});
+
+test('doctor table: one line per check, the fix under every failure, counts at the end', () => {
+  const text = formatDoctor({
+    ok: false,
+    checks: [
+      { id: 'a', name: 'Temporal server', status: 'pass', detail: 'ok' },
+      { id: 'b', name: 'browser worker', status: 'fail', detail: 'no worker polls task queue halo-browser', fix: 'npx halo up starts it' },
+    ],
+  });
+  assert.match(text, /^Temporal server\s+pass\s+ok$/m);
+  assert.match(text, /^browser worker\s+FAIL\s+no worker polls/m);
+  assert.match(text, /^\s+fix: npx halo up starts it$/m);
+  assert.match(text, /1 passed, 1 failed, 0 warnings, 0 skipped/);
+});

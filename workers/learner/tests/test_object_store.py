@@ -1,0 +1,160 @@
+"""Blob store contract on both backends (folder, S3-compatible bucket on moto's server), and adapter versions
+published once to the bucket and fetched into a local cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from halo_learner import adapters, objects
+from halo_learner.blobs import BadBlobRef, BlobNotFound, BlobStore
+
+MOTO = Path(sys.executable).parent / "moto_server"
+PNG = b"\x89PNG a screenshot"
+
+
+@pytest.fixture(scope="module")
+def moto():
+    if not MOTO.exists():
+        pytest.fail(f"{MOTO} is missing: run ./launch.sh setup (it installs moto[server])")
+    proc = subprocess.Popen([str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        port = None
+        for line in proc.stdout:
+            m = re.search(r"Running on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, "moto_server did not start"
+        # Keep draining its request log.
+        import threading
+
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "halo-test",
+               "AWS_SECRET_ACCESS_KEY": "halo-test-secret", "AWS_REGION": "us-east-1"}
+        bucket = f"halo-py-{uuid.uuid4().hex[:8]}"
+        objects.client_from_env(env).create_bucket(Bucket=bucket)
+        yield env, bucket
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def s3_env(moto, monkeypatch):
+    env, bucket = moto
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    for k, v in {**env, "HALO_STORE": f"s3://{bucket}/{prefix}"}.items():
+        monkeypatch.setenv(k, v)
+    return bucket, prefix
+
+
+@pytest.fixture(params=["folder", "s3"])
+def store(request, tmp_path):
+    if request.param == "folder":
+        return BlobStore(tmp_path / "blobs")
+    request.getfixturevalue("s3_env")
+    return BlobStore()
+
+
+def test_put_get_exists(store):
+    ref = store.put(PNG, "png")
+    assert ref == f"sha256:{hashlib.sha256(PNG).hexdigest()}.png"
+    assert store.exists(ref) and store.get(ref) == PNG
+    assert store.put(PNG, "png") == ref
+    assert store.get_json(store.put_json({"a": [1, None]})) == {"a": [1, None]}
+    assert not store.exists("sha256:" + "c" * 64 + ".png")
+
+
+def test_concurrent_identical_puts(store):
+    data = PNG + b" identical"
+    with ThreadPoolExecutor(16) as pool:
+        refs = list(pool.map(lambda _: store.put(data, "png"), range(200)))
+    assert set(refs) == {f"sha256:{hashlib.sha256(data).hexdigest()}.png"}
+    assert store.get(refs[0]) == data
+    if store.s3 is None:
+        assert not list(Path(store.root).rglob("*.tmp"))
+
+
+def test_missing_and_bad_refs(store):
+    with pytest.raises(BlobNotFound, match="b" * 64):
+        store.get("sha256:" + "b" * 64 + ".json")
+    for bad in ["../etc/passwd", "sha256:" + "a" * 64 + ".png/../x", "sha256:" + "A" * 64 + ".png"]:
+        with pytest.raises(BadBlobRef):
+            store.get(bad)
+
+
+def test_keys_cannot_leave_the_prefix():
+    loc = objects.parse_store_url("s3://my-bucket/team/halo/")
+    assert (loc.bucket, loc.prefix) == ("my-bucket", "team/halo")
+    assert loc.key("checkpoints", "run-1", "v2") == "team/halo/checkpoints/run-1/v2"
+    for bad in ["s3://my-bucket/a/../b", "s3://my-bucket/./a", "s3://My_Bucket/a", "/var/blobs", "http://x/y"]:
+        with pytest.raises(ValueError):
+            objects.parse_store_url(bad)
+    for bad in ["..", ".", "a/b", "", "%2e"]:
+        with pytest.raises(objects.BadKey):
+            loc.key("checkpoints", bad)
+
+
+def _fake_version(root: Path, run_id: str, version: int, weights: bytes) -> Path:
+    """A version folder in the layout save_version writes (without needing a model)."""
+    path = adapters.version_dir(run_id, version, root)
+    path.mkdir(parents=True)
+    files = {adapters.ADAPTER_FILE: weights, adapters.CONFIG_FILE: b'{"r": 4}', adapters.OPTIMIZER_FILE: b"moments"}
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    manifest = {"run_id": run_id, "version": version, "base_model": "tiny-random", "batch_ref": "sha256:x",
+                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, "metrics": {"loss": 0.5}}
+    (path / adapters.MANIFEST_FILE).write_text(json.dumps(manifest))
+    return path
+
+
+def test_adapter_versions_are_published_once_and_fetched(s3_env, tmp_path):
+    bucket, prefix = s3_env
+    gpu_a, gpu_b = tmp_path / "a", tmp_path / "b"
+    mine = _fake_version(gpu_a, "run-1", 1, b"weights of A")
+    assert adapters.publish_version(mine, "run-1", 1)
+    assert adapters.publish_version(mine, "run-1", 1), "publishing the same folder again is a no-op"
+    # Another host has no copy: the path it needs is fetched, checked against the manifest's sha256.
+    fetched = adapters.synced_version_dir("run-1", 1, gpu_b)
+    assert (fetched / adapters.ADAPTER_FILE).read_bytes() == b"weights of A"
+    assert adapters.read_manifest(fetched)["metrics"] == {"loss": 0.5}
+    # A learner that trained v1 too (a handed-over update) loses: its folder becomes the committed one.
+    loser = _fake_version(tmp_path / "c", "run-1", 1, b"weights of C")
+    assert adapters.publish_version(loser, "run-1", 1) is False
+    assert (loser / adapters.ADAPTER_FILE).read_bytes() == b"weights of A"
+    # A version written locally but never uploaded (killed in between) is published when next needed.
+    _fake_version(gpu_a, "run-1", 2, b"v2")
+    adapters.synced_version_dir("run-1", 2, gpu_a)
+    keys = objects.S3Objects(objects.store_location()).list(prefix + "/")
+    manifests = sorted(k for k in keys if k.endswith("/manifest.json"))
+    assert manifests == [f"{prefix}/checkpoints/run-1/v1/manifest.json", f"{prefix}/checkpoints/run-1/v2/manifest.json"]
+    assert not adapters.fetch_version("run-1", 9, gpu_b)
+    with pytest.raises(ValueError):  # objects.BadKey is one too
+        adapters.fetch_version("..", 1, gpu_b)
+
+
+def test_save_version_publishes(s3_env, tmp_path, policy):
+    import torch
+
+    opt = torch.optim.AdamW(list(policy.trainable_parameters().values()), lr=1e-6)
+    path, reused = adapters.save_version(policy, opt, "run-s", 1, 0, "grpo", {"loss": 1.0}, tmp_path / "ck",
+                                         batch_ref="sha256:b")
+    assert not reused
+    other = adapters.synced_version_dir("run-s", 1, tmp_path / "elsewhere")
+    for name in (adapters.ADAPTER_FILE, adapters.CONFIG_FILE):
+        assert (other / name).read_bytes() == (path / name).read_bytes()
+    # On a host with no copy, save_version finds the committed version instead of writing another.
+    again, reused = adapters.save_version(policy, opt, "run-s", 1, 0, "grpo", {}, tmp_path / "third",
+                                          batch_ref="sha256:b")
+    assert reused and (again / adapters.ADAPTER_FILE).exists()
