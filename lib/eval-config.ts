@@ -314,6 +314,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
           ...(m.apiKeyEnv !== undefined ? { apiKeyEnv: m.apiKeyEnv } : {}),
           maxTokens: m.maxTokens,
           timeoutMs: m.timeoutMs ?? base.policy.timeoutMs,
+          // OpenAI's own API has no structured_outputs field; the baseline answers unconstrained.
+          constrained: false,
         }),
         runId: cfg.runId,
         adapterVersion: 0,

@@ -1,0 +1,84 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runEval } from '../../client/commands/eval';
+import { startOrAttachTrain } from '../../client/train';
+import { parseEvalConfig } from '../../lib/eval-config';
+import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import { parseMetricsJsonl } from '../../lib/run-metrics';
+import type { TrainResult } from '../../workflows/train-grpo';
+import { stackGrpoConfig } from '../../testing/grpo-config';
+import { startTestStack, type TestStack } from '../../testing/stack';
+
+// The loop learns, on the real stack: MiniWoB++'s click-test in Chromium, the tiny random Qwen3-VL sampling
+// under the action grammar in the learner, GRPO updates, and every iteration sampling from the new adapter.
+// Then the trained adapter and the base model play the same held-out seeds greedily (the `evaluate` workflow):
+// the trained one must win clearly. Nothing in the task is known to the code: only the reward says which
+// action was right. HALO_LEARNING_TEST_LR overrides the learning rate (a near-zero one makes this test fail).
+
+const ITERATIONS = 8;
+const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 5e-3);
+// Training seeds are below 100,000 (train-grpo's pickTasks): these were never trained on.
+const HELD_OUT = Array.from({ length: 10 }, (_, i) => 100_000 + i);
+
+let stack: TestStack;
+let out: string;
+before(async () => {
+  stack = await startTestStack({ browserWorkers: 1, learner: true });
+  out = mkdtempSync(join(tmpdir(), 'halo-learning-'));
+});
+after(async () => {
+  await stack?.stop();
+  rmSync(out, { recursive: true, force: true });
+});
+
+test('GRPO on click-test: greedy success on held-out seeds clearly above the base model', async () => {
+  const cfg = stackGrpoConfig(stack, {
+    runId: 'learn-test',
+    iterations: ITERATIONS,
+    maxSteps: 1,
+    policy: { constrained: true, maxTokens: 128, temperature: 1 },
+    episode: { sessionStartTimeoutMs: 20_000 },
+    train: {
+      tasks: ['click-test'],
+      episodesPerIteration: 6,
+      parallelism: 3,
+      numGenerations: 4,
+      choose: 'sampled',
+      learningRate: LR,
+      klCoef: 0,
+    },
+  });
+  const { handle } = await startOrAttachTrain(stack.client, cfg);
+  const result = (await handle.result()) as TrainResult;
+  assert.equal(result.adapterVersion, ITERATIONS);
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'learn-test', 'metrics.jsonl'), 'utf8'));
+  assert.deepEqual(lines.map((l) => l.iteration), Array.from({ length: ITERATIONS }, (_, i) => i + 1));
+  for (const l of lines) assert.equal(l.action_validity, 1, 'constrained decoding: every sample is a valid action');
+
+  const evalCfg = parseEvalConfig({
+    runId: 'learn-eval',
+    env: 'miniwob',
+    tasks: ['click-test'],
+    seeds: HELD_OUT,
+    maxSteps: 1,
+    parallelism: 3,
+    modes: [
+      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
+      { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: 'learn-test', version: ITERATIONS } },
+    ],
+  });
+  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
+  const episodes = readFileSync(run.files.episodes, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
+  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
+  const base = wins('qwen3vl_base');
+  const trained = wins('qwen3vl_grpo');
+  const curve = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
+  assert.ok(
+    trained >= base + 4 && trained >= 6,
+    `greedy successes on ${HELD_OUT.length} held-out seeds: base ${base}, trained v${ITERATIONS} ${trained} (training success rate per iteration: ${curve})`,
+  );
+});
