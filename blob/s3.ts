@@ -121,16 +121,51 @@ export class S3Objects {
     return true;
   }
 
-  async list(prefix: string): Promise<string[]> {
-    const out: string[] = [];
+  /**
+   * Makes an existing object young again: a copy onto itself with `MetadataDirective: REPLACE` (the only
+   * self-copy S3 allows) sets a new LastModified server-side, without sending the bytes.
+   */
+  async touch(key: string, contentType?: string): Promise<void> {
+    await this.client.send(
+      new (sdk().CopyObjectCommand)({
+        Bucket: this.loc.bucket,
+        Key: key,
+        CopySource: `${this.loc.bucket}/${key.split('/').map(encodeURIComponent).join('/')}`,
+        MetadataDirective: 'REPLACE',
+        ...(contentType ? { ContentType: contentType } : {}),
+      }),
+    );
+  }
+
+  /** Every object under `prefix` with its size and LastModified (ListObjectsV2, page by page). */
+  async listWithAge(prefix: string): Promise<{ key: string; size: number; mtimeMs: number }[]> {
+    const out: { key: string; size: number; mtimeMs: number }[] = [];
     let token: string | undefined;
     do {
       const res = await this.client.send(
         new (sdk().ListObjectsV2Command)({ Bucket: this.loc.bucket, Prefix: prefix, ContinuationToken: token }),
       );
-      for (const o of res.Contents ?? []) if (o.Key) out.push(o.Key);
+      for (const o of res.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: o.Size ?? 0, mtimeMs: o.LastModified?.getTime() ?? 0 });
       token = res.IsTruncated ? res.NextContinuationToken : undefined;
     } while (token);
     return out;
+  }
+
+  /** Deletes keys, 1,000 a request (DeleteObjects' limit); a key already gone is no error. */
+  async deleteMany(keys: string[]): Promise<void> {
+    for (let i = 0; i < keys.length; i += 1000) {
+      const batch = keys.slice(i, i + 1000);
+      const res = await this.client.send(
+        new (sdk().DeleteObjectsCommand)({ Bucket: this.loc.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }),
+      );
+      const errors = (res.Errors ?? []).filter((e) => e.Code !== 'NoSuchKey');
+      if (errors.length > 0) {
+        throw new Error(`deleting ${errors.length} of ${batch.length} objects in ${this.where()} failed: ${errors.slice(0, 3).map((e) => `${e.Key}: ${e.Code} ${e.Message ?? ''}`.trim()).join('; ')}`);
+      }
+    }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    return (await this.listWithAge(prefix)).map((o) => o.key);
   }
 }

@@ -1,10 +1,24 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile, stat } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
+import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
 
 const REF = /^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$/;
+/** A stored blob's name under its two-hex-digit folder: the other 62 digits and the extension. */
+const BLOB_NAME = /^([0-9a-f]{62})\.([A-Za-z0-9]{1,16})$/;
+const DIR_NAME = /^[0-9a-f]{2}$/;
+
+/** One object of a store, as a sweep sees it. */
+export interface StoredObject {
+  /** `<hex[:2]>/<rest>`: its file or key relative to the store's root. */
+  name: string;
+  /** The blob's reference; undefined for the temp file of an interrupted write (folder store only). */
+  ref?: string;
+  size: number;
+  /** Last write (file mtime; the object's LastModified), refreshed by a put of the same bytes. */
+  mtimeMs: number;
+}
 
 /** Where the bytes go: a folder, or an S3-compatible bucket prefix. Keys are `<hex[:2]>/<hex[2:]>.<ext>`. */
 interface Backend {
@@ -15,6 +29,10 @@ interface Backend {
   /** Writes once unless it is there; the object already being there (same name, so same bytes) is success. */
   putOnce(dir: string, name: string, bytes: Buffer, ext: string): Promise<void>;
   locate(dir: string, name: string): string;
+  /** Every blob (and leftover temp file) under the root; nothing else is listed, so nothing else is ever deleted. */
+  list(): Promise<StoredObject[]>;
+  /** Deletes those objects still as listed (same mtime); returns the ones deleted. */
+  deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]>;
 }
 
 /**
@@ -64,6 +82,24 @@ export class BlobStore {
     return this.locationOf(ref);
   }
 
+  /** Whether the bytes are in an S3-compatible bucket rather than a folder. */
+  get isObjectStore(): boolean {
+    return this.backend instanceof S3Backend;
+  }
+
+  /** Every blob of the store, with its size and age (and, in a folder, temp files of writes that never finished). */
+  list(): Promise<StoredObject[]> {
+    return this.backend.list();
+  }
+
+  /**
+   * Deletes listed objects, except those written again since they were listed (a put of bytes already there
+   * refreshes their age): returns the ones that went. Only for `halo gc`, which knows nothing names them.
+   */
+  deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
+    return objects.length === 0 ? Promise.resolve([]) : this.backend.deleteUnchanged(objects);
+  }
+
   /** Where a reference's bytes are: a file path, or an `s3://` URL. */
   locationOf(ref: string): string {
     const [dir, name] = split(ref);
@@ -87,6 +123,13 @@ export class BlobNotFoundError extends Error {
     super(`blob ${ref} not found under ${root}`);
     this.name = 'BlobNotFoundError';
   }
+}
+
+/** `<dir>/<file>` of a listed object, checked again: a name can never reach outside the root. */
+function splitName(name: string): [string, string] {
+  const [dir, file, ...rest] = name.split('/');
+  if (rest.length > 0 || !DIR_NAME.test(dir ?? '') || file === undefined) throw new Error(`not a blob store name: ${JSON.stringify(name)}`);
+  return [dir, checkPart(file, 'blob file name')];
 }
 
 function split(ref: string): [string, string] {
@@ -121,8 +164,16 @@ class FolderBackend implements Backend {
   }
 
   async putOnce(dir: string, name: string, bytes: Buffer): Promise<void> {
-    if (await this.has(dir, name)) return;
     const path = this.locate(dir, name);
+    // Already there: make it young again, so that a sweep does not take an old blob that an activity has just
+    // reused and not yet recorded in its history (the sweep also re-checks the mtime right before removing).
+    try {
+      const now = new Date();
+      await utimes(path, now, now);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' && (await this.has(dir, name))) return;
+    }
     await mkdir(dirname(path), { recursive: true });
     // Readers never see a half-written file: write aside under a name no other writer uses, then rename
     // (atomic; replacing a file a concurrent writer just renamed there changes nothing, the bytes are equal).
@@ -136,9 +187,44 @@ class FolderBackend implements Backend {
       throw err;
     }
   }
+
+  async list(): Promise<StoredObject[]> {
+    const out: StoredObject[] = [];
+    let dirs: string[];
+    try {
+      dirs = await readdir(this.where);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return out;
+      throw err;
+    }
+    for (const d of dirs.sort()) {
+      if (!DIR_NAME.test(d)) continue;
+      for (const file of (await readdir(join(this.where, d)).catch(() => [] as string[])).sort()) {
+        const st = await lstat(join(this.where, d, file)).catch(() => undefined);
+        if (!st?.isFile()) continue;
+        const m = BLOB_NAME.exec(file);
+        if (m) out.push({ name: `${d}/${file}`, ref: `sha256:${d}${m[1]}.${m[2]}`, size: st.size, mtimeMs: st.mtimeMs });
+        else if (file.endsWith('.tmp')) out.push({ name: `${d}/${file}`, size: st.size, mtimeMs: st.mtimeMs });
+      }
+    }
+    return out;
+  }
+
+  async deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
+    const gone: StoredObject[] = [];
+    for (const o of objects) {
+      const path = this.locate(...splitName(o.name));
+      const now = await stat(path).catch(() => undefined);
+      if (!now || now.mtimeMs !== o.mtimeMs) continue;
+      await rm(path, { force: true });
+      gone.push(o);
+    }
+    return gone;
+  }
 }
 
 const HEAD_FIRST_BYTES = 1 << 20;
+const REFRESH_EVERY_MS = 10 * 60_000;
 const CONTENT_TYPES: Record<string, string> = { png: 'image/png', jpg: 'image/jpeg', json: 'application/json', txt: 'text/plain' };
 
 class S3Backend implements Backend {
@@ -175,11 +261,63 @@ class S3Backend implements Backend {
       // A conditional put checks existence on the server in the same round trip; only a large object is
       // looked up first, so that bytes already stored are not sent again.
       p = (async () => {
-        if (bytes.length > HEAD_FIRST_BYTES && (await this.objects.exists(key))) return;
-        await this.objects.putIfAbsent(key, bytes, CONTENT_TYPES[ext]);
+        const there = bytes.length > HEAD_FIRST_BYTES && (await this.objects.exists(key));
+        const created = !there && (await this.objects.putIfAbsent(key, bytes, CONTENT_TYPES[ext]));
+        if (!created) await this.refresh(key, ext);
       })().finally(() => this.inflight.delete(key));
       this.inflight.set(key, p);
     }
     return p;
   }
+
+  /** When this process last made each key young again (bounded: cleared when large). */
+  private readonly refreshed = new Map<string, number>();
+
+  /**
+   * An object already there gets a fresh LastModified (a server-side copy onto itself, one request, no bytes
+   * sent), so that `halo gc` does not take an old blob an activity has just reused and not yet recorded. Once
+   * per key per REFRESH_EVERY_MS from this process, which shortens gc's grace period (an hour by default) for
+   * such a blob by at most that much.
+   */
+  private async refresh(key: string, ext: string): Promise<void> {
+    const now = Date.now();
+    if (now - (this.refreshed.get(key) ?? -Infinity) < REFRESH_EVERY_MS) return;
+    if (this.refreshed.size > 100_000) this.refreshed.clear();
+    this.refreshed.set(key, now);
+    try {
+      await this.objects.touch(key, CONTENT_TYPES[ext]);
+    } catch (err) {
+      this.refreshed.delete(key);
+      throw err;
+    }
+  }
+
+  async list(): Promise<StoredObject[]> {
+    const out: StoredObject[] = [];
+    for (const o of await this.objects.listWithAge(this.objects.loc.prefix ? `${this.objects.loc.prefix}/` : '')) {
+      const name = this.nameOf(o.key);
+      const m = name && BLOB_NAME.exec(name.slice(3));
+      if (name && m) out.push({ name, ref: `sha256:${name.slice(0, 2)}${m[1]}.${m[2]}`, size: o.size, mtimeMs: o.mtimeMs });
+    }
+    return out;
+  }
+
+  /** `<2 hex>/<file>` of a key under the prefix; undefined for any other key (never listed, never deleted). */
+  private nameOf(key: string): string | undefined {
+    const prefix = this.objects.loc.prefix ? `${this.objects.loc.prefix}/` : '';
+    if (!key.startsWith(prefix)) return undefined;
+    const name = key.slice(prefix.length);
+    const [dir, file, ...rest] = name.split('/');
+    return rest.length === 0 && DIR_NAME.test(dir) && file !== undefined && BLOB_NAME.test(file) ? name : undefined;
+  }
+
+  async deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
+    // A second listing (1,000 keys a request) rather than a HEAD per object: what was written again since
+    // the first one (a put refreshes LastModified) stays.
+    const now = new Map((await this.list()).map((o) => [o.name, o.mtimeMs]));
+    const doomed = objects.filter((o) => now.get(o.name) === o.mtimeMs);
+    await this.objects.deleteMany(doomed.map((o) => keyOf(this.objects.loc, ...splitName(o.name))));
+    return doomed;
+  }
 }
+

@@ -1,10 +1,12 @@
-import { lstat, open, readdir, rm, stat } from 'node:fs/promises';
+import { open, readdir, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
+import { BlobStore, type StoredObject } from '../blob/store';
 
 /**
- * Mark and sweep over the folder blob store (`<home>/blobs/<2 hex>/<62 hex>.<ext>`). Live: every blob a root
- * names (a workflow history, a metrics row, an eval or snapshot file under the home folder: any text that
- * contains `sha256:<hex>.<ext>`), and every blob a live text blob names in turn (a trajectory names its
+ * Mark and sweep over the blob store (`<2 hex>/<62 hex>.<ext>` under `<home>/blobs`, or under `<prefix>/blobs/`
+ * of the bucket of `HALO_STORE=s3://bucket/prefix`: the store lists and deletes, this file decides). Live: every
+ * blob a root names (a workflow history, a metrics row, an eval or snapshot file under the home folder: any text
+ * that contains `sha256:<hex>.<ext>`), and every blob a live text blob names in turn (a trajectory names its
  * screenshots, a batch its prompts, an eval's records their trajectories). Everything else that is older than
  * the grace period goes; a blob younger than that may belong to an activity that has written it and not yet
  * reported it, so it stays, which makes a sweep safe while runs are going.
@@ -20,8 +22,10 @@ const MAX_TEXT_BLOB = 256 * 1024 * 1024;
 export const DEFAULT_GC_GRACE_MS = 60 * 60_000;
 
 export interface GcOptions {
-  /** The folder store's root (`<home>/blobs`). */
-  blobsDir: string;
+  /** The store to sweep (a folder or an object store: `blobStoreFor(home)`)... */
+  store?: BlobStore;
+  /** ...or a folder store's root (`<home>/blobs`). */
+  blobsDir?: string;
   /** Text that names live blobs (workflow histories, as JSON). */
   rootTexts?: Iterable<string> | AsyncIterable<string>;
   /** Files and folders whose text files name live blobs (the home folder: metrics, evals, snapshots). */
@@ -33,6 +37,8 @@ export interface GcOptions {
 }
 
 export interface GcReport {
+  /** The store swept: its folder, or its `s3://` location. */
+  where: string;
   blobs: number;
   bytes: number;
   live: number;
@@ -42,7 +48,7 @@ export interface GcReport {
   removed: number;
   /** Freed (or, with dryRun, that would be freed). */
   bytesFreed: number;
-  /** Abandoned temp files of interrupted writes, older than the grace period. */
+  /** Abandoned temp files of interrupted writes, older than the grace period (folder store only). */
   tempFilesRemoved: number;
   /** Refs named by a root or a live blob that the store does not hold. */
   missing: number;
@@ -50,41 +56,8 @@ export interface GcReport {
   removedRefs: string[];
 }
 
-interface BlobFile {
-  ref: string;
-  path: string;
-  size: number;
-  mtimeMs: number;
-  ext: string;
-}
-
 function refsIn(text: string, into: Set<string>): void {
   for (const m of text.matchAll(REF_PATTERN)) into.add(`sha256:${m[1]}.${m[2]}`);
-}
-
-/** Every blob of the store, and the temp files of writes that never finished. */
-async function listStore(blobsDir: string): Promise<{ blobs: Map<string, BlobFile>; temps: { path: string; size: number; mtimeMs: number }[] }> {
-  const blobs = new Map<string, BlobFile>();
-  const temps: { path: string; size: number; mtimeMs: number }[] = [];
-  let dirs: string[];
-  try {
-    dirs = await readdir(blobsDir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { blobs, temps };
-    throw err;
-  }
-  for (const d of dirs) {
-    if (!/^[0-9a-f]{2}$/.test(d)) continue;
-    for (const name of await readdir(join(blobsDir, d)).catch(() => [] as string[])) {
-      const path = join(blobsDir, d, name);
-      const st = await lstat(path).catch(() => undefined);
-      if (!st?.isFile()) continue;
-      const m = /^([0-9a-f]{62})\.([A-Za-z0-9]{1,16})$/.exec(name);
-      if (m) blobs.set(`sha256:${d}${m[1]}.${m[2]}`, { ref: `sha256:${d}${m[1]}.${m[2]}`, path, size: st.size, mtimeMs: st.mtimeMs, ext: m[2] });
-      else if (name.endsWith('.tmp')) temps.push({ path, size: st.size, mtimeMs: st.mtimeMs });
-    }
-  }
-  return { blobs, temps };
 }
 
 /** Refs named in a file, read in chunks (a ref split across two chunks is caught by the overlap). */
@@ -108,14 +81,14 @@ async function refsInFile(path: string, into: Set<string>): Promise<void> {
 }
 
 /** Text files under `root` (the blob store itself and model folders excluded), their refs into `into`. */
-async function refsUnder(root: string, blobsDir: string, into: Set<string>): Promise<void> {
+async function refsUnder(root: string, blobsDir: string | undefined, into: Set<string>): Promise<void> {
   const st = await stat(root).catch(() => undefined);
   if (!st) return;
   if (st.isFile()) return refsInFile(root, into);
   const walk = async (dir: string): Promise<void> => {
     for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
       const p = join(dir, e.name);
-      if (p === blobsDir || relative(blobsDir, p) === '' || !relative(blobsDir, p).startsWith('..')) continue;
+      if (blobsDir !== undefined && (p === blobsDir || relative(blobsDir, p) === '' || !relative(blobsDir, p).startsWith('..'))) continue;
       if (e.isDirectory()) {
         // Temporal's database and model weights hold no blob refs worth a read.
         if (['models', 'node_modules', '.git'].includes(e.name)) continue;
@@ -128,37 +101,62 @@ async function refsUnder(root: string, blobsDir: string, into: Set<string>): Pro
   await walk(root);
 }
 
+/** Refs a text blob names: a folder blob is read in chunks, an object fetched whole (at most MAX_TEXT_BLOB). */
+async function refsInBlob(store: BlobStore, ref: string, into: Set<string>): Promise<void> {
+  if (store.isObjectStore) refsIn((await store.get(ref)).toString('latin1'), into);
+  else await refsInFile(store.pathOf(ref), into);
+}
+
+/** Text blobs read at once while marking (an object store answers each in a round trip). */
+const MARK_CONCURRENCY = 16;
+
 export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
   const now = o.now ?? Date.now();
   const grace = o.graceMs ?? DEFAULT_GC_GRACE_MS;
+  const store = o.store ?? (o.blobsDir !== undefined ? new BlobStore(o.blobsDir) : undefined);
+  if (!store) throw new Error('collectBlobGarbage: give the store (or blobsDir)');
+  const blobsDir = store.isObjectStore ? undefined : store.root;
   // Listed first: a blob written after the listing is not a candidate at all.
-  const { blobs, temps } = await listStore(o.blobsDir);
+  const listed = await store.list();
+  const blobs = new Map<string, StoredObject>();
+  const temps: StoredObject[] = [];
+  for (const x of listed) {
+    if (x.ref) blobs.set(x.ref, x);
+    else temps.push(x);
+  }
 
   const roots = new Set<string>();
-  for (const p of o.rootPaths ?? []) await refsUnder(p, o.blobsDir, roots);
+  for (const p of o.rootPaths ?? []) await refsUnder(p, blobsDir, roots);
   if (o.rootTexts) for await (const t of o.rootTexts) refsIn(t, roots);
 
-  // Mark: follow refs through text blobs.
+  // Mark: follow refs through text blobs, a frontier at a time.
   const live = new Set<string>();
   let missing = 0;
-  const queue = [...roots];
-  while (queue.length > 0) {
-    const ref = queue.pop()!;
-    if (live.has(ref)) continue;
-    live.add(ref);
-    const b = blobs.get(ref);
-    if (!b) {
-      missing++;
-      continue;
+  let frontier = [...roots];
+  while (frontier.length > 0) {
+    const next = new Set<string>();
+    const toRead: string[] = [];
+    for (const ref of frontier) {
+      if (live.has(ref)) continue;
+      live.add(ref);
+      const b = blobs.get(ref);
+      if (!b) {
+        missing++;
+        continue;
+      }
+      const ext = ref.slice(ref.lastIndexOf('.') + 1);
+      if (TEXT_EXTS.has(ext) && b.size <= MAX_TEXT_BLOB) toRead.push(ref);
     }
-    if (!TEXT_EXTS.has(b.ext) || b.size > MAX_TEXT_BLOB) continue;
-    const named = new Set<string>();
-    await refsInFile(b.path, named).catch(() => undefined);
-    for (const r of named) if (!live.has(r)) queue.push(r);
+    for (let i = 0; i < toRead.length; i += MARK_CONCURRENCY) {
+      // A blob that cannot be read (gone since the listing) names nothing.
+      await Promise.all(toRead.slice(i, i + MARK_CONCURRENCY).map((ref) => refsInBlob(store, ref, next).catch(() => undefined)));
+    }
+    frontier = [...next].filter((r) => !live.has(r));
   }
 
   // Sweep.
   const report: GcReport = {
+    where: store.root,
     blobs: blobs.size,
     bytes: 0,
     live: 0,
@@ -171,30 +169,24 @@ export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
     dryRun: Boolean(o.dryRun),
     removedRefs: [],
   };
+  const doomed: StoredObject[] = [];
   for (const b of blobs.values()) {
     report.bytes += b.size;
-    if (live.has(b.ref)) {
+    if (live.has(b.ref!)) {
       report.live++;
       report.liveBytes += b.size;
-      continue;
-    }
-    if (now - b.mtimeMs < grace) {
-      report.young++;
-      continue;
-    }
-    // Written again since the listing (a put of the same bytes touches nothing, but a rename does): keep.
-    const again = await stat(b.path).catch(() => undefined);
-    if (!again || again.mtimeMs !== b.mtimeMs) continue;
-    if (!o.dryRun) await rm(b.path, { force: true });
-    report.removed++;
-    report.bytesFreed += b.size;
-    report.removedRefs.push(b.ref);
+    } else if (now - b.mtimeMs < grace) report.young++;
+    else doomed.push(b);
   }
-  for (const t of temps) {
-    if (now - t.mtimeMs < grace) continue;
-    if (!o.dryRun) await rm(t.path, { force: true });
-    report.tempFilesRemoved++;
-    report.bytesFreed += t.size;
+  doomed.push(...temps.filter((t) => now - t.mtimeMs >= grace));
+  // Written again since the listing (a put of bytes already there refreshes their age): kept.
+  const gone = o.dryRun ? doomed : await store.deleteUnchanged(doomed);
+  for (const x of gone) {
+    report.bytesFreed += x.size;
+    if (x.ref) {
+      report.removed++;
+      report.removedRefs.push(x.ref);
+    } else report.tempFilesRemoved++;
   }
   return report;
 }

@@ -72,15 +72,15 @@ export async function* historyTexts(client: Client, query?: string): AsyncGenera
   }
 }
 
-/** Mark (histories, the home folder's text files, live text blobs) and sweep of the folder blob store. */
+/**
+ * Mark (histories, the home folder's text files, live text blobs) and sweep of the blob store: the folder
+ * `<home>/blobs`, or with `HALO_STORE=s3://bucket/prefix` the keys under `<prefix>/blobs/` (nothing else in
+ * the bucket is listed or deleted).
+ */
 export async function gcBlobs(cfg: HaloConfig, client: Client, o: { dryRun: boolean; graceMs?: number; home?: string }): Promise<GcReport> {
   const home = o.home ?? stackStatus(cfg).home;
-  const store = blobStoreFor(home);
-  if (store.root.startsWith('s3://')) {
-    throw new Error(`halo gc sweeps a folder blob store; ${store.root} is an object store: expire unreferenced objects with a bucket lifecycle rule`);
-  }
   return collectBlobGarbage({
-    blobsDir: store.root,
+    store: blobStoreFor(home),
     rootPaths: [home],
     rootTexts: historyTexts(client),
     graceMs: o.graceMs,
@@ -91,7 +91,7 @@ export async function gcBlobs(cfg: HaloConfig, client: Client, o: { dryRun: bool
 export function describeGc(r: GcReport): string {
   const verb = r.dryRun ? 'would free' : 'freed';
   return [
-    `blob store: ${r.blobs} blobs, ${formatBytes(r.bytes)}; live ${r.live} (${formatBytes(r.liveBytes)}); kept as too recent ${r.young}`,
+    `blob store ${r.where}: ${r.blobs} blobs, ${formatBytes(r.bytes)}; live ${r.live} (${formatBytes(r.liveBytes)}); kept as too recent ${r.young}`,
     `${r.dryRun ? 'would remove' : 'removed'} ${r.removed} blobs and ${r.tempFilesRemoved} abandoned temp files: ${verb} ${formatBytes(r.bytesFreed)}` +
       (r.missing ? ` (${r.missing} referenced blobs were already missing)` : ''),
   ].join('\n');

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
@@ -77,6 +77,25 @@ test('mark and sweep keeps every blob a root or a live blob names, removes the r
     rmSync(join(home, 'grpo-a'), { recursive: true });
     const third = await collectBlobGarbage({ blobsDir, rootPaths: [home], rootTexts: [history] });
     assert.deepEqual(third.removedRefs.sort(), [batch, prompt, shotC].sort());
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test('a put of bytes already stored makes the blob young again, so a sweep keeps it', async () => {
+  const home = mkdtempSync(join(tmpdir(), 'halo-gc-'));
+  try {
+    const blobsDir = join(home, 'blobs');
+    const blobs = new BlobStore(blobsDir);
+    const ref = await blobs.put('reused', 'txt');
+    const old = (Date.now() - 3 * 3600_000) / 1000;
+    utimesSync(blobs.pathOf(ref), old, old);
+    assert.deepEqual((await collectBlobGarbage({ blobsDir, dryRun: true })).removedRefs, [ref]);
+    assert.equal(await blobs.put('reused', 'txt'), ref);
+    assert.ok(Date.now() - statSync(blobs.pathOf(ref)).mtimeMs < 60_000, 'the mtime was not refreshed');
+    const r = await collectBlobGarbage({ blobsDir });
+    assert.deepEqual([r.removed, r.young], [0, 1]);
+    assert.ok(await blobs.exists(ref));
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

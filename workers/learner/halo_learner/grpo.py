@@ -236,8 +236,13 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
     norm = dr_grpo_denominator(B, max_completion_len, L)
     adv, old = _row_table(samples, L, dev)
     chunks = _chunks(samples, micro_batch, prefix_sharing)
-    layouts = ({rows[0]: packed_layout(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows])
-                for rows in chunks} if prefix_sharing else None)
+    layouts = None
+    if prefix_sharing:
+        layouts = {}
+        for rows in chunks:  # the frozen ViT runs here for every group: a heartbeat after each keeps the attempt alive
+            layouts[rows[0]] = packed_layout(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows])
+            if on_progress:
+                on_progress()
     ref = (reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts)
            if kl_coef != 0 else None)
     _, mask = pad_completions([s.ids for s in samples], 0, dev)

@@ -198,7 +198,9 @@ class Learner:
                         "changes from batch to batch; write the run's policy.maxTokens into the batch",
                         inp.batch_ref)
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-        samples, retok, mismatched = self._grpo_samples(batch)
+        # Encoding a large batch's screenshots takes seconds before the first chunk: heartbeat through it too.
+        preparing = (lambda: progress({"phase": "update_policy", "stage": "prepare"})) if progress else None
+        samples, retok, mismatched = self._grpo_samples(batch, preparing)
         plan = self._plan(inp.batch_ref, samples)
         beat = _beater(progress, "update_policy", len(samples), micro_batch=plan.micro_batch)
         self.resident = None  # weights are about to change; unknown until committed
@@ -229,7 +231,7 @@ class Learner:
                                   reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"],
                                   **update_stats)
 
-    def _grpo_samples(self, batch: GrpoBatch) -> tuple[list[GrpoSample], int, int]:
+    def _grpo_samples(self, batch: GrpoBatch, on_item: Callable[[], None] | None = None) -> tuple[list[GrpoSample], int, int]:
         prompts = PromptCache(self.policy.processor, self.blobs)
         tok = self.policy.tokenizer
         vocab = len(tok)
@@ -258,6 +260,8 @@ class Learner:
                 raise InvalidBatch(f"items[{i}]: {e}") from e
             samples.append(GrpoSample(prompt=prompt, prompt_key=prompt_key(it.prompt), ids=ids,
                                       advantage=it.advantage, old_logprobs=old, bitmask=bitmask))
+            if on_item:
+                on_item()
         return samples, retok, mismatched
 
     # ---- update_dpo ------------------------------------------------------------------------------
