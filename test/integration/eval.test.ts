@@ -31,6 +31,8 @@ const NO_KEY = 'HALO_TEST_EVAL_NO_SUCH_KEY';
 
 test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted baseline solves click-button, a keyless baseline is skipped', async (t) => {
   const base = parseConfig({
+    // The stack's home: the evaluation's records are read back from its blob store.
+    stack: { home: stack.home },
     temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
     policy: { backend: 'colocated', model: 'tiny-random', maxTokens: 16, timeoutMs: 120_000 },
     episode: { sessionStartTimeoutMs: 10_000 },

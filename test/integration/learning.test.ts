@@ -70,7 +70,9 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
       { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: 'learn-test', version: ITERATIONS } },
     ],
   });
-  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
+  // The stack's home: the evaluation's records are read back from its blob store.
+  const stackCfg = { ...cfg, stack: { ...cfg.stack, home: stack.home } };
+  const run = await runEval(evalCfg, stack.client, { base: stackCfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
   const episodes = readFileSync(run.files.episodes, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EvalEpisodeRecord);
   const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
   for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
