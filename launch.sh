@@ -122,7 +122,7 @@ case "$CMD" in
     say "Python learner tests (pytest)"
     .venv/bin/python -m pytest -q workers/learner
     say "TypeScript tests (node --test)"
-    exec node --import tsx --test --test-concurrency=1 --test-timeout=600000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
+    exec node --import tsx --test --test-concurrency=1 --test-timeout=900000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
     ;;
   gpu)
     run_plan "$DRY_RUN" gpu_plan "${REST[@]+"${REST[@]}"}"

@@ -18,10 +18,10 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 // the trained one must win clearly. Nothing in the task is known to the code: only the reward says which
 // action was right. HALO_LEARNING_TEST_LR overrides the learning rate (a near-zero one makes this test fail).
 
-const ITERATIONS = 8;
-const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 5e-3);
+const ITERATIONS = 7;
+const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 6e-3);
 // Training seeds are below 100,000 (train-grpo's pickTasks): these were never trained on.
-const HELD_OUT = Array.from({ length: 10 }, (_, i) => 100_000 + i);
+const HELD_OUT = Array.from({ length: 8 }, (_, i) => 100_000 + i);
 
 let stack: TestStack;
 let out: string;
@@ -43,8 +43,8 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
     episode: { sessionStartTimeoutMs: 20_000 },
     train: {
       tasks: ['click-test'],
-      episodesPerIteration: 6,
-      parallelism: 3,
+      episodesPerIteration: 4,
+      parallelism: 4,
       numGenerations: 4,
       choose: 'sampled',
       learningRate: LR,
@@ -64,7 +64,7 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
     tasks: ['click-test'],
     seeds: HELD_OUT,
     maxSteps: 1,
-    parallelism: 3,
+    parallelism: 4,
     modes: [
       { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
       { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: 'learn-test', version: ITERATIONS } },
@@ -80,7 +80,7 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
   const trained = wins('qwen3vl_grpo');
   const curve = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
   assert.ok(
-    trained >= base + 4 && trained >= 6,
+    trained >= base + 3 && trained >= 5,
     `greedy successes on ${HELD_OUT.length} held-out seeds: base ${base}, trained v${ITERATIONS} ${trained} (training success rate per iteration: ${curve})`,
   );
 });
