@@ -12,6 +12,9 @@ export const MAX_SEED = 2_147_483_647;
 /** Task lists (train.tasks, heldOutTasks, mcts.tasks): far above the ~125 MiniWoB++ and ~110 REAL tasks. */
 export const MAX_TASKS = 10_000;
 
+/** `train.seed` / `mcts.seed`: replaces the run id as the source of tasks and their seeds. */
+const runSeed = (description: string) => z.number().int().min(0).max(MAX_SEED).optional().describe(description);
+
 export const temporalSchema = z
   .strictObject({
     address: z.string().default('127.0.0.1:7233'),
@@ -114,13 +117,7 @@ export const trainSchema = z
       .min(1)
       .optional()
       .describe("the learner's base model (its HALO_MODEL), sent with every learner request so a learner holding another model refuses; default: policy.model with the colocated backend, unchecked otherwise"),
-    seed: z
-      .number()
-      .int()
-      .min(0)
-      .max(MAX_SEED)
-      .optional()
-      .describe("seed of the run's episodes: tasks and task seeds come from (seed, iteration, episode) instead of the run id, so runs with different ids play the same episodes; default: the run id"),
+    seed: runSeed("seed of the run's episodes: tasks and task seeds come from (seed, iteration, episode) instead of the run id, so runs with different ids play the same episodes; default: the run id"),
     maxFailedEpisodeShare: z
       .number()
       .min(0)
@@ -206,13 +203,7 @@ export const mctsSchema = z
     evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
     evalSeeds: z.array(z.number().int().min(0).max(MAX_SEED)).min(1).max(1000).default([0]).describe('seeds of the greedy evaluation episodes'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
-    seed: z
-      .number()
-      .int()
-      .min(0)
-      .max(MAX_SEED)
-      .optional()
-      .describe("seed of the searches: each task's seed comes from (seed, iteration, task) instead of the run id; default: the run id"),
+    seed: runSeed("seed of the searches: each task's seed comes from (seed, iteration, task) instead of the run id; default: the run id"),
     maxFailedSearchShare: z
       .number()
       .min(0)

@@ -156,19 +156,11 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
             if final.exists():
                 return final, True
             raise
-        _fsync_dir(final.parent)
+        paths.fsync_dir(final.parent)
         return final, not publish_version(final, run_id, version)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_stale_temps(run_dir: Path, version: int, older_than_s: float = 0.0) -> None:

@@ -43,6 +43,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .paths import fsync_dir
+
 METRICS_FILES = {"grpo": "metrics.jsonl", "mcts": "mcts-metrics.jsonl"}
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
@@ -147,14 +149,6 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def written_ranges(tb_dir: Path, kind: str) -> list[tuple[int, int]]:
     """The iteration ranges the run's finished event files of this kind cover."""
     if not tb_dir.is_dir():
@@ -205,7 +199,7 @@ def sync_tensorboard(run_dir: Path, kind: str, rows: list[dict]) -> dict:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, tb_dir / name)
-    _fsync_dir(tb_dir)
+    fsync_dir(tb_dir)
     return {"dir": str(tb_dir), "written": len(todo), "iterations": [r["iteration"] for r in todo], "file": name}
 
 

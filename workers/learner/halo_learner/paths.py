@@ -45,3 +45,12 @@ def check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise ValueError(f"invalid run id {run_id!r}: letters, digits, . _ - starting with a letter or digit (max 200)")
     return run_id
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (the directory entry, not only the file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
