@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ConfigError, formatConfigIssues } from './config-error';
 import { rewardWeightsSchema } from './rewards/weights';
 import { CREDENTIAL_NAMES } from './credentials';
+import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
 // Every section is strict (an unknown key is an error that names the closest valid key) and every number
@@ -259,12 +260,30 @@ export type MiniwobConfig = z.infer<typeof miniwobSchema>;
 export { ConfigError };
 
 /** Validate a parsed config object; the error lists every bad field by its dotted path. */
-export function parseConfig(raw: unknown, source = 'config'): HaloConfig {
+export function parseConfig(raw: unknown, source = 'config', opts: { historyBudget?: boolean } = {}): HaloConfig {
   const input = raw ?? {};
   const result = configSchema.safeParse(input);
-  if (result.success) return result.data;
+  if (result.success) {
+    const problems = opts.historyBudget === false ? [] : historyBudgetProblems(result.data);
+    if (problems.length) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+    return result.data;
+  }
   const lines = formatConfigIssues(result.error.issues, configSchema, input);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/**
+ * Episodes this config would run that pass a Temporal payload or history limit (lib/history-budget.ts): a
+ * GRPO episode with its grouping's candidates, and an MCTS expansion's sampling call.
+ */
+export function historyBudgetProblems(cfg: HaloConfig): string[] {
+  const stepGroups = cfg.train.grouping === 'step';
+  const episode = episodeHistoryProblems(
+    { n: stepGroups ? cfg.train.numGenerations : 1, forks: stepGroups, maxSteps: cfg.episode.maxSteps, maxTokens: cfg.policy.maxTokens },
+    { n: 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' },
+  );
+  const expansion = samplingPayloadProblem(cfg.mcts.maxChildren, cfg.policy.maxTokens, { n: 'mcts.maxChildren', maxTokens: 'policy.maxTokens' });
+  return [...episode, ...(expansion ? [expansion] : [])];
 }
 
 /**
@@ -290,5 +309,6 @@ export function parseStoredConfig(raw: unknown, source = 'stored run config'): {
       }
     }
   }
-  return { cfg: parseConfig(input, source), dropped };
+  // A run already under way was checked when it started; a bound tightened since must not stop it mid-way.
+  return { cfg: parseConfig(input, source, { historyBudget: false }), dropped };
 }

@@ -144,6 +144,8 @@ export interface Candidate {
 export interface SampledTokens {
   token_ids: number[];
   logprobs: number[] | null;
+  /** Written by the colocated sampler: the grammar the tokens were sampled under (constrained decoding). */
+  grammar_ref?: string | null;
 }
 
 export interface SampleResult {

@@ -184,15 +184,26 @@ export const SampleActionsInputSchema = z.strictObject({
   base_model: baseModel,
   /** Constrained decoding: every completion follows this JSON-schema blob (lib/action-grammar.ts). */
   grammar_ref: z.string().nullable().default(null),
+  /** Tokens as blobs (`tokens_ref`), not inline: n × max_tokens ids and log-probs would swell every history carrying them. */
+  store_tokens: z.boolean().default(false),
 });
 
-export const CompletionSchema = z.strictObject({
-  text: z.string(),
-  /** Include the stop token when there is one; `text` leaves it out. */
-  token_ids: z.array(int),
-  logprobs: z.array(finite),
-  finish_reason: z.enum(['stop', 'length']),
-});
+export const CompletionSchema = z
+  .strictObject({
+    text: z.string(),
+    /** Include the stop token when there is one; `text` leaves it out. */
+    token_ids: z.array(int).nullable().default(null),
+    logprobs: z.array(finite).nullable().default(null),
+    /** With `store_tokens`: a `SampledTokens` blob ({token_ids, logprobs, grammar_ref}) instead of the two lists. */
+    tokens_ref: z.string().nullable().default(null),
+    finish_reason: z.enum(['stop', 'length']),
+  })
+  .superRefine((c, ctx) => {
+    const inline = c.token_ids !== null && c.logprobs !== null;
+    if (inline === (c.tokens_ref !== null) || (c.token_ids === null) !== (c.logprobs === null)) {
+      ctx.addIssue({ code: 'custom', message: 'a completion carries its tokens either inline (token_ids and logprobs) or as tokens_ref' });
+    }
+  });
 
 export const SampleActionsOutputSchema = z.strictObject({
   completions: z.array(CompletionSchema),

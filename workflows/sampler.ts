@@ -11,7 +11,7 @@ import * as profiles from './activity-profiles';
 
 /**
  * N candidate actions for one state from the run's policy: the colocated learner (`sample_actions` on the gpu
- * queue, with its token ids and log-probs) or an OpenAI-compatible server (`samplePolicy`). Model output is
+ * queue, its token ids and log-probs written as blobs) or an OpenAI-compatible server (`samplePolicy`). Model output is
  * parsed in an activity on both paths, so a workflow's replayed state never depends on the parser's version.
  */
 
@@ -34,7 +34,7 @@ export interface SampledCandidate {
   completionRef?: string;
   /** Histories recorded before parsing moved into an activity carried the text inline. */
   completion?: string;
-  /** openai path: the sampler's tokens as a blob; colocated path: inline in `tokenIds`/`logprobs`. */
+  /** The sampler's tokens as a blob; inline in `tokenIds`/`logprobs` only in colocated histories from before blobs. */
   tokensRef?: string;
   tokenIds?: number[];
   logprobs?: number[];
@@ -94,9 +94,12 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     max_tokens: policy.maxTokens,
     ...(s.baseModel ? { base_model: s.baseModel } : {}),
     ...(grammarRef ? { grammar_ref: grammarRef } : {}),
+    store_tokens: true,
   });
   const texts = out.completions.map((c) => c.text);
+  // Histories recorded before the learner stored tokens as blobs carry them inline; both shapes stay readable.
   const fromSampler = out.completions.map((c) => ({
+    ...(c.tokens_ref ? { tokensRef: c.tokens_ref } : {}),
     ...(c.token_ids ? { tokenIds: c.token_ids } : {}),
     ...(c.logprobs ? { logprobs: c.logprobs } : {}),
     finishReason: c.finish_reason ?? null,

@@ -196,7 +196,8 @@ export const distinctClicks: PolicyScript = (step, n) => Array.from({ length: n 
 export class FakeControl {
   private readonly blobs = new Map<string, unknown>();
   readonly samples: { step: number; n: number; model: string }[] = [];
-  readonly trajectories: { workflowId: string; actions: unknown[] }[] = [];
+  /** `tokens`: each step's sampler tokens as the trajectory carries them (a reference, 'inline', or none). */
+  readonly trajectories: { workflowId: string; actions: unknown[]; tokens: (string | null)[] }[] = [];
   readonly grpoBatches: { iteration: number; trajectories: number }[] = [];
   readonly grpoMetrics: number[] = [];
   /** The metrics line of each appended iteration, as the workflow computed it. */
@@ -265,8 +266,12 @@ export class FakeControl {
         })),
       }),
       storeCompletions: async (input: { texts: string[] }) => ({ refs: input.texts.map((t) => fakeRef(t, 'txt')) }),
-      recordTrajectory: async (input: { workflowId: string; steps: { action?: unknown; resultRef?: string }[] }) => {
-        this.trajectories.push({ workflowId: input.workflowId, actions: input.steps.map((s) => s.action ?? s.resultRef) });
+      recordTrajectory: async (input: { workflowId: string; steps: { action?: unknown; resultRef?: string; tokensRef?: string; tokenIds?: number[] }[] }) => {
+        this.trajectories.push({
+          workflowId: input.workflowId,
+          actions: input.steps.map((s) => s.action ?? s.resultRef),
+          tokens: input.steps.map((s) => s.tokensRef ?? (s.tokenIds ? 'inline' : null)),
+        });
         return fakeRef(`trajectory:${input.workflowId}`);
       },
       buildGrpoBatch: async (input: { iteration: number; trajectory_refs: string[] }) => {
@@ -307,7 +312,7 @@ export class FakeControl {
  * iteration is in flight.
  */
 export class FakeLearner {
-  readonly samples: { version: number; n: number; run_id: string }[] = [];
+  readonly samples: { version: number; n: number; run_id: string; storeTokens: boolean }[] = [];
   readonly updates: { kind: 'grpo' | 'dpo'; version: number; run_id: string }[] = [];
   /** Hold the update to a version in flight. */
   readonly updateHolds = new Holds();
@@ -331,12 +336,15 @@ export class FakeLearner {
 
   activities(): ActivityMap {
     return {
-      sample_actions: async (input: { run_id: string; version: number; n: number; prompt_ref: string }) => {
-        this.samples.push({ version: input.version, n: input.n, run_id: input.run_id });
+      sample_actions: async (input: { run_id: string; version: number; n: number; prompt_ref: string; store_tokens?: boolean }) => {
+        this.samples.push({ version: input.version, n: input.n, run_id: input.run_id, storeTokens: input.store_tokens ?? false });
         const step = this.samples.length;
         const actions = this.policy(step, input.n);
+        // As the learner answers: tokens by reference when asked to store them, inline otherwise.
+        const tokens = (i: number) =>
+          input.store_tokens ? { tokens_ref: fakeRef(`tokens:${step}:${i}`) } : { token_ids: [1, 2, 3], logprobs: [-0.1, -0.2, -0.3] };
         return {
-          completions: actions.map((a) => ({ text: completionFor(a), token_ids: [1, 2, 3], logprobs: [-0.1, -0.2, -0.3], finish_reason: 'stop' })),
+          completions: actions.map((a, i) => ({ text: completionFor(a), ...tokens(i), finish_reason: 'stop' })),
           model: 'fake',
           version: input.version,
           seconds: 0.01,

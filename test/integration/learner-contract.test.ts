@@ -135,6 +135,12 @@ const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boo
   { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', n: 65 }, valid: false },
   { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', version: -1 }, valid: false },
   { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', temperature: 0, seed: 3 }, valid: true },
+  { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', store_tokens: true }, valid: true },
+  { model: 'Completion', payload: { text: 'x', token_ids: [1], logprobs: [-1], finish_reason: 'stop' }, valid: true },
+  { model: 'Completion', payload: { text: 'x', tokens_ref: 'sha256:t', finish_reason: 'stop' }, valid: true },
+  { model: 'Completion', payload: { text: 'x', finish_reason: 'stop' }, valid: false },
+  { model: 'Completion', payload: { text: 'x', token_ids: [1], logprobs: [-1], tokens_ref: 'sha256:t', finish_reason: 'stop' }, valid: false },
+  { model: 'Completion', payload: { text: 'x', token_ids: [1], finish_reason: 'length' }, valid: false },
   { model: 'ImagePart', payload: { type: 'image', ref: 'sha256:abc.png' }, valid: false },
   { model: 'PromptMessage', payload: { role: 'tool', content: [{ type: 'text', text: 'x' }] }, valid: false },
   { model: 'PromptMessage', payload: { role: 'assistant', content: [] }, valid: false },
@@ -303,10 +309,19 @@ describe('learner contract: learnerContract workflow through the real gpu task q
     assert.equal(r.sample.model, 'tiny-random');
     assert.equal(r.sample.completions.length, n);
     for (const c of r.sample.completions) {
+      assert.ok(c.token_ids && c.logprobs && c.tokens_ref == null, 'inline unless asked to store');
       assert.ok(c.token_ids.length >= 1 && c.token_ids.length <= 12);
       assert.equal(c.logprobs.length, c.token_ids.length);
       assert.ok(c.logprobs.every((lp) => Number.isFinite(lp) && lp <= 0));
       assert.ok(c.finish_reason === 'stop' || c.finish_reason === 'length');
+    }
+    // store_tokens: the same seeded draw, its tokens in one blob per completion and nothing inline.
+    assert.equal(r.stored.completions.length, n);
+    for (const [i, c] of r.stored.completions.entries()) {
+      const inline = r.sample.completions[i];
+      assert.equal(c.text, inline.text);
+      assert.ok(c.token_ids == null && c.logprobs == null && c.tokens_ref, `completion ${i} by reference only`);
+      assert.deepEqual(await blobs.getJson(c.tokens_ref), { token_ids: inline.token_ids, logprobs: inline.logprobs, grammar_ref: null });
     }
 
     // update_dpo v2 from v1.

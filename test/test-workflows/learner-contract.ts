@@ -29,6 +29,7 @@ export interface LearnerContractResult {
   grpo: UpdatePolicyOutput;
   /** sample_actions with v1. */
   sample: SampleActionsOutput;
+  stored: SampleActionsOutput;
   /** update_dpo v2 from v1: the sampled text is the rejected answer. */
   dpo: UpdateDpoOutput;
   /** update_policy v1 again: must be `reused`, no gradients applied twice. */
@@ -84,6 +85,18 @@ export async function learnerContract(input: LearnerContractInput): Promise<Lear
     seed: input.seed ?? 0,
   });
 
+  // 3b. The same draw with its tokens stored as blobs, as workflows ask for them (nothing inline).
+  const stored = await learner.sampleActions({
+    run_id: runId,
+    version: 1,
+    prompt_ref: promptRef,
+    n,
+    temperature: 1,
+    max_tokens: input.maxTokens ?? 16,
+    seed: input.seed ?? 0,
+    store_tokens: true,
+  });
+
   // 4-5. Step-level DPO on v1: the good answer over what the (random) policy said.
   const dpoBatchRef = await batches.writeDpoBatch({
     pairs: [
@@ -97,9 +110,10 @@ export async function learnerContract(input: LearnerContractInput): Promise<Lear
   const repeat = await learner.updatePolicy({ run_id: runId, version: 1, batch_ref: grpoBatchRef });
 
   // 7. GRPO from the sampler's own tokens and log-probs, as a colocated run sends them.
-  const mean = sample.completions.reduce((s, c) => s + c.logprobs.reduce((a, b) => a + b, 0), 0) / Math.max(1, sample.completions.length);
+  const inline = sample.completions.map((c) => ({ ...c, token_ids: c.token_ids ?? [], logprobs: c.logprobs ?? [] }));
+  const mean = inline.reduce((s, c) => s + c.logprobs.reduce((a, b) => a + b, 0), 0) / Math.max(1, sample.completions.length);
   const tokenBatchRef = await batches.writeGrpoBatch({
-    items: sample.completions.map((c) => ({
+    items: inline.map((c) => ({
       prompt_ref: promptRef,
       completion: c.text,
       completion_token_ids: c.token_ids,
@@ -112,5 +126,5 @@ export async function learnerContract(input: LearnerContractInput): Promise<Lear
   });
   const tokens = await learner.updatePolicy({ run_id: runId, version: 3, batch_ref: tokenBatchRef });
 
-  return { runId, grpoBatchRef, dpoBatchRef, tokenBatchRef, grpo, sample, dpo, repeat, tokens };
+  return { runId, grpoBatchRef, dpoBatchRef, tokenBatchRef, grpo, sample, stored, dpo, repeat, tokens };
 }

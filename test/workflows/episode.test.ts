@@ -4,6 +4,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { parseConfig } from '../../lib/config';
+import { episodeFootprint } from '../../lib/history-budget';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
 import { click, sessionGone, type FakeBrowser, type FakeBrowserOptions, type FakeControl, type PolicyScript } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
@@ -204,5 +205,24 @@ describe('episode: step groups', { timeout: 60_000 }, () => {
     assert.equal(losers.length, 4);
     assert.deepEqual([...browser.closes].sort(), ['s1', winner1, winner2, ...losers].sort());
     assert.equal(new Set(browser.closes).size, browser.closes.length, 'each session closed once');
+  });
+
+  test("the history of a step-grouped episode stays within the config check's bound (lib/history-budget.ts)", async () => {
+    const shape = { n: 4, forks: true, maxSteps: 6, maxTokens: 256 };
+    const policy: PolicyScript = (step, n) => Array.from({ length: n }, (_, i) => click(100 + 10 * i, 10 + step));
+    const events = await withFakeWorkers(env, 'group-budget', { browser: {}, policy }, async ({ q }) => {
+      const id = `group-budget-${q.control}`;
+      const r = (await env.client.workflow.execute('episode', {
+        taskQueue: q.control,
+        workflowId: id,
+        args: [episodeInput(q, { maxSteps: shape.maxSteps, grouping: { n: shape.n, choose: 'best' } })],
+      })) as EpisodeResult;
+      assert.equal(r.steps, shape.maxSteps);
+      return (await env.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
+    });
+    const bound = episodeFootprint(shape).events;
+    console.error(`step-grouped episode, n ${shape.n}, ${shape.maxSteps} steps: ${events} history events, bound ${bound}`);
+    // Upper bound, not a guess far above: the check must not refuse configs that fit many times over.
+    assert.ok(events <= bound && events >= bound / 4, `${events} events against the bound ${bound}`);
   });
 });

@@ -70,6 +70,10 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
         learner.samples.map((s) => s.version),
         [0, 0, 1, 1, 2, 2],
       );
+      // The sampler's tokens travel as blob references: the learner is asked to store them, nothing is inline.
+      assert.ok(learner.samples.every((s) => s.storeTokens));
+      const tokens = control.trajectories.flatMap((t) => t.tokens);
+      assert.ok(tokens.length > 0 && tokens.every((t) => t !== null && t.startsWith('sha256:')), `trajectory tokens: ${tokens.join(', ')}`);
       assert.deepEqual(control.grpoMetrics, [1, 2, 3]);
       assert.deepEqual(
         control.grpoBatches.map((b) => [b.iteration, b.trajectories]),

@@ -12,10 +12,14 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from . import objects, paths
+
+# blob/store.ts's REFRESH_EVERY_MS: a reused blob is at most this much older than its last use (gc's grace is an hour).
+REFRESH_EVERY_S = 600.0
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$")
 
@@ -39,6 +43,9 @@ class BlobStore:
         elif isinstance(root, str) and root.startswith("s3://"):
             s3 = objects.S3Objects(objects.parse_store_url(root, "blob store"))
         self.s3 = s3
+        # Object-store keys this process made young again, and when: one self-copy per key per REFRESH_EVERY_S,
+        # as blob/s3.ts does, so a hot blob (the same screenshot in every fork) costs one request, not one a put.
+        self._refreshed: dict[str, float] = {}
         self.root = s3.where() if s3 is not None else (Path(root) if root is not None else paths.blob_root())
 
     def _key(self, ref: str) -> str:
@@ -68,12 +75,18 @@ class BlobStore:
             key = self._key(ref)
             # A conditional put checks existence in the same round trip; a large object is looked up first so
             # that stored bytes are not sent again. An existing object holds these bytes (content-addressed).
-            if len(buf) <= (1 << 20) or not self.s3.exists(key):
-                self.s3.put_if_absent(key, buf)
+            there = len(buf) > (1 << 20) and self.s3.exists(key)
+            if there or not self.s3.put_if_absent(key, buf):
+                self._refresh_object(key)
             return ref
         path = self.path_of(ref)
-        if path.exists():
-            return ref  # same bytes, same name: nothing to do
+        try:
+            # Already there: make it young again, so that `halo gc` does not sweep an old blob this process has
+            # just reused and not yet named anywhere (the sweep re-checks the age right before removing).
+            os.utime(path)
+            return ref
+        except FileNotFoundError:
+            pass
         path.parent.mkdir(parents=True, exist_ok=True)
         # Readers must never see a half-written file, so write aside and rename (atomic on POSIX).
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
@@ -88,6 +101,15 @@ class BlobStore:
                 pass
             raise
         return ref
+
+    def _refresh_object(self, key: str) -> None:
+        now = time.monotonic()
+        if now - self._refreshed.get(key, -REFRESH_EVERY_S) < REFRESH_EVERY_S:
+            return
+        if len(self._refreshed) > 100_000:
+            self._refreshed.clear()
+        self.s3.touch(key)
+        self._refreshed[key] = now
 
     def put_json(self, value: Any) -> str:
         # Compact separators match JSON.stringify, so the same value gets the same reference on both sides.

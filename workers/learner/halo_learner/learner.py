@@ -325,9 +325,16 @@ class Learner:
         else:
             self._ensure(inp.run_id, inp.version, with_optimizer=False)
             out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
+        def tokens(s) -> dict:
+            if not inp.store_tokens:
+                return dict(token_ids=s.token_ids, logprobs=s.logprobs)
+            # The same blob shape as the openai path's (lib/episode-types.ts SampledTokens), and the grammar with
+            # it, so one blob says everything the learner needs to rescore the completion.
+            return dict(tokens_ref=self.blobs.put_json(
+                {"token_ids": s.token_ids, "logprobs": s.logprobs, "grammar_ref": inp.grammar_ref}))
+
         return SampleActionsOutput(
-            completions=[Completion(text=s.text, token_ids=s.token_ids, logprobs=s.logprobs,
-                                    finish_reason=s.finish_reason) for s in out],
+            completions=[Completion(text=s.text, finish_reason=s.finish_reason, **tokens(s)) for s in out],
             model=self.policy.model_id, version=inp.version, seconds=time.monotonic() - t0,
         )
 

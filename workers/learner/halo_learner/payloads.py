@@ -195,13 +195,25 @@ class SampleActionsInput(_Strict):
     base_model: ModelId = None
     # Constrained decoding: the JSON-schema blob every completion must follow (grammar.py).
     grammar_ref: str | None = None
+    # Each completion's token ids and log-probs go to a blob and only its reference comes back: n × max_tokens
+    # ids and log-probs inline would swell the history of every workflow that carries them.
+    store_tokens: bool = False
 
 
 class Completion(_Strict):
     text: str
-    token_ids: list[int]
-    logprobs: list[float]
+    # Inline (store_tokens off), or in the blob at tokens_ref: {token_ids, logprobs, grammar_ref}.
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    tokens_ref: str | None = None
     finish_reason: Literal["stop", "length"]
+
+    @model_validator(mode="after")
+    def _tokens_once(self):
+        inline = self.token_ids is not None and self.logprobs is not None
+        if inline == (self.tokens_ref is not None) or (self.token_ids is None) != (self.logprobs is None):
+            raise ValueError("a completion carries its tokens either inline (token_ids and logprobs) or as tokens_ref")
+        return self
 
 
 class SampleActionsOutput(_Strict):

@@ -83,7 +83,15 @@ def test_round_trip_snake_case_payloads(learner, blobs):
     s = acts.sample_actions({"run_id": "acts", "version": 1, "prompt_ref": blobs.put_json(m), "n": 2,
                              "temperature": 0.7, "max_tokens": 4, "seed": 3})
     assert set(s) == {"completions", "model", "version", "seconds"} and s["version"] == 1
-    assert set(s["completions"][0]) == {"text", "token_ids", "logprobs", "finish_reason"}
+    c = s["completions"][0]
+    assert set(c) == {"text", "token_ids", "logprobs", "tokens_ref", "finish_reason"} and c["tokens_ref"] is None
+    # As workflows ask: the same seeded draw, its tokens in a blob with the grammar (none here), nothing inline.
+    stored = acts.sample_actions({"run_id": "acts", "version": 1, "prompt_ref": blobs.put_json(m), "n": 2,
+                                  "temperature": 0.7, "max_tokens": 4, "seed": 3, "store_tokens": True})
+    for inline, by_ref in zip(s["completions"], stored["completions"]):
+        assert by_ref["token_ids"] is None and by_ref["logprobs"] is None and by_ref["text"] == inline["text"]
+        assert blobs.get_json(by_ref["tokens_ref"]) == {"token_ids": inline["token_ids"], "logprobs": inline["logprobs"],
+                                                        "grammar_ref": None}
     d = acts.update_dpo({"run_id": "acts", "version": 2, "batch_ref": blobs.put_json({"pairs": [
         {"prompt": m, "chosen": "click OK", "rejected": "scroll", "ref_chosen_logprob": None,
          "ref_rejected_logprob": None}]}), "hyperparameters": {"learning_rate": 1e-3, "beta": 0.1}})

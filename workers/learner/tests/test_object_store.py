@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,6 +85,29 @@ def test_concurrent_identical_puts(store):
     assert store.get(refs[0]) == data
     if store.s3 is None:
         assert not list(Path(store.root).rglob("*.tmp"))
+
+
+def _last_write(store, ref) -> float:
+    if store.s3 is None:
+        return store.path_of(ref).stat().st_mtime
+    head = store.s3.client.head_object(Bucket=store.s3.loc.bucket, Key=store._key(ref))
+    return head["LastModified"].timestamp()
+
+
+def test_a_reused_blob_is_made_young_again(store):
+    """`halo gc` sweeps blobs older than its grace period that nothing names; a put of bytes already stored is a
+    use, so it must refresh the age, or a blob a learner has just reused could go before it is recorded."""
+    ref = store.put(PNG + b" reused", "png")
+    if store.s3 is None:
+        old = time.time() - 7200
+        os.utime(store.path_of(ref), (old, old))
+    else:
+        time.sleep(1.1)  # LastModified has one-second resolution
+    before = _last_write(store, ref)
+    assert store.put(PNG + b" reused", "png") == ref
+    after = _last_write(store, ref)
+    assert after > before and after > time.time() - 60
+    assert store.get(ref) == PNG + b" reused"
 
 
 def test_missing_and_bad_refs(store):
