@@ -99,6 +99,7 @@ export function createControlActivities(blobs: BlobStore) {
           completionRef: await blobs.put(c.text, 'txt'),
           finishReason: c.finishReason,
           ...(c.tokenIds ? { tokensRef: await blobs.putJson({ token_ids: c.tokenIds, logprobs: c.logprobs ?? null } satisfies SampledTokens) } : {}),
+          ...(c.logprobs?.length ? { logprobSum: c.logprobs.reduce((a, b) => a + b, 0) } : {}),
         });
       }
       return {

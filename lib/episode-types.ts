@@ -138,6 +138,8 @@ export interface Candidate {
    * gave none. By reference: N × 256 ids and log-probs per step would swell every history that carries them.
    */
   tokensRef?: string;
+  /** Sum of those log-probs: MCTS keeps it as the DPO reference log-prob without reading the blob. */
+  logprobSum?: number;
 }
 
 /** The blob behind a candidate's `tokensRef`. */

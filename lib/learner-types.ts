@@ -196,6 +196,8 @@ export const CompletionSchema = z
     logprobs: z.array(finite).nullable().default(null),
     /** With `store_tokens`: a `SampledTokens` blob ({token_ids, logprobs, grammar_ref}) instead of the two lists. */
     tokens_ref: z.string().nullable().default(null),
+    /** Sum of the log-probs (either way): MCTS keeps it as the DPO reference log-prob of the completion. */
+    logprob_sum: finite.nullable().default(null),
     finish_reason: z.enum(['stop', 'length']),
   })
   .superRefine((c, ctx) => {

@@ -38,6 +38,8 @@ export interface SampledCandidate {
   tokensRef?: string;
   tokenIds?: number[];
   logprobs?: number[];
+  /** Sum of the sampler's log-probs, wherever the tokens are (MCTS keeps it as the DPO reference log-prob). */
+  logprobSum?: number;
   finishReason?: string | null;
 }
 
@@ -102,6 +104,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     ...(c.tokens_ref ? { tokensRef: c.tokens_ref } : {}),
     ...(c.token_ids ? { tokenIds: c.token_ids } : {}),
     ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+    ...(c.logprob_sum != null ? { logprobSum: c.logprob_sum } : {}),
     finishReason: c.finish_reason ?? null,
   }));
   if (patched('parse-in-activity')) {

@@ -13,6 +13,7 @@ Memory: the chunk size of an update is planned from the batch's shape under the 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -334,7 +335,8 @@ class Learner:
                 {"token_ids": s.token_ids, "logprobs": s.logprobs, "grammar_ref": inp.grammar_ref}))
 
         return SampleActionsOutput(
-            completions=[Completion(text=s.text, finish_reason=s.finish_reason, **tokens(s)) for s in out],
+            completions=[Completion(text=s.text, finish_reason=s.finish_reason, logprob_sum=math.fsum(s.logprobs),
+                                    **tokens(s)) for s in out],
             model=self.policy.model_id, version=inp.version, seconds=time.monotonic() - t0,
         )
 

@@ -206,6 +206,8 @@ class Completion(_Strict):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     tokens_ref: str | None = None
+    # Sum of the log-probs (either way): MCTS keeps it as the DPO reference log-prob of the completion.
+    logprob_sum: float | None = None
     finish_reason: Literal["stop", "length"]
 
     @model_validator(mode="after")

@@ -84,7 +84,8 @@ def test_round_trip_snake_case_payloads(learner, blobs):
                              "temperature": 0.7, "max_tokens": 4, "seed": 3})
     assert set(s) == {"completions", "model", "version", "seconds"} and s["version"] == 1
     c = s["completions"][0]
-    assert set(c) == {"text", "token_ids", "logprobs", "tokens_ref", "finish_reason"} and c["tokens_ref"] is None
+    assert set(c) == {"text", "token_ids", "logprobs", "tokens_ref", "logprob_sum", "finish_reason"}
+    assert c["tokens_ref"] is None and abs(c["logprob_sum"] - sum(c["logprobs"])) < 1e-6
     # As workflows ask: the same seeded draw, its tokens in a blob with the grammar (none here), nothing inline.
     stored = acts.sample_actions({"run_id": "acts", "version": 1, "prompt_ref": blobs.put_json(m), "n": 2,
                                   "temperature": 0.7, "max_tokens": 4, "seed": 3, "store_tokens": True})
