@@ -52,6 +52,8 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
     assert.equal(l.num_groups > 0, true);
     assert.ok(Number.isFinite(l.loss ?? NaN));
     assert.ok(l.action_validity >= 0 && l.action_validity <= 1);
+    // The colocated sampler's tokens (in blobs, by reference) reach the learner: nothing had to be retokenised.
+    assert.equal(l.retokenized, 0, `iteration ${l.iteration} retokenised ${l.retokenized} completions`);
   }
   assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2]);
   assert.equal(lines[0].eval, undefined);
