@@ -15,8 +15,9 @@ import { singleEpisodeInput } from '../client/episode-input';
 import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack } from '../testing/stack';
-import { median, runBench } from './bench-run';
+import { load, median, runBench } from './bench-run';
 import { startInProcessSessions } from './in-process-sessions';
+import { activityInterval, readRun, unionLength } from './temporal-history';
 
 const { values } = parseArgs({
   options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' }, 'policy-latency-ms': { type: 'string', default: '0' } },
@@ -63,6 +64,7 @@ async function main() {
   const input = singleEpisodeInput(cfg, 'bench-episode');
   const plain: number[] = [];
   const durable: number[] = [];
+  const shares: number[] = [];
   let n = 0;
   try {
     // One warm-up of each (browser launch, workflow bundle caches), then alternate so drift hits both.
@@ -73,15 +75,21 @@ async function main() {
       t = performance.now();
       const res: EpisodeResult = await stack.client.workflow.execute('episode', {
         taskQueue: stack.controlQueue,
-        workflowId: `bench-${Date.now()}-${n++}`,
+        workflowId: `bench-${n++}-${r}`,
         args: [input],
       });
       const tw = performance.now() - t;
+      // Temporal's share read from the episode's own history: the time no activity ran (workflow tasks,
+      // dispatch) over the history's span. Unlike the ratio, it does not depend on the plain loop's run.
+      const run = await readRun(stack.client, `bench-${n - 1}-${r}`);
+      const busy = unionLength(run.activities.map((a) => activityInterval(a)).filter((x): x is [number, number] => x !== undefined), run.start, run.end);
+      const share = 1 - busy / (run.end - run.start);
       if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
       if (r === 0) continue;
       plain.push(tp);
       durable.push(tw);
-      console.error(`run ${r}: plain ${tp.toFixed(0)} ms, temporal ${tw.toFixed(0)} ms`);
+      shares.push(share);
+      console.error(`run ${r}: plain ${tp.toFixed(0)} ms, temporal ${tw.toFixed(0)} ms, outside activities ${(share * 100).toFixed(1)}%`);
     }
   } finally {
     await sessions.close();
@@ -94,6 +102,8 @@ async function main() {
   console.log(`plain in-process loop : ${mp.toFixed(0)} ms`);
   console.log(`Temporal workflow      : ${md.toFixed(0)} ms`);
   console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 15%)`);
+  console.log(`outside activities    : ${(median(shares) * 100).toFixed(1)}% of the episode's history span (workflow tasks and dispatch; median)`);
+  console.log(`load average at the end: ${load()}`);
 }
 
 runBench(main);
