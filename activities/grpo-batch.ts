@@ -2,19 +2,33 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
 import type { SampledTokens, StepGroup } from '../lib/episode-types';
 import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type BatchStepGroup } from '../lib/grpo';
+import { anchorGroupAdvantages, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/anchor-groups';
 import type { LearnerBatchActivities } from './learner-batches';
 
 /** What the trajectory blob holds that the batch needs (written by `recordTrajectory`). */
 interface TrajectoryForBatch {
   task: { env: string; task: string; seed: number };
   groups?: StepGroup[];
-  steps: { promptRef: string; grammarRef?: string; completion: string; completionRef?: string; tokensRef?: string; tokenIds?: number[]; logprobs?: number[]; shaped: { total: number } }[];
+  steps: {
+    promptRef: string;
+    grammarRef?: string;
+    completion: string;
+    completionRef?: string;
+    tokensRef?: string;
+    tokenIds?: number[];
+    logprobs?: number[];
+    shaped: { total: number };
+    /** The page the step acted from; its `stateKey` forms anchor groups (absent in older trajectories: never grouped). */
+    observation?: { stateKey?: string };
+  }[];
 }
 
 export interface BuildGrpoBatchInput {
   run_id: string;
   iteration: number;
-  grouping: 'step' | 'episode';
+  grouping: 'step' | 'episode' | 'anchor';
+  /** Grouping `anchor`: the weights and discount (train.anchor); the schema defaults when absent. */
+  anchor?: AnchorParams;
   trajectory_refs: string[];
   /**
    * The run's `policy.maxTokens`, recorded in the batch: dr_grpo divides by B × this constant, so a token weighs
@@ -31,12 +45,18 @@ export interface BuildGrpoBatchResult {
   group_rewards: number[][];
   /** Every group had equal rewards: the batch carries them with advantage 0 (KL only) to keep versions contiguous. */
   no_signal: boolean;
+  /** Grouping `anchor`: the step-level groups found across the rollouts, for the metrics row. */
+  anchor?: AnchorStats;
 }
+
+/** train.anchor's defaults (lib/config.ts), for a workflow that passes none. */
+const ANCHOR_DEFAULTS: AnchorParams = { episodeWeight: 1, stepWeight: 1, discount: 0.95 };
 
 /**
  * Builds one iteration's GRPO batch from its episodes' trajectories. Step grouping: each recorded step group
  * (N candidates from one state); episode grouping: the N rollouts of one task and seed, compared on their
- * shaped returns, every step of a rollout carrying its rollout's advantage. Only references cross Temporal.
+ * shaped returns, every step of a rollout carrying its rollout's advantage; anchor grouping: the same rollouts,
+ * plus a step term from equal states met across them. Only references cross Temporal.
  */
 export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatchActivities) {
   async function completionRef(c: { completionRef?: string; completion?: string }): Promise<string> {
@@ -71,7 +91,15 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     return out;
   }
 
-  async function episodeItems(trajs: TrajectoryForBatch[]): Promise<{ items: GrpoRefItem[]; groups: number[][] }> {
+  /**
+   * Episode and anchor grouping: the rollouts of one task + seed form a group. Episode: every step of a rollout
+   * carries the rollout's advantage. Anchor: each step's advantage adds a step term from the steps of the
+   * group's rollouts that acted from the same state (lib/anchor-groups.ts).
+   */
+  async function episodeItems(
+    trajs: TrajectoryForBatch[],
+    anchor: AnchorParams | null,
+  ): Promise<{ items: GrpoRefItem[]; groups: number[][]; anchor?: AnchorStats }> {
     const byTask = new Map<string, TrajectoryForBatch[]>();
     for (const t of trajs) {
       const key = `${t.task.env}/${t.task.task}/${t.task.seed}`;
@@ -79,26 +107,38 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     }
     const items: GrpoRefItem[] = [];
     const groups: number[][] = [];
+    const anchorParts: { stats: AnchorStats; steps: number }[] = [];
     for (const rollouts of byTask.values()) {
       const returns = rollouts.map((r) => r.steps.reduce((s, st) => s + st.shaped.total, 0));
       groups.push(returns);
-      const { advantages } = episodeGroup(returns);
+      let advantages: number[][];
+      if (anchor) {
+        const a = anchorGroupAdvantages(
+          rollouts.map((r) => ({ rewards: r.steps.map((st) => st.shaped.total), stateKeys: r.steps.map((st) => st.observation?.stateKey) })),
+          anchor,
+        );
+        advantages = a.advantages;
+        anchorParts.push({ stats: a.stats, steps: rollouts.reduce((s, r) => s + r.steps.length, 0) });
+      } else {
+        const e = episodeGroup(returns).advantages;
+        advantages = rollouts.map((r, i) => r.steps.map(() => e[i]));
+      }
       for (const [i, r] of rollouts.entries()) {
-        for (const st of r.steps) {
+        for (const [k, st] of r.steps.entries()) {
           const t = await tokens(st);
           items.push({
             prompt_ref: st.promptRef,
             completion_ref: await completionRef(st),
             completion_token_ids: t.tokenIds && t.tokenIds.length ? t.tokenIds : null,
             old_logprobs: t.tokenIds && t.logprobs && t.logprobs.length === t.tokenIds.length ? t.logprobs : null,
-            advantage: advantages[i],
+            advantage: advantages[i][k],
             finish_reason: null,
             ...(st.grammarRef ? { grammar_ref: st.grammarRef } : {}),
           });
         }
       }
     }
-    return { items, groups };
+    return { items, groups, ...(anchor ? { anchor: mergeAnchorStats(anchorParts) } : {}) };
   }
 
   return {
@@ -111,14 +151,16 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       let items: GrpoRefItem[];
       let groupRewards: number[][];
       let groups: BatchStepGroup[] = [];
+      let anchorStats: AnchorStats | undefined;
       if (input.grouping === 'step') {
         groups = await stepGroups(trajs);
         items = groupsToBatchItems(groups);
         groupRewards = groups.map(stepGroupRewards);
       } else {
-        const e = await episodeItems(trajs);
+        const e = await episodeItems(trajs, input.grouping === 'anchor' ? (input.anchor ?? ANCHOR_DEFAULTS) : null);
         items = e.items.filter((it) => it.advantage !== 0);
         groupRewards = e.groups;
+        anchorStats = e.anchor;
         if (items.length === 0) items = e.items;
       }
       let noSignal = false;
@@ -137,14 +179,14 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
           })),
         );
-      } else if (input.grouping === 'episode') {
+      } else if (input.grouping !== 'step') {
         noSignal = items.every((it) => it.advantage === 0);
       }
       if (items.length === 0) {
         throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} produced no samples`, 'EmptyIteration');
       }
       const batch_ref = await batches.writeGrpoBatch({ items, max_completion_len: input.max_completion_len ?? null });
-      return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal };
+      return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal, ...(anchorStats ? { anchor: anchorStats } : {}) };
     },
   };
 }

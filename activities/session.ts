@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { BlobStore } from '../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv, SiteUnreachableError, checkSiteHealth } from '../env/real';
+import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { UnscorableTaskError } from '../env/real-eval';
 import { UnknownRealTaskError, getRealTask } from '../env/real-tasks';
 import { SiteLimiter, SiteSlotTimeoutError, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
@@ -32,6 +33,10 @@ interface Session {
   context: BrowserContext;
   env: SessionEnv;
   applied: number;
+  /** The actions applied since the reset, as JSON: a start asking for the same path from the same episode is its fork. */
+  path: string[];
+  /** The client state at `applied` actions, shared by the forks of one step group. */
+  snapshot?: { applied: number; value: Promise<ClientSnapshot> };
   last?: StepSessionResult;
   /** The page as the policy last saw it: the "before" of the next step's reward. */
   view: RewardView;
@@ -70,6 +75,9 @@ export interface StartOptions {
   maxSlotWaitMs?: number;
 }
 
+/** A snapshot fork whose /finish or URL differs from its parent's. */
+class ForkMismatch extends Error {}
+
 /** Known permanent environment errors become non-retryable failures that say what is wrong. */
 function permanentEnvError(err: unknown): ApplicationFailure | undefined {
   if (err instanceof UnknownRealTaskError || err instanceof UnscorableTaskError || err instanceof SiteUnreachableError) {
@@ -100,6 +108,7 @@ export class SessionManager {
   private readonly slotTimeoutMs: number;
   private readonly idleMs: number;
   private readonly sweeper: NodeJS.Timeout;
+  private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
 
   constructor(private readonly deps: SessionDeps) {
     this.siteLimiter = new SiteLimiter(deps.siteConcurrency ?? 4);
@@ -116,6 +125,11 @@ export class SessionManager {
 
   get size(): number {
     return this.sessions.size;
+  }
+
+  /** Forks of this worker that copied their parent's client state, and those that had to replay after all. */
+  forkCounters(): ForkCounters {
+    return { ...this.forks };
   }
 
   private async ensureBrowser(env: TaskSpec['env']): Promise<Browser> {
@@ -149,11 +163,89 @@ export class SessionManager {
     }
   }
 
-  /** A page in a fresh context, reset to the task, with the episode's action prefix replayed. */
+  /**
+   * A page in a fresh context at the end of the episode's action prefix. A REAL fork whose parent session
+   * (same episode, same path) lives here copies the parent's client state instead of replaying, and keeps
+   * the copy only if its /finish equals the parent's; otherwise, and everywhere else, reset and replay.
+   */
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
     const site = this.validateTask(input.spec);
     if (input.spec.env === 'real') await this.checkHealth(input.spec.task);
     const browser = await this.ensureBrowser(input.spec.env);
+    const parent = this.forkParent(input);
+    if (!parent) return this.startByReplay(input, site, browser, beat, opts);
+    const forked = await this.startFromSnapshot(input, parent, site, browser, opts);
+    if (forked) {
+      this.forks.fork_snapshots++;
+      return { ...forked, fork: 'snapshot' };
+    }
+    this.forks.fork_replay_fallbacks++;
+    return { ...(await this.startByReplay(input, site, browser, beat, opts)), fork: 'replay-fallback' };
+  }
+
+  /** The live REAL session this start forks, if it is on this worker and snapshot forks are on. */
+  private forkParent(input: StartSessionInput): (Session & { env: RealEnv }) | undefined {
+    if (input.spec.env !== 'real' || input.replay.length === 0) return undefined;
+    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot') return undefined;
+    const path = input.replay.map((a) => JSON.stringify(a));
+    for (const s of this.sessions.values()) {
+      if (s.episodeId !== input.episodeId || !(s.env instanceof RealEnv) || s.env.ended) continue;
+      if (s.env.task?.id !== getRealTask(input.spec.task).id || s.applied !== path.length) continue;
+      if (s.path.every((a, i) => a === path[i])) return s as Session & { env: RealEnv };
+    }
+    return undefined;
+  }
+
+  /** One snapshot per parent state: the forks of a step group start together and share it. */
+  private parentSnapshot(parent: Session & { env: RealEnv }): Promise<ClientSnapshot> {
+    if (parent.snapshot?.applied !== parent.applied) {
+      const value = this.using(parent, () => parent.env.snapshot());
+      value.catch(() => {
+        if (parent.snapshot?.value === value) parent.snapshot = undefined;
+      });
+      parent.snapshot = { applied: parent.applied, value };
+    }
+    return parent.snapshot.value;
+  }
+
+  /** A fork from the parent's client state, or undefined when that state cannot be copied (the caller replays). */
+  private async startFromSnapshot(
+    input: StartSessionInput,
+    parent: Session & { env: RealEnv },
+    site: string | null,
+    browser: Browser,
+    opts: StartOptions,
+  ): Promise<StartSessionResult | undefined> {
+    let snap: ClientSnapshot;
+    try {
+      snap = await this.parentSnapshot(parent);
+    } catch {
+      return undefined;
+    }
+    const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block', storageState: snap.storage });
+    let env: RealEnv | undefined;
+    try {
+      env = (await this.createEnv(input, context, opts)) as RealEnv;
+      await env.resume(input.spec, snap);
+      // The eval reads /finish: a copy that renders anything else (state kept only in page scripts) is no fork.
+      if (!sameFinalState(await env.finalStateText(), snap.finish) || env.page.url() !== snap.url) throw new ForkMismatch();
+      return await this.register(input, context, env, site, browser, 0, opts);
+    } catch {
+      await env?.close().catch(() => {});
+      await context.close().catch(() => {});
+      // A cancelled start is not a reason to replay; anything else (a mismatch, a page that failed) is.
+      opts.signal?.throwIfAborted();
+      return undefined;
+    }
+  }
+
+  private async startByReplay(
+    input: StartSessionInput,
+    site: string | null,
+    browser: Browser,
+    beat: (d: unknown) => void,
+    opts: StartOptions,
+  ): Promise<StartSessionResult> {
     // Service workers would bypass the navigation guard of REAL pages.
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     let env: SessionEnv | undefined;
@@ -168,39 +260,53 @@ export class SessionManager {
         await env.apply(action);
         beat({ replayed: i + 1 });
       }
-      const obs = await env.observe();
-      const observation = await this.toRef(obs);
-      const view = await this.rewardView(env, obs);
-      // Nobody would ever close a session whose start was given up on: it would keep its site slot.
-      opts.signal?.throwIfAborted();
-      const session: Session = {
-        id: randomUUID(),
-        episodeId: input.episodeId,
-        context,
-        env,
-        applied: input.replay.length,
-        view,
-        weights: parseRewardWeights(input.rewardWeights),
-        site,
-        browser,
-        lastUsed: Date.now(),
-        busy: 0,
-      };
-      this.sessions.set(session.id, session);
-      return {
-        sessionId: session.id,
-        taskQueue: this.deps.workerTaskQueue,
-        worker: this.deps.workerName,
-        observation,
-        replayed: input.replay.length,
-        rewardState: initialRewardState(session.view, site),
-      };
+      return await this.register(input, context, env, site, browser, input.replay.length, opts);
     } catch (err) {
       // The env first: a REAL env gives back its site slot there.
       await env?.close().catch(() => {});
       await context.close().catch(() => {});
       throw err;
     }
+  }
+
+  /** Observes a started session and keeps it. */
+  private async register(
+    input: StartSessionInput,
+    context: BrowserContext,
+    env: SessionEnv,
+    site: string | null,
+    browser: Browser,
+    replayed: number,
+    opts: StartOptions,
+  ): Promise<StartSessionResult> {
+    const obs = await env.observe();
+    const observation = await this.toRef(obs);
+    const view = await this.rewardView(env, obs);
+    // Nobody would ever close a session whose start was given up on: it would keep its site slot.
+    opts.signal?.throwIfAborted();
+    const session: Session = {
+      id: randomUUID(),
+      episodeId: input.episodeId,
+      context,
+      env,
+      applied: input.replay.length,
+      path: input.replay.map((a) => JSON.stringify(a)),
+      view,
+      weights: parseRewardWeights(input.rewardWeights),
+      site,
+      browser,
+      lastUsed: Date.now(),
+      busy: 0,
+    };
+    this.sessions.set(session.id, session);
+    return {
+      sessionId: session.id,
+      taskQueue: this.deps.workerTaskQueue,
+      worker: this.deps.workerName,
+      observation,
+      replayed,
+      rewardState: initialRewardState(session.view, site),
+    };
   }
 
   /** The task's milestone site (REAL), null for MiniWoB; unknown tasks are permanent errors. */
@@ -350,6 +456,7 @@ export class SessionManager {
     const result: StepSessionResult = { ...body, resultRef: await this.deps.blobs.putJson(blob) };
     s.view = after;
     s.applied++;
+    s.path.push(JSON.stringify(input.action));
     s.last = result;
     return result;
   }

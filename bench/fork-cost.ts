@@ -11,6 +11,14 @@
  * The replayed action is harmless and valid on every step: a click on empty page space outside the task
  * (grid 900,500 = CSS 360,112; the task is the 160x210 px box in the top-left), or a scroll down.
  * The episode must still be running after max(k)+1 actions (checked), so every replayed action does work.
+ *
+ * REAL mode (`--env real`): the local REAL-protocol test site (testing/fake-real-site.ts) with a fixed delay
+ * before every answer (`--latency`, default 150 ms, a hosted clone's round trip). Per k, a parent session
+ * takes k actions (a goto to the site root: one round trip each, state kept), then one fork of it is started
+ * with `real.forkMode: replay` (reset + k actions) and one with `snapshot` (copy of the parent's storage,
+ * checked against its /finish). At k = 0 both are a plain reset: there is nothing to copy.
+ *
+ *   node --import tsx bench/fork-cost.ts --env real [--repeats 3] [--ks 0,5,10,20] [--latency 150]
  */
 import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
@@ -19,6 +27,13 @@ import { parseRewardWeights } from '../lib/rewards/weights';
 import type { StartSessionResult } from '../lib/episode-types';
 import { fmt, load, median, runBench } from './bench-run';
 import { startInProcessSessions } from './in-process-sessions';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SessionManager } from '../activities/session';
+import { BlobStore } from '../blob/store';
+import type { StartSessionInput } from '../lib/episode-types';
+import { startFakeRealSite } from '../testing/fake-real-site';
 
 const { values } = parseArgs({
   options: {
@@ -28,6 +43,8 @@ const { values } = parseArgs({
     task: { type: 'string', default: 'click-button' },
     seed: { type: 'string', default: '1' },
     action: { type: 'string', default: 'click' },
+    env: { type: 'string', default: 'miniwob' },
+    latency: { type: 'string', default: '150' },
   },
 });
 const repeats = Number(values.repeats);
@@ -129,4 +146,75 @@ async function main() {
   console.log(`plain step: median of ${plainStep.length} steps ${secs(step)} s; load avg at the end ${load()}`);
 }
 
-runBench(main);
+async function mainReal() {
+  const site = await startFakeRealSite({ latencyMs: Number(values.latency) });
+  const blobRoot = await mkdtemp(join(tmpdir(), 'halo-fork-bench-'));
+  const blobs = new BlobStore(blobRoot);
+  const manager = new SessionManager({
+    blobs,
+    miniwobBaseUrl: 'http://127.0.0.1:9/',
+    miniwobTasks: [],
+    workerTaskQueue: 'in-process',
+    workerName: 'bench',
+    realOriginOverride: `${site.origin}/`,
+  });
+  const rewardWeights = parseRewardWeights({});
+  const step: Action = { type: 'goto', url: `${site.origin}/` };
+  const input = (episodeId: string, k: number, mode: 'snapshot' | 'replay'): StartSessionInput => ({
+    spec: { env: 'real', task: 'gomail-18', seed: 0 },
+    replay: Array.from({ length: k }, () => step),
+    episodeId,
+    rewardWeights,
+    envOptions: { realRunId: '0', evaluateAtCap: false, realForkMode: mode },
+  });
+  const cost: Record<number, { replay: number[]; snapshot: number[]; kinds: string[] }> = {};
+  for (const k of ks) cost[k] = { replay: [], snapshot: [], kinds: [] };
+  const timed = async (i: StartSessionInput) => {
+    const t = performance.now();
+    const r = await manager.start(i);
+    const ms = performance.now() - t;
+    await manager.close(r.sessionId);
+    return { ms, r };
+  };
+  try {
+    await timed(input('warm-up', 0, 'replay'));
+    for (let rep = 0; rep < repeats; rep++) {
+      const order = rep % 2 ? [...ks].reverse() : ks;
+      for (const k of order) {
+        const episodeId = `bench-${rep}-${k}`;
+        const parent = await manager.start(input(episodeId, 0, 'replay'));
+        let rewardState = parent.rewardState;
+        for (let i = 0; i < k; i++) rewardState = (await manager.step({ sessionId: parent.sessionId, index: i, action: step, rewardState })).rewardState;
+        // Alternate which mode goes first, so the page cache favours neither.
+        const modes: ('replay' | 'snapshot')[] = rep % 2 ? ['snapshot', 'replay'] : ['replay', 'snapshot'];
+        for (const mode of modes) {
+          const { ms, r } = await timed(input(episodeId, k, mode));
+          cost[k]![mode].push(ms);
+          if (mode === 'snapshot') cost[k]!.kinds.push(r.fork ?? 'reset');
+          if (mode === 'replay' && r.replayed !== k) throw new Error(`replayed ${r.replayed}, expected ${k}`);
+        }
+        await manager.close(parent.sessionId);
+        console.error(`repeat ${rep + 1}/${repeats} k=${k}: replay ${secs(cost[k]!.replay.at(-1)!)} s, snapshot ${secs(cost[k]!.snapshot.at(-1)!)} s (${cost[k]!.kinds.at(-1)})`);
+      }
+    }
+  } finally {
+    await manager.shutdown();
+    await site.close();
+    await rm(blobRoot, { recursive: true, force: true });
+  }
+  console.log(
+    `fork cost, REAL: local REAL-protocol site with ${values.latency} ms before every answer, task gomail-18, one fork started next to a ` +
+      `live parent at step k, ${repeats} repeats (medians); in-process SessionManager, one Chromium; ${cpus().length} CPUs; ${new Date().toISOString()}`,
+  );
+  console.log('');
+  console.log('| k (parent actions) | replay fork s | snapshot fork s | replay / snapshot | snapshot forks kept |');
+  console.log('|---|---|---|---|---|');
+  for (const k of ks) {
+    const c = cost[k]!;
+    const kept = c.kinds.filter((x) => x === 'snapshot').length;
+    console.log(`| ${k} | ${secs(median(c.replay))} | ${secs(median(c.snapshot))} | ${(median(c.replay) / median(c.snapshot)).toFixed(1)}x | ${k === 0 ? 'n/a (reset)' : `${kept}/${c.kinds.length}`} |`);
+  }
+  console.log(`load avg at the end ${load()}`);
+}
+
+runBench(values.env === 'real' ? mainReal : main);

@@ -18,6 +18,7 @@ import type { AxTreeOptions, PageView } from './page-scripts';
 import { evaluateFinalState, UnscorableTaskError, type EvalResult, type EvaluateOptions } from './real-eval';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
 import { isHarnessPath } from './real-paths';
+import { readSessionStorage, restoreSessionStorage, type ClientSnapshot } from './real-snapshot';
 import type { SiteLimiter, ReleaseSlot } from './site-limits';
 import { reachesPrivateNetwork } from './private-network';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
@@ -491,6 +492,43 @@ export class RealEnv implements Environment {
   }
 
   async reset(spec: RealTaskSpec | TaskSpec): Promise<Observation> {
+    return this.begin(spec);
+  }
+
+  /**
+   * Continues an episode in a context created with a snapshot's storage (cookies, localStorage): no
+   * /config, which would reset that state; the agent page opens the snapshot's URL with its tab's
+   * sessionStorage written back before the site's scripts run.
+   */
+  async resume(spec: RealTaskSpec | TaskSpec, snap: Pick<ClientSnapshot, 'url' | 'sessionStorage' | 'steps'>): Promise<Observation> {
+    return this.begin(spec, snap);
+  }
+
+  /** The client state a fork needs (see env/real-snapshot.ts), with the /finish it must reproduce. */
+  async snapshot(): Promise<ClientSnapshot> {
+    const ep = this.requireEpisode();
+    this.assertUsable();
+    const finish = (await this.readFinish()).text;
+    return {
+      storage: await this.context.storageState(),
+      sessionStorage: await readSessionStorage(this.page),
+      url: this.page.url(),
+      steps: ep.steps,
+      finish,
+    };
+  }
+
+  /** The episode has ended (answer or step cap): its result is fixed. */
+  get ended(): boolean {
+    return this.episode?.final !== undefined;
+  }
+
+  /** The /finish JSON text now. */
+  async finalStateText(): Promise<string> {
+    return (await this.readFinish()).text;
+  }
+
+  private async begin(spec: RealTaskSpec | TaskSpec, resumeAt?: Pick<ClientSnapshot, 'url' | 'sessionStorage' | 'steps'>): Promise<Observation> {
     if (spec.env !== 'real') throw new Error(`RealEnv cannot run env "${String(spec.env)}"`);
     const task = getRealTask(spec.task, this.registry);
     if (!task.scorable) throw new UnscorableTaskError(task);
@@ -515,14 +553,16 @@ export class RealEnv implements Environment {
       bg.on('dialog', (d) => {
         d.accept().catch(() => undefined);
       });
-      const cdpBg = await this.context.newCDPSession(bg);
-      await cdpBg
-        .send('Storage.clearDataForOrigin', { origin, storageTypes: 'all' })
-        .catch(() => undefined)
-        .finally(() => cdpBg.detach().catch(() => undefined));
-      const config = `${origin}/config?run_id=${encodeURIComponent(this.runId)}&task_id=${encodeURIComponent(task.canonicalId)}&latency=0`;
-      await this.gotoOrUnreachable(bg, config, 'opening');
-      await bg.waitForLoadState('networkidle', { timeout: CONFIG_NETWORK_IDLE_TIMEOUT_MS }).catch(() => undefined);
+      if (!resumeAt) {
+        const cdpBg = await this.context.newCDPSession(bg);
+        await cdpBg
+          .send('Storage.clearDataForOrigin', { origin, storageTypes: 'all' })
+          .catch(() => undefined)
+          .finally(() => cdpBg.detach().catch(() => undefined));
+        const config = `${origin}/config?run_id=${encodeURIComponent(this.runId)}&task_id=${encodeURIComponent(task.canonicalId)}&latency=0`;
+        await this.gotoOrUnreachable(bg, config, 'opening');
+        await bg.waitForLoadState('networkidle', { timeout: CONFIG_NETWORK_IDLE_TIMEOUT_MS }).catch(() => undefined);
+      }
       await this.gotoOrUnreachable(bg, `${origin}/finish`, 'opening');
 
       // 2. Agent page at the site root.
@@ -541,14 +581,26 @@ export class RealEnv implements Environment {
       });
       page.on('popup', this.onPopup);
       await page.bringToFront();
-      await this.gotoOrUnreachable(page, rootUrl, 'opening');
+      let startUrl = rootUrl;
+      if (resumeAt) {
+        if (this.verdict(resumeAt.url) !== null) throw new Error(`cannot resume at ${resumeAt.url}: outside ${origin}`);
+        startUrl = resumeAt.url;
+        const restore = await page.addInitScript(restoreSessionStorage, { origin, entries: resumeAt.sessionStorage });
+        try {
+          await this.gotoOrUnreachable(page, startUrl, 'opening');
+        } finally {
+          await restore.dispose().catch(() => undefined);
+        }
+      } else {
+        await this.gotoOrUnreachable(page, startUrl, 'opening');
+      }
       this.blocked = [];
       if (this.verdict(page.url()) !== null) {
-        throw new SiteUnreachableError(origin, `the site root ${rootUrl} left the origin for ${page.url()}`);
+        throw new SiteUnreachableError(origin, `the site root ${startUrl} left the origin for ${page.url()}`);
       }
       await this.settle();
       await assignPageIds(page).catch(() => undefined);
-      this.episode = { task, rootUrl, origin, steps: 0, lastGoodUrl: page.url() };
+      this.episode = { task, rootUrl, origin, steps: resumeAt?.steps ?? 0, lastGoodUrl: page.url() };
     } catch (err) {
       // Leave nothing half-open: no site slot, no pages.
       this.releaseSlot();

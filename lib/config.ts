@@ -96,8 +96,21 @@ export const trainSchema = z
     tasks: z.array(z.string().min(1)).min(1).max(MAX_TASKS).default(['click-button', 'enter-text']),
     heldOutTasks: z.array(z.string().min(1)).max(MAX_TASKS).default([]),
     evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
-    grouping: z.enum(['step', 'episode']).default('step'),
-    numGenerations: z.number().int().min(2).max(64).default(4).describe('N: candidates per state (step) or rollouts per task (episode)'),
+    grouping: z
+      .enum(['step', 'episode', 'anchor'])
+      .default('step')
+      .describe(
+        'step: N candidates from each state, each in a session forked by replay (MiniWoB++); episode: N rollouts of one task + seed, advantage = return − group mean; anchor: the rollouts of episode plus step groups formed afterwards from equal states across them (GiGPO), no forks',
+      ),
+    numGenerations: z.number().int().min(2).max(64).default(4).describe('N: candidates per state (step) or rollouts per task (episode, anchor)'),
+    anchor: z
+      .strictObject({
+        episodeWeight: z.number().min(0).max(100).default(1).describe('weight of R_episode − mean R over the rollouts of one task + seed'),
+        stepWeight: z.number().min(0).max(100).default(1).describe('weight of G_t − mean G over the steps acting from the same state'),
+        discount: z.number().min(0).max(1).default(0.95).describe('γ of the step return G_t = Σ_k γ^k r_{t+k}'),
+      })
+      .prefault({})
+      .describe('grouping anchor: A = episodeWeight·(R − mean R) + stepWeight·(G_t − mean G over the anchor group); a step alone in its group keeps the episode term'),
     choose: z.enum(['best', 'sampled']).default('best').describe('which candidate the episode continues from (step grouping)'),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     klCoef: z.number().min(0).max(100).default(0.001),
@@ -132,6 +145,12 @@ export const realSchema = z
   .strictObject({
     runId: z.string().min(1).default('0').describe('run_id sent to /config; "0" keeps episodes off the REAL leaderboard'),
     evaluateAtCap: z.boolean().default(false).describe('evaluate the final state at the step cap (official rule: reward 0, no evaluation)'),
+    forkMode: z
+      .enum(['snapshot', 'replay'])
+      .default('snapshot')
+      .describe(
+        "how a step group's fork gets its parent's state. snapshot (default): copy the parent session's cookies, localStorage and sessionStorage into a new context and open its URL, kept only if /finish then matches the parent's (else replay); replay: reset and replay the action prefix. MiniWoB++ always replays, because its state lives in page scripts",
+      ),
   })
   .prefault({});
 

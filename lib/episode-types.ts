@@ -37,6 +37,8 @@ export interface EnvOptions {
   miniwobTimeLimit?: MiniwobConfig['timeLimit'];
   /** MiniWoB++ reward reported (config `miniwob.reward`); absent: raw. */
   miniwobReward?: MiniwobConfig['reward'];
+  /** How a REAL fork gets its parent's state (config `real.forkMode`); absent: snapshot. */
+  realForkMode?: 'snapshot' | 'replay';
 }
 
 export interface SessionHandle {
@@ -61,6 +63,11 @@ export interface StartSessionResult extends SessionHandle {
   replayed: number;
   /** Shaping state at reset (milestones already shown by the start page count as fired). */
   rewardState: RewardState;
+  /**
+   * A start whose parent session was on this worker: `snapshot` copied its client state (nothing replayed),
+   * `replay-fallback` tried that, found the state differed, and replayed. Absent: a plain reset + replay.
+   */
+  fork?: 'snapshot' | 'replay-fallback';
 }
 
 export interface StepSessionInput {
@@ -114,7 +121,10 @@ export interface StepResultBlob extends Omit<StepSessionResult, 'resultRef'> {
 /** The part of an observation the prompt needs: what the policy activity receives. */
 export type PromptObservationRef = Pick<ObservationRef, 'goal' | 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
 /** The part of an observation a trajectory keeps per step (the goal is kept once per episode). */
-export type StepObservationRef = Pick<ObservationRef, 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
+export type StepObservationRef = Pick<ObservationRef, 'url' | 'step' | 'screenshotRef' | 'axtreeRef'> & {
+  /** The state key of the page the step acted from (GRPO anchor grouping matches steps on it). */
+  stateKey?: string;
+};
 
 export interface SampleInput {
   policy: PolicyConfig;
@@ -339,5 +349,8 @@ export interface EpisodeResult {
   reason: string | null;
   actionPath: Action[];
   sessionRebuilds: number;
+  /** REAL step groups (real.forkMode snapshot): forks from a state copy, and copies that differed and replayed. */
+  forkSnapshots?: number;
+  forkReplayFallbacks?: number;
   trajectoryRef: string;
 }

@@ -7,6 +7,8 @@
 //     (`chooseCandidate`).
 //   - grouping `episode`: N rollouts of the same task + seed, compared on their shaped returns
 //     (`episodeGroup`).
+//   - grouping `anchor`: the rollouts of `episode`, plus step groups formed afterwards from equal states met
+//     across them (GiGPO; lib/anchor-groups.ts, `anchorGroupAdvantages`). No forks.
 //
 // Advantages are Dr. GRPO's (the learner's `loss_type: dr_grpo`, workers/learner/halo_learner/grpo.py):
 //
@@ -20,6 +22,7 @@
 // would reject them anyway).
 
 import { roundReward } from './rewards/shaping';
+import type { AnchorStats } from './anchor-groups';
 
 /** Rewards closer than this are "equal": a group whose spread is below it carries no learning signal. */
 export const REWARD_EPSILON = 1e-9;
@@ -225,6 +228,8 @@ export interface EpisodeSummary {
   steps: number;
   validActions: number;
   shapedReturn: number;
+  forkSnapshots?: number;
+  forkReplayFallbacks?: number;
 }
 
 export interface UpdateSummary {
@@ -252,6 +257,8 @@ export interface IterationMetricsInput {
   update?: UpdateSummary;
   /** Wall-clock seconds per phase (`rollout`, `batch`, `update`, `load`, …), measured by the caller. */
   phaseSeconds: Record<string, number>;
+  /** Grouping `anchor`: the step-level groups of the batch (lib/anchor-groups.ts). */
+  anchor?: AnchorStats;
 }
 
 /** One iteration's metrics, snake_case as in the metrics file (lib/run-metrics.ts). */
@@ -298,6 +305,14 @@ export interface IterationMetrics {
   eval?: { success_rate: number; mean_return: number; episodes: number };
   /** Episodes of the iteration that failed (left out of the batch and of the other metrics). */
   failed_episodes?: number;
+  /** Grouping `anchor` only: groups of ≥ 2 steps acting from one state, their mean / max size, share of steps in one. */
+  anchor_groups?: number;
+  anchor_group_size_mean?: number;
+  anchor_group_size_max?: number;
+  step_signal_share?: number;
+  /** REAL step groups: forks made from a copy of the parent's client state, and copies that differed (replayed). */
+  fork_snapshots?: number;
+  fork_replay_fallbacks?: number;
 }
 
 /**
@@ -318,7 +333,11 @@ export function iterationMetrics(input: IterationMetricsInput): IterationMetrics
   let valid = 0;
   let successes = 0;
   let returns = 0;
+  let forkSnapshots = 0;
+  let forkFallbacks = 0;
   eps.forEach((e, i) => {
+    forkSnapshots += e.forkSnapshots ?? 0;
+    forkFallbacks += e.forkReplayFallbacks ?? 0;
     checkFinite([e.steps, e.validActions, e.shapedReturn], `episodes[${i}] (steps, validActions, shapedReturn)`);
     returns += e.shapedReturn;
     steps += e.steps;
@@ -351,6 +370,8 @@ export function iterationMetrics(input: IterationMetricsInput): IterationMetrics
     seconds,
     num_groups: input.groups.length,
     num_episodes: eps.length,
+    ...(input.anchor ? { ...input.anchor } : {}),
+    ...(forkSnapshots + forkFallbacks > 0 ? { fork_snapshots: forkSnapshots, fork_replay_fallbacks: forkFallbacks } : {}),
   };
 }
 

@@ -229,11 +229,17 @@ export function isInvalidNode(tree: Tree, id: number): boolean {
  * end-of-turn token, so only completions sampled at temperature 1 that stopped on their own count.
  * Null makes the learner use the adapter-disabled model as reference for that pair.
  */
-export function refLogprob(logprobs: readonly number[] | undefined, temperature: number, finishReason: string | null | undefined): number | null {
-  if (!logprobs || logprobs.length === 0) return null;
+export function refLogprob(
+  logprobs: readonly number[] | number | undefined,
+  temperature: number,
+  finishReason: string | null | undefined,
+): number | null {
+  // The sampler's sum (tokens stored as blobs), or the per-token list (histories from before).
+  if (logprobs === undefined || (typeof logprobs !== 'number' && logprobs.length === 0)) return null;
   if (Math.abs(temperature - 1) > 1e-9 || finishReason !== 'stop') return null;
   let s = 0;
-  for (const x of logprobs) s += x;
+  if (typeof logprobs === 'number') s = logprobs;
+  else for (const x of logprobs) s += x;
   return Number.isFinite(s) ? s : null;
 }
 

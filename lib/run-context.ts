@@ -40,6 +40,7 @@ export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext
     envOptions: {
       realRunId: cfg.real.runId,
       evaluateAtCap: cfg.real.evaluateAtCap,
+      realForkMode: cfg.real.forkMode,
       miniwobTimeLimit: cfg.miniwob.timeLimit,
       miniwobReward: cfg.miniwob.reward,
     },

@@ -66,6 +66,14 @@ export const IterationMetricsSchema = z.object({
   entropy: finite.optional(),
   /** Episodes of the iteration that failed (left out of the batch). */
   failed_episodes: int.min(1).optional(),
+  /** Grouping `anchor`: step groups of ≥ 2 members, their mean / max size, and the share of steps in one. */
+  anchor_groups: int.min(0).optional(),
+  anchor_group_size_mean: finite.min(0).optional(),
+  anchor_group_size_max: int.min(0).optional(),
+  step_signal_share: fraction.optional(),
+  /** REAL step groups (`real.forkMode: snapshot`): forks from a state copy, and copies that differed and replayed. */
+  fork_snapshots: int.min(0).optional(),
+  fork_replay_fallbacks: int.min(0).optional(),
   seconds: z.record(z.string(), finite.min(0)),
   num_groups: int.min(0),
   num_episodes: int.min(0),

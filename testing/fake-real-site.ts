@@ -35,6 +35,13 @@ export interface FakeRealSite {
   externalRequests: FakeRequest[];
   /** Delay before /finish writes the JSON into its `<pre>` (the page first shows `Loading…`). */
   finishDelayMs: number;
+  /**
+   * Keep a counter (the `#bump` button) only in the agent page's scripts and report it in /finish as
+   * `memory.bumps`: state that no storage copy carries.
+   */
+  memoryState: boolean;
+  /** Added before every answer of the site (a hosted clone's round trip). */
+  latencyMs: number;
   /** Requests for one path. */
   hits(path: string): FakeRequest[];
   close(): Promise<void>;
@@ -141,7 +148,21 @@ document.getElementById('status').textContent = 'Configured ' + store.config.tas
 const FINISH_JS = String.raw`
 setTimeout(function () {
   var s = loadStore();
-  document.getElementById('finish').textContent = JSON.stringify(finishJson(s), null, 2);
+  var out = finishJson(s);
+  if (!window.__MEMORY_STATE) {
+    document.getElementById('finish').textContent = JSON.stringify(out, null, 2);
+    return;
+  }
+  // Memory mode: part of the state lives only in the agent page's scripts; ask it over a channel.
+  var bumps = 0;
+  var ch = new BroadcastChannel('fake-gomail-memory');
+  ch.onmessage = function (m) { if (m.data && typeof m.data.bumps === 'number') bumps = Math.max(bumps, m.data.bumps); };
+  ch.postMessage('ask');
+  setTimeout(function () {
+    ch.close();
+    out.memory = { bumps: bumps };
+    document.getElementById('finish').textContent = JSON.stringify(out, null, 2);
+  }, 300);
 }, window.__FINISH_DELAY_MS || 0);
 `;
 
@@ -172,6 +193,16 @@ function render() {
       el('label', {}, [document.createTextNode('Body '), el('textarea', { name: 'body', id: 'body', rows: '4' })]),
       el('button', { type: 'submit', id: 'send', text: 'Send' })
     ]);
+    // The unsent draft lives in the tab's sessionStorage, as some clones keep per-tab UI state.
+    var draft = {};
+    try { draft = JSON.parse(sessionStorage.getItem('fake-gomail-draft')) || {}; } catch (e) {}
+    ['to', 'subject', 'body'].forEach(function (k) {
+      if (draft[k]) form[k].value = draft[k];
+      form[k].addEventListener('input', function () {
+        draft[k] = form[k].value;
+        sessionStorage.setItem('fake-gomail-draft', JSON.stringify(draft));
+      });
+    });
     form.addEventListener('submit', function (ev) {
       ev.preventDefault();
       var ids = s.email.emails.map(function (e) { return e.id; });
@@ -201,6 +232,14 @@ function render() {
     list.appendChild(el('li', { text: (folder === 'sent' ? e.to.join(', ') : e.from) + ' - ' + e.subject }));
   });
   main.appendChild(list);
+}
+if (window.__MEMORY_STATE) {
+  var bumps = 0;
+  var memory = new BroadcastChannel('fake-gomail-memory');
+  memory.onmessage = function (m) { if (m.data === 'ask') memory.postMessage({ bumps: bumps }); };
+  var bump = el('button', { id: 'bump', type: 'button', text: 'Bump counter' });
+  bump.addEventListener('click', function () { bumps++; bump.textContent = 'Bump counter (' + bumps + ')'; });
+  document.querySelector('header').appendChild(bump);
 }
 document.getElementById('popup').addEventListener('click', function () { window.open(window.__EXTERNAL + '/help', '_blank'); });
 document.getElementById('popup-local').addEventListener('click', function () { window.open('/?folder=sent', '_blank'); });
@@ -240,7 +279,7 @@ function closeServer(server: Server): Promise<void> {
   });
 }
 
-export async function startFakeRealSite(opts: { finishDelayMs?: number } = {}): Promise<FakeRealSite> {
+export async function startFakeRealSite(opts: { finishDelayMs?: number; memoryState?: boolean; latencyMs?: number } = {}): Promise<FakeRealSite> {
   const requests: FakeRequest[] = [];
   const externalRequests: FakeRequest[] = [];
 
@@ -258,6 +297,8 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number } = {}): 
     requests,
     externalRequests,
     finishDelayMs: opts.finishDelayMs ?? 0,
+    memoryState: opts.memoryState ?? false,
+    latencyMs: opts.latencyMs ?? 0,
     hits: (path: string) => requests.filter((r) => r.path === path),
     close: async () => {
       await closeServer(server);
@@ -270,6 +311,11 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number } = {}): 
     const { path, query } = parseTarget(raw);
     requests.push({ method: req.method ?? 'GET', url: raw, path, query });
     req.resume();
+    if (site.latencyMs > 0) setTimeout(() => answer(req, res, path), site.latencyMs);
+    else answer(req, res, path);
+  });
+
+  const answer = (req: IncomingMessage, res: ServerResponse, path: string): void => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       sendHtml(res, page('Not allowed', '<p>method not allowed</p>', []), 405);
       return;
@@ -283,7 +329,7 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number } = {}): 
       return;
     }
     if (path === '/finish') {
-      const delay = `window.__FINISH_DELAY_MS = ${JSON.stringify(site.finishDelayMs)};`;
+      const delay = `window.__FINISH_DELAY_MS = ${JSON.stringify(site.finishDelayMs)}; window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
       sendHtml(res, page('Finish', '<pre id="finish">Loading state…</pre>', [delay, COMMON_JS, FINISH_JS]));
       return;
     }
@@ -303,11 +349,12 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number } = {}): 
 <button id="popup-local" type="button">Open sent mail in a new window</button>
 <form id="report-form" method="post" action="${externalOrigin}/post" style="display:inline"><button id="report" type="submit">Report a problem</button></form>
 </header><main id="app"></main>`;
-      sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, COMMON_JS, APP_JS]));
+      const memory = `window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
+      sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, COMMON_JS, APP_JS]));
       return;
     }
     sendHtml(res, page('Not found', '<p>not found</p>', []), 404);
-  });
+  };
   site.origin = await listen(server);
   return site;
 }

@@ -36,6 +36,9 @@ export interface RebuildBudget {
 export class Sessions {
   private pending: Promise<void>[] = [];
 
+  /** REAL forks from a copy of the parent's client state, and those whose copy differed and replayed instead. */
+  readonly forks = { snapshot: 0, replayFallback: 0 };
+
   constructor(readonly settings: SessionSettings) {}
 
   private opener(summary: string, taskQueue?: string) {
@@ -77,6 +80,8 @@ export class Sessions {
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
     });
+    if (started.fork === 'snapshot') this.forks.snapshot++;
+    else if (started.fork === 'replay-fallback') this.forks.replayFallback++;
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
   }
 

@@ -319,6 +319,9 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     reason,
     actionPath,
     sessionRebuilds: budget.used,
+    ...(sessions.forks.snapshot + sessions.forks.replayFallback > 0
+      ? { forkSnapshots: sessions.forks.snapshot, forkReplayFallbacks: sessions.forks.replayFallback }
+      : {}),
     trajectoryRef,
     groups: groups.length,
   };

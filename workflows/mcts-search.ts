@@ -374,7 +374,7 @@ async function sampleAt(search: Search, s: DurableSession, n: number, keep: bool
       action: c.action,
       preview: c.preview,
       ...(c.completionRef ? { completionRef: c.completionRef } : {}),
-      refLogprob: refLogprob(c.logprobs, P.temperature, c.finishReason),
+      refLogprob: refLogprob(c.logprobSum ?? c.logprobs, P.temperature, c.finishReason),
     })),
   };
 }

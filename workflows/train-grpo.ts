@@ -108,7 +108,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   // train.seed, when set, replaces the run id as the source of tasks and seeds.
   const pickKey = t.seed === undefined ? runId : `seed-${t.seed}`;
   const picks = pickTasks(t.tasks, t.episodesPerIteration, pickKey, it);
-  const runs = t.grouping === 'episode' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
+  const runs = t.grouping !== 'step' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
   const rollout = await run.timed('rollout', () =>
     poolSettled(runs, t.parallelism, (p, j) =>
       executeChild(episode, {
@@ -142,6 +142,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
         run_id: runId,
         iteration: it,
         grouping: t.grouping,
+        ...(t.grouping === 'anchor' ? { anchor: t.anchor } : {}),
         trajectory_refs: episodes.map((e) => e.trajectoryRef),
         // dr_grpo's constant denominator: B × the longest completion the policy may write.
         max_completion_len: cfg.policy.maxTokens,
@@ -183,7 +184,13 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
   run.phase = 'metrics';
   const metrics = iterationMetrics({
     groups: batch.group_rewards.map((rewards) => ({ rewards })),
-    episodes: episodes.map((e) => ({ success: e.success, steps: e.steps, validActions: e.validActions, shapedReturn: e.shapedReturn })),
+    episodes: episodes.map((e) => ({
+      success: e.success,
+      steps: e.steps,
+      validActions: e.validActions,
+      shapedReturn: e.shapedReturn,
+      ...(e.forkSnapshots !== undefined ? { forkSnapshots: e.forkSnapshots, forkReplayFallbacks: e.forkReplayFallbacks } : {}),
+    })),
     update: {
       loss: update.loss,
       grad_norm: update.grad_norm,
@@ -197,6 +204,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
       entropy: update.entropy,
     },
     phaseSeconds: { ...run.seconds },
+    ...(batch.anchor ? { anchor: batch.anchor } : {}),
   });
   if (rollout.failed.length > 0) metrics.failed_episodes = rollout.failed.length;
   // 6. Greedy evaluation on held-out tasks every K iterations, with the adapter just written.

@@ -1,11 +1,14 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { singleEpisodeInput } from '../../client/episode-input';
 import { startOrAttachTrain } from '../../client/train';
 import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
+import { parseMetricsJsonl } from '../../lib/run-metrics';
 import type { UpdatePolicyOutputWire } from '../../lib/learner-types';
 import type { TrainResult } from '../../workflows/train-grpo';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
@@ -159,8 +162,12 @@ test('REAL step groups with more forks than site slots complete; a browser worke
       const note = id === killedIn ? ' (the browser worker was killed in its second step group)' : '';
       assert.equal(r.steps, 2, `${id} ran both steps${note}`);
       assert.equal(r.groups, 2, `${id} ran a step group of ${numGenerations} forks per step${note}`);
+      // Step 2's forks copy the parent's client state (real.forkMode snapshot) instead of replaying step 1.
+      if (it === iterations) assert.equal((r.forkSnapshots ?? 0) + (r.forkReplayFallbacks ?? 0), numGenerations, `${id}: ${JSON.stringify(r)}`);
     }
   }
+  const rows = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
+  assert.ok((rows.at(-1)?.fork_snapshots ?? 0) > 0, `forks counted in the metrics: ${JSON.stringify(rows.at(-1))}`);
   const samples = policy.requests.filter((r) => r.goal !== '');
   assert.ok(samples.length >= 2 * iterations * 2, 'one sampling request per step');
   assert.ok(samples.every((r) => r.n === numGenerations), 'every step sampled its group');

@@ -284,7 +284,7 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   assert.match(empty.notes[1].note, /has no adapter .*evaluated version 0/);
   const official = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), parseConfig({ miniwob: { timeLimit: 'official', reward: 'official' } }), { env: {}, listAdapterVersions: () => [] });
   assert.match(official.notes[0].note, /time limit official .*; reward official \(time-scaled\)/);
-  assert.deepEqual(official.run.envOptions, { realRunId: '0', evaluateAtCap: false, miniwobTimeLimit: 'official', miniwobReward: 'official' });
+  assert.deepEqual(official.run.envOptions, { realRunId: '0', realForkMode: 'snapshot', evaluateAtCap: false, miniwobTimeLimit: 'official', miniwobReward: 'official' });
 
   // Unknown MiniWoB task.
   assert.throws(

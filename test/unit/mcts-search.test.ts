@@ -48,6 +48,9 @@ test('refLogprob: the sampler sum only at temperature 1 for completions that sto
   assert.equal(refLogprob([], 1, 'stop'), null);
   assert.equal(refLogprob(undefined, 1, 'stop'), null);
   assert.equal(refLogprob([-Infinity], 1, 'stop'), null);
+  // The sampler's sum, as the learner and the openai path now send it (tokens stored as blobs).
+  close(refLogprob(-2, 1, 'stop')!, -2);
+  assert.equal(refLogprob(-2, 0.7, 'stop'), null);
 });
 
 /** Root with three children: a valid click and two unparseable outputs, as the workflow builds them. */
