@@ -112,6 +112,15 @@ export const trainSchema = z
       .prefault({})
       .describe('grouping anchor: A = episodeWeight·(R − mean R) + stepWeight·(G_t − mean G over the anchor group); a step alone in its group keeps the episode term'),
     choose: z.enum(['best', 'sampled']).default('best').describe('which candidate the episode continues from (step grouping)'),
+    maxStaleness: z
+      .number()
+      .int()
+      .min(0)
+      .max(1)
+      .default(0)
+      .describe(
+        "1: iteration i+1's rollouts sample from the newest adapter (one update behind) while the update on iteration i runs; the learner's ratio against the sampler's log-probs corrects them. 0: strictly on-policy, rollouts wait for the update",
+      ),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     klCoef: z.number().min(0).max(100).default(0.001),
     clipEpsilon: z.number().gt(0).lt(1).default(0.2),
@@ -216,6 +225,13 @@ export const mctsSchema = z
       .describe("value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state"),
     temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
     continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),
+    parkedSessions: z
+      .number()
+      .int()
+      .min(0)
+      .max(8)
+      .default(2)
+      .describe('browser sessions a search keeps open between simulations: the next restore takes one at its node, steps one forward from an ancestor, or resets one in place instead of opening a new page (0: a new session per simulation)'),
     critic: mctsCriticSchema,
     beta: z.number().gt(0).max(100).default(0.1).describe('DPO beta'),
     learningRate: z.number().gt(0).max(1).default(1e-6),

@@ -259,6 +259,8 @@ export interface IterationMetricsInput {
   phaseSeconds: Record<string, number>;
   /** Grouping `anchor`: the step-level groups of the batch (lib/anchor-groups.ts). */
   anchor?: AnchorStats;
+  /** Pipelined runs (train.maxStaleness ≥ 1): the adapter the batch was sampled from and its staleness. */
+  staleness?: { sampledVersion: number; value: number };
 }
 
 /** One iteration's metrics, snake_case as in the metrics file (lib/run-metrics.ts). */
@@ -313,6 +315,9 @@ export interface IterationMetrics {
   /** REAL step groups: forks made from a copy of the parent's client state, and copies that differed (replayed). */
   fork_snapshots?: number;
   fork_replay_fallbacks?: number;
+  /** Pipelined runs (train.maxStaleness ≥ 1): the adapter version the batch's episodes sampled from, and how many updates behind the on-policy one it was. */
+  sampled_adapter_version?: number;
+  staleness?: number;
 }
 
 /**
@@ -372,6 +377,7 @@ export function iterationMetrics(input: IterationMetricsInput): IterationMetrics
     num_episodes: eps.length,
     ...(input.anchor ? { ...input.anchor } : {}),
     ...(forkSnapshots + forkFallbacks > 0 ? { fork_snapshots: forkSnapshots, fork_replay_fallbacks: forkFallbacks } : {}),
+    ...(input.staleness ? { sampled_adapter_version: input.staleness.sampledVersion, staleness: input.staleness.value } : {}),
   };
 }
 

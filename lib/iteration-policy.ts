@@ -62,3 +62,12 @@ export function samplingPolicy(input: { policy: PolicyConfig; runId: string; ada
 export function greedy(policy: PolicyConfig): PolicyConfig {
   return { ...policy, temperature: 0 };
 }
+
+/**
+ * How many updates behind the on-policy adapter an iteration's samples are: iteration i is on-policy when it
+ * samples from v<i − 1> (the adapter its predecessor wrote). With train.maxStaleness 1, iteration i's rollouts
+ * run while the update on iteration i − 1 writes v<i − 1>, so they sample from v<i − 2>: staleness 1.
+ */
+export function staleness(iteration: number, sampledVersion: number): number {
+  return Math.max(0, iteration - 1 - sampledVersion);
+}

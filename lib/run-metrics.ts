@@ -74,6 +74,9 @@ export const IterationMetricsSchema = z.object({
   /** REAL step groups (`real.forkMode: snapshot`): forks from a state copy, and copies that differed and replayed. */
   fork_snapshots: int.min(0).optional(),
   fork_replay_fallbacks: int.min(0).optional(),
+  /** Pipelined runs (train.maxStaleness ≥ 1): the adapter the batch sampled from, updates behind the on-policy one. */
+  sampled_adapter_version: int.min(0).optional(),
+  staleness: int.min(0).optional(),
   seconds: z.record(z.string(), finite.min(0)),
   num_groups: int.min(0),
   num_episodes: int.min(0),

@@ -83,14 +83,17 @@ export class RunControl<Extra extends object = object> {
     return { runId, iterations: iteration, adapterVersion, stoppedEarly: iteration < iterations };
   }
 
-  /** Runs `fn` as phase `name`, adding its workflow-clock duration to `seconds[key]`. */
-  async timed<T>(name: string, fn: () => Promise<T>, key = name): Promise<T> {
+  /**
+   * Runs `fn` as phase `name`, adding its workflow-clock duration to `into[key]` (by default this run's
+   * `seconds`; phases of two iterations that overlap keep their own).
+   */
+  async timed<T>(name: string, fn: () => Promise<T>, key = name, into: Record<string, number> = this.seconds): Promise<T> {
     this.phase = name;
     const t0 = workflowClockMs();
     try {
       return await fn();
     } finally {
-      this.seconds[key] = (this.seconds[key] ?? 0) + (workflowClockMs() - t0) / 1000;
+      into[key] = (into[key] ?? 0) + (workflowClockMs() - t0) / 1000;
     }
   }
 }

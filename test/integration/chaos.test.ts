@@ -52,24 +52,29 @@ async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs
   throw new Error(`episode ${child} did not reach the browser within ${timeoutMs / 1000}s`);
 }
 
-test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
+/**
+ * The browser worker is SIGKILLed mid-episode of iteration `browserKillIteration`, the learner in the middle of
+ * an update, the Temporal server restarted during iteration 2; the run must end with versions 1..3 written once,
+ * one metrics row per iteration and every episode completed.
+ */
+async function chaosRun(runId: string, browserKillIteration: number, train: Record<string, unknown>) {
   const iterations = 3;
   const cfg = stackGrpoConfig(stack, {
-    runId: 'chaos',
+    runId,
     iterations,
     maxSteps: 3,
     episode: { sessionStartTimeoutMs: 5_000, heartbeatTimeoutMs: 3_000 },
-    train: { learnerHeartbeatTimeoutS: 5 },
+    train: { learnerHeartbeatTimeoutS: 5, ...train },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
 
-  // 1. The browser worker dies in the middle of an episode of iteration 1.
-  await waitForRolloutOfChild('chaos', 1);
+  // 1. The browser worker dies in the middle of an episode.
+  await waitForRolloutOfChild(runId, browserKillIteration);
   await kill(stack.workers.find((w) => alive(w) && isBrowser(w))!);
   await stack.startWorker('browser');
 
-  // 2. The learner dies in the middle of iteration 1's update.
-  await waitForPending('chaos', 'update_policy');
+  // 2. The learner dies in the middle of an update.
+  await waitForPending(runId, 'update_policy');
   await kill(stack.workers.find((w) => alive(w) && isLearner(w))!);
   await stack.startLearner();
 
@@ -82,16 +87,35 @@ test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: vers
   await stack.restartServer();
 
   const result = (await handle.result()) as TrainResult;
-  assert.deepEqual(result, { runId: 'chaos', iterations, adapterVersion: iterations, stoppedEarly: false });
+  assert.deepEqual(result, { runId, iterations, adapterVersion: iterations, stoppedEarly: false });
 
-  const versions = readdirSync(join(stack.checkpoints, 'chaos')).sort();
+  const versions = readdirSync(join(stack.checkpoints, runId)).sort();
   assert.deepEqual(versions, ['v1', 'v2', 'v3'], 'exactly one adapter per version, no gap, no leftover temp folder');
-  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'chaos', 'metrics.jsonl'), 'utf8'));
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
   assert.deepEqual(lines.map((l) => l.iteration), [1, 2, 3], 'every iteration exactly once');
   assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2, 3]);
 
   for (let it = 1; it <= iterations; it++) {
-    const d = await stack.client.workflow.getHandle(`chaos-it${it}-ep0`).describe();
+    const d = await stack.client.workflow.getHandle(`${runId}-it${it}-ep0`).describe();
     assert.equal(d.status.name, 'COMPLETED', `episode of iteration ${it}`);
   }
+  return lines;
+}
+
+test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
+  const lines = await chaosRun('chaos', 1, {});
+  assert.ok(lines.every((l) => l.staleness === undefined), 'an on-policy run records no staleness');
+});
+
+test('the same with pipelined iterations (maxStaleness 1): kills while rollouts and an update overlap', async () => {
+  // Iteration 2's rollouts run beside the update on iteration 1: the browser dies there, then the learner.
+  const lines = await chaosRun('chaos-pipe', 2, { maxStaleness: 1 });
+  assert.deepEqual(
+    lines.map((l) => [l.sampled_adapter_version, l.staleness]),
+    [
+      [0, 0],
+      [0, 1],
+      [1, 1],
+    ],
+  );
 });

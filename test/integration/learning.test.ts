@@ -16,10 +16,12 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 // under the action grammar in the learner, GRPO updates, and every iteration sampling from the new adapter.
 // Then the trained adapter and the base model play the same held-out seeds greedily (the `evaluate` workflow):
 // the trained one must win clearly. Nothing in the task is known to the code: only the reward says which
-// action was right. HALO_LEARNING_TEST_LR overrides the learning rate (a near-zero one makes this test fail).
+// action was right. HALO_LEARNING_TEST_LR overrides the learning rate (a near-zero one makes this test fail);
+// HALO_LEARNING_TEST_STALENESS=1 runs the same check with pipelined iterations (train.maxStaleness 1).
 
 const ITERATIONS = 7;
 const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 6e-3);
+const MAX_STALENESS = Number(process.env.HALO_LEARNING_TEST_STALENESS ?? 0);
 // Training seeds are below 100,000 (train-grpo's pickTasks): these were never trained on.
 const HELD_OUT = Array.from({ length: 8 }, (_, i) => 100_000 + i);
 
@@ -49,6 +51,7 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
       choose: 'sampled',
       learningRate: LR,
       klCoef: 0,
+      maxStaleness: MAX_STALENESS,
     },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);

@@ -7,7 +7,7 @@ import type { TrainResult } from '../../workflows/train-grpo';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
 import { continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
-import { resumeSignal, statusQuery } from '../../workflows/messages';
+import { resumeSignal, statusQuery, stopSignal } from '../../workflows/messages';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
 // and an operator's pause, resume and stop.
@@ -84,6 +84,79 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
         ],
       );
       assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'ContinuedAsNew', 'Completed']);
+    });
+  });
+
+  test('maxStaleness 1: the next rollouts sample from the newest adapter while the update runs; v1..v4 once, staleness ≤ 1 recorded', async () => {
+    await withFakeWorkers(env, 'grpo-pipe', {}, async ({ q, runId, control, learner }) => {
+      learner.updateHolds.hold(1);
+      const handle = await env.client.workflow.start('trainGrpo', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: grpoConfig(q, runId, 4, { maxStaleness: 1 }) }],
+      });
+      // While the update to v1 is held, iteration 2's two episodes sample (from v0): the halves overlap.
+      await learner.updateHolds.reached(1);
+      const deadline = Date.now() + 30_000;
+      while (learner.samples.length < 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      assert.equal(learner.samples.length, 4, "iteration 2's rollouts did not run during the update on iteration 1");
+      assert.deepEqual(control.grpoMetrics, [], 'no metrics before the first update completes');
+      learner.updateHolds.release(1);
+      const result = (await handle.result()) as TrainResult;
+      assert.deepEqual(result, { runId, iterations: 4, adapterVersion: 4, stoppedEarly: false });
+      assert.deepEqual(
+        learner.updates.map((u) => u.version),
+        [1, 2, 3, 4],
+        'each version written once, in order',
+      );
+      // Iteration i samples from v<i − 2> (v0 for the first two): one update behind the on-policy adapter.
+      assert.deepEqual(
+        learner.samples.map((s) => s.version),
+        [0, 0, 0, 0, 1, 1, 2, 2],
+      );
+      assert.deepEqual(control.grpoMetrics, [1, 2, 3, 4]);
+      assert.deepEqual(
+        control.grpoMetricLines.map((m) => [m.sampled_adapter_version, m.staleness, m.adapter_version]),
+        [
+          [0, 0, 1],
+          [0, 1, 2],
+          [1, 1, 3],
+          [2, 1, 4],
+        ],
+      );
+      assert.deepEqual(
+        control.grpoBatches.map((b) => [b.iteration, b.trajectories]),
+        [
+          [1, 2],
+          [2, 2],
+          [3, 2],
+          [4, 2],
+        ],
+      );
+      // Runs: rollouts 1 | rollouts 2 + update 1 | rollouts 3 + update 2 | rollouts 4 + update 3, then update 4.
+      assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'ContinuedAsNew', 'ContinuedAsNew', 'Completed']);
+    });
+  });
+
+  test('maxStaleness 1: a stop still learns from the rollouts already collected', async () => {
+    await withFakeWorkers(env, 'grpo-pipe-stop', {}, async ({ q, runId, control, learner }) => {
+      learner.updateHolds.hold(1);
+      const handle = await env.client.workflow.start('trainGrpo', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: grpoConfig(q, runId, 5, { maxStaleness: 1 }) }],
+      });
+      await learner.updateHolds.reached(1);
+      await handle.signal(stopSignal);
+      learner.updateHolds.release(1);
+      const result = (await handle.result()) as TrainResult;
+      // Iteration 2's rollouts ran beside update 1; the stop ends the run after learning from them.
+      assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
+      assert.deepEqual(
+        learner.updates.map((u) => u.version),
+        [1, 2],
+      );
+      assert.deepEqual(control.grpoMetrics, [1, 2]);
     });
   });
 

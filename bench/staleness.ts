@@ -1,0 +1,106 @@
+/**
+ * Pipelined iterations: how much faster does a GRPO run go with train.maxStaleness 1 (iteration i+1's rollouts
+ * beside the update on iteration i) than strictly on-policy (0), and does it still learn? A real stack
+ * (Temporal dev server, control and browser workers, the Python learner with the colocated tiny-random
+ * Qwen3-VL), on the default job's shape (configs/default.yaml: click-test and focus-text, 4 step groups of
+ * N = 4 per iteration, one-action episodes, constrained decoding, learning rate 6e-3). The two settings run
+ * alternately on the same stack; each run's wall time is from its start to its result.
+ *
+ *   node --import tsx bench/staleness.ts [--iterations 8] [--repeats 1] [--staleness 0,1]
+ *
+ * Prints per run: wall time, seconds per iteration, the success rate of every iteration's rollouts (the
+ * curve: what each iteration sampled, from the adapter it was given) and the staleness recorded in each
+ * metrics row; then the ratio of the medians. With the colocated backend the learner process both samples
+ * and updates, one call at a time: the overlap covers the browser's share of a rollout, not the sampling.
+ */
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startOrAttachTrain } from '../client/train';
+import { parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
+import { stackGrpoConfig } from '../testing/grpo-config';
+import { startTestStack } from '../testing/stack';
+import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+
+const { values } = parseArgs({
+  options: {
+    iterations: { type: 'string', default: '8' },
+    repeats: { type: 'string', default: '1' },
+    staleness: { type: 'string', default: '0,1' },
+  },
+});
+const iterations = Number(values.iterations);
+const repeats = Number(values.repeats);
+const settings = values.staleness!.split(',').map(Number);
+
+interface Row {
+  maxStaleness: number;
+  wall: number;
+  lines: MetricsLine[];
+  load: string;
+}
+
+async function main() {
+  printBenchHeader('staleness');
+  const stack = await startTestStack({ browserWorkers: 1, learner: true });
+  const rows: Row[] = [];
+  try {
+    for (let r = 0; r < repeats; r++) {
+      for (const maxStaleness of settings) {
+        const runId = `bench-stale${maxStaleness}-${r}-${Date.now().toString(36)}`;
+        const cfg = stackGrpoConfig(stack, {
+          runId,
+          iterations,
+          maxSteps: 1,
+          policy: { constrained: true, maxTokens: 128, temperature: 1 },
+          episode: { sessionStartTimeoutMs: 20_000 },
+          train: {
+            tasks: ['click-test', 'focus-text'],
+            episodesPerIteration: 4,
+            parallelism: 4,
+            numGenerations: 4,
+            grouping: 'step',
+            choose: 'sampled',
+            learningRate: 6e-3,
+            klCoef: 0,
+            maxStaleness,
+          },
+        });
+        const t0 = Date.now();
+        const { handle } = await startOrAttachTrain(stack.client, cfg);
+        await handle.result();
+        const wall = (Date.now() - t0) / 1000;
+        const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
+        rows.push({ maxStaleness, wall, lines, load: load() });
+        console.error(`maxStaleness ${maxStaleness}: ${iterations} iterations in ${wall.toFixed(1)} s`);
+      }
+    }
+  } finally {
+    await stack.stop();
+  }
+
+  console.log('');
+  console.log(`${iterations} iterations per run; default job's shape (4 step groups of N=4 per iteration, maxSteps 1), learner tiny-random colocated`);
+  console.log('');
+  console.log('| maxStaleness | wall s | s per iteration | rollout success per iteration | staleness per iteration | load avg at end |');
+  console.log('|---|---|---|---|---|---|');
+  for (const r of rows) {
+    const success = r.lines.map((l) => l.success_rate.toFixed(2)).join(' ');
+    const stale = r.lines.map((l) => l.staleness ?? 0).join(' ');
+    console.log(`| ${r.maxStaleness} | ${r.wall.toFixed(1)} | ${(r.wall / iterations).toFixed(2)} | ${success} | ${stale} | ${r.load} |`);
+  }
+  const wall = (s: number) => median(rows.filter((r) => r.maxStaleness === s).map((r) => r.wall));
+  const half = Math.floor(iterations / 2);
+  const lateSuccess = (s: number) =>
+    median(rows.filter((r) => r.maxStaleness === s).map((r) => r.lines.slice(half).reduce((a, l) => a + l.success_rate, 0) / (iterations - half)));
+  console.log('');
+  for (const s of settings) {
+    console.log(`maxStaleness ${s}: median wall ${wall(s).toFixed(1)} s, mean rollout success over iterations ${half + 1}..${iterations} ${lateSuccess(s).toFixed(2)}`);
+  }
+  if (settings.includes(0) && settings.includes(1)) {
+    console.log(`iteration throughput, maxStaleness 1 vs 0: ${(wall(0) / wall(1)).toFixed(2)}x`);
+  }
+  printLoadAtEnd();
+}
+
+runBench(main);
