@@ -121,6 +121,14 @@ export const trainSchema = z
       .describe(
         "1: iteration i+1's rollouts sample from the newest adapter (one update behind) while the update on iteration i runs; the learner's ratio against the sampler's log-probs corrects them. 0: strictly on-policy, rollouts wait for the update",
       ),
+    staleWeightCap: z
+      .number()
+      .gt(0)
+      .max(100)
+      .default(5)
+      .describe(
+        'maxStaleness 1: the learner clips the ratio to the weights at the start of the update and weights each token by π_now / π_sampler, capped at this (decoupled PPO, as AReaL)',
+      ),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     klCoef: z.number().min(0).max(100).default(0.001),
     clipEpsilon: z.number().gt(0).lt(1).default(0.2),

@@ -48,6 +48,8 @@ export const GrpoHyperparametersSchema = z.strictObject({
     .string()
     .refine((v) => v === 'dr_grpo', { message: "loss_type is not supported; the learner implements 'dr_grpo' only" })
     .default('dr_grpo'),
+  /** Pipelined iterations: the decoupled objective, importance weights to the sampler's policy capped at this. */
+  stale_weight_cap: finite.gt(0).nullable().default(null),
 });
 
 export const GrpoItemSchema = z

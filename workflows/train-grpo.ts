@@ -315,6 +315,8 @@ async function learn(scope: RunScope, c: Collected, version: number, seconds: Re
           temperature: Math.max(cfg.policy.temperature, 1e-3),
           max_grad_norm: t.maxGradNorm,
           loss_type: t.lossType,
+          // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
+          ...(t.maxStaleness > 0 ? { stale_weight_cap: t.staleWeightCap } : {}),
         },
       }),
     'update',

@@ -21,6 +21,16 @@ weight of a token does not change from one batch to the next with the batch's lo
 written without max_completion_len falls back to its longest completion (the caller logs it).
 One optimiser step per batch.
 
+Stale samples (pipelined iterations, train.maxStaleness 1): the sampler's adapter is one update behind the
+one being trained, and the ratio to it may be far outside [1 - eps, 1 + eps] before the step, so the
+clipped objective would drop exactly the tokens that matter. With `weight_cap` set, the decoupled objective
+of AReaL (arXiv 2505.24298) is used instead: the ratio is taken to the proximal policy (the weights at the
+start of this update, logp.detach()) and each token is importance-weighted by the policy's move since
+sampling, capped:
+
+    w_t        = min(exp(logp_prox_t - logp_old_t), weight_cap)     no grad; 1 without sampler log-probs
+    pg_t       = -w_t * min(ratio_prox_t * A, clip(ratio_prox_t, 1-eps, 1+eps) * A)
+
 Statistics (before the step, like TRL / CleanRL): kl = mean k3 over completion tokens (when the reference
 pass runs), mean ratio and clip fraction over tokens with sampler log-probs, entropy = mean -logp_t of the
 sampled tokens (a one-sample estimate of the policy's entropy at the sampling temperature).
@@ -39,12 +49,24 @@ from .logprobs import PackedLayout, pad_completions, packed_group_logprobs, pack
 from .prompts import EncodedPrompt
 
 
-def dr_grpo_token_loss(logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float) -> torch.Tensor:
-    """Per-token loss; all tensors broadcast to (rows, tokens), `adv` is (rows, 1)."""
-    ratio = torch.exp(logp - old_logp)
+def dr_grpo_token_loss(logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float,
+                       weight_cap: float | None = None) -> torch.Tensor:
+    """Per-token loss; all tensors broadcast to (rows, tokens), `adv` is (rows, 1).
+
+    `weight_cap` set: the decoupled objective (ratio to the proximal policy, importance weight to the sampler's).
+    """
+    if weight_cap is None:
+        ratio = torch.exp(logp - old_logp)
+        weight = None
+    else:
+        prox = logp.detach()
+        ratio = torch.exp(logp - prox)
+        weight = torch.clamp(torch.exp(prox - old_logp), max=weight_cap)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
     loss = -torch.minimum(unclipped, clipped)
+    if weight is not None:
+        loss = weight * loss
     if kl_coef != 0:
         log_r = ref_logp - logp
         loss = loss + kl_coef * (torch.exp(log_r) - log_r - 1)
@@ -222,7 +244,8 @@ class LoraWorkingCopy:
 def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
                   max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
                   on_progress: Callable[[], None] | None = None,
-                  ratios: RatioStats | None = None, token_stats: TokenStats | None = None) -> tuple[float, int]:
+                  ratios: RatioStats | None = None, token_stats: TokenStats | None = None,
+                  weight_cap: float | None = None) -> tuple[float, int]:
     """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens); `ratios` collects ratio stats.
 
     prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
@@ -258,7 +281,7 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
         r = ref[rows, cols][:, :T] if ref is not None else None
         if token_stats is not None:
             token_stats.add(logp, r, m)
-        per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef)
+        per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef, weight_cap)
         return (per_token * mask[rows, cols][:, :T]).sum() / norm
 
     total = 0.0
@@ -299,14 +322,14 @@ def apply_gradients(policy, optimizer, max_grad_norm: float) -> float:
 def grpo_step(policy, optimizer, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float,
               temperature: float, max_grad_norm: float, max_completion_len: int | None,
               micro_batch: int = 8, prefix_sharing: bool = True,
-              on_progress: Callable[[], None] | None = None) -> GrpoStats:
+              on_progress: Callable[[], None] | None = None, weight_cap: float | None = None) -> GrpoStats:
     t0 = time.monotonic()
     optimizer.zero_grad(set_to_none=True)
     ratios, token_stats = RatioStats(), TokenStats()
     loss, tokens = grpo_backward(policy, samples, clip_eps=clip_eps, kl_coef=kl_coef, temperature=temperature,
                                  max_completion_len=max_completion_len, micro_batch=micro_batch,
                                  prefix_sharing=prefix_sharing, on_progress=on_progress, ratios=ratios,
-                                 token_stats=token_stats)
+                                 token_stats=token_stats, weight_cap=weight_cap)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     denominator = dr_grpo_denominator(len(samples), max_completion_len, max(len(s.ids) for s in samples))
     return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0, ratios=ratios,

@@ -210,6 +210,7 @@ class Learner:
             self.policy, self.optimizer, samples, clip_eps=hp.clip_epsilon, kl_coef=hp.kl_coef,
             temperature=hp.temperature, max_grad_norm=hp.max_grad_norm, max_completion_len=batch.max_completion_len,
             micro_batch=plan.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
+            weight_cap=hp.stale_weight_cap,
         )
         ratios, ts = stats.ratios, stats.token_stats
         update_stats = dict(kl=ts.kl, clip_fraction=ratios.clip_fraction if ratios.tokens else None,

@@ -51,6 +51,8 @@ class GrpoHyperparameters(_Strict):
     temperature: float = Field(0.7, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: str = "dr_grpo"
+    # Pipelined iterations: the decoupled objective (grpo.py), importance weights to the sampler capped here.
+    stale_weight_cap: float | None = Field(None, gt=0)
 
     @field_validator("loss_type")
     @classmethod

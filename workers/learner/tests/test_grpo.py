@@ -226,3 +226,29 @@ def test_packed_pass_refuses_eager_attention(policy, blobs):
     with pytest.raises(UnsupportedAttention):
         Learner(policy, blobs=blobs, settings=Settings(prefix_sharing=True))
     Learner(policy, blobs=blobs, settings=Settings(prefix_sharing=False))  # the padded path is mask-agnostic
+
+
+def test_stale_samples_keep_their_gradient_under_the_decoupled_objective():
+    from halo_learner.grpo import dr_grpo_token_loss
+
+    # The policy moved since sampling: token 0 from 0.2 to 0.5 (ratio 2.5), token 1 from 0.45 to 0.5 (1.11).
+    old = torch.log(torch.tensor([[0.2, 0.45]]))
+    adv = torch.tensor([[1.0]])
+
+    def grads(**kw):
+        logp = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_()
+        dr_grpo_token_loss(logp, old, None, adv, 0.2, 0.0, **kw).sum().backward()
+        return logp.grad[0].tolist()
+
+    # Clipped to the sampler: the token that moved most gets no gradient at all.
+    plain = grads()
+    assert plain[0] == 0.0 and math.isclose(plain[1], -0.5 / 0.45, rel_tol=1e-5)
+    # Decoupled: ratio 1 to the weights at the update's start, weighted by how far the policy moved (capped).
+    assert all(math.isclose(g, e, rel_tol=1e-5) for g, e in zip(grads(weight_cap=5.0), [-2.5, -0.5 / 0.45]))
+    assert all(math.isclose(g, e, rel_tol=1e-5) for g, e in zip(grads(weight_cap=2.0), [-2.0, -0.5 / 0.45]))
+    # On-policy (sampler = current weights) the two objectives agree.
+    on = torch.log(torch.tensor([[0.5, 0.5]]))
+    for kw in ({}, {"weight_cap": 5.0}):
+        logp = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_()
+        dr_grpo_token_loss(logp, on, None, adv, 0.2, 0.0, **kw).sum().backward()
+        assert logp.grad[0].tolist() == [-1.0, -1.0]
