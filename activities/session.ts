@@ -17,6 +17,7 @@ import type { RewardView } from '../lib/rewards/types';
 import { parseRewardWeights, type RewardWeights } from '../lib/rewards/weights';
 import type {
   ObservationRef,
+  ResetSessionInput,
   StartSessionInput,
   StartSessionResult,
   StepSessionInput,
@@ -269,6 +270,55 @@ export class SessionManager {
     }
   }
 
+  /**
+   * A session's page back at the task's reset for a new seed and path, keeping its browser context: MiniWoB++
+   * starts a new episode on the loaded page (no navigation), falling back to a full reset when the page cannot.
+   * REAL has no such reset (its state lives in the site's client storage too): the session is closed and the
+   * caller opens a new one. The session then answers like a new one at `replay.length` actions.
+   */
+  async reset(input: ResetSessionInput, beat: (d: unknown) => void = () => {}): Promise<StartSessionResult> {
+    const s = this.requireSession(input.sessionId);
+    if (!(s.env instanceof MiniWobEnv) || input.spec.env !== 'miniwob') {
+      await this.close(s.id);
+      throw ApplicationFailure.retryable(`session ${s.id} cannot be reset in place (${input.spec.env}): open a new one`, 'SessionLost');
+    }
+    const env = s.env;
+    this.validateTask(input.spec);
+    return this.using(s, async () => {
+      // Until it is observed again the session is at no known path: a step meanwhile must not run.
+      s.applied = -1;
+      s.path = [];
+      s.last = undefined;
+      s.snapshot = undefined;
+      try {
+        if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
+        for (const [i, action] of input.replay.entries()) {
+          await env.apply(action);
+          beat({ replayed: i + 1 });
+        }
+        const obs = await env.observe();
+        const observation = await this.toRef(obs);
+        s.view = await this.rewardView(env, obs);
+        s.applied = input.replay.length;
+        s.path = input.replay.map((a) => JSON.stringify(a));
+        s.episodeId = input.episodeId;
+        s.weights = parseRewardWeights(input.rewardWeights);
+        return {
+          sessionId: s.id,
+          taskQueue: this.deps.workerTaskQueue,
+          worker: this.deps.workerName,
+          observation,
+          replayed: input.replay.length,
+          rewardState: initialRewardState(s.view, s.site),
+        };
+      } catch (err) {
+        // Half reset is no state to keep: the caller opens a new session.
+        await this.close(s.id);
+        throw err;
+      }
+    });
+  }
+
   /** Observes a started session and keeps it. */
   private async register(
     input: StartSessionInput,
@@ -519,6 +569,9 @@ export function createSessionActivities(manager: SessionManager) {
     async stepSession(input: StepSessionInput): Promise<StepSessionResult> {
       Context.current().log.debug('step', { sessionId: input.sessionId, index: input.index });
       return withHeartbeat(() => manager.step(input));
+    },
+    async resetSession(input: ResetSessionInput): Promise<StartSessionResult> {
+      return withHeartbeat((beat) => manager.reset(input, beat));
     },
     async finishSession(input: { sessionId: string }): Promise<FinishSessionResult> {
       return withHeartbeat(() => manager.finish(input.sessionId));

@@ -3,12 +3,15 @@
  * (a fresh browser session replaying the node's action path)? Runs `mctsSearch` workflows on a real dev
  * server with worker processes, MiniWoB++ in Chromium, an instant scripted policy that proposes K different
  * actions per state (the scripted solution plus clicks elsewhere in the task area) and the instant fake
- * critic; valueMode rollout and valueMode critic side by side in one run.
+ * critic; valueMode rollout and valueMode critic, each with a new session per simulation (mcts.parkedSessions 0)
+ * and with parked sessions (`--parked`, default 2), alternating in one run.
  *
- *   node --import tsx bench/mcts-sims.ts [--sims 30] [--task enter-text] [--k 3] [--max-depth 5] [--repeats 1]
+ *   node --import tsx bench/mcts-sims.ts [--sims 30] [--task enter-text] [--k 3] [--max-depth 5] [--repeats 1] [--parked 2]
  *
- * Prints simulations per minute, the share of wall time in restores (startSession with replay, from the
- * workflow histories: scheduled → completed), the mean replay length, and the other phases.
+ * Prints simulations per minute, the share of wall time in restores (the search's own restore time: new
+ * sessions, in-place resets and parked sessions stepped forward), how restores were served, the mean replay
+ * length, the other phases (activity times from the workflow histories: scheduled → completed), and per
+ * valueMode the ratio of simulations per minute with parked sessions to without.
  */
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
@@ -19,7 +22,7 @@ import type { MctsSearchInput } from '../workflows/mcts-search';
 import { startBranchingPolicyServer } from '../testing/branching-policy-server';
 import { startFakeCriticServer } from '../testing/fake-critic-server';
 import { startTestStack } from '../testing/stack';
-import { runBench } from './bench-run';
+import { printBenchHeader, runBench } from './bench-run';
 
 interface Timing {
   restore: number;
@@ -45,7 +48,7 @@ async function activityTimes(client: Client, workflowId: string): Promise<Timing
       const from = scheduled.get(String(end.scheduledEventId));
       if (!from) continue;
       const d = (ms(e.eventTime) - from.at) / 1000;
-      if (from.type === 'startSession') {
+      if (from.type === 'startSession' || from.type === 'resetSession') {
         t.restore += d;
         t.restores++;
       } else if (from.type === 'stepSession') t.step += d;
@@ -65,8 +68,10 @@ async function main() {
       k: { type: 'string', default: '3' },
       'max-depth': { type: 'string', default: '5' },
       repeats: { type: 'string', default: '1' },
+      parked: { type: 'string', default: '2' },
     },
   });
+  printBenchHeader('mcts-sims');
   const sims = Number(values.sims);
   const repeats = Number(values.repeats);
   const [policy, critic, stack] = await Promise.all([
@@ -74,7 +79,22 @@ async function main() {
     startFakeCriticServer({ kind: 'prefer', substring: 'type', value: 0.6 }),
     startTestStack({ browserWorkers: 1 }),
   ]);
-  const rows: { mode: string; wall: number; sims: number; nodes: number; depth: number; t: Timing; replayed: number; restores: number; steps: number; rolloutSteps: number }[] = [];
+  const parkedModes = [0, Number(values.parked)];
+  const rows: {
+    mode: string;
+    parked: number;
+    wall: number;
+    sims: number;
+    nodes: number;
+    depth: number;
+    t: Timing;
+    restoreS: number;
+    reuse: MctsSearchResult['counters']['sessionReuse'];
+    replayed: number;
+    restores: number;
+    steps: number;
+    rolloutSteps: number;
+  }[] = [];
   try {
     const base = {
       temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
@@ -88,11 +108,11 @@ async function main() {
       },
     };
     let n = 0;
-    // Warm-up (browser launch, workflow bundle), then the two modes alternately.
+    // Warm-up (browser launch, workflow bundle), then the modes alternately.
     for (let r = 0; r <= repeats; r++) {
-      for (const valueMode of ['rollout', 'critic'] as const) {
-        if (r === 0 && valueMode === 'critic') continue;
-        const cfg = parseConfig({ ...base, mcts: { ...base.mcts, valueMode, numSimulations: r === 0 ? 3 : sims } });
+      for (const [valueMode, parkedSessions] of (['rollout', 'critic'] as const).flatMap((m) => parkedModes.map((p) => [m, p] as const))) {
+        if (r === 0 && (valueMode === 'critic' || parkedSessions === 0)) continue;
+        const cfg = parseConfig({ ...base, mcts: { ...base.mcts, valueMode, parkedSessions, numSimulations: r === 0 ? 3 : sims } });
         const input: MctsSearchInput = {
           runId: 'bench',
           task: { env: 'miniwob', task: values.task!, seed: 1 },
@@ -106,7 +126,7 @@ async function main() {
           sessionStartTimeoutMs: 20_000,
           heartbeatTimeoutMs: 10_000,
         };
-        const id = `bench-mcts-${valueMode}-${Date.now()}-${n++}`;
+        const id = `bench-mcts-${valueMode}-p${parkedSessions}-${Date.now()}-${n++}`;
         const t0 = performance.now();
         const res: MctsSearchResult = await stack.client.workflow.execute('mctsSearch', { taskQueue: stack.controlQueue, workflowId: id, args: [input] });
         const wall = (performance.now() - t0) / 1000;
@@ -114,7 +134,10 @@ async function main() {
         const t = await activityTimes(stack.client, id);
         rows.push({
           mode: valueMode,
+          parked: parkedSessions,
           wall,
+          restoreS: res.counters.seconds.restore,
+          reuse: res.counters.sessionReuse,
           sims: res.simulations,
           nodes: res.stats.nodes,
           depth: res.stats.maxDepth,
@@ -124,7 +147,9 @@ async function main() {
           steps: res.counters.browserSteps,
           rolloutSteps: res.counters.rolloutSteps,
         });
-        console.error(`${valueMode}: ${res.simulations} simulations in ${wall.toFixed(1)} s, ${res.stats.nodes} nodes, depth ${res.stats.maxDepth}, restore ${t.restore.toFixed(1)} s`);
+        console.error(
+          `${valueMode} parked ${parkedSessions}: ${res.simulations} simulations in ${wall.toFixed(1)} s, ${res.stats.nodes} nodes, depth ${res.stats.maxDepth}, restore ${res.counters.seconds.restore.toFixed(1)} s`,
+        );
       }
     }
   } finally {
@@ -133,16 +158,30 @@ async function main() {
     await critic.close();
   }
   const pct = (x: number, of: number) => `${((x / of) * 100).toFixed(1)}%`;
+  const perMin = (r: (typeof rows)[number]) => (r.sims / r.wall) * 60;
   console.log(`mctsSearch on MiniWoB++ ${values.task} seed 1: ${sims} simulations, K=${values.k}, maxDepth ${values['max-depth']}, instant scripted policy and critic, ${repeats} run(s) per mode`);
-  console.log('| valueMode | wall s | simulations/min | nodes | depth | restores | mean replay (actions) | restore share | step share | policy share | critic share | close share |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  console.log(
+    '| valueMode | parkedSessions | wall s | simulations/min | nodes | depth | restores | at node / stepped / reset / new (spares) | mean replay (actions) | restore share | step share | policy share | critic share | close share |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
+    const u = r.reuse;
     console.log(
-      `| ${r.mode} | ${r.wall.toFixed(1)} | ${((r.sims / r.wall) * 60).toFixed(1)} | ${r.nodes} | ${r.depth} | ${r.restores} | ${(r.replayed / Math.max(1, r.restores)).toFixed(2)} | ` +
-        `${pct(r.t.restore, r.wall)} | ${pct(r.t.step, r.wall)} | ${pct(r.t.sample, r.wall)} | ${pct(r.t.critic, r.wall)} | ${pct(r.t.close, r.wall)} |`,
+      `| ${r.mode} | ${r.parked} | ${r.wall.toFixed(1)} | ${perMin(r).toFixed(1)} | ${r.nodes} | ${r.depth} | ${r.restores} | ${u.reused} / ${u.advanced} / ${u.resetInPlace} / ${u.fresh} (${u.prepared}) | ` +
+        `${(r.replayed / Math.max(1, r.restores)).toFixed(2)} | ${pct(r.restoreS, r.wall)} | ${pct(r.t.step, r.wall)} | ${pct(r.t.sample, r.wall)} | ${pct(r.t.critic, r.wall)} | ${pct(r.t.close, r.wall)} |`,
     );
   }
-  console.log('Shares are activity time (scheduled → completed, from the histories) over wall time; closes overlap the next simulation.');
+  for (const mode of ['rollout', 'critic']) {
+    const mean = (p: number) => {
+      const rs = rows.filter((r) => r.mode === mode && r.parked === p);
+      return rs.reduce((a, r) => a + perMin(r), 0) / Math.max(1, rs.length);
+    };
+    console.log(`${mode}: simulations/min with parkedSessions ${parkedModes[1]} / with 0 = ${(mean(parkedModes[1]) / mean(0)).toFixed(2)}×`);
+  }
+  console.log(
+    'Restore share: the search\'s restore time (workflow clock: new sessions, in-place resets, parked sessions stepped forward) over wall time. ' +
+      'Other shares: activity time (scheduled → completed, from the histories; stepSession includes the forward steps) over wall time; closes overlap the next simulation.',
+  );
 }
 
 runBench(main);

@@ -136,16 +136,42 @@ export class MiniWobEnv implements Environment {
     await this.page.evaluate(PAGE_SCRIPT);
     // core.startEpisode() (from window.onload) creates the START cover that startEpisodeReal() needs.
     await this.page.waitForFunction('typeof core !== "undefined" && core.cover_div != null', undefined, { timeout: 10_000 });
+    await this.begin(spec, url, 'start');
+    return this.observe();
+  }
+
+  /**
+   * The same reset without reloading the page: a new episode of the task already loaded (MiniWoB's own
+   * environment does this between episodes), saving the page load. Undefined when the page is not that
+   * task's or its script cannot start again; the caller then resets with `reset`.
+   */
+  async resetInPlace(spec: TaskSpec): Promise<Observation | undefined> {
+    return (await this.restartInPlace(spec)) ? this.observe() : undefined;
+  }
+
+  /** `resetInPlace` without the observation, for a caller that acts (replays) before it looks. */
+  async restartInPlace(spec: TaskSpec): Promise<boolean> {
+    const ep = this.episode;
+    if (spec.env !== 'miniwob' || !ep || ep.task !== spec.task || !Number.isSafeInteger(spec.seed)) return false;
+    this.assertUsable();
+    if (this.page.url().split('#')[0] !== ep.url) return false;
+    const ok = await this.page.evaluate('!!(window.__halo && window.__halo.restartable && window.__halo.restartable())').catch(() => false);
+    if (!ok) return false;
+    this.episode = undefined;
+    // A fresh page has never seen the pointer: hovering whatever the last action left it over would show.
+    await this.page.mouse.move(0, 0);
+    await this.begin(spec, ep.url, 'restart');
+    return true;
+  }
+
+  private async begin(spec: TaskSpec, url: string, how: 'start' | 'restart'): Promise<void> {
     // The seed goes in as a number, as MiniWoB's Python driver and BrowserGym pass it, so a seed gives the
     // same problem here as there.
-    await this.page.evaluate(
-      `window.__halo.start(${JSON.stringify({ seed: spec.seed, maxTimeMs: this.episodeMaxTimeMs })})`,
-    );
+    await this.page.evaluate(`window.__halo.${how}(${JSON.stringify({ seed: spec.seed, maxTimeMs: this.episodeMaxTimeMs })})`);
     await this.page.waitForFunction('window.WOB_TASK_READY === true', undefined, { timeout: 10_000 });
     const goal = (await this.page.evaluate('window.__halo.utterance()')) as string;
     await this.page.evaluate('window.__halo.afterAction()');
     this.episode = { task: spec.task, seed: spec.seed, url, goal, steps: 0 };
-    return this.observe();
   }
 
   private requireEpisode(): EpisodeState {

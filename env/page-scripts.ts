@@ -55,6 +55,13 @@ export const PAGE_SCRIPT = String.raw`(function () {
     return SKIP_TAGS[el.tagName.toUpperCase()] === 1 || HUD_IDS[el.id] === 1;
   }
 
+  // A new episode on the same page numbers its elements from 1 again, as a freshly loaded page does.
+  function resetIds() {
+    var marked = document.querySelectorAll('[data-halo-id]');
+    for (var i = 0; i < marked.length; i++) marked[i].removeAttribute('data-halo-id');
+    nextId = 1;
+  }
+
   // Pre-order walk; new elements get the next number, existing ones keep theirs. A clone of an element
   // (jQuery .clone() copies attributes) is renumbered so that ids stay unique.
   function assignIds() {
@@ -365,7 +372,8 @@ export const PAGE_SCRIPT = String.raw`(function () {
     // result of the episode is kept even if something later starts another episode in the page.
     start: function (opts) {
       window.__haloFinal = null;
-      var origEnd = core.endEpisode;
+      // Wrapped once: a restarted page must not stack wrappers.
+      var origEnd = window.__haloOrigEnd || (window.__haloOrigEnd = core.endEpisode);
       core.endEpisode = function (reward, timeProportional, reason) {
         var active = core.EP_TIMER !== null;
         var result = origEnd.apply(this, arguments);
@@ -382,6 +390,23 @@ export const PAGE_SCRIPT = String.raw`(function () {
       if (opts.maxTimeMs !== null) core.EPISODE_MAX_TIME = opts.maxTimeMs;
       core.startEpisodeReal();
       return true;
+    },
+    // Whether start() can run again on this page (core loaded, its START cover made, seedrandom there).
+    restartable: function () {
+      return typeof core !== 'undefined' && core.cover_div != null && typeof Math.seedrandom === 'function' && typeof genProblem === 'function';
+    },
+    // A new episode on the loaded page, the way MiniWoB's own Python environment goes from one episode to the
+    // next: a running episode is stopped (its force_stop), then seed and startEpisodeReal. What the previous
+    // episode left outside the task's DOM (focus, scroll, element ids) is put back as a fresh page has it.
+    restart: function (opts) {
+      if (core.EP_TIMER !== null) core.endEpisode(0, false, 'reset');
+      var active = document.activeElement;
+      if (active && active !== document.body && typeof active.blur === 'function') active.blur();
+      var sel = window.getSelection && window.getSelection();
+      if (sel) sel.removeAllRanges();
+      resetIds();
+      window.scrollTo(0, 0);
+      return window.__halo.start(opts);
     },
     utterance: function () {
       var u = core.getUtterance();

@@ -58,6 +58,11 @@ export interface StartSessionInput {
   envOptions?: EnvOptions;
 }
 
+/** A new episode in an open session, on the worker that holds it: its page is reset in place, then `replay` runs. */
+export interface ResetSessionInput extends StartSessionInput {
+  sessionId: string;
+}
+
 export interface StartSessionResult extends SessionHandle {
   observation: ObservationRef;
   replayed: number;

@@ -24,6 +24,11 @@ export interface MctsParams {
    * searches stays as blind to the answer as a greedy one.
    */
   outcome?: 'environment' | 'self-evaluation';
+  /**
+   * Sessions kept open between simulations (workflows/parked-sessions.ts). Inputs recorded before it existed
+   * lack it: missing is 0, a new session per simulation.
+   */
+  parkedSessions?: number;
 }
 
 /** The search parameters from a validated config. */
@@ -39,6 +44,7 @@ export function mctsParams(cfg: HaloConfig): MctsParams {
     valueMode: m.valueMode,
     temperature: m.temperature,
     continueAsNewEvery: m.continueAsNewEvery,
+    parkedSessions: m.parkedSessions,
     critic: criticParams(m.critic),
   };
 }

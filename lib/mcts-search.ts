@@ -38,6 +38,15 @@ export interface MctsSearchState {
   runs: number;
 }
 
+export interface SessionReuseCounters {
+  reused: number;
+  advanced: number;
+  resetInPlace: number;
+  fresh: number;
+  /** Spares: sessions brought to a restored node in the background (reset in place, or new) for a later simulation. */
+  prepared: number;
+}
+
 export interface MctsCounters {
   candidates: number;
   invalidCandidates: number;
@@ -48,7 +57,13 @@ export interface MctsCounters {
   replayedActions: number;
   browserSteps: number;
   rolloutSteps: number;
-  /** Workflow-clock seconds per phase (restore = startSession with replay). */
+  /**
+   * How restores were served (workflows/parked-sessions.ts): a parked session already at the node, one
+   * stepped forward from an ancestor, one reset in place, a new session (rebuilds of lost sessions included).
+   * Snapshots written before it existed lack it (read as zeros).
+   */
+  sessionReuse: SessionReuseCounters;
+  /** Workflow-clock seconds per phase (restore = startSession with replay, or a parked session's reset or advance). */
   seconds: { restore: number; sample: number; critic: number; step: number; total: number };
 }
 
@@ -182,6 +197,7 @@ export function emptyCounters(): MctsCounters {
     replayedActions: 0,
     browserSteps: 0,
     rolloutSteps: 0,
+    sessionReuse: { reused: 0, advanced: 0, resetInPlace: 0, fresh: 0, prepared: 0 },
     seconds: { restore: 0, sample: 0, critic: 0, step: 0, total: 0 },
   };
 }

@@ -85,6 +85,28 @@ export class Sessions {
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
   }
 
+  /**
+   * An open session (its page and browser context kept) reset by its worker to the end of `path`: a new
+   * session's state without a new page. Lost, or an environment that cannot: a session-lost failure.
+   */
+  async reset(handle: SessionHandle, path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+    const s = this.settings;
+    const started = await this.on(handle, summary).resetSession({
+      sessionId: handle.sessionId,
+      spec: s.task,
+      replay: [...(s.base ?? []), ...path],
+      episodeId,
+      rewardWeights: s.rewardWeights,
+      envOptions: s.envOptions,
+    });
+    return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
+  }
+
+  /** The same open session, now working for `episodeId` (its rebuilds, if lost, say so). */
+  adopt(session: DurableSession, episodeId: string): DurableSession {
+    return new DurableSession(this, episodeId, session.handle, session.observation, session.rewardState, [...session.path]);
+  }
+
   /** Closes a session now; a session whose worker is gone has nothing left to free. */
   async closeQuietly(handle: SessionHandle): Promise<void> {
     try {
@@ -100,6 +122,11 @@ export class Sessions {
    */
   closeLater(handle: SessionHandle): void {
     this.pending.push(this.closeQuietly(handle));
+  }
+
+  /** `closeLater` for a session still busy with a background activity: once it is done (undefined: gone already). */
+  closeWhenReady(session: Promise<DurableSession | undefined>): void {
+    this.pending.push(session.then((s) => (s ? this.closeQuietly(s.handle) : undefined)));
   }
 
   /**

@@ -5,8 +5,10 @@
  * every simulation reads top to bottom in `simulate` below:
  *
  *   1. select      UCB1 on the composite Q from the root down to a leaf (lib/mcts.ts `select`);
- *   2. restore     a browser session at the leaf's state: `startSession` on the shared browser queue with
- *                  the leaf's action path as `replay` (the action path is the state);
+ *   2. restore     a browser session at the leaf's state: a parked one already there or up to 2 actions
+ *                  short of it, or one reset in place by its worker (mcts.parkedSessions), else
+ *                  `startSession` on the shared browser queue with the leaf's action path as `replay` (the
+ *                  action path is the state);
  *   3. expand      the policy samples K candidate actions (colocated learner or an OpenAI-compatible server,
  *                  like the episode), equal actions are merged, the critic ranks them and values the state,
  *                  the children are added with the critic's rank priors (at most K);
@@ -38,6 +40,7 @@ import {
   continueAsNew,
   defineQuery,
   log,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -50,8 +53,9 @@ import type { MctsStoreActivities } from '../activities/mcts-store';
 import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
 import { NEUTRAL_VALUE } from '../lib/critic';
 import type { PolicyConfig } from '../lib/config';
-import { episodeRun, type LegacyEpisodeFields } from '../lib/episode-types';
+import { episodeRun, type LegacyEpisodeFields, type SessionHandle } from '../lib/episode-types';
 import { actionPath, getNode, select } from '../lib/mcts';
+import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/parked-choice';
 import type { MctsParams } from '../lib/mcts-params';
 import {
   criticText,
@@ -75,6 +79,8 @@ import type { RunContext } from '../lib/run-context';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
 import { DurableSession, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
+import { ParkedSessions } from './parked-sessions';
+import { isSessionLost } from './session-lost';
 import { sample, type SamplerSettings } from './sampler';
 import { SearchState, type SearchCandidate, type Valuation, type Verdict } from './search-state';
 import type { ServedAdapter } from '../lib/iteration-policy';
@@ -112,7 +118,9 @@ interface Search {
   params: MctsParams;
   policy: PolicyConfig;
   run: RunContext;
-  sessions: Sessions;
+  sessions: SearchSessions;
+  /** Sessions kept between simulations (mcts.parkedSessions); null: a new session for every simulation. */
+  parked: ParkedSessions | null;
   sampler: SamplerSettings;
 }
 
@@ -138,23 +146,30 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
   const state = new SearchState({ runId: run.runId, iteration: input.iteration ?? null, task, params: P, rootPath }, info.workflowId, input.state);
   setHandler(mctsProgressQuery, () => state.progress());
   setHandler(mctsTreeQuery, () => state.view());
+  const sessions = new SearchSessions(
+    {
+      task,
+      browserTaskQueue: run.browserTaskQueue,
+      sessionStartTimeoutMs: run.sessionStartTimeoutMs,
+      heartbeatTimeoutMs: run.heartbeatTimeoutMs,
+      rewardWeights: parseRewardWeights(run.rewardWeights ?? {}),
+      envOptions: run.envOptions,
+      base: rootPath,
+    },
+    state,
+  );
+  // Histories recorded before sessions were parked replay with a new session per simulation.
+  const parkedSessions = P.parkedSessions ?? 0;
   const search: Search = {
     state,
     params: P,
     policy: input.policy,
     run,
-    sessions: new SearchSessions(
-      {
-        task,
-        browserTaskQueue: run.browserTaskQueue,
-        sessionStartTimeoutMs: run.sessionStartTimeoutMs,
-        heartbeatTimeoutMs: run.heartbeatTimeoutMs,
-        rewardWeights: parseRewardWeights(run.rewardWeights ?? {}),
-        envOptions: run.envOptions,
-        base: rootPath,
-      },
-      state,
-    ),
+    sessions,
+    parked:
+      parkedSessions > 0 && patched('mcts-session-reuse')
+        ? new ParkedSessions(sessions, parkedSessions, parkedMaxAgeMs(task.env, run.envOptions?.miniwobTimeLimit))
+        : null,
     sampler: {
       policy: input.policy,
       adapterVersion: input.adapterVersion,
@@ -177,7 +192,9 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       const snapshotRef = await storeSnapshot(search, `snapshot after ${state.simulations}/${P.numSimulations} simulations (${nodes} nodes) → continue as new`);
       return continueAsNew<typeof mctsSearch>({ ...input, state: state.continuation(snapshotRef) });
     }
-    await simulate(search, state.simulations + 1);
+    // The run's last simulation leaves no spare behind: its sessions are closed right after it.
+    const lastOfRun = state.simulations + 1 >= P.numSimulations || sinceStart + 1 >= P.continueAsNewEvery;
+    await simulate(search, state.simulations + 1, lastOfRun);
     sinceStart++;
   }
 
@@ -189,7 +206,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
 }
 
 /** One simulation: select → restore → expand → evaluate → backpropagate. */
-async function simulate(search: Search, sim: number): Promise<void> {
+async function simulate(search: Search, sim: number, lastOfRun: boolean): Promise<void> {
   const { state, params: P } = search;
   const { tree } = state;
   const startedAt = workflowClockMs();
@@ -204,21 +221,29 @@ async function simulate(search: Search, sim: number): Promise<void> {
     v = { node: leaf, value: node.reward ?? 0, how: `terminal reward ${node.reward ?? 0} backed up again` };
   } else if (node.parent !== null && node.visits === 0) {
     // A child added by an earlier expansion: restore its parent's state, run its action, value it.
-    const s = await restore(search, node.parent, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore parent state`);
+    // A root with unvisited children left is certainly restored by the next simulation (their UCB1 is infinite);
+    // anywhere deeper, the next selection depends on this simulation's value and mostly goes elsewhere.
+    const again = !lastOfRun && node.parent === 0 && getNode(tree, 0).children.some((c) => c !== leaf && getNode(tree, c).visits === 0 && !getNode(tree, c).terminal);
+    const s = await restore(search, node.parent, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore parent state`, again);
+    let ok = false;
     try {
       v = await evaluateChild(search, leaf, s, ctx);
+      ok = true;
     } finally {
-      s.closeLater();
+      release(search, s, ok);
     }
   } else {
     // The root, or (valueMode rollout) a leaf valued before: restore its state, expand it, evaluate a new child.
-    const s = await restore(search, leaf, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore`);
+    // The root's other new children will want its state next (see above).
+    const s = await restore(search, leaf, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore`, !lastOfRun && leaf === 0 && P.maxChildren > 1);
+    let ok = false;
     try {
       state.observed(leaf, s.observation);
       const added = await expandNode(search, leaf, s, tag);
       v = await evaluateNewChild(search, leaf, added, s, ctx);
+      ok = true;
     } finally {
-      s.closeLater();
+      release(search, s, ok);
     }
   }
   state.backedUp(v, sim, startedAt);
@@ -232,10 +257,114 @@ function simContext(search: Search, sim: number): Sim {
   return { sim, tag: `sim ${sim}/${search.params.numSimulations}`, budget };
 }
 
-/** A browser session at node `id`'s state: its action path replayed from the task's reset (after the root path). */
-async function restore(search: Search, id: number, ctx: Sim, summary: string): Promise<DurableSession> {
+/**
+ * A browser session at node `id`'s state: a parked one where one serves, else a new one replaying the node's
+ * action path from the task's reset (after the root path). `again`: the next simulation wants the same state,
+ * so a spare is sent there in the background.
+ */
+async function restore(search: Search, id: number, ctx: Sim, summary: string, again: boolean): Promise<DurableSession> {
   const path = actionPath(search.state.tree, id);
-  return search.sessions.open(path, `${search.state.workflowId}#${ctx.sim}`, `${summary}, replay ${path.length} actions`);
+  const episodeId = `${search.state.workflowId}#${ctx.sim}`;
+  const parked = search.parked ? await fromParked(search, search.parked, id, path, episodeId, summary) : undefined;
+  const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`));
+  if (search.parked && again) prepareSpare(search, search.parked, id, path, episodeId, summary);
+  return s;
+}
+
+/**
+ * A spare at node `id`'s state, made while this simulation runs (off its critical path): a parked session
+ * reset in place, or a new session while fewer than mcts.parkedSessions are parked. MiniWoB++ only (resets in
+ * place); a failure just leaves no spare.
+ */
+function prepareSpare(search: Search, parked: ParkedSessions, id: number, path: Action[], episodeId: string, summary: string): void {
+  const { state, sessions } = search;
+  if (state.spec.task.env !== 'miniwob') return;
+  const index = chooseSpare(parked.spots(workflowClockMs()), id);
+  const t0 = workflowClockMs();
+  const replay = state.spec.rootPath.length + path.length;
+  let ready: Promise<DurableSession | undefined>;
+  let handle: SessionHandle | null;
+  if (index >= 0) {
+    const p = parked.take(index);
+    handle = p.handle;
+    ready = p.session.then(async (old) => {
+      if (!old) return undefined;
+      try {
+        const s = await sessions.reset(old.handle, path, episodeId, `${summary}: spare for later simulations, parked session reset in place, replay ${replay} actions`);
+        sessions.began(s, t0);
+        return s;
+      } catch {
+        sessions.closeAndForget(old.handle);
+        return undefined;
+      }
+    });
+  } else if (parked.size < parked.limit && !parked.spots(t0).some((p) => p.node === id)) {
+    ready = sessions.openSpare(path, episodeId, `${summary}: spare for later simulations, new session, replay ${replay} actions`).catch(() => undefined);
+    handle = null;
+  } else {
+    return;
+  }
+  state.prepared();
+  parked.prepare(handle, id, t0, ready);
+}
+
+/** Beyond two actions, stepping an ancestor's session forward costs about what an in-place reset does. */
+const MAX_ADVANCE = 2;
+
+/**
+ * A parked session brought to node `id`'s state: one already there, one at an ancestor stepped forward, or
+ * one reset in place by its worker (MiniWoB++ only: a REAL site's state is not the page's alone). Undefined
+ * when none is parked or the one tried was lost (its worker's other parked sessions are dropped with it).
+ */
+async function fromParked(search: Search, parked: ParkedSessions, id: number, path: Action[], episodeId: string, summary: string): Promise<DurableSession | undefined> {
+  const { state, sessions } = search;
+  const choice = chooseParked(state.tree, parked.spots(workflowClockMs()), id, { maxAdvance: MAX_ADVANCE, canReset: state.spec.task.env === 'miniwob' });
+  if (choice.kind === 'none') return undefined;
+  const p = parked.take(choice.index);
+  const { begunAt } = p;
+  // A spare still on its way is waited for (restore time); one that failed leaves the others to try.
+  const taken = p.preparing ? await state.timed('restore', () => p.session) : await p.session;
+  if (!taken) return fromParked(search, parked, id, path, episodeId, summary);
+  try {
+    if (choice.kind === 'exact') {
+      const s = sessions.adopt(taken, episodeId);
+      sessions.began(s, begunAt);
+      state.restored(0, s.observation.goal, 'reused');
+      return s;
+    }
+    if (choice.kind === 'advance') {
+      const s = sessions.adopt(taken, episodeId);
+      sessions.began(s, begunAt);
+      const n = choice.actions.length;
+      await state.timed('restore', async () => {
+        for (const [i, a] of choice.actions.entries()) await s.stepOnce(a, `${summary}: parked session steps forward ${i + 1}/${n}: ${describeAction(a)}`);
+      });
+      state.restored(n, s.observation.goal, 'advanced');
+      return s;
+    }
+    const replay = state.spec.rootPath.length + path.length;
+    const t0 = workflowClockMs();
+    const s = await state.timed('restore', () => sessions.reset(taken.handle, path, episodeId, `${summary}: parked session reset in place, replay ${replay} actions`));
+    sessions.began(s, t0);
+    state.restored(replay, s.observation.goal, 'resetInPlace');
+    return s;
+  } catch (err) {
+    if (!isSessionLost(err)) throw err;
+    sessions.closeAndForget(taken.handle);
+    parked.dropQueue(taken.handle.taskQueue);
+    return undefined;
+  }
+}
+
+/**
+ * The end of a simulation's use of its session: parked at the node its path leads to (null when the path left
+ * the tree or ended there: only a reset can use it), or closed when not parking or the simulation failed.
+ */
+function release(search: Search, s: DurableSession, ok: boolean): void {
+  if (!search.parked || !ok) return s.closeLater();
+  const tree = search.state.tree;
+  const node = nodeAtPath(tree, s.path);
+  search.parked.park(s, node !== null && !getNode(tree, node).terminal ? node : null, search.sessions.begunAt(s));
 }
 
 /** Runs `action` in the session (a lost session is rebuilt within the simulation's budget). */
@@ -390,6 +519,8 @@ function blobs(summary: string) {
 
 /** The tree to the blob store: its nodes in chunks, then the manifest naming them. Returns the manifest's reference. */
 async function storeSnapshot(search: Search, summary: string): Promise<string> {
+  // Parked sessions do not outlive the run: a continued run starts with none.
+  search.parked?.closeAll();
   await search.sessions.flush();
   const store = blobs(summary);
   const chunkRefs = await Promise.all(search.state.chunks().map(async (c) => (await store.storeJson({ value: c })).ref));
@@ -405,8 +536,13 @@ async function loadSnapshot(state: SearchState, carried: MctsSearchState): Promi
   state.restoreFrom(snap, chunks, carried.snapshotRef);
 }
 
-/** Sessions whose every opening (a restore, or a rebuild after a lost session) is timed and counted. */
+/**
+ * Sessions whose every opening (a restore, or a rebuild after a lost session) is timed and counted, and
+ * when each one's episode began (parked sessions past their episode's time limit are only reset).
+ */
 class SearchSessions extends Sessions {
+  private readonly begun = new Map<string, number>();
+
   constructor(
     settings: SessionSettings,
     private readonly state: SearchState,
@@ -415,8 +551,27 @@ class SearchSessions extends Sessions {
   }
 
   override async open(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+    const t0 = workflowClockMs();
     const s = await this.state.timed('restore', () => super.open(path, episodeId, summary));
+    this.began(s, t0);
     this.state.restored((this.settings.base?.length ?? 0) + path.length, s.observation.goal);
     return s;
+  }
+
+  /** A new session opened in the background, not for this simulation: not a restore of it. */
+  async openSpare(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+    const t0 = workflowClockMs();
+    const s = await super.open(path, episodeId, summary);
+    this.began(s, t0);
+    return s;
+  }
+
+  began(s: DurableSession, at: number): void {
+    this.begun.set(s.handle.sessionId, at);
+  }
+
+  /** When the session's episode began; a session not seen here counts as too old to use as it is. */
+  begunAt(s: DurableSession): number {
+    return this.begun.get(s.handle.sessionId) ?? -Infinity;
   }
 }

@@ -26,6 +26,7 @@ import {
   round,
   snapshotChunks,
   type MctsCounters,
+  type SessionReuseCounters,
   type MctsPairsSummary,
   type MctsProgress,
   type MctsSearchResult,
@@ -122,7 +123,8 @@ export class SearchState {
     } catch (err) {
       throw ApplicationFailure.nonRetryable(`${(err as Error).message} (${ref})`, 'MctsSnapshotMismatch');
     }
-    this.counters = snap.counters;
+    const empty = emptyCounters();
+    this.counters = { ...empty, ...snap.counters, sessionReuse: { ...empty.sessionReuse, ...snap.counters.sessionReuse } };
     this.goal = snap.goal;
     if (snap.simulations !== this.simulations) {
       throw ApplicationFailure.nonRetryable(
@@ -218,11 +220,20 @@ export class SearchState {
     }
   }
 
-  /** A session was opened by replaying `replayed` actions from the task's reset. */
-  restored(replayed: number, goal: string): void {
+  /**
+   * A session is at a node's state: opened (`fresh`) or reset in place by replaying `replayed` actions from the
+   * task's reset, or a parked one taken as it was (`reused`) or stepped `replayed` actions forward (`advanced`).
+   */
+  restored(replayed: number, goal: string, how: Exclude<keyof SessionReuseCounters, 'prepared'> = 'fresh'): void {
     this.counters.restores++;
     this.counters.replayedActions += replayed;
+    this.counters.sessionReuse[how]++;
     if (!this.goal) this.goal = goal;
+  }
+
+  /** A spare session was sent to a node in the background. */
+  prepared(): void {
+    this.counters.sessionReuse.prepared++;
   }
 
   rebuilt(): void {

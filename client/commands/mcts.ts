@@ -15,6 +15,7 @@ import {
   searchWorkflowId,
   type MctsSearchResult,
   type MctsTreeView,
+  type SessionReuseCounters,
   type MctsProgress,
 } from '../../lib/mcts-search';
 import type { TrainMctsResult, TrainMctsStatus } from '../../workflows/train-mcts';
@@ -169,6 +170,12 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
 }
 
 /** Text rendering: a header and one line per node, children under their parent (★ marks the best path). */
+/** How parked sessions served the restores; empty for searches without them (or from before they existed). */
+function reuseNote(r: SessionReuseCounters | undefined): string {
+  if (!r || r.reused + r.advanced + r.resetInPlace === 0) return '';
+  return `; ${r.reused} at the node, ${r.advanced} stepped forward, ${r.resetInPlace} reset in place, ${r.fresh} new sessions`;
+}
+
 export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 300): string {
   const lines: string[] = [];
   lines.push(
@@ -181,7 +188,7 @@ export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 
     const c = view.counters;
     lines.push(
       `candidates ${c.candidates} (${c.invalidCandidates} unparseable) · critic ${c.criticCalls} calls, ${c.criticFailures} unusable · ` +
-        `${c.restores} restores (${c.replayedActions} actions replayed), ${c.sessionRebuilds} session rebuilds`,
+        `${c.restores} restores (${c.replayedActions} actions replayed${reuseNote(c.sessionReuse)}), ${c.sessionRebuilds} session rebuilds`,
     );
   }
   const tree: Tree | null = view.tree;

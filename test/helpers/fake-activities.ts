@@ -5,7 +5,7 @@ import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval-types';
 import { ApplicationFailure } from '@temporalio/common';
 import { clip, type Action, type AgentAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
-import type { StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult, FinishSessionResult } from '../../lib/episode-types';
+import type { ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult, FinishSessionResult } from '../../lib/episode-types';
 import type { RewardState } from '../../lib/rewards/types';
 import type { ActivityMap, TestQueues } from './workflow-env';
 
@@ -99,6 +99,8 @@ export interface FakeBrowserOptions {
 export class FakeBrowser {
   readonly starts: { sessionId: string; replay: Action[]; episodeId: string }[] = [];
   readonly steps: { sessionId: string; index: number; action: Action }[] = [];
+  /** In-place resets of open sessions (MCTS parked sessions), on the session queue. */
+  readonly resets: { sessionId: string; replay: Action[]; episodeId: string }[] = [];
   readonly closes: string[] = [];
   readonly finishes: string[] = [];
   /** Every call in the order the activities ran: `start s1`, `step s1 #0`, `finish s2`, `close s1`. */
@@ -136,6 +138,20 @@ export class FakeBrowser {
 
   sessionActivities(): ActivityMap {
     return {
+      resetSession: async (input: ResetSessionInput): Promise<StartSessionResult> => {
+        this.resets.push({ sessionId: input.sessionId, replay: input.replay, episodeId: input.episodeId });
+        this.events.push(`reset ${input.sessionId}`);
+        this.stepsBySession.set(input.sessionId, 0);
+        this.opts.start?.(input);
+        return {
+          sessionId: input.sessionId,
+          taskQueue: this.queues.session,
+          worker: 'fake-browser',
+          observation: { goal: `do ${input.spec.task}`, ...observationAt(input.sessionId, input.replay.length) },
+          replayed: input.replay.length,
+          rewardState: freshRewardState(),
+        };
+      },
       stepSession: async (input: StepSessionInput): Promise<StepSessionResult> => {
         const sessionSteps = this.stepsBySession.get(input.sessionId) ?? 0;
         this.steps.push({ sessionId: input.sessionId, index: input.index, action: input.action });

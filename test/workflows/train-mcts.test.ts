@@ -91,12 +91,15 @@ describe('trainMcts', { timeout: 90_000 }, () => {
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
       const { browser, control, learner } = w;
-      await pauseResumeStopTraining<TrainMctsResult>(env, w, 'trainMcts', mctsConfig(w.q, w.runId, 3), () => browser.starts.length + learner.samples.length);
+      await pauseResumeStopTraining<TrainMctsResult>(env, w, 'trainMcts', mctsConfig(w.q, w.runId, 3), () => browser.starts.length + browser.resets.length + learner.samples.length);
       assert.deepEqual(
         control.mctsMetrics.map((m) => m.iteration),
         [1, 2],
       );
-      assert.equal(browser.starts.length, 4, 'two searches of two simulations: no third iteration started');
+      // Each search's first simulation opens a spare at the root in the background (mcts.parkedSessions), which
+      // its second one takes as it is: two sessions per search, nothing reset.
+      assert.deepEqual([browser.starts.length, browser.resets.length], [4, 0], 'two searches of two simulations: no third iteration started');
+      assert.deepEqual([...browser.closes].sort(), browser.starts.map((s) => s.sessionId).sort(), 'every session closed once when its search ended');
     });
   });
 });
