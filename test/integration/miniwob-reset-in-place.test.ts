@@ -104,3 +104,39 @@ test('another task or a page that navigated away is not reset in place (the call
     await closeEnv(env);
   }
 });
+
+test('resetSession on the worker: the session answers as a new one at the replayed path; a missing session is lost', async () => {
+  const { SessionManager } = await import('../../activities/session');
+  const { parseRewardWeights } = await import('../../lib/rewards/weights');
+  const manager = new SessionManager({ blobs, miniwobBaseUrl: server.baseUrl, miniwobTasks: ['click-button'], workerTaskQueue: 'reset-test', workerName: 'reset-test' });
+  const rewardWeights = parseRewardWeights({});
+  const start = (seed: number, replay: Action[]) =>
+    manager.start({ spec: { env: 'miniwob', task: 'click-button', seed }, replay, episodeId: `fresh-${seed}`, rewardWeights });
+  try {
+    const first = await start(3, []);
+    const wait: Action = { type: 'wait', seconds: 0 };
+    await manager.step({ sessionId: first.sessionId, index: 0, action: wait, rewardState: first.rewardState });
+
+    // The same session, reset to seed 4 with one action replayed, against a new session there.
+    const reset = await manager.reset({ sessionId: first.sessionId, spec: { env: 'miniwob', task: 'click-button', seed: 4 }, replay: [wait], episodeId: 'reset-4', rewardWeights });
+    const fresh = await start(4, [wait]);
+    assert.equal(reset.sessionId, first.sessionId, 'the same page and context');
+    assert.equal(reset.replayed, 1);
+    assert.equal(reset.observation.goal, fresh.observation.goal);
+    assert.equal(reset.observation.stateKey, fresh.observation.stateKey);
+    assert.deepEqual(reset.rewardState, fresh.rewardState);
+
+    // Its steps count from the replayed path: index 1 runs, a stale index 0 is a lost session.
+    const stepped = await manager.step({ sessionId: reset.sessionId, index: 1, action: wait, rewardState: reset.rewardState });
+    assert.equal(stepped.done, false);
+    await assert.rejects(manager.step({ sessionId: reset.sessionId, index: 0, action: wait, rewardState: reset.rewardState }), (e: Error & { type?: string }) => e.type === 'SessionLost');
+
+    await manager.close(first.sessionId);
+    await assert.rejects(
+      manager.reset({ sessionId: first.sessionId, spec: { env: 'miniwob', task: 'click-button', seed: 4 }, replay: [], episodeId: 'gone', rewardWeights }),
+      (e: Error & { type?: string }) => e.type === 'SessionLost',
+    );
+  } finally {
+    await manager.shutdown();
+  }
+});
