@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -9,6 +9,8 @@ export interface ManagedProcess {
   name: string;
   pid: number;
   logFile: string;
+  /** The log's size when this process started: what it wrote itself comes after (the log is appended to). */
+  logOffset?: number;
 }
 
 export function pidFile(home: string, name: string): string {
@@ -42,12 +44,13 @@ export function spawnBackground(
   mkdirSync(join(home, 'pids'), { recursive: true });
   const logFile = join(home, 'logs', `${name}.log`);
   const fd = openSync(logFile, 'a');
+  const logOffset = fstatSync(fd).size;
   const child = spawn(command, args, { cwd: REPO_ROOT, env, detached: true, stdio: ['ignore', fd, fd] });
   closeSync(fd);
   if (child.pid === undefined) throw new Error(`could not start ${name} (${command})`);
   child.unref();
   writeFileSync(pidFile(home, name), `${child.pid}\n`);
-  return { name, pid: child.pid, logFile };
+  return { name, pid: child.pid, logFile, logOffset };
 }
 
 /** SIGTERM, wait for a graceful exit, SIGKILL after the grace period. */

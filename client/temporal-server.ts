@@ -1,7 +1,7 @@
 import { Connection } from '@temporalio/client';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { msToTs } from '@temporalio/common/lib/time';
 import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
 import { sleep, spawnBackground, temporalBinary, type ManagedProcess } from './processes';
@@ -72,10 +72,30 @@ export async function freePort(): Promise<number> {
 }
 
 /** Connect, retrying until the server answers or the deadline passes. */
-export async function waitForServer(address: string, timeoutMs = 60_000): Promise<Connection> {
+/** A dev server that died while starting (its port taken, a bad flag): what its log says, at once. */
+export class DevServerStartError extends Error {}
+
+/** The line of a dev server's log that says it could not start, or undefined while none does. */
+export function devServerStartFailure(logFile: string, fromByte = 0): string | undefined {
+  let text: string;
+  try {
+    text = readFileSync(logFile).subarray(fromByte).toString('utf8');
+  } catch {
+    return undefined;
+  }
+  return text.split('\n').find((l) => /bind: address already in use|^panic:|level=(ERROR|FATAL) msg="Failed to start/.test(l));
+}
+
+/**
+ * Waits until the server at `address` answers. With `server` (a dev server this process started) a server that
+ * died while starting is reported at once with its log's reason, instead of after the whole timeout.
+ */
+export async function waitForServer(address: string, timeoutMs = 60_000, server?: ManagedProcess): Promise<Connection> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < deadline) {
+    const failure = server && devServerStartFailure(server.logFile, server.logOffset);
+    if (failure) throw new DevServerStartError(`Temporal dev server for ${address} did not start: ${failure.trim()} (log: ${server.logFile})`);
     try {
       const s = temporalSettings({ address, namespace: 'default' }, { ...process.env, TEMPORAL_ADDRESS: address });
       const conn = await Connection.connect({ ...connectOptions(s), connectTimeout: 2000 });
@@ -110,5 +130,30 @@ export async function prepareNamespace(conn: Connection, namespace: string, rete
       namespace,
       searchAttributes: Object.fromEntries(missing.map((k) => [k.name, 2 /* INDEXED_VALUE_TYPE_KEYWORD */])),
     });
+  }
+}
+
+/**
+ * A dev server on a free port, for a private stack (tests, benches). Another process may take the port between
+ * the check and the server's bind, so a server that dies while starting is started again on another port.
+ */
+export async function startDevServerOnFreePort(
+  o: Omit<DevServerOptions, 'port'>,
+  attempts = 3,
+): Promise<{ server: ManagedProcess; port: number; address: string; connection: Connection }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const address = `127.0.0.1:${port}`;
+    const server = await startDevServer({ ...o, port });
+    try {
+      return { server, port, address, connection: await waitForServer(address, 90_000, server) };
+    } catch (err) {
+      if (!(err instanceof DevServerStartError) || attempt >= attempts) throw err;
+      try {
+        process.kill(server.pid, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
   }
 }

@@ -4,7 +4,7 @@ import { mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT, learnerCommand, workerCommand } from '../client/processes';
-import { freePort, prepareNamespace, startDevServer, waitForServer } from '../client/temporal-server';
+import { prepareNamespace, startDevServer, startDevServerOnFreePort, waitForServer } from '../client/temporal-server';
 import { waitForPollers } from '../client/stack';
 
 /**
@@ -41,8 +41,6 @@ export interface TestStackOptions {
 
 export async function startTestStack(opts: TestStackOptions = {}): Promise<TestStack> {
   const home = mkdtempSync(join(tmpdir(), 'halo-test-'));
-  const port = await freePort();
-  const address = `127.0.0.1:${port}`;
   const namespace = 'default';
   const suffix = Math.random().toString(36).slice(2, 8);
   const controlQueue = `halo-control-${suffix}`;
@@ -50,8 +48,10 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
   const gpuQueue = `halo-gpu-${suffix}`;
   const checkpoints = join(home, 'checkpoints');
   const learnerOpts = typeof opts.learner === 'object' ? opts.learner : {};
-  let server = await startDevServer({ home, port });
-  let connection = await waitForServer(address, 90_000);
+  const started = await startDevServerOnFreePort({ home });
+  const { port, address } = started;
+  let server = started.server;
+  let connection = started.connection;
   await prepareNamespace(connection, namespace, 30);
   const workers: ChildProcess[] = [];
   const env = {
@@ -108,7 +108,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       process.kill(server.pid, 'SIGTERM');
       await waitExit(server.pid);
       server = await startDevServer({ home, port });
-      await waitForServer(address, 90_000);
+      await waitForServer(address, 90_000, server);
     },
     async stop() {
       for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');

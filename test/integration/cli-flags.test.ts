@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { REPO_ROOT, stopProcess, type ManagedProcess } from '../../client/processes';
-import { freePort, prepareNamespace, startDevServer, waitForServer } from '../../client/temporal-server';
+import { freePort, prepareNamespace, startDevServerOnFreePort } from '../../client/temporal-server';
 import { flagsOf } from '../../lib/config-overrides';
 import { listRealTasks } from '../../env/real-tasks';
 
@@ -56,9 +56,9 @@ async function rejects(args: string[], pattern: RegExp, env: Record<string, stri
 
 before(async () => {
   home = mkdtempSync(join(tmpdir(), 'halo-cli-flags-'));
-  const port = await freePort();
-  server = await startDevServer({ home, port, name: 'temporal-flags' });
-  connection = await waitForServer(`127.0.0.1:${port}`, 90_000);
+  const started = await startDevServerOnFreePort({ home, name: 'temporal-flags' });
+  ({ server, connection } = started);
+  const { port } = started;
   await prepareNamespace(connection, 'default', 1);
   client = new Client({ connection, namespace: 'default' });
   site = createServer((_req, res) => res.end('ok'));

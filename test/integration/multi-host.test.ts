@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { Client, type Connection } from '@temporalio/client';
 import { parseConfig, type HaloConfig } from '../../lib/config';
 import { REPO_ROOT, readPid, isAlive, type ManagedProcess } from '../../client/processes';
-import { freePort, prepareNamespace, startDevServer, waitForServer } from '../../client/temporal-server';
+import { prepareNamespace, startDevServerOnFreePort } from '../../client/temporal-server';
 import { startOrAttachTrain } from '../../client/train';
 import { startOrAttachMcts } from '../../client/commands/mcts';
 import { blobStoreFor } from '../../blob/store';
@@ -57,10 +57,7 @@ before(async () => {
   [s3, critic] = await Promise.all([startLocalS3(), startFakeCriticServer({ kind: 'prefer', substring: 'click', value: 0.7 })]);
   // "The remote Temporal": a dev server with its own folder, reached by address only.
   temporalHome = mkdtempSync(join(tmpdir(), 'halo-mh-temporal-'));
-  const port = await freePort();
-  address = `127.0.0.1:${port}`;
-  temporal = await startDevServer({ home: temporalHome, port });
-  connection = await waitForServer(address, 90_000);
+  ({ server: temporal, address, connection } = await startDevServerOnFreePort({ home: temporalHome }));
   await prepareNamespace(connection, 'default', 1);
   client = new Client({ connection, namespace: 'default' });
   for (const r of Object.keys(homes) as Role[]) homes[r] = mkdtempSync(join(tmpdir(), `halo-mh-${r}-`));
