@@ -1,4 +1,5 @@
 import type { PolicyConfig } from './config';
+import { fnv1a32 } from './rewards/shaping';
 
 /**
  * Which policy a run samples from. One rule for every caller (GRPO iterations and their greedy evaluations,
@@ -70,4 +71,13 @@ export function greedy(policy: PolicyConfig): PolicyConfig {
  */
 export function staleness(iteration: number, sampledVersion: number): number {
   return Math.max(0, iteration - 1 - sampledVersion);
+}
+
+/**
+ * The colocated sampler's seed for one call: fixed by the workflow, the prompt (a content hash) and n. A retried
+ * call draws the same completions, and a run replays the same samples whatever order its parallel episodes
+ * reach the learner in (the learner's own random state would otherwise depend on that order).
+ */
+export function samplingSeed(workflowId: string, promptRef: string, n: number): number {
+  return parseInt(fnv1a32(`${workflowId}|${promptRef}|${n}`), 16);
 }

@@ -1,9 +1,9 @@
-import { patched, proxyActivities } from '@temporalio/workflow';
+import { patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { MctsStoreActivities } from '../activities/mcts-store';
 import { clip, type AgentAction } from '../lib/actions';
 import type { PolicyConfig } from '../lib/config';
-import type { ServedAdapter } from '../lib/iteration-policy';
+import { samplingSeed, type ServedAdapter } from '../lib/iteration-policy';
 import type { PromptObservationRef } from '../lib/episode-types';
 import { parseAction } from '../lib/parse';
 import { learnerActivities } from './learner-calls';
@@ -97,6 +97,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     ...(s.baseModel ? { base_model: s.baseModel } : {}),
     ...(grammarRef ? { grammar_ref: grammarRef } : {}),
     store_tokens: true,
+    seed: samplingSeed(workflowInfo().workflowId, promptRef, req.n),
   });
   const texts = out.completions.map((c) => c.text);
   // Histories recorded before the learner stored tokens as blobs carry them inline; both shapes stay readable.
