@@ -182,13 +182,13 @@ async function pipelined(
   const pending = state.pendingRef ? ((await control.loadJson({ ref: state.pendingRef })) as Collected) : undefined;
   const go = diskOk && (await run.proceed());
   const collectSeconds: Record<string, number> = {};
-  const learnSeconds: Record<string, number> = {};
   let version = state.adapterVersion;
   let adapterPath = state.adapterPath;
   let zeroStdHistory = state.zeroStdHistory;
   let lastMetrics = state.lastMetrics ?? null;
-  const learnFrom = async (c: Collected, seconds: Record<string, number>) => {
-    const learned = await learn(scope, c, version + 1, { ...c.seconds, ...seconds });
+  // An iteration's metrics row has its own rollout and batch seconds, then its update's.
+  const learnFrom = async (c: Collected) => {
+    const learned = await learn(scope, c, version + 1, { ...c.seconds });
     version++;
     adapterPath = learned.adapterPath;
     lastMetrics = learned.metrics;
@@ -198,11 +198,11 @@ async function pipelined(
   // A stopped or paused-then-stopped run still learns from what it has collected.
   const rollouts = go && it <= t.iterations ? collect(scope, it, sampling, state.adapterVersion, collectSeconds) : undefined;
   run.phase = rollouts && pending ? 'rollout + update' : rollouts ? 'rollout' : 'update';
-  const [collected] = await Promise.all([rollouts, pending ? learnFrom(pending, learnSeconds) : undefined]);
+  const [collected] = await Promise.all([rollouts, pending ? learnFrom(pending) : undefined]);
   const lastCollected = collected?.iteration ?? pending?.iteration ?? it - 1;
   const done = run.stopping || !go || lastCollected >= t.iterations;
   if (done) {
-    if (collected) await learnFrom(collected, {});
+    if (collected) await learnFrom(collected);
     return { runId, iterations: version, adapterVersion: version, stoppedEarly: version < t.iterations };
   }
   run.phase = 'continue';

@@ -169,13 +169,13 @@ export async function readTree(client: Client, workflowId: string, blobs: BlobSt
   };
 }
 
-/** Text rendering: a header and one line per node, children under their parent (★ marks the best path). */
 /** How parked sessions served the restores; empty for searches without them (or from before they existed). */
 function reuseNote(r: SessionReuseCounters | undefined): string {
   if (!r || r.reused + r.advanced + r.resetInPlace === 0) return '';
   return `; ${r.reused} at the node, ${r.advanced} stepped forward, ${r.resetInPlace} reset in place, ${r.fresh} new sessions`;
 }
 
+/** Text rendering: a header and one line per node, children under their parent (★ marks the best path). */
 export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 300): string {
   const lines: string[] = [];
   lines.push(
