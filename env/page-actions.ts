@@ -18,7 +18,14 @@ export interface PageGeometry {
 /** Actions executed by executePageAction: all but the terminal `answer` and `goto` (each adapter has its own rule). */
 export type PageAction = Exclude<Action, { type: 'answer' } | { type: 'goto' }>;
 
-export const CLICK_ELEMENT_TIMEOUT_MS = 2_000;
+/**
+ * How long an element action (click_element, type into an element) waits for Playwright's actionability checks
+ * and the click itself. These take a few animation frames of the page's renderer, so they slow down with the
+ * machine's load, not with the page: 32 forked MiniWoB++ pages on 2 cores need up to 6 s for a click on a
+ * visible, enabled button. A tighter limit scores a right action as rejected (and a click that did land as
+ * both rejected and successful), which is noise in exactly the rewards a run learns from.
+ */
+export const ELEMENT_ACTION_TIMEOUT_MS = 20_000;
 
 const MODIFIERS: Record<string, string> = {
   ctrl: 'Control',
@@ -165,7 +172,7 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
     case 'click_element': {
       const loc = page.locator(`[data-halo-id="${action.id}"]`);
       if ((await loc.count()) === 0) return `no element with id ${action.id}`;
-      await loc.first().click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
+      await loc.first().click({ timeout: ELEMENT_ACTION_TIMEOUT_MS });
       return undefined;
     }
     case 'type': {
@@ -173,13 +180,13 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
         const loc = page.locator(`[data-halo-id="${action.id}"]`);
         if ((await loc.count()) === 0) return `no element with id ${action.id}`;
         const target = loc.first();
-        const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout: CLICK_ELEMENT_TIMEOUT_MS })) as string;
+        const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout: ELEMENT_ACTION_TIMEOUT_MS })) as string;
         if (tag === 'SELECT') {
           // A native <select> popup cannot be driven by keys in headless Chromium: pick the option by label.
-          await target.selectOption({ label: action.text }, { timeout: CLICK_ELEMENT_TIMEOUT_MS });
+          await target.selectOption({ label: action.text }, { timeout: ELEMENT_ACTION_TIMEOUT_MS });
           return undefined;
         }
-        await target.click({ timeout: CLICK_ELEMENT_TIMEOUT_MS });
+        await target.click({ timeout: ELEMENT_ACTION_TIMEOUT_MS });
       }
       await page.keyboard.type(action.text);
       return undefined;

@@ -90,6 +90,28 @@ test('click-button seed 3 is solved by click_element', async () => {
   assert.equal(out.observation.step, 1);
 });
 
+// A step group forks N pages at once, each loading its page and stepping as soon as it is ready: on 2 cores the
+// renderers are slow while the others load. A click on a visible, enabled button must still land and count, not
+// time out as a rejected action (most of them did with a 2 s limit).
+test('click_element on 24 click-test pages forked at once: every click lands and succeeds', { timeout: 300_000 }, async () => {
+  const contexts: BrowserContext[] = [];
+  try {
+    const outs = await Promise.all(Array.from({ length: 24 }, async (_, seed) => {
+      const ctx = await browser.newContext({ viewport: DEFAULT_VIEWPORT });
+      contexts.push(ctx);
+      const e = new MiniWobEnv({ page: await ctx.newPage(), baseUrl: server.baseUrl, blobs });
+      const obs = await e.reset({ env: 'miniwob', task: 'click-test', seed });
+      const button = clickableElements(obs.axtree).find((l) => l.role === 'button');
+      assert.ok(button, `no button in\n${obs.axtree}`);
+      return e.step({ type: 'click_element', id: button.id });
+    }));
+    assert.deepEqual(outs.map((o) => o.actionError ?? null), outs.map(() => null));
+    assert.deepEqual(outs.map((o) => o.success), outs.map(() => true));
+  } finally {
+    await Promise.all(contexts.map((c) => c.close().catch(() => undefined)));
+  }
+});
+
 test('click-button is solved by a grid click at the axtree centre (magnification + grid mapping)', async () => {
   for (const seed of [3, 11, 12]) {
     const obs = await env.reset({ env: 'miniwob', task: 'click-button', seed });
