@@ -71,7 +71,6 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Connect, retrying until the server answers or the deadline passes. */
 /** A dev server that died while starting (its port taken, a bad flag): what its log says, at once. */
 export class DevServerStartError extends Error {}
 
@@ -87,7 +86,7 @@ export function devServerStartFailure(logFile: string, fromByte = 0): string | u
 }
 
 /**
- * Waits until the server at `address` answers. With `server` (a dev server this process started) a server that
+ * Connects, retrying until the server at `address` answers or the deadline passes. With `server` (a dev server this process started) a server that
  * died while starting is reported at once with its log's reason, instead of after the whole timeout.
  */
 export async function waitForServer(address: string, timeoutMs = 60_000, server?: ManagedProcess): Promise<Connection> {

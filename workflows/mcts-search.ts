@@ -326,20 +326,16 @@ async function fromParked(search: Search, parked: ParkedSessions, id: number, pa
   const taken = p.preparing ? await state.timed('restore', () => p.session) : await p.session;
   if (!taken) return fromParked(search, parked, id, path, episodeId, summary);
   try {
-    if (choice.kind === 'exact') {
+    if (choice.kind === 'exact' || choice.kind === 'advance') {
       const s = sessions.adopt(taken, episodeId);
       sessions.began(s, begunAt);
-      state.restored(0, s.observation.goal, 'reused');
-      return s;
-    }
-    if (choice.kind === 'advance') {
-      const s = sessions.adopt(taken, episodeId);
-      sessions.began(s, begunAt);
-      const n = choice.actions.length;
-      await state.timed('restore', async () => {
-        for (const [i, a] of choice.actions.entries()) await s.stepOnce(a, `${summary}: parked session steps forward ${i + 1}/${n}: ${describeAction(a)}`);
-      });
-      state.restored(n, s.observation.goal, 'advanced');
+      const steps = choice.kind === 'advance' ? choice.actions : [];
+      if (steps.length > 0) {
+        await state.timed('restore', async () => {
+          for (const [i, a] of steps.entries()) await s.stepOnce(a, `${summary}: parked session steps forward ${i + 1}/${steps.length}: ${describeAction(a)}`);
+        });
+      }
+      state.restored(steps.length, s.observation.goal, choice.kind === 'exact' ? 'reused' : 'advanced');
       return s;
     }
     const replay = state.spec.rootPath.length + path.length;
