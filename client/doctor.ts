@@ -13,6 +13,7 @@ import type { HaloConfig } from '../lib/config';
 import { resolveCredential } from '../lib/credentials';
 import { learnerBaseModel } from '../lib/run-context';
 import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
+import { haloHome } from '../host/home';
 import { isAlive, pidFile, REPO_ROOT } from './processes';
 import { learnerSettings, stackStatus } from './stack';
 
@@ -56,6 +57,7 @@ export async function runDoctor(cfg: HaloConfig, opts: DoctorOptions = {}): Prom
   checks.push(...(await vllmChecks(cfg, env, timeoutMs)));
   checks.push(await gpuCheck());
   checks.push(diskCheck(cfg));
+  checks.push(learnerWatchdogCheck(resolve(REPO_ROOT, haloHome(env, cfg.stack.home)), cfg.train.gpuTaskQueue));
   return { ok: checks.every((c) => c.status !== 'fail'), checks };
 }
 
@@ -484,6 +486,40 @@ function gpuCheck(): Promise<DoctorCheck> {
       );
     });
   });
+}
+
+/** How long a watchdog restart stays a warning. */
+const WATCHDOG_RECENT_MS = 24 * 3600_000;
+
+/**
+ * The learner restarts itself when its one activity slot stays busy past the activity's timeout
+ * (workers/learner/halo_learner/watchdog.py) and leaves a record per queue and host under `<home>/learner/`:
+ * a recent one is a warning, with what was stuck.
+ */
+export function learnerWatchdogCheck(home: string, queue: string, now = Date.now()): DoctorCheck {
+  const name = 'learner watchdog';
+  const dir = join(home, 'learner');
+  const prefix = `watchdog-${queue}-`;
+  let latest: { at: number; message?: string; activity_type?: string; workflow_id?: string } | undefined;
+  for (const f of existsSync(dir) ? readdirSync(dir) : []) {
+    if (!f.startsWith(prefix) || !f.endsWith('.json')) continue;
+    try {
+      const rec = JSON.parse(readFileSync(join(dir, f), 'utf8'));
+      if (typeof rec?.at === 'number' && (!latest || rec.at > latest.at)) latest = rec;
+    } catch {
+      // a record being replaced, or not ours: the next run of doctor reads it
+    }
+  }
+  if (!latest || now - latest.at * 1000 > WATCHDOG_RECENT_MS) {
+    return { id: 'learner.watchdog', name, status: 'pass', detail: `no watchdog restart of the ${queue} learner in the last 24 h` };
+  }
+  return {
+    id: 'learner.watchdog',
+    name,
+    status: 'warn',
+    detail: `restarted itself ${new Date(latest.at * 1000).toISOString()}: ${latest.message ?? `${latest.activity_type} of ${latest.workflow_id} never completed`}`,
+    fix: `read the learner's log around that time (${join(home, 'logs', 'learner.log')}): the attempt that held the slot names the run; its retry runs on the restarted learner`,
+  };
 }
 
 function diskCheck(cfg: HaloConfig): DoctorCheck {

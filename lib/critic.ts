@@ -10,7 +10,7 @@
  */
 import { matchingBrace, stripCodeFence } from './text';
 import { clip } from './actions';
-import type { PromptMessage } from './prompt';
+import { userTurn, type PromptMessage } from './prompt';
 import type { CredentialName } from './credentials';
 
 /** The critic model server (OpenAI-compatible; usually the policy's own vLLM serving the base model). */
@@ -90,16 +90,7 @@ export function buildCriticPrompt(obs: CriticObservation, candidates: readonly s
     `Rank all ${k} candidate actions (numbers 0 to ${k - 1}) from best to worst and estimate the probability of ` +
       'success from this state. Answer with the JSON object only.',
   ];
-  return [
-    { role: 'system', content: [{ type: 'text', text: criticSystemPrompt() }] },
-    {
-      role: 'user',
-      content: [
-        { type: 'image', ref: obs.screenshotRef },
-        { type: 'text', text: lines.join('\n') },
-      ],
-    },
-  ];
+  return [{ role: 'system', content: [{ type: 'text', text: criticSystemPrompt() }] }, userTurn(obs.screenshotRef, lines.join('\n'))];
 }
 
 function oneLine(s: string): string {
@@ -294,16 +285,7 @@ export function buildOutcomePrompt(obs: CriticObservation, actions: readonly str
     '',
     'Estimate the probability that the goal was achieved. Answer with the JSON object only.',
   ];
-  return [
-    { role: 'system', content: [{ type: 'text', text: outcomeSystemPrompt() }] },
-    {
-      role: 'user',
-      content: [
-        { type: 'image', ref: obs.screenshotRef },
-        { type: 'text', text: lines.join('\n') },
-      ],
-    },
-  ];
+  return [{ role: 'system', content: [{ type: 'text', text: outcomeSystemPrompt() }] }, userTurn(obs.screenshotRef, lines.join('\n'))];
 }
 
 export interface OutcomeVerdict {

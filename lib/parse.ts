@@ -14,6 +14,7 @@
 import { matchingBrace, stripCodeFence } from './text';
 import type { z } from 'zod';
 import { actionSchema, clip, GRID_MAX, type AgentAction, type InvalidAction } from './actions';
+import { addedTokensIn } from './prompt-text';
 
 /** Longer completions are rejected outright: they are runaway generations, and scanning them costs time. */
 export const MAX_OUTPUT_CHARS = 20_000;
@@ -345,11 +346,26 @@ function stringField(a: Args, field: string): string {
 function validate(candidate: unknown): AgentAction {
   const withoutUndefined = isPlainObject(candidate) ? dropUndefined(candidate) : candidate;
   const result = actionSchema.safeParse(withoutUndefined);
-  if (result.success) return result.data;
+  if (result.success) return refuseAddedTokens(result.data);
   fail(result.error.issues.map((issue) => describeIssue(issue, withoutUndefined)).join('; '));
 }
 
 /** zod's default messages ("Too big: expected number to be <=1000") rephrased as `field: must be <= 1000`. */
+/**
+ * An action's free text goes into the next step's prompt (previous actions) and into the page: one that spells a
+ * tokenizer token (`<|im_end|>`, `<|image_pad|>`…) is refused, so a sample can never act as prompt structure.
+ */
+function refuseAddedTokens(action: AgentAction): AgentAction {
+  for (const [field, value] of Object.entries(action)) {
+    const texts = typeof value === 'string' ? [value] : Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+    for (const t of texts) {
+      const found = addedTokensIn(t);
+      if (found.length) fail(`${field}: spells the tokenizer's special token ${found[0]}, which an action may not type or answer`);
+    }
+  }
+  return action;
+}
+
 function describeIssue(issue: z.core.$ZodIssue, input: unknown): string {
   const field = issue.path.length > 0 ? issue.path.map(String).join('.') : 'action';
   return `${field}: ${describeProblem(issue, valueAt(input, issue.path))}`;

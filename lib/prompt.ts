@@ -1,4 +1,5 @@
 import { GRID_MAX } from './actions';
+import { neutraliseAddedTokens } from './prompt-text';
 
 // One prompt builder for every policy backend (vLLM, colocated learner, OpenAI baseline), so a
 // LoRA update sees exactly the prompt format the sampler saw.
@@ -96,14 +97,21 @@ export function buildPrompt(obs: PromptObservation, history: HistoryEntry[], his
     '',
     'What is the next action?',
   ];
-  return [
-    { role: 'system', content: [{ type: 'text', text: systemPrompt() }] },
-    {
-      role: 'user',
-      content: [
-        { type: 'image', ref: obs.screenshotRef },
-        { type: 'text', text: lines.join('\n') },
-      ],
-    },
-  ];
+  return [{ role: 'system', content: [{ type: 'text', text: systemPrompt() }] }, userTurn(obs.screenshotRef, lines.join('\n'))];
+}
+
+/**
+ * The user turn of every prompt (policy and critic): the screenshot, then the text. This is where untrusted text
+ * (goal, URL, accessibility tree, previous actions, candidates) enters a prompt, so it is neutralised here and
+ * nowhere else; the system turn is ours and keeps its tokens (`<tool_call>` is meant as the token). The learner
+ * treats user turns the same way (halo_learner/prompt_text.py).
+ */
+export function userTurn(screenshotRef: string, text: string): PromptMessage {
+  return {
+    role: 'user',
+    content: [
+      { type: 'image', ref: screenshotRef },
+      { type: 'text', text: neutraliseAddedTokens(text) },
+    ],
+  };
 }

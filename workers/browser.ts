@@ -8,6 +8,7 @@ import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
+import { activityErrorsInterceptor } from './activity-errors';
 
 /**
  * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
@@ -37,7 +38,7 @@ async function main() {
     taskQueue: queueNames().browser,
     activities: { startSession: activities.startSession },
     maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
-    interceptors: { activity: [ledger.interceptor()] },
+    interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   const own = await Worker.create({
@@ -45,7 +46,7 @@ async function main() {
     namespace,
     taskQueue: ownQueue,
     activities,
-    interceptors: { activity: [ledger.interceptor()] },
+    interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   log.info({ sharedQueue: queueNames().browser, ownQueue, miniwob: miniwob.baseUrl, pid: process.pid }, 'browser worker ready');

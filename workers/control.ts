@@ -14,6 +14,7 @@ import { createMctsMetricsActivities } from '../activities/mcts-metrics';
 import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
+import { activityErrorsInterceptor } from './activity-errors';
 
 /**
  * Runs the workflows (deterministic orchestration) and the activities that are plain I/O: policy sampling,
@@ -45,7 +46,7 @@ async function main() {
       ...createEvalRecordActivities(blobs),
       ...createDiskActivities(haloHome()),
     },
-    interceptors: { activity: [ledger.interceptor()] },
+    interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
   });
   log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');

@@ -1,6 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatDoctor, learnerDetail, vllmChecks } from '../../client/doctor';
+import { formatDoctor, learnerDetail, learnerWatchdogCheck, vllmChecks } from '../../client/doctor';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseConfig } from '../../lib/config';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 
@@ -73,4 +76,18 @@ test('doctor table: one line per check, the fix under every failure, counts at t
   assert.match(text, /^browser worker\s+FAIL\s+no worker polls/m);
   assert.match(text, /^\s+fix: npx halo up starts it$/m);
   assert.match(text, /1 passed, 1 failed, 0 warnings, 0 skipped/);
+});
+
+test('doctor, learner watchdog: a recent restart is a warning that says what was stuck; an old one or none passes', () => {
+  const home = mkdtempSync(join(tmpdir(), 'halo-doctor-watchdog-'));
+  assert.equal(learnerWatchdogCheck(home, 'gpu').status, 'pass');
+  mkdirSync(join(home, 'learner'));
+  const now = Date.now();
+  const message = "the learner's activity slot has been busy with update_policy of run-a (attempt 1) for 700 s";
+  writeFileSync(join(home, 'learner', 'watchdog-gpu-box.json'), JSON.stringify({ at: now / 1000 - 60, message }));
+  writeFileSync(join(home, 'learner', 'watchdog-other-box.json'), JSON.stringify({ at: now / 1000, message: 'another queue' }));
+  const recent = learnerWatchdogCheck(home, 'gpu', now);
+  assert.equal(recent.status, 'warn');
+  assert.match(recent.detail, /update_policy of run-a/);
+  assert.equal(learnerWatchdogCheck(home, 'gpu', now + 25 * 3600_000).status, 'pass');
 });

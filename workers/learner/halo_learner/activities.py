@@ -6,15 +6,25 @@ Error classification (Temporal does the retrying; nothing here retries on its ow
   attention implementation that ignores the packed block mask       -> non-retryable (UnsupportedAttention)
   out of GPU memory                                                -> retryable, the retry runs half the chunk
                                                                       size; non-retryable once one row fails
+  a prompt whose text would change its structure                   -> non-retryable (InvalidPrompt)
+  anything else, BaseException included (cancellation aside)       -> ApplicationError of the exception's type
+                                                                      with its last frame; StopIteration is
+                                                                      non-retryable, the rest retryable
+
+No exception may leave an activity as itself: a StopIteration raised in the executor thread cannot be put into
+an asyncio future, so the attempt would never complete and the learner's only slot would stay taken forever.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import traceback
 
 import torch
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
+import temporalio.exceptions
 from temporalio.exceptions import ApplicationError
 
 from .adapters import ModelMismatch, ParentVersionMissing, StaleVersion
@@ -23,6 +33,12 @@ from .inflight import InflightLedger
 from .learner import InvalidBatch, Learner
 from .logprobs import UnsupportedAttention
 from .payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
+from .prompt_text import PromptStructureError
+
+# Cancellation, and the SDK's own signal for asynchronous completion, must reach the SDK as they are.
+_PASS_THROUGH = (asyncio.CancelledError, temporalio.exceptions.CancelledError, activity._CompleteAsyncError)
+# Exceptions that a retry of the same input raises again.
+_DETERMINISTIC = (StopIteration, StopAsyncIteration, RecursionError)
 
 
 def _describe(err: ValidationError, what: str) -> str:
@@ -31,6 +47,22 @@ def _describe(err: ValidationError, what: str) -> str:
         field = ".".join(str(x) for x in e["loc"]) or "(root)"
         parts.append(f"{field}: {e['msg']}")
     return f"invalid {what}: " + "; ".join(parts)
+
+
+def last_frame(err: BaseException) -> str:
+    """`file:line in function` of the frame that raised `err` (the deepest one of its traceback)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "no traceback"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}"
+
+
+def as_application_error(name: str, err: BaseException) -> ApplicationError:
+    """Any exception the classification above does not know, as an ApplicationError the SDK can report."""
+    what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return ApplicationError(f"{name}: {what} (at {last_frame(err)})", type=type(err).__name__,
+                            non_retryable=isinstance(err, _DETERMINISTIC))
 
 
 def _heartbeat(details: dict) -> None:
@@ -46,6 +78,14 @@ class LearnerActivities:
         self._lock = threading.Lock()
 
     def _run(self, name: str, model: type[BaseModel], raw: dict, fn) -> dict:
+        try:
+            return self._classified(name, model, raw, fn)
+        except (ApplicationError, *_PASS_THROUGH):
+            raise
+        except BaseException as e:  # noqa: BLE001 - see the module's docstring: nothing leaves as itself
+            raise as_application_error(name, e) from None
+
+    def _classified(self, name: str, model: type[BaseModel], raw: dict, fn) -> dict:
         try:
             inp = model.model_validate(raw)
         except ValidationError as e:
@@ -63,6 +103,8 @@ class LearnerActivities:
                         self.ledger.end()
         except ValidationError as e:
             raise ApplicationError(_describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True) from None
+        except PromptStructureError as e:
+            raise ApplicationError(f"{name}: {e}", type="InvalidPrompt", non_retryable=True) from None
         except (InvalidBatch, BadBlobRef) as e:
             raise ApplicationError(f"{name}: {e}", type="InvalidBatch", non_retryable=True) from None
         except BlobNotFound as e:

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 
 from .blobs import BlobStore
+from .prompt_text import PromptStructureError, check_structure, neutralise, tokens_for
 
 
 @dataclass
@@ -33,17 +34,24 @@ def prompt_key(messages) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"))
 
 
-def to_template_messages(messages, blobs: BlobStore) -> tuple[list[dict], list[Image.Image]]:
-    """Swap each image reference for a template placeholder and load the picture, in order of appearance."""
+def to_template_messages(messages, blobs: BlobStore | None, tokens: tuple[str, ...] = (),
+                         empty_user_text: bool = False) -> tuple[list[dict], list[Image.Image]]:
+    """Swap each image reference for a template placeholder and load the picture, in order of appearance.
+
+    User turns carry untrusted text: with `tokens`, their spellings are neutralised (prompt_text.py). With
+    `empty_user_text` every user text is left out and no image is loaded: the prompt's structure alone."""
     out, images = [], []
     for m in messages:
         m = m.model_dump() if hasattr(m, "model_dump") else m
         parts = []
         for part in m["content"]:
             if part["type"] == "image":
-                with Image.open(io.BytesIO(blobs.get(part["ref"]))) as im:
-                    images.append(im.convert("RGB"))
+                if blobs is not None:
+                    with Image.open(io.BytesIO(blobs.get(part["ref"]))) as im:
+                        images.append(im.convert("RGB"))
                 parts.append({"type": "image"})
+            elif m["role"] == "user":
+                parts.append({"type": "text", "text": "" if empty_user_text else neutralise(part["text"], tokens)})
             else:
                 parts.append({"type": "text", "text": part["text"]})
         out.append({"role": m["role"], "content": parts})
@@ -51,15 +59,36 @@ def to_template_messages(messages, blobs: BlobStore) -> tuple[list[dict], list[I
 
 
 def encode_prompt(processor, messages, blobs: BlobStore) -> EncodedPrompt:
-    template_messages, images = to_template_messages(messages, blobs)
+    """The model inputs of one prompt. Raises PromptStructureError for a prompt whose text would change its
+    structure (a token spelled in untrusted text that neutralising missed) or whose image placeholders do not
+    match its images, before the processor can fail in a way that says neither."""
+    tok = processor.tokenizer
+    template_messages, images = to_template_messages(messages, blobs, tokens_for(tok))
+    skeleton_messages, _ = to_template_messages(messages, None, empty_user_text=True)
     text = processor.apply_chat_template(template_messages, tokenize=False, add_generation_prompt=True)
-    enc = processor(text=[text], images=images or None, return_tensors="pt", return_mm_token_type_ids=True)
+    skeleton = processor.apply_chat_template(skeleton_messages, tokenize=False, add_generation_prompt=True)
+    check_structure(tok, text, skeleton)
+    try:
+        enc = processor(text=[text], images=images or None, return_tensors="pt", return_mm_token_type_ids=True)
+    except (StopIteration, ValueError, IndexError) as e:
+        # StopIteration: transformers ran out of images for a placeholder; never let it leave as itself (asyncio
+        # cannot put a StopIteration into a future, and the activity would never complete).
+        raise PromptStructureError(f"the processor refused the prompt: {type(e).__name__}: {e}") from None
     ids = enc["input_ids"][0]
+    grid = enc.get("image_grid_thw")
+    image_token = getattr(processor, "image_token_id", None)
+    if image_token is not None:
+        merge = getattr(processor.image_processor, "merge_size", 2)
+        want = int(grid.prod(-1).sum()) // merge**2 if grid is not None else 0
+        got = int((ids == image_token).sum())
+        if got != want:
+            raise PromptStructureError(f"the prompt has {got} image placeholder tokens for {len(images)} image(s) "
+                                       f"that need {want}")
     mm = enc.get("mm_token_type_ids")
     mm = mm[0] if mm is not None else torch.zeros_like(ids)
     return EncodedPrompt(
         input_ids=ids, mm_token_type_ids=mm.long(),
-        pixel_values=enc.get("pixel_values"), image_grid_thw=enc.get("image_grid_thw"), text=text,
+        pixel_values=enc.get("pixel_values"), image_grid_thw=grid, text=text,
     )
 
 

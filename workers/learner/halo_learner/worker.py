@@ -4,7 +4,8 @@
 
 Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
-HALO_LORA_RANK/ALPHA/SEED. SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit.
+HALO_LORA_RANK/ALPHA/SEED. SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
+(30): how long past an activity's timeout the slot may stay busy before the learner restarts itself (watchdog.py).
 An activity a killed predecessor left running is failed at startup (halo_learner/inflight.py), so its retry
 starts at once rather than after the heartbeat timeout.
 """
@@ -32,6 +33,8 @@ from .inflight import InflightLedger, release_orphan
 from .models import TINY
 from .learner import Learner
 from .paths import halo_home
+from .prompt_text import unlisted_added_tokens
+from .watchdog import SlotWatch, Watchdog, event_path
 
 log = logging.getLogger("halo_learner.worker")
 
@@ -69,6 +72,16 @@ def worker_identity(learner: Learner) -> str:
     return ident
 
 
+def build_worker(client: Client, queue: str, acts: LearnerActivities, pool: ThreadPoolExecutor, identity: str,
+                 watch: SlotWatch) -> Worker:
+    """The learner's worker: one activity at a time on one executor thread, the slot under the watchdog's eye."""
+    return Worker(
+        client, task_queue=queue, activities=acts.all(), activity_executor=pool,
+        max_concurrent_activities=1, identity=identity, interceptors=[watch.interceptor()],
+        graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
+    )
+
+
 async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None = None) -> None:
     """Serves the queue; `learner` may be a factory, called after a dead predecessor's attempt is released
     (loading an 8B model takes a while, and the retry can be queued meanwhile)."""
@@ -82,17 +95,19 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
         print(f"halo-learner: {released}", flush=True)
     if not isinstance(learner, Learner):
         learner = await asyncio.get_running_loop().run_in_executor(None, learner)
+    unlisted = unlisted_added_tokens(learner.policy.tokenizer)
+    if unlisted:
+        log.warning("the tokenizer adds tokens that lib/prompt-text.ts does not list: %s; the learner neutralises them "
+                    "in what it encodes, but prompts sent to a served model keep them", unlisted)
     acts = LearnerActivities(learner, ledger)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = SlotWatch()
+    Watchdog.from_env(watch, event_path(ledger.directory, queue)).start()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner") as pool:
-        worker = Worker(
-            client, task_queue=queue, activities=acts.all(), activity_executor=pool,
-            max_concurrent_activities=1, identity=worker_identity(learner),
-            graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
-        )
+        worker = build_worker(client, queue, acts, pool, worker_identity(learner), watch)
         log.info("learner ready: model=%s queue=%s address=%s namespace=%s", learner.policy.model_id, queue,
                  settings["target_host"], settings["namespace"])
         print(f"halo-learner ready queue={queue} model={learner.policy.model_id}", flush=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import socket
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,8 @@ from halo_learner.blobs import BlobStore  # noqa: E402
 from halo_learner.learner import Learner, Settings  # noqa: E402
 from halo_learner.memory import OomHints  # noqa: E402
 from halo_learner.models import load_policy  # noqa: E402
+
+TEMPORAL = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "temporal"
 
 
 @pytest.fixture
@@ -59,3 +65,42 @@ def messages(image_ref: str | None, goal: str) -> list[dict]:
         {"role": "system", "content": [{"type": "text", "text": "You are a web agent. Answer with one tool call."}]},
         {"role": "user", "content": user},
     ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def temporal_server(tmp_path_factory):
+    if not TEMPORAL.exists():
+        pytest.skip(f"Temporal CLI not found at {TEMPORAL}")
+    home = tmp_path_factory.mktemp("temporal")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(TEMPORAL), "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
+         "--http-port", str(_free_port()), "--metrics-port", str(_free_port()),
+         "--db-filename", str(home / "temporal.db"), "--log-level", "error"],
+        stdout=open(home / "server.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            from temporalio.client import Client
+
+            asyncio.run(asyncio.wait_for(Client.connect(address), 2))
+            break
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"Temporal dev server did not start: {(home / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+    yield address
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -7,7 +7,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,6 @@ from conftest import messages, png_ref
 from halo_learner.blobs import BlobStore
 
 REPO = Path(__file__).resolve().parents[3]
-TEMPORAL = REPO / ".venv" / "bin" / "temporal"
 LEARNER_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -41,43 +39,6 @@ class UpdateOnce:
             heartbeat_timeout=timedelta(seconds=args.get("heartbeat_s", 3)),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def temporal_server(tmp_path_factory):
-    if not TEMPORAL.exists():
-        pytest.skip(f"Temporal CLI not found at {TEMPORAL}")
-    home = tmp_path_factory.mktemp("temporal")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(TEMPORAL), "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
-         "--http-port", str(_free_port()), "--metrics-port", str(_free_port()),
-         "--db-filename", str(home / "temporal.db"), "--log-level", "error"],
-        stdout=open(home / "server.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            asyncio.run(asyncio.wait_for(Client.connect(address), 2))
-            break
-        except Exception:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"Temporal dev server did not start: {(home / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-    yield address
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _start_learner(address: str, queue: str, checkpoints: Path, blob_home: Path, log: Path) -> subprocess.Popen:
