@@ -42,6 +42,10 @@ export interface FakeRealSite {
   memoryState: boolean;
   /** Added before every answer of the site (a hosted clone's round trip). */
   latencyMs: number;
+  /** Lines of text the agent page shows above the mail (set as text, never parsed as HTML): page text a test controls. */
+  notices: string[];
+  /** A "Search mail" text field in the header of the agent page (it searches nothing): a field to type into. */
+  searchBox: boolean;
   /** Requests for one path. */
   hits(path: string): FakeRequest[];
   close(): Promise<void>;
@@ -241,6 +245,12 @@ if (window.__MEMORY_STATE) {
   bump.addEventListener('click', function () { bumps++; bump.textContent = 'Bump counter (' + bumps + ')'; });
   document.querySelector('header').appendChild(bump);
 }
+if (window.__NOTICES.length) {
+  var notices = el('ul', { id: 'notices' });
+  window.__NOTICES.forEach(function (n) { notices.appendChild(el('li', { text: n })); });
+  document.querySelector('header').appendChild(notices);
+}
+if (window.__SEARCH_BOX) document.querySelector('header').appendChild(el('input', { id: 'search', 'aria-label': 'Search mail' }));
 document.getElementById('popup').addEventListener('click', function () { window.open(window.__EXTERNAL + '/help', '_blank'); });
 document.getElementById('popup-local').addEventListener('click', function () { window.open('/?folder=sent', '_blank'); });
 render();
@@ -279,7 +289,9 @@ function closeServer(server: Server): Promise<void> {
   });
 }
 
-export async function startFakeRealSite(opts: { finishDelayMs?: number; memoryState?: boolean; latencyMs?: number } = {}): Promise<FakeRealSite> {
+export async function startFakeRealSite(
+  opts: { finishDelayMs?: number; memoryState?: boolean; latencyMs?: number; notices?: string[]; searchBox?: boolean } = {},
+): Promise<FakeRealSite> {
   const requests: FakeRequest[] = [];
   const externalRequests: FakeRequest[] = [];
 
@@ -299,6 +311,8 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number; memorySt
     finishDelayMs: opts.finishDelayMs ?? 0,
     memoryState: opts.memoryState ?? false,
     latencyMs: opts.latencyMs ?? 0,
+    notices: opts.notices ?? [],
+    searchBox: opts.searchBox ?? false,
     hits: (path: string) => requests.filter((r) => r.path === path),
     close: async () => {
       await closeServer(server);
@@ -350,7 +364,9 @@ export async function startFakeRealSite(opts: { finishDelayMs?: number; memorySt
 <form id="report-form" method="post" action="${externalOrigin}/post" style="display:inline"><button id="report" type="submit">Report a problem</button></form>
 </header><main id="app"></main>`;
       const memory = `window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
-      sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, COMMON_JS, APP_JS]));
+      // `<` escaped: a notice may spell `</script>`.
+      const extras = `window.__NOTICES = ${JSON.stringify(site.notices).replace(/</g, '\\u003c')}; window.__SEARCH_BOX = ${JSON.stringify(site.searchBox)};`;
+      sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, extras, COMMON_JS, APP_JS]));
       return;
     }
     sendHtml(res, page('Not found', '<p>not found</p>', []), 404);

@@ -35,6 +35,8 @@ export interface FakeVllmServer {
   requests: { method: string; path: string; body: unknown }[];
   /** Chat requests that reached the model (known model name): the model named and the token fields asked for. */
   chats: RecordedRequest[];
+  /** With `recordMessages`: the `messages` of each chat request in `chats`, as sent (images as data URLs). */
+  messages: unknown[][];
   /** Chat requests refused because the model was unknown, by name. */
   unknownModels: string[];
   /** Times `restart()` was called. */
@@ -50,12 +52,14 @@ export interface FakeVllmServer {
 }
 
 export async function startFakeVllmServer(
-  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number; mode?: FakeMode; legacyTokens?: boolean } = {},
+  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number; mode?: FakeMode; legacyTokens?: boolean; recordMessages?: boolean } = {},
 ): Promise<FakeVllmServer> {
   const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
   const adapters = new Map<string, string>();
   const requests: FakeVllmServer['requests'] = [];
   const unknownModels: string[] = [];
+  // Off by default: screenshots make each request's messages large.
+  const messages: unknown[][] = [];
   const chat = createChatResponder(opts.mode ?? { kind: 'scripted' });
   const created = Math.floor(Date.now() / 1000);
   let failing: { status: number; count: number } | undefined;
@@ -108,6 +112,7 @@ export async function startFakeVllmServer(
       }
       const constraint = structuredOutputsError(body as Record<string, unknown>);
       if (constraint) return sendError(res, 400, 'BadRequestError', constraint);
+      if (opts.recordMessages) messages.push((body as { messages?: unknown[] }).messages ?? []);
       const out = await chat.answer(body, { legacyTokens: opts.legacyTokens });
       return sendJson(res, out.status, out.body);
     }
@@ -158,6 +163,7 @@ export async function startFakeVllmServer(
     adapters,
     requests,
     chats: chat.requests,
+    messages,
     unknownModels,
     restarts: 0,
     setMode: (m) => chat.setMode(m),
