@@ -155,16 +155,37 @@ async def _with_learner_worker(address: str, learner, body, watch: SlotWatch | N
             return await body(client, queue)
 
 
+def _bounded(coro, limit_s: float):
+    """Runs `coro` on its own loop in a daemon thread: a wedged worker fails the test instead of hanging it (its
+    shutdown waits for an attempt that never completes)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = asyncio.run(coro)
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit_s)
+    if t.is_alive():
+        pytest.fail(f"the learner worker did not finish within {limit_s:.0f} s: its slot is wedged")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
 def test_a_real_learner_worker_serves_the_next_activity_after_each_kind(temporal_server):
     order = []
     for kind in sorted(RAISED):
         order += [kind, f"after-{kind}"]
 
     async def body(client, queue):
-        return await asyncio.wait_for(client.execute_workflow(
-            CallsInOrder.run, {"queue": queue, "run_ids": order}, id=f"calls-{queue}", task_queue=f"wf-{queue}"), 120)
+        return await client.execute_workflow(CallsInOrder.run, {"queue": queue, "run_ids": order, "timeout_s": 10},
+                                             id=f"calls-{queue}", task_queue=f"wf-{queue}")
 
-    results = asyncio.run(_with_learner_worker(temporal_server, _raising_learner(), body))
+    results = _bounded(_with_learner_worker(temporal_server, _raising_learner(), body), 90)
     for run_id, res in zip(order, results):
         if run_id.startswith("after-"):
             assert res == ["ok", {"served": run_id}]
