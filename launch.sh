@@ -112,6 +112,16 @@ setup() {
 
 if [ "$SKIP_SETUP" = 1 ]; then [ "$DRY_RUN" = 1 ] || need_node; else setup; fi
 
+# vLLM's key: from the environment or else from .env, as the CLI and the workers read it (bin/launch-gpu.sh).
+case "$CMD" in gpu|resume|run) gpu_load_policy_key ;; esac
+
+# On an NVIDIA machine the local default job is not the real one: say so, in one line, before running it.
+gpu_hint() {
+  local gpu
+  command -v nvidia-smi >/dev/null 2>&1 && gpu="$(nvidia-smi -L 2>/dev/null | head -n 1)" && [ -n "$gpu" ] || return 0
+  say "NVIDIA GPU here (${gpu%% (UUID*}): the seed's job is ./launch.sh gpu (vLLM serving $HALO_GPU_MODEL, the learner on the same GPU, GRPO on REAL v2 with $HALO_GPU_CONFIG); running the local default job now (tiny-random on MiniWoB++)"
+}
+
 case "$CMD" in
   setup)
     [ "$SKIP_SETUP" = 0 ] || say "nothing to do: setup was skipped"
@@ -159,15 +169,17 @@ case "$CMD" in
         run_plan 0 gpu_plan "${RUN_FLAGS[@]}"
         exit
       fi
+      gpu_hint
       npx halo up
       exec npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}"
     fi
     # The default job: local stack, MiniWoB++ tasks, colocated tiny-random policy, a few GRPO iterations.
+    gpu_hint
     npx halo up
     npx halo train --config configs/default.yaml
     say "Temporal UI: http://localhost:8233 (workflow id grpo-local; its episodes are grpo-local-it<N>-ep<M>)"
     say "metrics: runs/grpo-local/metrics.jsonl   adapters: checkpoints/grpo-local/v<N>/"
-    say "status: npx halo status grpo-local   stop the stack: npx halo down (state stays on disk)"
+    say "status: npx halo status grpo-local   stop the stack: npx halo down or ./teardown.sh (state stays on disk)"
     ;;
   *)
     exec npx halo "${ARGS[@]}"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Stops the docker-compose stack (docker-compose.yml) gracefully. Nothing is deleted: Temporal's database
-# (volume temporal-postgres), the model cache (hf-cache), ./runs and ./checkpoints stay, and
-# `docker compose up -d` resumes every run where it stopped.
+# Stops every stack of this repository gracefully, saying what it stopped: what `./launch.sh` and
+# `./launch.sh gpu` started (workers, the learner, Temporal's dev server and vLLM: the pid files in runs/pids,
+# stopped by `npx halo down`) and the docker-compose stack (docker-compose.yml). Nothing is deleted: Temporal's
+# database (runs/temporal.db, or the volume temporal-postgres), the model cache (hf-cache), ./runs and
+# ./checkpoints stay; `./launch.sh resume` or `docker compose up -d` resumes every run where it stopped.
 #
 #   ./teardown.sh              stop: workers first (they finish their running activities), then the rest
-#   ./teardown.sh --purge      also remove the containers and the named volumes (asks for confirmation;
+#   ./teardown.sh --purge      also remove the compose containers and the named volumes (asks for confirmation;
 #                              ./runs and ./checkpoints are repository folders and are never touched)
 #   ./teardown.sh --purge --yes   the same without asking
+#   ./teardown.sh --home DIR   the runs folder of the launch.sh stack (default runs; as given to `halo up --home`)
+#   ./teardown.sh --compose-only  only the docker-compose stack (what `halo down` calls)
 #
 # HALO_STOP_TIMEOUT (seconds, default 180) bounds how long a worker may take to finish; it must cover the
 # learner's drain (HALO_SHUTDOWN_GRACE_S in docker-compose.yml) so a running update is never cut off.
@@ -18,25 +22,35 @@ cd "$here"
 
 PURGE=0
 YES=0
-for arg in "$@"; do
-  case "$arg" in
+COMPOSE_ONLY=0
+HOME_DIR=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
     --purge) PURGE=1 ;;
     --yes|-y) YES=1 ;;
+    --compose-only) COMPOSE_ONLY=1 ;;
+    --home)
+      [ "$#" -ge 2 ] || { echo "teardown: --home needs a folder" >&2; exit 2; }
+      HOME_DIR="$2"; shift ;;
+    --home=*) HOME_DIR="${1#--home=}" ;;
     -h|--help)
-      sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
-      echo "teardown: unknown argument $arg (use --purge, --yes)" >&2
+      echo "teardown: unknown argument $1 (use --purge, --yes, --home DIR, --compose-only)" >&2
       exit 2
       ;;
   esac
+  shift
 done
 
 WORKER_TIMEOUT="${HALO_STOP_TIMEOUT:-180}"
 WORKERS=(control-worker browser-worker learner)
+have_docker=0
+command -v docker >/dev/null 2>&1 && have_docker=1
 
-# Ask before anything happens, so a "no" leaves the stack exactly as it was.
+# Ask before anything happens, so a "no" leaves every stack exactly as it was.
 if [ "$PURGE" = 1 ] && [ "$YES" != 1 ]; then
   if [ ! -t 0 ]; then
     echo "teardown: --purge deletes Temporal's database (every workflow history) and the model cache;" >&2
@@ -51,19 +65,83 @@ if [ "$PURGE" = 1 ] && [ "$YES" != 1 ]; then
     exit 1
   fi
 fi
-
-if ! command -v docker >/dev/null 2>&1; then
-  echo "teardown: docker is not installed here" >&2
+if [ "$PURGE" = 1 ] && [ "$have_docker" = 0 ]; then
+  echo "teardown: --purge removes the docker compose containers and volumes, but docker is not installed here" >&2
   exit 1
 fi
 
-echo "teardown: stopping the workers (up to ${WORKER_TIMEOUT}s each to finish running activities)"
-docker compose stop -t "$WORKER_TIMEOUT" "${WORKERS[@]}"
-echo "teardown: stopping vLLM, Temporal and Postgres"
-docker compose stop -t 60
+stopped_any=0
 
-if [ "$PURGE" = 1 ]; then
-  echo "teardown: removing containers and volumes"
-  docker compose down --volumes --remove-orphans
+# The launch.sh stack (./launch.sh, ./launch.sh gpu): its processes have pid files in <home>/pids.
+launch_stack() {
+  local home="${HOME_DIR:-runs}" f pid name live=()
+  for f in "$home"/pids/*.pid; do
+    [ -f "$f" ] || continue
+    pid="$(tr -dc '0-9' < "$f")"
+    name="${f##*/}"; name="${name%.pid}"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then live+=("$name (pid $pid)"); fi
+  done
+  if [ "${#live[@]}" -eq 0 ]; then
+    echo "teardown: no process of the launch.sh stack runs ($home/pids)"
+    return 0
+  fi
+  echo "teardown: the launch.sh stack runs: ${live[*]}; stopping it with npx halo down"
+  local args=(down)
+  [ -z "$HOME_DIR" ] || args+=(--home "$HOME_DIR")
+  stopped_any=1
+  if ! command -v npx >/dev/null 2>&1; then
+    # No Node.js (a box that only ran compose before?): SIGTERM to each process group, as halo down would.
+    for f in "$home"/pids/*.pid; do
+      pid="$(tr -dc '0-9' < "$f")"; name="${f##*/}"; name="${name%.pid}"
+      if [ -n "$pid" ] && { kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null; }; then echo "teardown: sent SIGTERM to $name (pid $pid; no npx here for halo down)"; fi
+      rm -f "$f"
+    done
+    return 0
+  fi
+  # halo down says each thing it stops (workers first, then Temporal and vLLM); the compose part is ours.
+  HALO_DOWN_COMPOSE=0 npx halo "${args[@]}"
+}
+
+# The docker-compose stack: workers first (they finish their running activities), then vLLM, Temporal, Postgres.
+compose_stack() {
+  local services
+  if [ "$have_docker" = 0 ]; then
+    echo "teardown: docker is not installed here: no docker compose stack to stop"
+    return 0
+  fi
+  if ! services="$(docker compose ps --status running --services 2>/dev/null)"; then
+    if [ "$PURGE" = 0 ]; then
+      echo "teardown: docker compose does not answer here (no compose plugin or no daemon): no docker compose stack to stop"
+      return 0
+    fi
+    services=""
+  fi
+  services="$(printf '%s' "$services" | tr '\n' ' ' | sed 's/ *$//')"
+  if [ -n "$services" ]; then
+    echo "teardown: stopping the compose workers (up to ${WORKER_TIMEOUT}s each to finish running activities)"
+    docker compose stop -t "$WORKER_TIMEOUT" "${WORKERS[@]}"
+    echo "teardown: stopping vLLM, Temporal and Postgres"
+    docker compose stop -t 60
+    echo "teardown: stopped the docker compose services: $services"
+    stopped_any=1
+  else
+    echo "teardown: no docker compose service runs"
+  fi
+  if [ "$PURGE" = 1 ]; then
+    echo "teardown: removing containers and volumes"
+    docker compose down --volumes --remove-orphans
+    stopped_any=1
+  fi
+}
+
+if [ "$COMPOSE_ONLY" = 0 ]; then launch_stack; fi
+compose_stack
+
+if [ "$stopped_any" = 0 ]; then
+  echo "teardown: done: nothing was running"
+elif [ "$PURGE" = 1 ]; then
+  echo "teardown: done (purged)"
+else
+  # shellcheck disable=SC2016
+  echo 'teardown: done; state kept: `./launch.sh resume` or `docker compose up -d` resumes'
 fi
-echo "teardown: done$([ "$PURGE" = 1 ] && echo ' (purged)' || echo '; volumes kept, `docker compose up -d` resumes')"

@@ -12,8 +12,14 @@
 #   HALO_LORA_RANK        the adapters' rank (default 16); vLLM's --max-lora-rank is at least this (and 64)
 #   HALO_VLLM_GPU_UTIL    vLLM's share of GPU memory (default 0.5: the learner holds the model and LoRA state too)
 #   HALO_VLLM_PORT        default 8000;  HALO_VLLM_MAX_MODEL_LEN default 16384
-#   HALO_VLLM_VERSION     pip pin of vLLM (default 0.33.0, the docker-compose image's)
-#   HALO_POLICY_API_KEY   when set, vLLM requires it (--api-key) and the workers send it
+#   HALO_VLLM_VERSION     pip pin of vLLM; unset: 0.33.0 (the docker-compose image's) when a Python it supports
+#                         (3.11-3.14) is on PATH or in apt, else the newest release the Python here supports
+#                         (0.31.0 on 3.10); the plan says which (gpu_vllm_choice)
+#   HALO_VLLM_PYTHON      the Python that builds .venv-vllm (default: python3, python3.12, python3.11, python3.13,
+#                         python3.14, the first one vLLM supports)
+#   HALO_POLICY_API_KEY   when set (in the environment or in .env, like the CLI reads it), vLLM requires it and
+#                         the workers send it; vLLM gets it as VLLM_API_KEY in its environment, never on its
+#                         command line (HALO_CREDENTIAL_POLICY_ENV names another variable, as for the workers)
 #   HALO_LAUNCH_STATE     what `gpu` started, for `resume` (default runs/launch-state.env)
 
 : "${HALO_GPU_MODEL:=Qwen/Qwen3-VL-8B-Instruct}"
@@ -21,7 +27,11 @@
 : "${HALO_VLLM_GPU_UTIL:=0.5}"
 : "${HALO_VLLM_PORT:=8000}"
 : "${HALO_VLLM_MAX_MODEL_LEN:=16384}"
-: "${HALO_VLLM_VERSION:=0.33.0}"
+# vLLM's default pin (the docker-compose image's) and the newest release that still installs on Python 3.10
+# (0.32.0 and later: Requires-Python >=3.11,<3.15; 0.31.0: >=3.10,<3.15).
+GPU_VLLM_DEFAULT=0.33.0
+GPU_VLLM_NEWEST_PY310=0.31.0
+GPU_PY_MAX_MINOR=14
 : "${HALO_LAUNCH_STATE:=runs/launch-state.env}"
 
 # vLLM accepts these LoRA ranks (workers/learner/halo_learner/models.py VLLM_LORA_RANKS).
@@ -34,15 +44,18 @@ gpu_max_lora_rank() {
   return 1
 }
 
-# The vLLM server command (environment assignments first). The key is referenced, never printed.
+# The vLLM server command (environment assignments first). The key is referenced, never printed, and reaches
+# vLLM through its environment (VLLM_API_KEY, read like --api-key), so `ps` never shows it.
 gpu_vllm_command() {
-  local max_rank
+  local max_rank key_var
   max_rank="$(gpu_max_lora_rank)" || return 1
-  local cmd="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True setsid .venv-vllm/bin/vllm serve $HALO_GPU_MODEL --host 127.0.0.1 --port $HALO_VLLM_PORT"
+  key_var="$(gpu_policy_key_var)"
+  local cmd=""
+  if [ -n "${!key_var:-}" ]; then cmd+="VLLM_API_KEY=\"\$$key_var\" "; fi
+  cmd+="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True setsid .venv-vllm/bin/vllm serve $HALO_GPU_MODEL --host 127.0.0.1 --port $HALO_VLLM_PORT"
   cmd+=" --enable-lora --max-lora-rank $max_rank --max-loras 2 --max-cpu-loras 4"
   cmd+=" --gpu-memory-utilization $HALO_VLLM_GPU_UTIL --max-model-len $HALO_VLLM_MAX_MODEL_LEN"
   cmd+=" --limit-mm-per-prompt.video 0 --generation-config vllm --logprobs-mode processed_logprobs"
-  if [ -n "${HALO_POLICY_API_KEY:-}" ]; then cmd+=' --api-key "$HALO_POLICY_API_KEY"'; fi
   echo "$cmd"
 }
 
@@ -59,15 +72,144 @@ gpu_start_vllm() {
   echo "{ mkdir -p runs/logs runs/pids && ( $(gpu_vllm_command) > runs/logs/vllm.log 2>&1 < /dev/null & echo \$! > runs/pids/vllm.pid ); }"
 }
 
+# The minor version (10 for 3.10) of a Python command, from `<cmd> --version`; fails when there is none.
+gpu_py_minor() {
+  local v
+  command -v "$1" >/dev/null 2>&1 || return 1
+  v="$("$1" --version 2>&1)" || return 1
+  [[ "$v" =~ ^Python\ 3\.([0-9]+) ]] || return 1
+  echo "${BASH_REMATCH[1]}"
+}
+
+# The oldest Python minor version a vLLM release installs on (its Requires-Python): 3.11 from 0.32.0 on.
+gpu_vllm_min_minor() {
+  local major="${1%%.*}" rest="${1#*.}"
+  local minor="${rest%%.*}"
+  if [ "$major" -gt 0 ] 2>/dev/null || [ "$minor" -ge 32 ] 2>/dev/null; then echo 11; else echo 10; fi
+}
+
+# Whether apt can install python3.<minor>-venv (Debian/Ubuntu; read-only: apt-cache policy).
+gpu_apt_has() {
+  command -v apt-cache >/dev/null 2>&1 || return 1
+  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'
+}
+
+# Which Python builds .venv-vllm and which vLLM goes into it. Sets GPU_PY (command), GPU_PY_MINOR, GPU_VLLM,
+# GPU_APT (Debian packages to install first, or empty) and GPU_NOTE (the choice, said aloud). In order: a
+# Python on PATH that the pin supports; one apt can install; else, unless HALO_VLLM_VERSION pins it, the
+# newest vLLM the Python here supports (0.31.0 on 3.10, 22.04's). Reads only; installs nothing.
+gpu_vllm_choice() {
+  local pin="${HALO_VLLM_VERSION:-$GPU_VLLM_DEFAULT}" lo c m cands=()
+  lo="$(gpu_vllm_min_minor "$pin")"
+  GPU_APT=""
+  GPU_VLLM="$pin"
+  if [ -n "${HALO_VLLM_PYTHON:-}" ]; then cands=("$HALO_VLLM_PYTHON"); else cands=(python3 python3.12 python3.11 python3.13 python3.14); fi
+  for c in "${cands[@]}"; do
+    m="$(gpu_py_minor "$c")" || continue
+    if [ "$m" -ge "$lo" ] && [ "$m" -le "$GPU_PY_MAX_MINOR" ]; then
+      GPU_PY="$c" GPU_PY_MINOR="$m"
+      GPU_NOTE="vLLM $pin on Python 3.$m ($c) in .venv-vllm"
+      return 0
+    fi
+  done
+  if [ -z "${HALO_VLLM_PYTHON:-}" ]; then
+    for m in 12 11; do
+      [ "$m" -ge "$lo" ] || continue
+      if gpu_apt_has "python3.$m-venv"; then
+        GPU_PY="python3.$m" GPU_PY_MINOR="$m" GPU_APT="python3.$m python3.$m-venv python3.$m-dev"
+        GPU_NOTE="vLLM $pin needs Python 3.$lo-3.$GPU_PY_MAX_MINOR and none is on PATH: installing apt's $GPU_APT, then vLLM $pin on Python 3.$m in .venv-vllm"
+        return 0
+      fi
+    done
+  fi
+  for c in "${cands[@]}"; do
+    m="$(gpu_py_minor "$c")" || continue
+    if [ -z "${HALO_VLLM_VERSION:-}" ] && [ "$m" -eq 10 ]; then
+      GPU_PY="$c" GPU_PY_MINOR="$m" GPU_VLLM="$GPU_VLLM_NEWEST_PY310"
+      GPU_NOTE="vLLM $GPU_VLLM on Python 3.10 ($c) in .venv-vllm: the newest release for 3.10 ($GPU_VLLM_DEFAULT and every release from 0.32.0 need Python >= 3.11, and neither PATH nor apt has one; with python3.11 or python3.12 installed, or HALO_VLLM_PYTHON naming one, ./launch.sh gpu takes $GPU_VLLM_DEFAULT)"
+      return 0
+    fi
+    echo "launch: vLLM $pin needs Python 3.$lo-3.$GPU_PY_MAX_MINOR; $c is Python 3.$m (install python3.12 or python3.11, or set HALO_VLLM_PYTHON${HALO_VLLM_VERSION:+ or another HALO_VLLM_VERSION})" >&2
+    return 1
+  done
+  echo "launch: no Python for vLLM's venv (tried ${cands[*]}): install python3.12 or python3.11 (with its venv module), or set HALO_VLLM_PYTHON" >&2
+  return 1
+}
+
+# The variable the policy key is read from: HALO_POLICY_API_KEY unless HALO_CREDENTIAL_POLICY_ENV names
+# another (the workers' mapping, lib/credentials.ts).
+gpu_policy_key_var() {
+  local v="${HALO_CREDENTIAL_POLICY_ENV:-}"
+  v="${v#"${v%%[![:space:]]*}"}"; v="${v%"${v##*[![:space:]]}"}"
+  [[ "$v" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || v=HALO_POLICY_API_KEY
+  echo "$v"
+}
+
+# One variable's value in .env (HALO_ENV_FILE names another file; empty: none), with the rules of
+# host/env-file.ts and halo_learner/envfile.py: `export ` allowed, quotes stripped, ` #` comments dropped, the
+# last line wins. Fails when the file or the variable is not there. The file is read, never sourced.
+gpu_dotenv_get() {
+  local name="$1" file="${HALO_ENV_FILE-.env}" line val out="" found=1 q re
+  [ -n "$file" ] && [ -r "$file" ] || return 1
+  re="^[[:space:]]*(export[[:space:]]+)?${name}[[:space:]]*=[[:space:]]*(.*)\$"
+  while IFS= read -r line || [ -n "$line" ]; do
+    line="${line%$'\r'}"
+    [[ "$line" =~ $re ]] || continue
+    val="${BASH_REMATCH[2]}"
+    val="${val%"${val##*[![:space:]]}"}"
+    q="${val:0:1}"
+    if [ "${#val}" -ge 2 ] && [ "${val: -1}" = "$q" ] && { [ "$q" = '"' ] || [ "$q" = "'" ] || [ "$q" = '`' ]; }; then
+      val="${val:1:${#val}-2}"
+      [ "$q" != '"' ] || val="${val//\\n/$'\n'}"
+    else
+      # A comment: from a line-leading `#`, or from the first `#` after whitespace.
+      case "$val" in "#"*) val="" ;; esac
+      val="${val%%[[:space:]]#*}"
+      val="${val%"${val##*[![:space:]]}"}"
+    fi
+    out="$val" found=0
+  done < "$file"
+  [ "$found" = 0 ] || return 1
+  printf '%s' "$out"
+}
+
+# The policy key for vLLM, from the environment or else from .env (as the CLI and the workers read it), exported
+# so the plan's commands hand it to vLLM. Sets GPU_KEY_FROM. A variable already set, even empty, wins over .env.
+gpu_load_policy_key() {
+  local var v
+  if [ -z "${HALO_CREDENTIAL_POLICY_ENV+x}" ] && v="$(gpu_dotenv_get HALO_CREDENTIAL_POLICY_ENV)"; then export HALO_CREDENTIAL_POLICY_ENV="$v"; fi
+  var="$(gpu_policy_key_var)"
+  GPU_KEY_FROM="environment"
+  if [ -z "${!var+x}" ] && v="$(gpu_dotenv_get "$var")"; then
+    export "$var=$v"
+    GPU_KEY_FROM="from ${HALO_ENV_FILE-.env}"
+  fi
+  export GPU_KEY_FROM
+}
+
 # Every command of `./launch.sh gpu`, in order; extra arguments go to `halo train`.
 gpu_plan() {
   local extra="" a
   for a in "$@"; do extra+=" $(printf '%q' "$a")"; done
   gpu_max_lora_rank >/dev/null || return 1
-  local py="python3"
+  gpu_vllm_choice || return 1
+  local key_var
+  key_var="$(gpu_policy_key_var)"
   echo "command -v nvidia-smi >/dev/null || { echo 'launch: no nvidia-smi: ./launch.sh gpu needs an NVIDIA GPU and its driver (the local stack: ./launch.sh)' >&2; exit 1; }; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv"
-  echo "[ -x .venv-vllm/bin/python ] || $py -m venv .venv-vllm"
-  echo "[ -x .venv-vllm/bin/vllm ] || .venv-vllm/bin/pip install --disable-pip-version-check vllm==$HALO_VLLM_VERSION"
+  echo "# $GPU_NOTE"
+  if [ -n "$GPU_APT" ]; then
+    local sudo="sudo "
+    [ "$(id -u)" != 0 ] || sudo=""
+    echo "command -v $GPU_PY >/dev/null || { ${sudo}apt-get update -qq && DEBIAN_FRONTEND=noninteractive ${sudo}apt-get install -y -qq $GPU_APT; }"
+  fi
+  # A .venv-vllm of another Python (an earlier try with the system's) is rebuilt; the pin is checked, not just vLLM's presence.
+  echo "{ [ -x .venv-vllm/bin/python ] && .venv-vllm/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, $GPU_PY_MINOR))'; } || $GPU_PY -m venv --clear .venv-vllm"
+  echo ".venv-vllm/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version(\"vllm\") != \"$GPU_VLLM\")' 2>/dev/null || .venv-vllm/bin/pip install --disable-pip-version-check vllm==$GPU_VLLM"
+  if [ -n "${!key_var:-}" ]; then
+    echo "# vLLM requires the policy key: \$$key_var (${GPU_KEY_FROM:-environment}) is passed as VLLM_API_KEY in vLLM's environment, never on its command line"
+  else
+    echo "# no policy key (\$$key_var is empty or unset, in the environment and in .env): vLLM accepts requests without one"
+  fi
   echo ".venv-vllm/bin/hf download $HALO_GPU_MODEL"
   gpu_state_command
   echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"

@@ -5,14 +5,15 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
-import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from './run-flags';
+import { addOverrideOptions, flagDefaults, knownLongFlags, overrideFlagsOf, preflightTasks, runConfigFromFlags } from './run-flags';
+import { normalizeFlagSpellings } from '../lib/config-overrides';
 import { join, resolve } from 'node:path';
 import { loadConfigFile } from '../host/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
 import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
-import { connectClient, down, parseRoles, stackStatus, up } from './stack';
+import { connectClient, down, downCompose, parseRoles, stackStatus, up } from './stack';
 import { followTrain, runStatus, startOrAttachTrain } from './train';
 import { register as registerEval } from './commands/eval';
 import { register as registerRuns } from './commands/runs';
@@ -79,12 +80,14 @@ program
 
 program
   .command('down')
-  .description('stop the local stack gracefully (workers first, then Temporal); state stays on disk')
+  .description('stop the local stack gracefully (workers first, then Temporal and the vLLM of ./launch.sh gpu) and a running docker compose stack; state stays on disk')
   .option('--role <role...>', 'stop only this part (browser, control, learner), as started by `up --role`; the Temporal server is left alone')
   .option('--home <dir>', 'the runs folder of this host (as given to `up --home`)')
   .action(async (opts: { role?: string[]; home?: string }) => {
     const cfg = withHome(loadConfig(program.opts().config), opts.home);
-    await down(cfg, (m) => console.error(`halo: ${m}`), { roles: parseRoles(opts.role) });
+    const roles = parseRoles(opts.role);
+    await down(cfg, (m) => console.error(`halo: ${m}`), { roles });
+    if (!roles) downCompose(stackStatus(cfg).home, (m) => console.error(`halo: ${m}`));
     console.log('stack is down');
   });
 
@@ -314,7 +317,8 @@ registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
 for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration]) register(program, { loadConfig });
 
-program.parseAsync(process.argv).catch((err: Error) => {
+// The seeds' spellings: --num_generations, --policy_url, --loss_type, … are the hyphenated flags.
+program.parseAsync(normalizeFlagSpellings(process.argv, knownLongFlags(program))).catch((err: Error) => {
   console.error(`halo: ${err.message}`);
   process.exit(err instanceof ConfigError ? 2 : 1);
 });

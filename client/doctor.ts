@@ -376,6 +376,7 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
     detail: `${base} serves ${models.join(', ') || 'nothing'}`,
     ...(hasModel ? {} : { fix: `serve ${cfg.policy.model} (vllm serve ${cfg.policy.model} …) or set policy.model to a served one` }),
   });
+  out.push(hasModel ? await vllmImageCheck(base, cfg.policy.model, headers, timeoutMs) : { id: 'vllm.image', name: 'vLLM image input', status: 'skip', detail: `${cfg.policy.model} is not served` });
   if (cfg.train.vllmBaseUrl === undefined && cfg.mcts.vllmBaseUrl === undefined) return out;
   // An empty body: a validation error (400/422) when the route exists, FastAPI's 404 {"detail":"Not Found"} when not.
   try {
@@ -398,6 +399,49 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
   }
   out.push(vllmFlagsCheck(root, env));
   return out;
+}
+
+/** A 32×32 white PNG (95 bytes): one 32-pixel block of Qwen3-VL's vision encoder (16-pixel patches merged 2×2). */
+export const PROBE_PNG_DATA_URL =
+  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAACAAAAAgCAIAAAD8GO2jAAAAJklEQVR42u3NMQ0AAAwDoPo33arYsQQMkB6LQCAQCAQCgUAg+BIMi1X0ptsIcT0AAAAASUVORK5CYII=';
+
+/**
+ * The multimodal path the policy uses: one chat completion with a tiny PNG as a data URL, max_tokens 1. A text-only
+ * model, `--limit-mm-per-prompt image=0` or a broken image processor fails here, with the server's own message.
+ */
+async function vllmImageCheck(base: string, model: string, headers: Record<string, string>, timeoutMs: number): Promise<DoctorCheck> {
+  const name = 'vLLM image input';
+  const body = {
+    model,
+    messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: PROBE_PNG_DATA_URL } }, { type: 'text', text: 'Describe the image in one word.' }] }],
+    max_tokens: 1,
+    temperature: 0,
+  };
+  try {
+    const res = await fetch(`${base}/chat/completions`, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    const text = await res.text();
+    let json: { error?: { message?: unknown } | string; detail?: unknown; message?: unknown; choices?: unknown[] } | undefined;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    if (res.ok && Array.isArray(json?.choices) && json.choices.length > 0) {
+      return { id: 'vllm.image', name, status: 'pass', detail: `${model} answered a chat completion with a 32×32 PNG (HTTP ${res.status})` };
+    }
+    const err = json?.error;
+    const message = typeof err === 'object' && err !== null ? err.message : (err ?? json?.message ?? json?.detail);
+    const said = firstLine(typeof message === 'string' ? message : message !== undefined ? JSON.stringify(message) : text.slice(0, 300) || '(empty body)');
+    return {
+      id: 'vllm.image',
+      name,
+      status: 'fail',
+      detail: `HTTP ${res.status} from ${base}/chat/completions with an image: ${said}`,
+      fix: `serve ${model} as a vision-language model that takes images: no --limit-mm-per-prompt image=0 and its image processor installed (./launch.sh gpu starts vLLM that way)`,
+    };
+  } catch (err) {
+    return { id: 'vllm.image', name, status: 'fail', detail: `${base}/chat/completions with an image: ${firstLine((err as Error).message)}`, fix: `check ${base}` };
+  }
 }
 
 /** The adapters' rank: HALO_LORA_RANK as the learner reads it (default 16). */

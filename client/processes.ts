@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -20,9 +20,43 @@ export function pidFile(home: string, name: string): string {
 export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  // A zombie (exited, not yet reaped: e.g. an orphan where PID 1 does not reap) has stopped.
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return true;
+  }
+}
+
+/** Whether any process of the group `pgid` is still there (zombies aside). */
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  return isAlive(pgid) || listGroup(pgid).some(isAlive);
+}
+
+function listGroup(pgid: number): number[] {
+  try {
+    return readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number)
+      .filter((pid) => {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+          return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]) === pgid;
+        } catch {
+          return false;
+        }
+      });
+  } catch {
+    return [];
   }
 }
 
@@ -53,26 +87,39 @@ export function spawnBackground(
   return { name, pid: child.pid, logFile, logOffset };
 }
 
-/** SIGTERM, wait for a graceful exit, SIGKILL after the grace period. */
-export async function stopProcess(home: string, name: string, graceMs = 20_000): Promise<boolean> {
+/**
+ * SIGTERM, wait for a graceful exit, SIGKILL after the grace period. With `group` (a process that leads its
+ * own process group, as `setsid` and spawnBackground start them: vLLM and its engine processes), the signals
+ * go to the whole group, and the stop waits for every member.
+ */
+export async function stopProcess(home: string, name: string, graceMs = 20_000, opts: { group?: boolean } = {}): Promise<boolean> {
   const pid = readPid(home, name);
   rmSync(pidFile(home, name), { force: true });
   if (pid === undefined) return false;
-  try {
-    process.kill(pid, 'SIGTERM');
-  } catch {
-    return false;
-  }
+  const signal = (sig: NodeJS.Signals): boolean => {
+    if (opts.group) {
+      try {
+        process.kill(-pid, sig);
+        return true;
+      } catch {
+        /* not a group leader: the process alone */
+      }
+    }
+    try {
+      process.kill(pid, sig);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (!signal('SIGTERM')) return false;
+  const alive = () => isAlive(pid) || (opts.group === true && groupAlive(pid));
   const deadline = Date.now() + graceMs;
   while (Date.now() < deadline) {
-    if (!isAlive(pid)) return true;
+    if (!alive()) return true;
     await sleep(100);
   }
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    /* already gone */
-  }
+  signal('SIGKILL');
   return true;
 }
 

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
-import { configSchema, ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import { isAbsolute, relative } from 'node:path';
+import { configSchema, ConfigError, identicalCandidatesProblem, parseConfig, type HaloConfig } from '../lib/config';
 import {
+  ALSO_ACCEPTED,
   applyRunOverrides,
   flagsOf,
   parseWithFlags,
@@ -37,14 +39,14 @@ export function addOverrideOptions(cmd: Command, command: OverrideCommand, defau
       return `\nDefaults: the config file's values (${(err as Error).message})`;
     }
     const lines = Object.entries(d.values).map(([flag, v]) => `  ${flag.padEnd(18)} ${typeof v === 'string' ? v : JSON.stringify(v)}`);
-    return `\nDefaults of the flags above: the config file's values; without --config, ${d.file}:\n${lines.join('\n')}\nFlags override the file and are validated like its values.`;
+    return `\nDefaults of the flags above: the config file's values; without --config, ${d.file}:\n${lines.join('\n')}\nFlags override the file and are validated like its values; ${ALSO_ACCEPTED}.`;
   });
   return cmd;
 }
 
 /** The override flags among commander's parsed options (it camel-cases `--num-generations` → numGenerations). */
 export function overrideFlagsOf(opts: Record<string, unknown>): OverrideFlags {
-  const keys: (keyof OverrideFlags)[] = ['task', 'tasks', 'domain', 'env', 'episodes', 'iterations', 'numGenerations', 'lr', 'temperature', 'simulations', 'ucbC', 'sampleSize', 'seed'];
+  const keys: (keyof OverrideFlags)[] = ['task', 'tasks', 'domain', 'env', 'episodes', 'iterations', 'numGenerations', 'lr', 'temperature', 'simulations', 'ucbC', 'sampleSize', 'seed', 'policyUrl', 'lossType'];
   const out: OverrideFlags = {};
   for (const k of keys) if (typeof opts[k] === 'string') out[k] = opts[k] as string;
   return out;
@@ -55,9 +57,10 @@ export function loadPin(file: string | undefined): TaskRegistryPin | undefined {
 }
 
 /** REAL tasks by site: from the pinned snapshot when there is one, else from the installed agisdk. */
-export function overrideContext(pin: TaskRegistryPin | undefined): OverrideContext {
+export function overrideContext(pin: TaskRegistryPin | undefined, file?: string): OverrideContext {
   let sites: ReturnType<NonNullable<OverrideContext['realSites']>> | undefined;
   return {
+    ...(file ? { file } : {}),
     realSites: () =>
       (sites ??= pin
         ? snapshotSites(pin.snapshot)
@@ -83,14 +86,36 @@ export function runConfigFromFlags(
   const path = file ?? (existsSync(defaultFile) ? defaultFile : undefined);
   const raw = path ? readConfigRaw(path) : {};
   const pin = loadPin(opts.taskRegistry);
-  const o = applyRunOverrides(command, raw, overrideFlagsOf(opts), overrideContext(pin));
+  const o = applyRunOverrides(command, raw, overrideFlagsOf(opts), overrideContext(pin, path ? relativeToCwd(path) : undefined));
   if (opts.runId !== undefined) {
     const sec = (o.raw[command] ??= {}) as Record<string, unknown>;
     sec.runId = opts.runId;
     o.flagPaths.set(`${command}.runId`, '--run-id');
   }
   const cfg = parseHaloWithFlags(o, path ? `config file ${path}` : 'config');
+  // A GRPO run at temperature 0 samples N identical candidates: every advantage 0, nothing learned.
+  const greedyGroups = command === 'train' ? identicalCandidatesProblem(cfg) : undefined;
+  if (greedyGroups) {
+    const flags = ['policy.temperature', 'train.numGenerations'].map((p) => o.flagPaths.get(p)).filter((f) => f !== undefined);
+    throw new ConfigError(`${flags.length ? `${[...new Set(flags)].join(', ')}: ` : ''}${greedyGroups}`);
+  }
   return { cfg, notes: o.notes, ...(pin ? { pin } : {}) };
+}
+
+/** The long flags commander knows, on every command and subcommand (for the underscore spellings). */
+export function knownLongFlags(program: Command): Set<string> {
+  const out = new Set<string>();
+  const walk = (c: Command) => {
+    for (const o of c.options) if (o.long) out.add(o.long);
+    for (const sub of c.commands) walk(sub);
+  };
+  walk(program);
+  return out;
+}
+
+function relativeToCwd(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel && !rel.startsWith('..') && !isAbsolute(rel) ? rel : path;
 }
 
 /**

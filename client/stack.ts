@@ -1,4 +1,5 @@
 import { Client, Connection } from '@temporalio/client';
+import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import type { HaloConfig } from '../lib/config';
 import { connectOptions, temporalSettings } from '../host/connection';
@@ -208,7 +209,18 @@ export async function waitForPollers(
   }
 }
 
-/** Workers first (they finish in-flight activities), then the server. Safe to call twice. */
+/** vLLM as `./launch.sh gpu` starts it (bin/launch-gpu.sh): pid in <home>/pids/vllm.pid, leading its own process group. */
+export const VLLM_PROCESS = 'vllm';
+
+/** How long vLLM may take to shut down (its engine processes included) before SIGKILL: HALO_VLLM_STOP_GRACE_S, default 30. */
+export function vllmStopGraceMs(env: NodeJS.ProcessEnv = process.env): number {
+  return 1000 * (Number(env.HALO_VLLM_STOP_GRACE_S) || 30);
+}
+
+/**
+ * Workers first (they finish in-flight activities, policy calls included), then the server and the vLLM that
+ * `./launch.sh gpu` started. Safe to call twice.
+ */
 export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {}, opts: { roles?: Role[] } = {}): Promise<void> {
   const st = stackStatus(cfg);
   const has = (r: Role) => !opts.roles || opts.roles.includes(r);
@@ -219,7 +231,35 @@ export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {
     ...names.map(async (n) => (await stopProcess(st.home, n)) && say(`stopped ${n}`)),
     (async () => has('learner') && (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
   ]);
-  if (!opts.roles && (await stopProcess(st.home, 'temporal'))) say('stopped Temporal dev server');
+  if (opts.roles) return;
+  const vllm = readPid(st.home, VLLM_PROCESS);
+  const [temporal, vllmStopped] = await Promise.all([
+    stopProcess(st.home, 'temporal'),
+    stopProcess(st.home, VLLM_PROCESS, vllmStopGraceMs(), { group: true }),
+  ]);
+  if (temporal) say('stopped Temporal dev server');
+  if (vllmStopped) say(`stopped vLLM (pid ${vllm}, started by ./launch.sh gpu; log ${join(st.home, 'logs', 'vllm.log')})`);
+}
+
+/**
+ * The docker compose stack of this repository (docker-compose.yml), when any of its services runs: stopped by
+ * `./teardown.sh --compose-only` (workers first, then vLLM, Temporal and Postgres; volumes kept). Returns the
+ * services it stopped. Only for the stack whose home is the repository's runs folder (the one compose mounts),
+ * never for another home (`--home`, a test's config); HALO_DOWN_COMPOSE=0 leaves it alone (./teardown.sh sets
+ * it when it calls `halo down`).
+ */
+export function downCompose(home: string, say: (msg: string) => void = () => {}, env: NodeJS.ProcessEnv = process.env): string[] {
+  if (resolve(home) !== join(REPO_ROOT, 'runs')) return [];
+  if (/^(0|off|false|no)$/i.test(env.HALO_DOWN_COMPOSE ?? '')) return [];
+  const ps = spawnSync('docker', ['compose', 'ps', '--status', 'running', '--services'], { cwd: REPO_ROOT, env, encoding: 'utf8', timeout: 30_000 });
+  if (ps.error || ps.status !== 0) return []; // no docker, no compose plugin, no daemon: nothing of compose runs here
+  const services = ps.stdout.split('\n').map((l) => l.trim()).filter(Boolean);
+  if (services.length === 0) return [];
+  say(`the docker compose stack runs (${services.join(', ')}): stopping it with ./teardown.sh --compose-only`);
+  const r = spawnSync(join(REPO_ROOT, 'teardown.sh'), ['--compose-only'], { cwd: REPO_ROOT, env, stdio: ['ignore', 2, 2] });
+  if (r.status !== 0) throw new Error(`./teardown.sh --compose-only failed (exit ${r.status ?? r.signal}); the compose services ${services.join(', ')} may still run`);
+  say(`stopped the docker compose services ${services.join(', ')} (volumes kept: docker compose up -d resumes)`);
+  return services;
 }
 
 export async function connectClient(cfg: HaloConfig): Promise<{ client: Client; connection: Connection }> {

@@ -24,6 +24,8 @@ export interface OverrideFlags {
   ucbC?: string;
   sampleSize?: string;
   seed?: string;
+  policyUrl?: string;
+  lossType?: string;
 }
 
 export type OverrideKey = keyof OverrideFlags;
@@ -38,7 +40,15 @@ export interface SiteTask {
 export interface OverrideContext {
   /** REAL tasks by site; read only when a flag needs them (--domain, --sample-size of site names). */
   realSites?: () => Record<string, SiteTask[]>;
+  /** The config file the flags apply to, for error messages. */
+  file?: string;
 }
+
+/** The configs made for REAL runs: what a REAL task flag on the local test config is told to use. */
+export const REAL_CONFIG: Record<'train' | 'mcts', string> = { train: 'configs/grpo-real.yaml', mcts: 'configs/mcts-real.yaml' };
+
+/** The learner's local test model (random weights): fine for MiniWoB++ smoke runs, never for REAL. */
+export const LOCAL_TEST_MODEL = 'tiny-random';
 
 export interface FlagDef {
   key: OverrideKey;
@@ -80,7 +90,10 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     key: 'episodes',
     flag: '--episodes',
     arg: 'n',
-    help: { train: 'episode budget: split into iterations × episodes per iteration, never more than n (see README)' },
+    help: {
+      train: 'episode budget: split into iterations × episodes per iteration, never more than n (see README)',
+      mcts: 'search budget: one search per task per iteration, so n / (number of tasks) iterations, never more than n searches',
+    },
   },
   { key: 'iterations', flag: '--iterations', arg: 'n', help: { train: 'iterations', mcts: 'iterations' }, path: { train: 'train.iterations', mcts: 'mcts.iterations' } },
   {
@@ -133,7 +146,42 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     },
     path: { train: 'train.seed', mcts: 'mcts.seed', eval: 'seeds' },
   },
+  {
+    key: 'policyUrl',
+    flag: '--policy-url',
+    arg: 'url',
+    help: {
+      train: 'OpenAI-compatible base URL of the policy (vLLM): policy.backend openai there, and new adapters loaded into it unless train.vllmBaseUrl is set',
+      mcts: 'OpenAI-compatible base URL of the policy (vLLM): policy.backend openai there, and new adapters loaded into it unless mcts.vllmBaseUrl is set',
+    },
+    path: { train: 'policy.baseUrl', mcts: 'policy.baseUrl' },
+  },
+  { key: 'lossType', flag: '--loss-type', arg: 'type', help: { train: 'GRPO loss; dr_grpo is the one implemented' }, path: { train: 'train.lossType' } },
 ];
+
+/** Seed spellings of the flags: underscores for hyphens (--num_generations, --policy_url, --loss_type, --ucb_c, …). */
+export const ALSO_ACCEPTED = 'also accepted: every flag with underscores for hyphens (--policy_url, --loss_type, --num_generations, --sample_size, --ucb_c, --run_id, …)';
+
+/**
+ * The command line with the underscore spellings of known flags (`--num_generations 8`, `--policy_url=URL`)
+ * written with hyphens, as commander knows them. Unknown flags, values and everything after `--` stay as given.
+ */
+export function normalizeFlagSpellings(argv: readonly string[], known: ReadonlySet<string>): string[] {
+  const out: string[] = [];
+  let rest = false;
+  for (const a of argv) {
+    if (rest || !a.startsWith('--') || a === '--') {
+      if (a === '--') rest = true;
+      out.push(a);
+      continue;
+    }
+    const eq = a.indexOf('=');
+    const name = eq < 0 ? a : a.slice(0, eq);
+    const hyphened = '--' + name.slice(2).replace(/_/g, '-');
+    out.push(name.includes('_') && known.has(hyphened) ? hyphened + (eq < 0 ? '' : a.slice(eq)) : a);
+  }
+  return out;
+}
 
 /** The flags a command takes. */
 export function flagsOf(command: OverrideCommand): FlagDef[] {
@@ -295,7 +343,16 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
   const sec = command === 'train' ? 'train' : 'mcts';
   const tasksFlag = flags.domain !== undefined ? '--domain' : flags.task !== undefined ? '--task' : '--tasks';
 
-  const { env, tasks } = resolveTaskFlags(flags, getPath(raw, 'episode.env'), ctx, notes);
+  const fileEnv = getPath(raw, 'episode.env');
+  const { env, tasks } = resolveTaskFlags(flags, fileEnv, ctx, notes);
+  if (env === 'real' && fileEnv !== 'real' && getPath(raw, 'policy.model') === LOCAL_TEST_MODEL && flags.policyUrl === undefined) {
+    const flag = flags.env === 'real' ? '--env real' : flags.domain !== undefined ? `--domain ${flags.domain}` : `${tasksFlag} ${flags.task ?? flags.tasks}`;
+    throw new ConfigError(
+      `${flag}: ${ctx.file ?? 'the config'} is not a REAL config: it would train the local ${LOCAL_TEST_MODEL} test model ` +
+        `(policy.model ${LOCAL_TEST_MODEL}, random weights) on REAL. Use the REAL config: --config ${REAL_CONFIG[command]} ` +
+        `(Qwen3-VL-8B on vLLM), e.g. npx halo ${command} --config ${REAL_CONFIG[command]} ${flag}`,
+    );
+  }
   if (env !== undefined) set('episode.env', env, flags.env !== undefined ? '--env' : tasksFlag);
   if (tasks !== undefined) {
     set(`${sec}.tasks`, tasks, tasksFlag);
@@ -321,7 +378,23 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
     const v = flags[key];
     if (v !== undefined) set(path, flagNumber(key, v), flagName(key));
   };
+  if (flags.policyUrl !== undefined) {
+    // A policy URL means an OpenAI-compatible server (vLLM), as with `halo episode --policy-url`; the run's
+    // adapters go there too unless the file names another server, so later iterations sample them.
+    set('policy.baseUrl', flags.policyUrl, '--policy-url');
+    set('policy.backend', 'openai', '--policy-url');
+    if (getPath(raw, `${sec}.vllmBaseUrl`) === undefined) {
+      set(`${sec}.vllmBaseUrl`, flags.policyUrl, '--policy-url');
+      notes.push(`--policy-url: new adapters are loaded into ${flags.policyUrl} (${sec}.vllmBaseUrl)`);
+    }
+  }
   if (command === 'train') {
+    if (flags.lossType !== undefined) {
+      if (flags.lossType !== 'dr_grpo') {
+        throw new ConfigError(`--loss-type: only dr_grpo is implemented (train.lossType: advantages r − mean(r), no std division, a constant length normaliser), got ${JSON.stringify(flags.lossType)}`);
+      }
+      set('train.lossType', flags.lossType, '--loss-type');
+    }
     num('iterations', 'train.iterations');
     num('numGenerations', 'train.numGenerations');
     num('lr', 'train.learningRate');
@@ -344,6 +417,18 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
     num('temperature', 'mcts.temperature');
     num('simulations', 'mcts.numSimulations');
     num('ucbC', 'mcts.ucbConstant');
+    if (flags.episodes !== undefined) {
+      // One search per task per iteration: the budget is iterations × tasks searches.
+      const budget = flagInt('episodes', flags.episodes, 1);
+      const given = getPath(raw, 'mcts.tasks');
+      const count = Array.isArray(given) ? given.length : parseConfig({}).mcts.tasks.length;
+      if (flags.iterations !== undefined) throw new ConfigError('--episodes and --iterations: give one of them (halo mcts runs one search per task per iteration)');
+      const iterations = Math.floor(budget / count);
+      if (iterations < 1) throw new ConfigError(`--episodes: ${budget} searches cannot cover the ${count} tasks of one iteration (one search per task per iteration)`);
+      set('mcts.iterations', iterations, '--episodes (mcts.iterations)');
+      const used = iterations * count;
+      notes.push(`--episodes ${budget}: ${iterations} iterations × ${count} tasks = ${used} searches${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`);
+    }
   }
   return { raw, flagPaths, notes };
 }

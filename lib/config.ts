@@ -53,7 +53,12 @@ export const policySchema = z
       .default('policy')
       .describe('the API key the worker sends, by name: the worker maps policy / critic / baseline to its own environment (HALO_POLICY_API_KEY, HALO_POLICY_API_KEY, OPENAI_API_KEY; HALO_CREDENTIAL_<NAME>_ENV on the worker changes the variable)'),
     apiKeyEnv: z.string().optional().describe('deprecated: accepted only when it names the variable the worker maps credential to; use credential'),
-    temperature: z.number().min(0).max(2).default(0),
+    temperature: z
+      .number()
+      .min(0)
+      .max(2)
+      .default(0.7)
+      .describe('sampling temperature of training candidates (GRPO) and of `halo episode`; greedy evaluations always decode at 0. 0 with train.numGenerations > 1 is refused by `halo train`: every candidate of a group would be the same'),
     maxTokens: z.number().int().min(1).max(8192).default(256),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
     historyLength: z.number().int().min(0).max(50).default(5),
@@ -96,13 +101,20 @@ export const trainSchema = z
     tasks: z.array(z.string().min(1)).min(1).max(MAX_TASKS).default(['click-button', 'enter-text']),
     heldOutTasks: z.array(z.string().min(1)).max(MAX_TASKS).default([]),
     evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
+    evalEverySteps: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000_000)
+      .default(0)
+      .describe('greedy evaluation on heldOutTasks after each iteration that takes the run past a multiple of K environment steps (the steps of its episodes; 0: never); with evalEvery too, an iteration due by either evaluates once'),
     grouping: z
       .enum(['step', 'episode', 'anchor'])
       .default('step')
       .describe(
         'step: N candidates from each state, each in a session forked by replay (MiniWoB++); episode: N rollouts of one task + seed, advantage = return − group mean; anchor: the rollouts of episode plus step groups formed afterwards from equal states across them (GiGPO), no forks',
       ),
-    numGenerations: z.number().int().min(2).max(64).default(4).describe('N: candidates per state (step) or rollouts per task (episode, anchor)'),
+    numGenerations: z.number().int().min(2).max(64).default(8).describe('N: candidates per state (step) or rollouts per task (episode, anchor)'),
     anchor: z
       .strictObject({
         episodeWeight: z.number().min(0).max(100).default(1).describe('weight of R_episode − mean R over the rollouts of one task + seed'),
@@ -313,6 +325,22 @@ export function parseConfig(raw: unknown, source = 'config', opts: { historyBudg
   }
   const lines = formatConfigIssues(result.error.issues, configSchema, input);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/**
+ * A GRPO run that would learn nothing: greedy decoding (policy.temperature 0) gives every one of the N
+ * candidates of a step group, and every one of the N rollouts of an episode or anchor group, the same
+ * completion, so every advantage is 0. `halo train` refuses it before it starts; undefined when it samples.
+ */
+export function identicalCandidatesProblem(cfg: HaloConfig): string | undefined {
+  const t = cfg.train;
+  if (cfg.policy.temperature > 0 || t.numGenerations <= 1) return undefined;
+  const what = t.grouping === 'step' ? `candidates of every step group` : `rollouts of every ${t.grouping} group`;
+  return (
+    `policy.temperature 0 (greedy) with train.numGenerations ${t.numGenerations}: the ${t.numGenerations} ${what} would be identical, ` +
+    `so every advantage is 0 and the run learns nothing. Set policy.temperature above 0 (0.7, the default, or --temperature 0.7); ` +
+    `greedy evaluations (train.evalEvery, halo eval) decode at temperature 0 whatever policy.temperature says`
+  );
 }
 
 /**

@@ -65,6 +65,18 @@ export function greedy(policy: PolicyConfig): PolicyConfig {
 }
 
 /**
+ * Whether an iteration ends with the greedy held-out evaluation: every `evalEvery` iterations (the iteration
+ * number a multiple of it), or when the iteration's environment steps take the run's total past a multiple
+ * of `evalEverySteps` (`stepsBefore`: the steps of the iterations before it; `stepsAfter`: with its own). An
+ * iteration due by both evaluates once; 0 turns either off, so a config without evalEverySteps decides as before.
+ */
+export function evaluationDue(o: { iteration: number; evalEvery: number; evalEverySteps: number; stepsBefore: number; stepsAfter: number }): boolean {
+  const byIteration = o.evalEvery > 0 && o.iteration % o.evalEvery === 0;
+  const bySteps = o.evalEverySteps > 0 && Math.floor(o.stepsAfter / o.evalEverySteps) > Math.floor(o.stepsBefore / o.evalEverySteps);
+  return byIteration || bySteps;
+}
+
+/**
  * How many updates behind the on-policy adapter an iteration's samples are: iteration i is on-policy when it
  * samples from v<i − 1> (the adapter its predecessor wrote). With train.maxStaleness 1, iteration i's rollouts
  * run while the update on iteration i − 1 writes v<i − 1>, so they sample from v<i − 2>: staleness 1.

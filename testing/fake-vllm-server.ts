@@ -21,6 +21,10 @@ import { createChatResponder, type FakeMode, type RecordedRequest } from './fake
  *   scripted fake model (fake-policy-server.ts), with `token_ids` and `logprobs.content` when asked
  *   (`return_token_ids`, `logprobs`, `return_tokens_as_token_ids`); `legacyTokens` plays a server older than
  *   0.10.2, which ignores `return_token_ids`.
+ * - Images (`image_url` parts): taken as they come, unless `maxImagesPerPrompt` is set (`--limit-mm-per-prompt`:
+ *   more image parts → 400 BadRequestError `At most <N> image(s) may be provided in one prompt.`, param "image"; 0
+ *   plays a text-only server) or `checkImages` is on (a data URL whose bytes are no PNG, JPEG, GIF or WebP → 400
+ *   BadRequestError `cannot identify image file <_io.BytesIO object at 0x…>`, PIL's complaint that vLLM passes on).
  * - `restart()`: what a restarted vLLM remembers of its runtime adapters: nothing.
  * - Errors: `{"error": {"message", "type", "param": null, "code": <status>}}`; non-JSON bodies → 415 like
  *   vLLM's `validate_json_request`. With `runtimeLoraUpdating: false` the two POST routes do not exist
@@ -52,7 +56,18 @@ export interface FakeVllmServer {
 }
 
 export async function startFakeVllmServer(
-  opts: { baseModel?: string; runtimeLoraUpdating?: boolean; port?: number; mode?: FakeMode; legacyTokens?: boolean; recordMessages?: boolean } = {},
+  opts: {
+    baseModel?: string;
+    runtimeLoraUpdating?: boolean;
+    port?: number;
+    mode?: FakeMode;
+    legacyTokens?: boolean;
+    recordMessages?: boolean;
+    /** `--limit-mm-per-prompt image=<N>`: more image parts in one request are refused (0: a text-only server). */
+    maxImagesPerPrompt?: number;
+    /** Refuse images whose bytes no image decoder knows, as vLLM (PIL) does. */
+    checkImages?: boolean;
+  } = {},
 ): Promise<FakeVllmServer> {
   const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
   const adapters = new Map<string, string>();
@@ -110,6 +125,8 @@ export async function startFakeVllmServer(
         unknownModels.push(name);
         return sendJson(res, 404, { error: { message: `The model \`${name}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } });
       }
+      const imageError = imagePartsError(body as Record<string, unknown>, opts);
+      if (imageError) return sendJson(res, 400, { error: { message: imageError.message, type: 'BadRequestError', param: imageError.param, code: 400 } });
       const constraint = structuredOutputsError(body as Record<string, unknown>);
       if (constraint) return sendError(res, 400, 'BadRequestError', constraint);
       if (opts.recordMessages) messages.push((body as { messages?: unknown[] }).messages ?? []);
@@ -211,6 +228,44 @@ export function structuredOutputsError(body: Record<string, unknown>): string | 
   const json = (so as Record<string, unknown>).json;
   if (json !== undefined && !((typeof json === 'object' && json !== null && !Array.isArray(json)) || (typeof json === 'string' && json.length > 0))) {
     return 'structured_outputs.json must be a JSON schema object or a non-empty string';
+  }
+  return undefined;
+}
+
+/** The URLs of a chat request's `image_url` parts, in order. */
+function imageUrls(body: Record<string, unknown>): string[] {
+  const out: string[] = [];
+  for (const m of Array.isArray(body.messages) ? body.messages : []) {
+    const content = (m as { content?: unknown })?.content;
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      const p = part as { type?: unknown; image_url?: { url?: unknown } | string };
+      if (p?.type !== 'image_url') continue;
+      out.push(typeof p.image_url === 'string' ? p.image_url : String(p.image_url?.url ?? ''));
+    }
+  }
+  return out;
+}
+
+/** PNG, JPEG, GIF, WebP by their first bytes. */
+function knownImage(bytes: Buffer): boolean {
+  const png = bytes.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  const jpeg = bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff;
+  const gif = bytes.subarray(0, 4).toString('latin1') === 'GIF8';
+  const webp = bytes.subarray(0, 4).toString('latin1') === 'RIFF' && bytes.subarray(8, 12).toString('latin1') === 'WEBP';
+  return png || jpeg || gif || webp;
+}
+
+/** vLLM's refusals of a request's images (`--limit-mm-per-prompt`, undecodable bytes); undefined when it takes them. */
+function imagePartsError(body: Record<string, unknown>, opts: { maxImagesPerPrompt?: number; checkImages?: boolean }): { message: string; param: string | null } | undefined {
+  const urls = imageUrls(body);
+  if (opts.maxImagesPerPrompt !== undefined && urls.length > opts.maxImagesPerPrompt) {
+    return { message: `At most ${opts.maxImagesPerPrompt} image(s) may be provided in one prompt.`, param: 'image' };
+  }
+  if (!opts.checkImages) return undefined;
+  for (const url of urls) {
+    const m = /^data:image\/[A-Za-z0-9.+-]+;base64,(.*)$/s.exec(url);
+    if (m && !knownImage(Buffer.from(m[1], 'base64'))) return { message: 'cannot identify image file <_io.BytesIO object at 0x7f3a2c1d5e40>', param: null };
   }
   return undefined;
 }

@@ -10,7 +10,7 @@ import type { createMetricsActivities } from '../activities/metrics';
 import type { AdapterActivities } from '../activities/adapters';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { iterationMetrics, shouldWarnZeroStd, type EpisodeSummary, type IterationMetrics } from '../lib/grpo';
-import { greedy, samplingPolicy, servingOf, staleness, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
+import { evaluationDue, greedy, samplingPolicy, servingOf, staleness, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig, type RunContext } from '../lib/run-context';
 import { wandbOf } from '../lib/curves';
 import { fnv1a32 } from '../lib/rewards/shaping';
@@ -39,6 +39,8 @@ export interface TrainState {
    * iteration's rollouts sample from adapter v<adapterVersion>.
    */
   pendingRef?: string;
+  /** Environment steps of the iterations learned from so far (train.evalEverySteps); absent: 0. */
+  envSteps?: number;
 }
 
 export interface TrainGrpoInput {
@@ -144,7 +146,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
 
   const collected = await collect(scope, it, sampling, state.adapterVersion, run.seconds);
   const version = state.adapterVersion + 1;
-  const learned = await learn(scope, collected, version, run.seconds);
+  const learned = await learn(scope, collected, version, run.seconds, state.envSteps ?? 0);
   lastMetrics = learned.metrics;
   const zeroStdHistory = warnZeroStd(scope, it, state.zeroStdHistory, learned.metrics);
 
@@ -159,6 +161,7 @@ export async function trainGrpo(input: TrainGrpoInput): Promise<TrainResult> {
     zeroStdHistory,
     paused: run.paused,
     lastMetrics: learned.metrics,
+    ...(learned.envSteps > 0 ? { envSteps: learned.envSteps } : {}),
   };
   return continueAsNew<typeof trainGrpo>({ state: nextState });
 }
@@ -186,10 +189,12 @@ async function pipelined(
   let adapterPath = state.adapterPath;
   let zeroStdHistory = state.zeroStdHistory;
   let lastMetrics = state.lastMetrics ?? null;
+  let envSteps = state.envSteps ?? 0;
   // An iteration's metrics row has its own rollout and batch seconds, then its update's.
   const learnFrom = async (c: Collected) => {
-    const learned = await learn(scope, c, version + 1, { ...c.seconds });
+    const learned = await learn(scope, c, version + 1, { ...c.seconds }, envSteps);
     version++;
+    envSteps = learned.envSteps;
     adapterPath = learned.adapterPath;
     lastMetrics = learned.metrics;
     onMetrics(learned.metrics);
@@ -216,6 +221,7 @@ async function pipelined(
     paused: run.paused,
     lastMetrics,
     pendingRef: ref,
+    ...(envSteps > 0 ? { envSteps } : {}),
   };
   return continueAsNew<typeof trainGrpo>({ state: nextState });
 }
@@ -289,9 +295,16 @@ async function collect(scope: RunScope, it: number, sampling: SamplingPolicy, sa
 
 /**
  * One learner update on an iteration's batch (adapter v<version>), the adapter into vLLM when serving from one,
- * the greedy evaluation when due, and the iteration's metrics row, appended once.
+ * the greedy evaluation when due, and the iteration's metrics row, appended once. `stepsBefore`: environment
+ * steps of the iterations learned from before this one; the result's `envSteps` adds this one's.
  */
-async function learn(scope: RunScope, c: Collected, version: number, seconds: Record<string, number>): Promise<{ metrics: IterationMetrics; adapterPath: string }> {
+async function learn(
+  scope: RunScope,
+  c: Collected,
+  version: number,
+  seconds: Record<string, number>,
+  stepsBefore: number,
+): Promise<{ metrics: IterationMetrics; adapterPath: string; envSteps: number }> {
   const { cfg, runId, ctx, run, control } = scope;
   const t = cfg.train;
   const it = c.iteration;
@@ -356,8 +369,10 @@ async function learn(scope: RunScope, c: Collected, version: number, seconds: Re
     ...(t.maxStaleness > 0 ? { staleness: { sampledVersion: c.sampledVersion, value: staleness(it, c.sampledVersion) } } : {}),
   });
   if (c.failed > 0) metrics.failed_episodes = c.failed;
-  // Greedy evaluation on held-out tasks every K iterations, with the adapter just written.
-  if (t.evalEvery > 0 && it % t.evalEvery === 0 && t.heldOutTasks.length > 0) {
+  // Greedy evaluation on held-out tasks every K iterations or K environment steps, with the adapter just written.
+  const envSteps = stepsBefore + c.episodes.reduce((n, e) => n + e.steps, 0);
+  const due = evaluationDue({ iteration: it, evalEvery: t.evalEvery, evalEverySteps: t.evalEverySteps, stepsBefore, stepsAfter: envSteps });
+  if (due && t.heldOutTasks.length > 0) {
     const evalSampling = samplingPolicy({ policy: greedy(cfg.policy), runId, adapterVersion: version, serving: servingOf(cfg.policy, t.vllmBaseUrl, update.adapter_path) });
     const evals: EpisodeResult[] = await run.timed(
       'evaluation',
@@ -381,7 +396,7 @@ async function learn(scope: RunScope, c: Collected, version: number, seconds: Re
     metrics.seconds = { ...metrics.seconds, eval: seconds.eval };
   }
   await control.appendIterationMetrics({ run_id: runId, iteration: it, metrics, time: new Date().toISOString(), ...wandbOf(cfg) });
-  return { metrics, adapterPath: update.adapter_path };
+  return { metrics, adapterPath: update.adapter_path, envSteps };
 }
 
 function taskOf(cfg: HaloConfig, p: { task: string; seed: number }) {

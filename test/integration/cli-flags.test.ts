@@ -19,6 +19,8 @@ import { listRealTasks } from '../../env/real-tasks';
 const exec = promisify(execFile);
 let home: string;
 let cfgFile: string;
+/** The same stack on REAL (a REAL config: --domain and v2.* tasks on the local tiny-random config are refused). */
+let realCfgFile: string;
 let evalFile: string;
 let server: ManagedProcess;
 let connection: Connection;
@@ -84,6 +86,8 @@ before(async () => {
       '  heldOutTasks: [click-link]',
     ].join('\n'),
   );
+  realCfgFile = join(home, 'halo-real.yaml');
+  writeFileSync(realCfgFile, `${readFileSync(cfgFile, 'utf8')}\nepisode:\n  env: real\n`);
   evalFile = join(home, 'eval.yaml');
   writeFileSync(
     evalFile,
@@ -120,7 +124,7 @@ test('halo train --domain with --task-registry: tasks from the pinned snapshot; 
   const snapFile = join(home, 'snapshot.json');
   await halo(['tasks', 'snapshot', '--out', snapFile]);
   const gomail = listRealTasks().filter((t) => t.site === 'gomail' && t.scorable).map((t) => t.id);
-  await halo(['train', '--config', cfgFile, '--detach', '--run-id', 'flags-real', '--domain', 'gomail', '--task-registry', snapFile], { HALO_REAL_ORIGIN: siteOrigin });
+  await halo(['train', '--config', realCfgFile, '--detach', '--run-id', 'flags-real', '--domain', 'gomail', '--task-registry', snapFile], { HALO_REAL_ORIGIN: siteOrigin });
   const { config } = await startedInput('flags-real');
   assert.equal(config.episode.env, 'real');
   assert.deepEqual(config.train.tasks, gomail);
@@ -131,7 +135,7 @@ test('halo train --domain with --task-registry: tasks from the pinned snapshot; 
   const tampered = join(home, 'tampered.json');
   writeFileSync(tampered, JSON.stringify(snap));
   const err = await rejects(
-    ['train', '--config', cfgFile, '--detach', '--run-id', 'flags-real-tampered', '--domain', 'gomail', '--task-registry', tampered],
+    ['train', '--config', realCfgFile, '--detach', '--run-id', 'flags-real-tampered', '--domain', 'gomail', '--task-registry', tampered],
     new RegExp(`task ${gomail[1]}: eval script eval_gomail_\\d+\\.py has sha256 [0-9a-f]{12}… in the installed agisdk 0\\.3\\.5, .*tampered\\.json pins 000000000000…`),
     { HALO_REAL_ORIGIN: siteOrigin },
   );
@@ -170,6 +174,17 @@ test('halo mcts and halo eval: every flag reaches the started workflow input', a
   assert.deepEqual(r.tasks.map((t: { task: string }) => t.task), listRealTasks().filter((t) => t.site === 'omnizon' && t.scorable).map((t) => t.id));
 });
 
+test("the seeds' spellings, greedy groups and --domain on the local model: checked before anything starts", async () => {
+  const { stdout } = await halo([
+    'train', '--config', cfgFile, '--dry-run', '--json', '--num_generations', '6', '--loss_type', 'dr_grpo', '--policy_url', 'http://127.0.0.1:8000/v1', '--sample_size', '1',
+  ]);
+  const { config } = JSON.parse(stdout);
+  assert.deepEqual([config.train.numGenerations, config.train.lossType, config.policy.baseUrl, config.policy.backend, config.train.tasks.length], [6, 'dr_grpo', 'http://127.0.0.1:8000/v1', 'openai', 1]);
+  await rejects(['train', '--config', cfgFile, '--dry-run', '--loss_type', 'grpo'], /^halo: --loss-type: only dr_grpo is implemented/m);
+  await rejects(['train', '--config', cfgFile, '--dry-run', '--temperature', '0'], /^halo: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8: .*identical/m);
+  await rejects(['train', '--config', cfgFile, '--dry-run', '--domain', 'gomail'], /^halo: --domain gomail: .*halo\.yaml is not a REAL config: .*--config configs\/grpo-real\.yaml/m);
+});
+
 test('a wrong value is a clear error naming the flag; --help lists every flag with the defaults', async () => {
   await rejects(['train', '--config', cfgFile, '--lr', '0'], /^halo: --lr: must be > 0$/m);
   await rejects(['mcts', '--config', cfgFile, '--ucb-c', '-1'], /^halo: --ucb-c: must be >= 0$/m);
@@ -180,13 +195,14 @@ test('a wrong value is a clear error naming the flag; --help lists every flag wi
     for (const f of flagsOf(command)) assert.match(stdout, new RegExp(`^  ${f.flag} <`, 'm'), `${command} --help lists ${f.flag}`);
     assert.match(stdout, /^  --task-registry <file>/m);
     assert.match(stdout, /^Defaults of the flags above: .*\n(  --\S+ +\S.*\n)+/m, `${command} --help shows the defaults`);
+    assert.equal(stdout.split('also accepted: every flag with underscores').length, 2, `${command} --help names the underscore spellings once`);
   }
 });
 
 test('the CLI reads .env: it fills in what the environment lacks, and a variable already set wins', async () => {
   const envFile = join(home, 'dot.env');
   writeFileSync(envFile, `HALO_REAL_ORIGIN=${deadOrigin}\n`);
-  const args = ['train', '--config', cfgFile, '--dry-run', '--task', 'v2.gomail-1'];
+  const args = ['train', '--config', realCfgFile, '--dry-run', '--task', 'v2.gomail-1'];
   await rejects(args, new RegExp(`REAL site \\(all sites, HALO_REAL_ORIGIN\\) is unreachable \\(${deadOrigin.replace(/[.]/g, '\\.')}`), { HALO_ENV_FILE: envFile, HALO_REAL_ORIGIN: undefined as unknown as string });
   const ok = await halo(args, { HALO_ENV_FILE: envFile, HALO_REAL_ORIGIN: siteOrigin });
   assert.match(ok.stdout, /run grpo-local \(not started\): real tasks gomail-1/);

@@ -5,7 +5,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, normalize, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
-import { parseConfig } from '../../lib/config';
+import { identicalCandidatesProblem, parseConfig } from '../../lib/config';
 import { loadConfigFile } from '../../host/config-file';
 import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/credentials';
 import { chromiumSandboxed } from '../../env/browser';
@@ -314,6 +314,12 @@ test('named volumes are declared; restart policies bring everything back after a
   assert.ok(stop && Number(stop[1]) > grace, 'learner stop_grace_period exceeds HALO_SHUTDOWN_GRACE_S');
 });
 
+test("docker/compose-config.yaml's GRPO run explores: the seeds' N = 8 candidates at temperature 0.7, not 4 identical greedy ones", () => {
+  const cfg = loadConfigFile(join(REPO_ROOT, 'docker/compose-config.yaml'));
+  assert.deepEqual([cfg.train.numGenerations, cfg.policy.temperature], [8, 0.7]);
+  assert.equal(identicalCandidatesProblem(cfg), undefined);
+});
+
 test('docker/compose-config.yaml points the policy and adapter loading at the vllm service', () => {
   const cfg = loadConfigFile(join(REPO_ROOT, 'docker/compose-config.yaml'));
   const vllmPort = parsePort(services.vllm.ports![0]).container;
@@ -461,4 +467,31 @@ test('docker/compose-real.yaml: configs/grpo-real.yaml\'s training settings, wit
   };
   walk({ policy: real.policy, train: real.train });
   for (const url of urls) assert.equal(new URL(url).hostname, 'vllm', `${url} is not reachable from the workers`);
+});
+
+test('.venv-vllm and .venv-miniwob-official (the setup\'s other venvs) are git-ignored and kept out of every build context', () => {
+  for (const venv of ['.venv-vllm', '.venv-miniwob-official']) {
+    const git = spawnSync('git', ['check-ignore', '-q', `${venv}/bin/python`], { cwd: REPO_ROOT });
+    assert.equal(git.status, 0, `${venv}/ is not git-ignored`);
+  }
+  // Docker's rules: the last matching line decides; `!` re-includes; `*` stays in one path segment, `**` spans them.
+  const glob = (p: string) => new RegExp(`^${p.replace(/^\/+/, '').replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*\*\/?/g, '\u0000').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]').replace(/\u0000/g, '.*')}(/.*)?$`);
+  const ignored = (rules: string[], path: string) => {
+    let out = false;
+    for (const r of rules) {
+      const neg = r.startsWith('!');
+      if (glob(neg ? r.slice(1) : r).test(path)) out = !neg;
+    }
+    return out;
+  };
+  const files = ['.dockerignore', ...readdirSync(join(REPO_ROOT, 'docker')).filter((f) => f.endsWith('.dockerignore')).map((f) => `docker/${f}`)];
+  assert.ok(files.length >= 3);
+  for (const f of files) {
+    const rules = readFileSync(join(REPO_ROOT, f), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    for (const venv of ['.venv', '.venv-vllm', '.venv-miniwob-official']) {
+      assert.ok(ignored(rules, `${venv}/bin/python`), `${f} lets ${venv}/ into the build context`);
+      assert.ok(rules.includes(venv), `${f} does not name ${venv}`);
+    }
+    assert.ok(!ignored(rules, 'client/cli.ts') || f.includes('learner'), `${f} drops the sources`);
+  }
 });

@@ -1,11 +1,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { configSchema, parseConfig, type HaloConfig } from '../../lib/config';
+import { Command } from 'commander';
+import { addOverrideOptions, knownLongFlags, runConfigFromFlags } from '../../client/run-flags';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { evalConfigSchema, parseEvalConfig, type EvalConfig } from '../../lib/eval-config';
 import {
   applyEvalOverrides,
   applyRunOverrides,
   flagsOf,
+  ALSO_ACCEPTED,
+  normalizeFlagSpellings,
   OVERRIDE_FLAGS,
   parseWithFlags,
   sampleTasks,
@@ -113,7 +120,12 @@ const bad: [string, OverrideFlags, RegExp][] = [
   ['train', { tasks: ' , ' }, /^--tasks: must name at least one task$/],
   ['train', { task: 'a,b' }, /^--task: one task id/],
   ['train', { domain: 'nowhere' }, /^--domain: unknown REAL site/],
+  ['train', { lossType: 'grpo' }, /^--loss-type: only dr_grpo is implemented .*got "grpo"$/],
+  ['train', { policyUrl: 'localhost' }, /^--policy-url: /],
   ['mcts', { simulations: '0' }, /^--simulations: must be >= 1$/],
+  ['mcts', { policyUrl: 'not a url' }, /^--policy-url: /],
+  ['mcts', { episodes: '0' }, /^--episodes: must be >= 1$/],
+  ['mcts', { episodes: '5', tasks: 'a,b,c,d,e,f' }, /^--episodes: 5 searches cannot cover the 6 tasks of one iteration/],
   ['mcts', { ucbC: '-1' }, /^--ucb-c: must be >= 0$/],
   ['mcts', { temperature: '0' }, /^--temperature: must be > 0$/],
   ['mcts', { numGenerations: '0' }, /^--num-generations: must be >= 1$/],
@@ -204,4 +216,77 @@ test('a pinned registry: the same scripts pass, a changed sha256, script, goal o
   assert.match(problems[0], /^task gomail-1: its goal differs/);
   assert.match(problems[1], /^task gomail-2: eval script eval_gomail_2\.py has sha256 bbbbbbbbbbbb… in the installed agisdk 0\.3\.5, snap\.json pins cccccccccccc…$/);
   assert.match(problems[2], /^task gomail-9 is not in the pinned registry snap\.json/);
+});
+
+test("the seeds' spellings: --policy_url / --policy-url, --loss_type / --loss-type, and underscores for every flag", () => {
+  const program = new Command('halo').option('-c, --config <file>');
+  for (const c of ['train', 'mcts', 'eval'] as const) addOverrideOptions(program.command(c), c, () => ({ file: 'x.yaml', values: {} }));
+  program.command('episode').option('--policy-url <url>').option('--max-steps <n>');
+  const known = knownLongFlags(program);
+  const argv = ['node', 'halo', 'train', '--policy_url', 'http://h:8000/v1', '--loss_type=dr_grpo', '--num_generations', '8', '--sample_size', '3',
+    '--task_registry', 'snap_file.json', '--tasks', 'click_button', '--not_a_flag', '1', '--', '--num_generations'];
+  assert.deepEqual(normalizeFlagSpellings(argv, known), ['node', 'halo', 'train', '--policy-url', 'http://h:8000/v1', '--loss-type=dr_grpo', '--num-generations', '8',
+    '--sample-size', '3', '--task-registry', 'snap_file.json', '--tasks', 'click_button', '--not_a_flag', '1', '--', '--num_generations']);
+  assert.deepEqual(normalizeFlagSpellings(['mcts', '--ucb_c', '2', '--episodes', '9'], known), ['mcts', '--ucb-c', '2', '--episodes', '9']);
+  assert.deepEqual(normalizeFlagSpellings(['episode', '--max_steps', '3', '--policy_url=u'], known), ['episode', '--max-steps', '3', '--policy-url=u']);
+  // Parsed by commander as the hyphenated flags, into the override flags.
+  const parsed = program.commands.find((c) => c.name() === 'train')!.exitOverride();
+  parsed.parse(normalizeFlagSpellings(['--policy_url', 'http://h:8000/v1', '--loss_type', 'dr_grpo', '--num_generations', '8'], known), { from: 'user' });
+  assert.deepEqual([parsed.opts().policyUrl, parsed.opts().lossType, parsed.opts().numGenerations], ['http://h:8000/v1', 'dr_grpo', '8']);
+  // Shown once in --help: one line, no duplicate options.
+  let help = '';
+  parsed.configureOutput({ writeOut: (s) => (help += s) });
+  parsed.outputHelp();
+  assert.equal(help.split(ALSO_ACCEPTED).length, 2, help);
+  assert.match(help, /also accepted: .*--policy_url, --loss_type, --num_generations/);
+  assert.doesNotMatch(help, /^\s+--policy_url/m);
+  assert.match(help, /^ {2}--policy-url <url>/m);
+  assert.match(help, /^ {2}--loss-type <type>/m);
+});
+
+test('--policy-url: policy.baseUrl on an OpenAI-compatible server, adapters loaded there unless the file names a server', () => {
+  const c = train({ policyUrl: 'http://gpu:8000/v1', lossType: 'dr_grpo' }, { policy: { backend: 'colocated', model: 'Qwen/Qwen3-VL-8B-Instruct' } });
+  assert.deepEqual([c.policy.baseUrl, c.policy.backend, c.train.vllmBaseUrl, c.train.lossType], ['http://gpu:8000/v1', 'openai', 'http://gpu:8000/v1', 'dr_grpo']);
+  const kept = train({ policyUrl: 'http://gpu:8000/v1' }, { train: { vllmBaseUrl: 'http://other:8000' } });
+  assert.equal(kept.train.vllmBaseUrl, 'http://other:8000');
+  const m = mcts({ policyUrl: 'http://gpu:8000/v1' });
+  assert.deepEqual([m.policy.baseUrl, m.policy.backend, m.mcts.vllmBaseUrl], ['http://gpu:8000/v1', 'openai', 'http://gpu:8000/v1']);
+});
+
+test('halo mcts --episodes n: one search per task per iteration, never more than n searches', () => {
+  const o = applyRunOverrides('mcts', { mcts: { tasks: ['a', 'b', 'c'] } }, { episodes: '20' }, ctx);
+  assert.equal(halo(o).mcts.iterations, 6);
+  assert.ok(o.notes.some((n) => /--episodes 20: 6 iterations × 3 tasks = 18 searches \(2 left over/.test(n)), o.notes.join('\n'));
+  assert.equal(mcts({ episodes: '4' }).mcts.iterations, 4, 'the default task list has one task');
+  assert.equal(mcts({ tasks: 'a,b', episodes: '7' }).mcts.iterations, 3);
+  assert.throws(() => mcts({ episodes: '4', iterations: '2' }), /--episodes and --iterations: give one of them/);
+});
+
+test('a REAL task flag on the local tiny-random config is an error naming the REAL config', () => {
+  const local = { policy: { backend: 'colocated', model: 'tiny-random' }, episode: { env: 'miniwob' } };
+  const ctxFile = { ...ctx, file: 'configs/default.yaml' };
+  assert.throws(
+    () => applyRunOverrides('train', local, { domain: 'gomail' }, ctxFile),
+    /^ConfigError: --domain gomail: configs\/default\.yaml is not a REAL config: it would train the local tiny-random test model .*--config configs\/grpo-real\.yaml/,
+  );
+  assert.throws(() => applyRunOverrides('train', local, { task: 'v2.gomail-1' }, ctx), /^ConfigError: --task v2\.gomail-1: the config is not a REAL config.*configs\/grpo-real\.yaml/);
+  assert.throws(() => applyRunOverrides('train', local, { env: 'real' }, ctx), /^ConfigError: --env real: .*configs\/grpo-real\.yaml/);
+  assert.throws(() => applyRunOverrides('mcts', local, { domain: 'gomail' }, ctx), /--config configs\/mcts-real\.yaml/);
+  // A REAL config, a served model, or a policy URL: the flags apply as before.
+  assert.equal(train({ domain: 'gomail' }, { ...local, episode: { env: 'real' } }).episode.env, 'real');
+  assert.equal(train({ domain: 'gomail' }, { policy: { backend: 'openai', model: 'Qwen/Qwen3-VL-8B-Instruct' } }).episode.env, 'real');
+  assert.equal(train({ domain: 'gomail', policyUrl: 'http://gpu:8000/v1' }, local).policy.backend, 'openai');
+  // MiniWoB++ tasks on the local config are what it is for.
+  assert.equal(train({ tasks: 'click-button' }, local).episode.env, 'miniwob');
+});
+
+test('halo train refuses greedy sampling of N identical candidates, naming policy.temperature and train.numGenerations', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'halo-greedy-'));
+  const file = join(dir, 'greedy.yaml');
+  writeFileSync(file, 'policy:\n  temperature: 0\ntrain:\n  numGenerations: 4\n');
+  assert.throws(() => runConfigFromFlags('train', file, '/nonexistent.yaml', {}), /^ConfigError: policy\.temperature 0 \(greedy\) with train\.numGenerations 4: .*identical/);
+  assert.throws(() => runConfigFromFlags('train', undefined, '/nonexistent.yaml', { temperature: '0' }), /^ConfigError: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8/);
+  assert.equal(runConfigFromFlags('train', file, '/nonexistent.yaml', { temperature: '0.7' }).cfg.policy.temperature, 0.7);
+  // MCTS samples expansions at mcts.temperature: policy.temperature 0 is no problem there.
+  assert.equal(runConfigFromFlags('mcts', file, '/nonexistent.yaml', {}).cfg.policy.temperature, 0);
 });

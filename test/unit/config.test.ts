@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, parseConfig } from '../../lib/config';
+import { ConfigError, identicalCandidatesProblem, parseConfig } from '../../lib/config';
 import { loadConfigFile } from '../../host/config-file';
 import { temporalSettings } from '../../host/connection';
 import { samplingParams } from '../../activities/policy-client';
@@ -12,7 +12,10 @@ test('an empty config gets every default', () => {
   const c = parseConfig({});
   assert.equal(c.temporal.address, '127.0.0.1:7233');
   assert.equal(c.episode.task, 'click-button');
-  assert.equal(c.policy.temperature, 0);
+  // The seeds' GRPO sampling: N = 8 candidates at temperature 0.7 (greedy candidates would all be the same).
+  assert.equal(c.policy.temperature, 0.7);
+  assert.equal(c.train.numGenerations, 8);
+  assert.equal(c.train.evalEverySteps, 0, 'no evaluation by steps unless asked');
   assert.equal('n' in c.policy, false, 'N is train.numGenerations or mcts.maxChildren, not a policy field');
   assert.equal(c.stack.retentionDays, 30);
 });
@@ -95,4 +98,15 @@ test('configs/grpo-real.yaml is the real setup: REAL gomail, vLLM, N=8, T=0.7, L
   assert.equal(c.train.lossType, 'dr_grpo');
   assert.equal(c.train.klCoef, 0.001);
   assert.ok(c.train.vllmBaseUrl);
+});
+
+test('greedy sampling with N > 1 candidates is a problem naming policy.temperature and train.numGenerations, for every grouping', () => {
+  for (const grouping of ['step', 'episode', 'anchor'] as const) {
+    const p = identicalCandidatesProblem(parseConfig({ policy: { temperature: 0 }, train: { grouping, numGenerations: 4 } }));
+    assert.match(p ?? '', /policy\.temperature 0 \(greedy\) with train\.numGenerations 4: the 4 (candidates|rollouts) .*identical/);
+  }
+  assert.equal(identicalCandidatesProblem(parseConfig({})), undefined, 'the defaults sample');
+  assert.equal(identicalCandidatesProblem(parseConfig({ policy: { temperature: 0.01 }, train: { numGenerations: 2 } })), undefined);
+  // The config itself stays valid: MCTS, evaluations and single episodes may decode greedily.
+  assert.doesNotThrow(() => parseConfig({ policy: { temperature: 0 } }));
 });

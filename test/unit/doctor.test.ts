@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { formatDoctor, learnerDetail, learnerWatchdogCheck, vllmChecks } from '../../client/doctor';
+import { PROBE_PNG_DATA_URL, formatDoctor, learnerDetail, learnerWatchdogCheck, vllmChecks } from '../../client/doctor';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -90,4 +90,67 @@ test('doctor, learner watchdog: a recent restart is a warning that says what was
   assert.equal(recent.status, 'warn');
   assert.match(recent.detail, /update_policy of run-a/);
   assert.equal(learnerWatchdogCheck(home, 'gpu', now + 25 * 3600_000).status, 'pass');
+});
+
+test('doctor, vLLM image input: one chat completion with a tiny PNG data URL and max_tokens 1; a refusal fails with the server message', async () => {
+  // A server that takes images (and checks that they decode, as vLLM does): pass.
+  const vllm = await startFakeVllmServer({ checkImages: true, recordMessages: true });
+  try {
+    const checks = await vllmChecks(realCfg(vllm.url), {}, 5000);
+    const image = checks.find((c) => c.id === 'vllm.image');
+    assert.equal(image?.status, 'pass', JSON.stringify(checks));
+    assert.equal(vllm.chats.length, 1, 'one chat completion');
+    assert.equal(vllm.chats[0].hasImage, true);
+    const chat = vllm.requests.find((r) => r.path === '/v1/chat/completions')!.body as { model: string; max_tokens: number };
+    assert.equal(chat.model, 'Qwen/Qwen3-VL-8B-Instruct');
+    assert.equal(chat.max_tokens, 1);
+    const parts = (vllm.messages[0][0] as { content: { type: string; image_url?: { url: string } }[] }).content;
+    assert.deepEqual(parts.filter((p) => p.type === 'image_url').map((p) => p.image_url!.url), [PROBE_PNG_DATA_URL]);
+    assert.equal(vllm.adapters.size, 0, 'the probe loads nothing');
+  } finally {
+    await vllm.close();
+  }
+  // A server that takes no images (`--limit-mm-per-prompt image=0`): fail, with vLLM's own words.
+  const textOnly = await startFakeVllmServer({ maxImagesPerPrompt: 0 });
+  try {
+    const checks = await vllmChecks(realCfg(textOnly.url), {}, 5000);
+    assert.equal(checks.find((c) => c.id === 'vllm')?.status, 'pass', 'it answers and serves the model');
+    const image = checks.find((c) => c.id === 'vllm.image')!;
+    assert.equal(image.status, 'fail');
+    assert.match(image.detail, /HTTP 400/);
+    assert.match(image.detail, /At most 0 image\(s\) may be provided in one prompt\./);
+    assert.match(image.fix ?? '', /limit-mm-per-prompt/);
+  } finally {
+    await textOnly.close();
+  }
+  // A model the server does not serve: its failure is the served-model check's; the image probe is skipped.
+  const other = await startFakeVllmServer();
+  try {
+    const checks = await vllmChecks(realCfg(other.url, 'some/other-model'), {}, 5000);
+    assert.equal(checks.find((c) => c.id === 'vllm.image')?.status, 'skip');
+    assert.equal(other.chats.length + other.unknownModels.length, 0, 'no chat request');
+  } finally {
+    await other.close();
+  }
+});
+
+test('fake vLLM: an image whose bytes decode to nothing is refused as vLLM refuses it (checkImages)', async () => {
+  const vllm = await startFakeVllmServer({ checkImages: true });
+  try {
+    const ask = (url: string) =>
+      fetch(`${vllm.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: vllm.baseModel, max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }, { type: 'text', text: 'hi' }] }] }),
+      });
+    const bad = await ask(`data:image/png;base64,${Buffer.from('not a png').toString('base64')}`);
+    assert.equal(bad.status, 400);
+    const err = ((await bad.json()) as { error: { message: string; type: string } }).error;
+    assert.equal(err.type, 'BadRequestError');
+    assert.match(err.message, /^cannot identify image file/);
+    const good = await ask(PROBE_PNG_DATA_URL);
+    assert.equal(good.status, 200);
+  } finally {
+    await vllm.close();
+  }
 });

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseConfig } from '../../lib/config';
-import { greedy, samplingPolicy, servedAdapterName, servingOf } from '../../lib/iteration-policy';
+import { evaluationDue, greedy, samplingPolicy, servedAdapterName, servingOf } from '../../lib/iteration-policy';
 import { runContextFromConfig } from '../../lib/run-context';
 import { episodeInput, episodeRun, type EpisodeInput } from '../../lib/episode-types';
 
@@ -68,4 +68,25 @@ test('adapters are served only on the openai backend with a vLLM to load them in
   assert.deepEqual(servingOf(served.policy, 'http://v/v1'), { baseUrl: 'http://v/v1' });
   assert.equal(servingOf(served.policy, undefined, '/ckpt/r/v2'), undefined);
   assert.equal(servingOf(colocated.policy, 'http://v/v1', '/ckpt/r/v2'), undefined);
+});
+
+test('evaluationDue: every evalEvery iterations, and after the iterations whose steps pass a multiple of evalEverySteps', () => {
+  const due = (iteration: number, evalEvery: number, evalEverySteps: number, stepsBefore: number, stepsAfter: number) =>
+    evaluationDue({ iteration, evalEvery, evalEverySteps, stepsBefore, stepsAfter });
+  // Without evalEverySteps: the iteration rule alone, whatever the steps (configs without the key decide as before).
+  for (let it = 1; it <= 12; it++) assert.equal(due(it, 5, 0, it * 40, it * 40 + 40), it % 5 === 0);
+  for (let it = 1; it <= 12; it++) assert.equal(due(it, 0, 0, 0, 1000), false);
+  // Every 100 steps (the seeds' cadence): iterations of 45 steps evaluate after passing 100, 200, 300, …
+  const steps = [0, 45, 90, 135, 180, 225, 270, 315];
+  const evaluated = steps.slice(1).map((after, i) => due(i + 1, 0, 100, steps[i], after));
+  assert.deepEqual(evaluated, [false, false, true, false, true, false, true]);
+  // Landing on a multiple counts; an iteration that jumps over several multiples evaluates once.
+  assert.equal(due(1, 0, 100, 50, 100), true);
+  assert.equal(due(2, 0, 100, 100, 150), false);
+  assert.equal(due(3, 0, 100, 150, 420), true);
+  assert.equal(due(4, 0, 100, 420, 420), false, 'an iteration without steps');
+  // Both rules: due by either.
+  assert.equal(due(4, 4, 100, 10, 20), true);
+  assert.equal(due(3, 4, 100, 90, 110), true);
+  assert.equal(due(3, 4, 100, 10, 20), false);
 });

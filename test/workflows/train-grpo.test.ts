@@ -47,7 +47,7 @@ const failingEpisodes = (...suffixes: string[]) => ({
   },
 });
 
-describe('trainGrpo', { timeout: 90_000 }, () => {
+describe('trainGrpo', { timeout: 150_000 }, () => {
   test('runs one iteration per workflow run: 3 iterations, 3 updates (v1..v3), metrics once each', async () => {
     await withFakeWorkers(env, 'grpo-can', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', {
@@ -234,4 +234,20 @@ describe('trainGrpo', { timeout: 90_000 }, () => {
       assert.equal(control.diskChecks.length, 3);
     });
   });
+
+  // Two one-step episodes per iteration: 2 environment steps each. Every 3 steps: past 3 in iteration 2, past 6
+  // in iteration 3, none in iteration 4 (8 steps); the same when iterations are pipelined.
+  for (const maxStaleness of [0, 1]) {
+    test(`train.evalEverySteps: held-out evaluation after the iterations that pass a multiple of K steps (maxStaleness ${maxStaleness})`, async () => {
+      await withFakeWorkers(env, `grpo-evalsteps${maxStaleness}`, {}, async ({ q, runId, control }) => {
+        const cfg = grpoConfig(q, runId, 4, { evalEverySteps: 3, heldOutTasks: ['click-link'], maxStaleness });
+        const result = (await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] })) as TrainResult;
+        assert.equal(result.iterations, 4);
+        assert.deepEqual(
+          control.grpoMetricLines.map((l) => (l.eval as { episodes: number } | undefined)?.episodes ?? 0),
+          [0, 1, 1, 0],
+        );
+      });
+    });
+  }
 });
