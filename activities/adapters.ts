@@ -1,6 +1,6 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
-import type { CredentialName } from '../lib/credentials';
+import { clipErrorText, type CredentialName } from '../lib/credentials';
 import { apiKeyFor } from './credentials';
 
 /**
@@ -340,8 +340,11 @@ class VllmHttp {
   }
 
   failure(res: HttpAnswer, doing: string): ApplicationFailure {
-    const details = [{ status: res.status, type: res.errorType ?? null, message: res.message }];
-    let message = `vLLM at ${this.root} refused ${doing}: HTTP ${res.status}${res.errorType ? ` ${res.errorType}` : ''}: ${res.message}`;
+    // The server's text lands in the failure and so in the workflow history: clipped.
+    const said = clipErrorText(res.message);
+    const errorType = res.errorType === undefined ? undefined : clipErrorText(res.errorType, 100);
+    const details = [{ status: res.status, type: errorType ?? null, message: said }];
+    let message = `vLLM at ${this.root} refused ${doing}: HTTP ${res.status}${errorType ? ` ${errorType}` : ''}: ${said}`;
     if (res.status === 404 && res.message === 'Not Found') {
       message += ' (the runtime LoRA endpoints are missing: start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)';
     }
@@ -367,7 +370,7 @@ function errorMessage(body: unknown, raw: string): { message: string; type?: str
     if (typeof b.detail === 'string') return { message: b.detail };
     if (b.detail !== undefined) return { message: JSON.stringify(b.detail) };
   }
-  return { message: raw.trim().slice(0, 2000) };
+  return { message: raw.trim() }; // clipped where it goes into a failure (failure())
 }
 
 /** The activity's cancellation signal; none outside a worker (scripts, tests). */

@@ -13,6 +13,7 @@ import type { PromptMessage } from '../lib/prompt';
 import { policySchema, type PolicyConfig } from '../lib/config';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
+import { clipErrorText } from '../lib/credentials';
 
 export type { CriticConfig };
 
@@ -122,8 +123,11 @@ export function createCriticActivities(blobs: BlobStore) {
     const { text, finishReason } = completions[0];
     const completionRef = await blobs.put(text, 'txt');
     /** An unusable answer's reason, saying so when the answer was cut by max_tokens. */
-    const explain = (ok: boolean, reason: string | undefined) =>
-      !ok && finishReason === 'length' ? `${reason} (the answer hit max_tokens)` : reason;
+    // The reason goes into the history and may quote the answer: clipped like a server's error text.
+    const explain = (ok: boolean, reason: string | undefined) => {
+      const r = reason === undefined ? undefined : clipErrorText(reason);
+      return !ok && finishReason === 'length' ? `${r} (the answer hit max_tokens)` : r;
+    };
     return { text, promptRef, completionRef, model, explain };
   }
 

@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/activity';
 import type { PolicyConfig } from '../lib/config';
+import { clipErrorText } from '../lib/credentials';
 import { apiKeyFor } from './credentials';
 
 export interface Completion {
@@ -175,9 +176,11 @@ const MODEL_MISSING = /The model `([^`]+)` does not exist/;
 
 export function classifyPolicyError(err: unknown, policy: PolicyConfig): Error {
   if (err instanceof OpenAI.APIError && typeof err.status === 'number') {
-    const detail = `${policy.baseUrl} (model ${policy.model}) answered HTTP ${err.status}: ${err.message}`;
+    // The server's text goes into the workflow history: clipped, whatever the server (or a proxy) answered.
+    const said = clipErrorText(err.message);
+    const detail = `${policy.baseUrl} (model ${policy.model}) answered HTTP ${err.status}: ${said}`;
     const missing = err.status === 404 ? MODEL_MISSING.exec(err.message)?.[1] : undefined;
-    const details: PolicyFailureDetail[] = [{ status: err.status, message: err.message, ...(missing ? { missingModel: missing } : {}) }];
+    const details: PolicyFailureDetail[] = [{ status: err.status, message: said, ...(missing ? { missingModel: clipErrorText(missing) } : {}) }];
     if (err.status >= 400 && err.status < 500 && !RETRYABLE_4XX.has(err.status)) {
       return ApplicationFailure.create({ message: `policy request rejected: ${detail}`, type: 'PolicyRequestRejected', nonRetryable: true, details });
     }
@@ -185,7 +188,7 @@ export function classifyPolicyError(err: unknown, policy: PolicyConfig): Error {
   }
   if (err instanceof OpenAI.APIConnectionError || err instanceof OpenAI.APIConnectionTimeoutError) {
     return ApplicationFailure.retryable(
-      `policy server ${policy.baseUrl} unreachable: ${err.message}. Is vLLM (or the fake server) running?`,
+      `policy server ${policy.baseUrl} unreachable: ${clipErrorText(err.message)}. Is vLLM (or the fake server) running?`,
       'PolicyServerUnreachable',
     );
   }

@@ -136,7 +136,7 @@ export class SessionManager {
   private async ensureBrowser(env: TaskSpec['env']): Promise<Browser> {
     const current = this.browsers.get(env);
     if (current?.isConnected()) return current;
-    const browser = await launchChromium({ hideScrollbars: env === 'real' });
+    const browser = await launchChromium({ hideScrollbars: env === 'real', egressGuard: env === 'real' });
     // A crashed browser takes its sessions with it (their episodes rebuild them from the action path), and
     // their site slots at once: episodes waiting for one must not wait for the sessions' closes.
     browser.on('disconnected', () => this.dropSessionsOf(browser));

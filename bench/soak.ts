@@ -11,9 +11,14 @@
  * completed / failed / lost (never finished), adapter versions (each exactly once, contiguous), metrics rows
  * (each iteration exactly once), session rebuilds, recovery time after each kill (kill → the next episode or
  * iteration completed, p50 / p95), and blob-store growth per iteration before and after `halo gc`.
+ * With `--gc-every S`, `halo gc`'s sweep (the same mark and sweep over histories, the home folder and live text
+ * blobs, deleting) runs every S seconds during the soak with a `--gc-grace` of G seconds (default 120, far below the
+ * CLI's 10-minute minimum: the point is to find a live blob it would take); a run that breaks or an episode lost
+ * then names gc.
  * Not part of CI; a run takes `--minutes` plus the stack's start and the final drain.
  *
  *   node --import tsx bench/soak.ts [--minutes 30] [--parallel 2] [--n 2] [--chaos-min 60] [--chaos-max 180] [--seed 1]
+ *                                   [--gc-every 180 [--gc-grace 120]]
  */
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -41,6 +46,8 @@ const { values } = parseArgs({
     'chaos-max': { type: 'string', default: '180' },
     seed: { type: 'string', default: '1' },
     tasks: { type: 'string', default: 'click-button,click-link,enter-text' },
+    'gc-every': { type: 'string', default: '0' },
+    'gc-grace': { type: 'string', default: '120' },
   },
 });
 const minutes = Number(values.minutes);
@@ -48,6 +55,8 @@ const parallel = Number(values.parallel);
 const chaosMin = Number(values['chaos-min']) * 1000;
 const chaosMax = Number(values['chaos-max']) * 1000;
 const tasks = values.tasks!.split(',');
+const gcEveryMs = Number(values['gc-every']) * 1000;
+const gcGraceMs = Number(values['gc-grace']) * 1000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
@@ -196,6 +205,22 @@ async function main(): Promise<void> {
     })();
   };
 
+  // gc while everything runs: every sweep deletes what nothing names and is older than the grace.
+  const sweeps: { at: number; removed: number; bytesFreed: number; error?: string }[] = [];
+  let nextGc = gcEveryMs > 0 ? t0 + gcEveryMs : Infinity;
+  const sweep = async () => {
+    const at = Date.now();
+    try {
+      const r = await collectBlobGarbage({ blobsDir, rootPaths: [stack.home], rootTexts: historyTexts(stack.client), graceMs: gcGraceMs });
+      sweeps.push({ at, removed: r.removed, bytesFreed: r.bytesFreed });
+      console.log(`[${((at - t0) / 1000).toFixed(0)}s] gc: removed ${r.removed} blobs (${formatBytes(r.bytesFreed)}), live ${r.live}, young ${r.young}`);
+    } catch (err) {
+      // gc refuses to guess (a history it could not read): nothing deleted, counted.
+      sweeps.push({ at, removed: 0, bytesFreed: 0, error: (err as Error).message.slice(0, 200) });
+      console.log(`[${((at - t0) / 1000).toFixed(0)}s] gc stopped: ${(err as Error).message.slice(0, 200)}`);
+    }
+  };
+
   let k = 0;
   let lastIteration = 0;
   while (Date.now() < end) {
@@ -211,6 +236,10 @@ async function main(): Promise<void> {
       await chaos();
       nextKill = Date.now() + chaosMin + random() * (chaosMax - chaosMin);
     }
+    if (Date.now() >= nextGc) {
+      await sweep();
+      nextGc = Date.now() + gcEveryMs;
+    }
     await sleep(500);
   }
 
@@ -218,7 +247,7 @@ async function main(): Promise<void> {
   console.log(`[${((Date.now() - t0) / 1000).toFixed(0)}s] stopping: run ${runId} and ${ep.inFlight.size} episodes in flight`);
   await run.signal(stopSignal).catch(() => undefined);
   const drainDeadline = Date.now() + 10 * 60_000;
-  const runResult = await Promise.race([run.result().then((r) => r as { iterations: number }), sleep(10 * 60_000).then(() => undefined)]);
+  const runResult = await Promise.race([run.result().then((r) => r as { iterations: number }, () => undefined), sleep(10 * 60_000).then(() => undefined)]);
   while (ep.inFlight.size > 0 && Date.now() < drainDeadline) await sleep(500);
   const lost = ep.inFlight.size;
   const rows = metricsRows();
@@ -243,7 +272,7 @@ async function main(): Promise<void> {
   console.log(`duration ${minutes} min, ${parallel} parallel episodes, GRPO N=${values.n}, chaos every ${chaosMin / 1000}-${chaosMax / 1000} s`);
   console.log(`episodes: started ${ep.started}, completed ${ep.completed}, failed ${ep.failed.length}, lost ${lost} (never finished)`);
   for (const f of ep.failed.slice(0, 5)) console.log(`  failed: ${f}`);
-  console.log(`GRPO: ${iterationsSeen} iterations${runResult ? ` (run ended after ${runResult.iterations})` : ' (run did not end within 10 min of the stop)'}`);
+  console.log(`GRPO: ${iterationsSeen} iterations${runResult ? ` (run ended after ${runResult.iterations})` : ' (run failed, or did not end within 10 min of the stop)'}`);
   console.log(
     `adapter versions: ${versions.length ? `v${versions[0]}..v${versions.at(-1)}` : 'none'} (${versions.length}), ` +
       `${contiguous(versions) && versions.length === iterationsSeen ? 'each exactly once' : `NOT exactly once: ${versions.join(',')}`}`,
@@ -257,10 +286,18 @@ async function main(): Promise<void> {
       `after halo gc ${formatBytes(after)} = ${formatBytes(after / its)} per iteration (freed ${formatBytes(gc.bytesFreed)}, ${gc.removed} blobs; ${gc.live} live)`,
   );
   for (const b of blobBytesAtIteration.slice(0, 12)) console.log(`  iteration ${b.iteration}: ${formatBytes(b.bytes)}`);
+  if (gcEveryMs > 0) {
+    const stopped = sweeps.filter((x) => x.error);
+    console.log(
+      `gc during the soak (every ${gcEveryMs / 1000} s, grace ${gcGraceMs / 1000} s): ${sweeps.length} sweeps, removed ` +
+        `${sweeps.reduce((n, x) => n + x.removed, 0)} blobs (${formatBytes(sweeps.reduce((n, x) => n + x.bytesFreed, 0))}); ${stopped.length} stopped without deleting`,
+    );
+    console.log(`runs broken: ${runResult ? 0 : 1} (the GRPO run ${runResult ? 'ended by its stop signal' : 'did not end'}); episodes failed ${ep.failed.length}, lost ${lost}`);
+  }
   printLoadAtEnd();
   await stack.stop();
   await policy.close();
-  if (lost > 0 || dupIters.length > 0) process.exitCode = 1;
+  if (lost > 0 || dupIters.length > 0 || (gcEveryMs > 0 && (!runResult || ep.failed.length > 0))) process.exitCode = 1;
 }
 
 runBench(main);

@@ -145,32 +145,26 @@ gpu_policy_key_var() {
   echo "$v"
 }
 
-# One variable's value in .env (HALO_ENV_FILE names another file; empty: none), with the rules of
-# host/env-file.ts and halo_learner/envfile.py: `export ` allowed, quotes stripped, ` #` comments dropped, the
-# last line wins. Fails when the file or the variable is not there. The file is read, never sourced.
+# One variable's value in .env (HALO_ENV_FILE names another file; empty: none), in the one .env grammar of
+# host/env-file.ts (the npm dotenv package's) and halo_learner/envfile.py (its port): this asks the latter, so
+# the three readers cannot disagree (`K=abc#def` is `abc`, quoted values may span lines, `export ` allowed, the
+# last assignment wins). Fails when the file or the variable is not there. The file is read, never sourced.
 gpu_dotenv_get() {
-  local name="$1" file="${HALO_ENV_FILE-.env}" line val out="" found=1 q re
+  local name="$1" file="${HALO_ENV_FILE-.env}" learner py
   [ -n "$file" ] && [ -r "$file" ] || return 1
-  re="^[[:space:]]*(export[[:space:]]+)?${name}[[:space:]]*=[[:space:]]*(.*)\$"
-  while IFS= read -r line || [ -n "$line" ]; do
-    line="${line%$'\r'}"
-    [[ "$line" =~ $re ]] || continue
-    val="${BASH_REMATCH[2]}"
-    val="${val%"${val##*[![:space:]]}"}"
-    q="${val:0:1}"
-    if [ "${#val}" -ge 2 ] && [ "${val: -1}" = "$q" ] && { [ "$q" = '"' ] || [ "$q" = "'" ] || [ "$q" = '`' ]; }; then
-      val="${val:1:${#val}-2}"
-      [ "$q" != '"' ] || val="${val//\\n/$'\n'}"
-    else
-      # A comment: from a line-leading `#`, or from the first `#` after whitespace.
-      case "$val" in "#"*) val="" ;; esac
-      val="${val%%[[:space:]]#*}"
-      val="${val%"${val##*[![:space:]]}"}"
-    fi
-    out="$val" found=0
-  done < "$file"
-  [ "$found" = 0 ] || return 1
-  printf '%s' "$out"
+  learner="$(dirname "${BASH_SOURCE[0]}")/../workers/learner"
+  py="$(command -v python3)" || { say "python3 not found: cannot read $name from $file" >&2; return 1; }
+  # -I: no user site, no PYTHON* variables; the value goes to stdout only (never to a log).
+  "$py" -I -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+from halo_learner.envfile import parse_env
+with open(sys.argv[2], encoding="utf-8", newline="") as f:
+    values = parse_env(f.read())
+if sys.argv[3] not in values:
+    sys.exit(1)
+sys.stdout.write(values[sys.argv[3]])
+' "$learner" "$file" "$name"
 }
 
 # The policy key for vLLM, from the environment or else from .env (as the CLI and the workers read it), exported

@@ -1,8 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { lstat, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import * as fsp from 'node:fs/promises';
+import { lstat, mkdir, readdir, rm, stat, utimes } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
+import { folderNow, objectStoreNow } from './store-clock';
 
 const REF = /^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$/;
 /** A stored blob's name under its two-hex-digit folder: the other 62 digits and the extension. */
@@ -26,6 +28,8 @@ interface Backend {
   has(dir: string, name: string): Promise<boolean>;
   /** Throws BlobNotFoundError for a missing object. */
   read(ref: string, dir: string, name: string): Promise<Buffer>;
+  /** Told when a read found bytes that are not the address's: the next put of the right bytes must repair them. */
+  damaged?(dir: string, name: string): void;
   /** Writes once unless it is there; the object already being there (same name, so same bytes) is success. */
   putOnce(dir: string, name: string, bytes: Buffer, ext: string): Promise<void>;
   locate(dir: string, name: string): string;
@@ -33,6 +37,8 @@ interface Backend {
   list(): Promise<StoredObject[]>;
   /** Deletes those objects still as listed (same mtime); returns the ones deleted. */
   deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]>;
+  /** The store's own clock (ms since the epoch), against which listed mtimes are ages. */
+  now(): Promise<number>;
 }
 
 /**
@@ -62,9 +68,19 @@ export class BlobStore {
     return this.put(JSON.stringify(value), 'json');
   }
 
+  /**
+   * The bytes of a reference, checked against it: bytes whose sha256 is not the address (a file torn by a
+   * power cut, empty or cut short) are a BlobNotFoundError like a missing blob, and the next put of the
+   * right bytes writes them again.
+   */
   async get(ref: string): Promise<Buffer> {
     const [dir, name] = split(ref);
-    return this.backend.read(ref, dir, name);
+    const bytes = await this.backend.read(ref, dir, name);
+    if (!holds(ref, bytes)) {
+      this.backend.damaged?.(dir, name);
+      throw new BlobNotFoundError(ref, this.backend.where, `damaged: ${bytes.length} bytes whose sha256 is not the address`);
+    }
+    return bytes;
   }
 
   async getJson<T>(ref: string): Promise<T> {
@@ -100,6 +116,11 @@ export class BlobStore {
     return objects.length === 0 ? Promise.resolve([]) : this.backend.deleteUnchanged(objects);
   }
 
+  /** The store's clock (a bucket's `Date` header; a fresh file's mtime in the folder): `halo gc` ages blobs by it. */
+  now(): Promise<number> {
+    return this.backend.now();
+  }
+
   /** Where a reference's bytes are: a file path, or an `s3://` URL. */
   locationOf(ref: string): string {
     const [dir, name] = split(ref);
@@ -119,8 +140,8 @@ export function blobStoreFor(home: string, env: NodeJS.ProcessEnv = process.env)
 }
 
 export class BlobNotFoundError extends Error {
-  constructor(ref: string, root: string) {
-    super(`blob ${ref} not found under ${root}`);
+  constructor(ref: string, root: string, why?: string) {
+    super(`blob ${ref} not found under ${root}${why ? ` (${why})` : ''}`);
     this.name = 'BlobNotFoundError';
   }
 }
@@ -130,6 +151,48 @@ function splitName(name: string): [string, string] {
   const [dir, file, ...rest] = name.split('/');
   if (rest.length > 0 || !DIR_NAME.test(dir ?? '') || file === undefined) throw new Error(`not a blob store name: ${JSON.stringify(name)}`);
   return [dir, checkPart(file, 'blob file name')];
+}
+
+/** Whether `bytes` are the content of `ref` (the address is their sha256). */
+function holds(ref: string, bytes: Buffer): boolean {
+  return createHash('sha256').update(bytes).digest('hex') === ref.slice(7, 71);
+}
+
+/**
+ * Writes `bytes` to `path` durably: into a temp file of its folder that is fsynced, renamed over `path`, and the
+ * folder fsynced, so that after a power cut the name holds either nothing or all of the bytes. `fresh`: folders
+ * this write created, whose parents are fsynced too (their entries are new).
+ */
+async function writeDurably(path: string, bytes: Buffer, fresh: string[] = []): Promise<void> {
+  const dir = dirname(path);
+  // A name no other writer uses; replacing a file a concurrent writer just renamed there changes nothing,
+  // the bytes are equal.
+  const tmp = `${path}.${process.pid}.${randomBytes(8).toString('hex')}.tmp`;
+  try {
+    const fh = await fsp.open(tmp, 'wx');
+    try {
+      await fh.writeFile(bytes);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await fsp.rename(tmp, path);
+  } catch (err) {
+    await rm(tmp, { force: true }).catch(() => {});
+    throw err;
+  }
+  await syncDir(dir);
+  for (const d of fresh) await syncDir(dirname(d));
+}
+
+/** fsync of a folder: its entries (a rename, a new file) survive a power cut. */
+async function syncDir(dir: string): Promise<void> {
+  const fh = await fsp.open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
 }
 
 function split(ref: string): [string, string] {
@@ -156,35 +219,59 @@ class FolderBackend implements Backend {
 
   async read(ref: string, dir: string, name: string): Promise<Buffer> {
     try {
-      return await readFile(this.locate(dir, name));
+      return await fsp.readFile(this.locate(dir, name));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobNotFoundError(ref, this.where);
       throw err;
     }
   }
 
-  async putOnce(dir: string, name: string, bytes: Buffer): Promise<void> {
+  /** Identical puts in flight in this process share one (one read, at most one write and its fsyncs). */
+  private readonly inflight = new Map<string, Promise<void>>();
+
+  putOnce(dir: string, name: string, bytes: Buffer): Promise<void> {
     const path = this.locate(dir, name);
-    // Already there: make it young again, so that a sweep does not take an old blob that an activity has just
-    // reused and not yet recorded in its history (the sweep also re-checks the mtime right before removing).
-    try {
-      const now = new Date();
-      await utimes(path, now, now);
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' && (await this.has(dir, name))) return;
+    let p = this.inflight.get(path);
+    if (!p) {
+      p = this.putNow(dir, name, path, bytes).finally(() => this.inflight.delete(path));
+      this.inflight.set(path, p);
     }
-    await mkdir(dirname(path), { recursive: true });
-    // Readers never see a half-written file: write aside under a name no other writer uses, then rename
-    // (atomic; replacing a file a concurrent writer just renamed there changes nothing, the bytes are equal).
-    const tmp = `${path}.${process.pid}.${randomBytes(8).toString('hex')}.tmp`;
+    return p;
+  }
+
+  private async putNow(dir: string, name: string, path: string, bytes: Buffer): Promise<void> {
+    // Already there and whole: make it young again, so that a sweep does not take an old blob that an activity
+    // has just reused and not yet recorded in its history (the sweep also re-checks the mtime right before
+    // removing). "Whole" is the whole comparison (about the cost of the sha256 the put has just computed: 0.3 ms
+    // for 100 kB): a file torn by a power cut (empty, cut short, or zeros of the right length) is what `get`
+    // refuses, so it is written again here rather than only made young.
+    if (await this.holds(path, bytes)) {
+      try {
+        const now = new Date();
+        await utimes(path, now, now);
+        return;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return; // not ours to touch; the bytes are there
+      }
+    }
+    const made = await mkdir(dirname(path), { recursive: true });
+    const fresh: string[] = [];
+    for (let d = dirname(path); made !== undefined && d.length >= made.length && d !== dirname(d); d = dirname(d)) fresh.push(d);
+    // Readers never see a half-written file, and after a power cut the name is either absent or whole.
     try {
-      await writeFile(tmp, bytes);
-      await rename(tmp, path);
+      await writeDurably(path, bytes, fresh);
     } catch (err) {
-      await rm(tmp, { force: true }).catch(() => {});
-      if (await this.has(dir, name)) return;
+      if (await this.holds(path, bytes)) return;
       throw err;
+    }
+  }
+
+  /** Whether the file at `path` holds exactly `bytes`. */
+  private async holds(path: string, bytes: Buffer): Promise<boolean> {
+    try {
+      return (await fsp.readFile(path)).equals(bytes);
+    } catch {
+      return false;
     }
   }
 
@@ -197,10 +284,16 @@ class FolderBackend implements Backend {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return out;
       throw err;
     }
+    // Only "gone since" is skipped: a folder or file that cannot be read otherwise fails the listing, since a
+    // blob missing from it would look unreferenced (and a text blob missing from it names nothing).
+    const unlessGone = <T>(err: unknown, absent: T): T => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return absent;
+      throw err;
+    };
     for (const d of dirs.sort()) {
       if (!DIR_NAME.test(d)) continue;
-      for (const file of (await readdir(join(this.where, d)).catch(() => [] as string[])).sort()) {
-        const st = await lstat(join(this.where, d, file)).catch(() => undefined);
+      for (const file of (await readdir(join(this.where, d)).catch((err) => unlessGone(err, [] as string[]))).sort()) {
+        const st = await lstat(join(this.where, d, file)).catch((err) => unlessGone(err, undefined));
         if (!st?.isFile()) continue;
         const m = BLOB_NAME.exec(file);
         if (m) out.push({ name: `${d}/${file}`, ref: `sha256:${d}${m[1]}.${m[2]}`, size: st.size, mtimeMs: st.mtimeMs });
@@ -208,6 +301,10 @@ class FolderBackend implements Backend {
       }
     }
     return out;
+  }
+
+  now(): Promise<number> {
+    return folderNow(this.where);
   }
 
   async deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
@@ -263,11 +360,15 @@ class S3Backend implements Backend {
       p = (async () => {
         const there = bytes.length > HEAD_FIRST_BYTES && (await this.objects.exists(key));
         const created = !there && (await this.objects.putIfAbsent(key, bytes, CONTENT_TYPES[ext]));
-        if (!created) await this.refresh(key, ext);
+        if (!created) await this.refresh(key, ext, bytes);
       })().finally(() => this.inflight.delete(key));
       this.inflight.set(key, p);
     }
     return p;
+  }
+
+  damaged(dir: string, name: string): void {
+    this.refreshed.delete(keyOf(this.objects.loc, dir, name));
   }
 
   /** When this process last made each key young again (bounded: cleared when large). */
@@ -279,12 +380,20 @@ class S3Backend implements Backend {
    * per key per REFRESH_EVERY_MS from this process, which shortens gc's grace period (an hour by default) for
    * such a blob by at most that much.
    */
-  private async refresh(key: string, ext: string): Promise<void> {
+  private async refresh(key: string, ext: string, bytes: Buffer): Promise<void> {
     const now = Date.now();
     if (now - (this.refreshed.get(key) ?? -Infinity) < REFRESH_EVERY_MS) return;
     if (this.refreshed.size > 100_000) this.refreshed.clear();
     this.refreshed.set(key, now);
     try {
+      // An object's put is all or nothing, so a damaged one (a `get` refuses it) is one of another length, e.g.
+      // empty: checked here, at most once per REFRESH_EVERY_MS (or after a read found it damaged), and written
+      // again (deleted, then put once more, so that a concurrent repair of the same bytes is harmless).
+      const stored = (await this.objects.listWithAge(key)).find((o) => o.key === key);
+      if (!stored || stored.size !== bytes.length) {
+        if (stored) await this.objects.deleteMany([key]);
+        if (await this.objects.putIfAbsent(key, bytes, CONTENT_TYPES[ext])) return;
+      }
       await this.objects.touch(key, CONTENT_TYPES[ext]);
     } catch (err) {
       this.refreshed.delete(key);
@@ -311,13 +420,44 @@ class S3Backend implements Backend {
     return rest.length === 0 && DIR_NAME.test(dir) && file !== undefined && BLOB_NAME.test(file) ? name : undefined;
   }
 
+  now(): Promise<number> {
+    return objectStoreNow(this.objects);
+  }
+
+  /** Blobs of the two-hex-digit folders `dirs`, listed now (one paged listing per folder). */
+  private async listDirs(dirs: Iterable<string>): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const d of dirs) {
+      for (const o of await this.objects.listWithAge(keyOf(this.objects.loc, d) + '/')) {
+        const name = this.nameOf(o.key);
+        if (name) out.set(name, o.mtimeMs);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Deletes in batches of 1,000 (DeleteObjects' limit), sorted by name so that a batch spans few folders.
+   * Right before each batch its folders are listed again: an object whose LastModified moved since the
+   * sweep's listing (a put of bytes already stored refreshes it) or that is gone stays out of the batch.
+   * What is left is the time between that listing and the DeleteObjects (milliseconds; S3 has no
+   * conditional delete on LastModified), which the grace period covers: a writer that refreshed a blob
+   * records its reference minutes later at most, long before the blob would be old again.
+   */
   async deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
-    // A second listing (1,000 keys a request) rather than a HEAD per object: what was written again since
-    // the first one (a put refreshes LastModified) stays.
-    const now = new Map((await this.list()).map((o) => [o.name, o.mtimeMs]));
-    const doomed = objects.filter((o) => now.get(o.name) === o.mtimeMs);
-    await this.objects.deleteMany(doomed.map((o) => keyOf(this.objects.loc, ...splitName(o.name))));
-    return doomed;
+    const sorted = [...objects].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const gone: StoredObject[] = [];
+    for (let i = 0; i < sorted.length; i += DELETE_BATCH) {
+      const batch = sorted.slice(i, i + DELETE_BATCH);
+      const now = await this.listDirs(new Set(batch.map((o) => o.name.slice(0, 2))));
+      const doomed = batch.filter((o) => now.get(o.name) === o.mtimeMs);
+      await this.objects.deleteMany(doomed.map((o) => keyOf(this.objects.loc, ...splitName(o.name))));
+      gone.push(...doomed);
+    }
+    return gone;
   }
 }
+
+/** Keys a DeleteObjects request takes. */
+const DELETE_BATCH = 1000;
 

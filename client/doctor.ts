@@ -1,5 +1,4 @@
 import { Connection } from '@temporalio/client';
-import { credentialEnvVar } from '../lib/credentials';
 import { execFile } from 'node:child_process';
 import { lookup } from 'node:dns/promises';
 import { existsSync, readdirSync, readFileSync, statfsSync } from 'node:fs';
@@ -10,7 +9,7 @@ import { checkSiteHealth } from '../env/real';
 import { EXPECTED_AGISDK_VERSION, findAgisdk, listRealTasks } from '../env/real-tasks';
 import { connectOptions, temporalSettings } from '../host/connection';
 import type { HaloConfig } from '../lib/config';
-import { resolveCredential } from '../lib/credentials';
+import { isLoopbackHost, resolveCredential } from '../lib/credentials';
 import { learnerBaseModel } from '../lib/run-context';
 import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
 import { haloHome } from '../host/home';
@@ -345,15 +344,31 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
   }
   const base = cfg.policy.baseUrl.replace(/\/+$/, '');
   const root = (cfg.train.vllmBaseUrl ?? base).replace(/\/+$/, '').replace(/\/v1$/, '');
-  const keyVar = cfg.policy.apiKeyEnv ?? credentialEnvVar(cfg.policy.credential, env);
-  const key = env[keyVar];
+  // The key as the workers find it: the credential's variable on this side (a legacy policy.apiKeyEnv only when it
+  // names that very variable), sent only to an origin allowed for it, and never over plain http off this machine.
+  const cred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: base, field: 'policy', fallback: 'policy' }, env);
+  if (!cred.ok) {
+    return [{ id: 'vllm', name: 'vLLM credential', status: 'fail', detail: cred.message, fix: 'nothing was sent: fix policy.credential / policy.baseUrl or the allowed origins as the message says' }];
+  }
+  const keyVar = cred.envVar;
+  const keyFor = (url: string): string | undefined => {
+    if (!cred.key) return undefined;
+    const u = new URL(url);
+    return cred.key && (u.protocol === 'https:' || isLoopbackHost(u.hostname)) ? cred.key : undefined;
+  };
+  const key = keyFor(base);
+  const withheld = cred.key !== undefined && key === undefined;
   const headers: Record<string, string> = { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) };
   const out: DoctorCheck[] = [];
   let models: string[];
   try {
     const res = await fetch(`${base}/models`, { headers, signal: AbortSignal.timeout(timeoutMs) });
     if (res.status === 401) {
-      return [{ id: 'vllm', name: 'vLLM reachable', status: 'fail', detail: `${base} refuses the key (HTTP 401)`, fix: `set ${keyVar} to the server's --api-key` }];
+      return [
+        withheld
+          ? { id: 'vllm', name: 'vLLM reachable', status: 'fail', detail: `${base} wants a key (HTTP 401); doctor does not send ${keyVar} over plain http to a host that is not loopback`, fix: `serve it over https, or run halo doctor on that host (loopback)` }
+          : { id: 'vllm', name: 'vLLM reachable', status: 'fail', detail: `${base} refuses the key (HTTP 401)`, fix: `set ${keyVar} to the server's --api-key` },
+      ];
     }
     if (!res.ok) throw new Error(`HTTP ${res.status} from ${base}/models`);
     models = (((await res.json()) as { data?: { id: string }[] }).data ?? []).map((m) => m.id);
@@ -378,9 +393,18 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
   });
   out.push(hasModel ? await vllmImageCheck(base, cfg.policy.model, headers, timeoutMs) : { id: 'vllm.image', name: 'vLLM image input', status: 'skip', detail: `${cfg.policy.model} is not served` });
   if (cfg.train.vllmBaseUrl === undefined && cfg.mcts.vllmBaseUrl === undefined) return out;
+  // The adapter endpoint may be another server (train.vllmBaseUrl): its origin is checked for the key on its own.
+  const rootCred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: root, field: 'train.vllmBaseUrl', fallback: 'policy' }, env);
+  if (!rootCred.ok) {
+    out.push({ id: 'vllm.lora-runtime', name: 'vLLM runtime LoRA updating', status: 'fail', detail: rootCred.message, fix: 'nothing was sent: allow the origin as the message says, or point train.vllmBaseUrl at the policy server' });
+    out.push(vllmFlagsCheck(root, env));
+    return out;
+  }
+  const rootKey = keyFor(root);
+  const rootHeaders: Record<string, string> = { 'content-type': 'application/json', ...(rootKey ? { authorization: `Bearer ${rootKey}` } : {}) };
   // An empty body: a validation error (400/422) when the route exists, FastAPI's 404 {"detail":"Not Found"} when not.
   try {
-    const res = await fetch(`${root}/v1/load_lora_adapter`, { method: 'POST', headers, body: '{}', signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetch(`${root}/v1/load_lora_adapter`, { method: 'POST', headers: rootHeaders, body: '{}', signal: AbortSignal.timeout(timeoutMs) });
     const text = await res.text();
     const missing = res.status === 404 && /"detail"\s*:\s*"Not Found"/.test(text);
     out.push(

@@ -1,6 +1,7 @@
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
+import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from './private-network';
 
 /** Viewport every environment page is created with; screenshots are exactly this size. */
 export const DEFAULT_VIEWPORT = { width: 1280, height: 720 } as const;
@@ -60,6 +61,21 @@ export interface LaunchChromiumOptions {
    * Playwright launch) hides them, so REAL sessions ask for true.
    */
   hideScrollbars?: boolean;
+  /**
+   * Send all of the browser's traffic through an egress proxy of this process (env/private-network.ts) that
+   * refuses private, loopback and link-local destinations other than the origins allowed on it (RealEnv
+   * allows its site's): unlike Playwright routes it also covers redirect hops, WebSockets and DNS
+   * rebinding. REAL browsers want it; a MiniWoB browser (its pages come from a loopback server) does not.
+   * An object passes options to the proxy (tests: its resolver).
+   */
+  egressGuard?: boolean | EgressProxyOptions;
+}
+
+const egressProxies = new WeakMap<Browser, EgressProxy>();
+
+/** The egress proxy a browser was launched with (launchChromium's `egressGuard`), if any. */
+export function egressProxyOf(browser: Browser | null | undefined): EgressProxy | undefined {
+  return browser ? egressProxies.get(browser) : undefined;
 }
 
 function isExecutableFile(path: string): boolean {
@@ -109,13 +125,25 @@ export function resolveChromiumPath(explicit?: string): string {
  */
 export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<Browser> {
   const executablePath = resolveChromiumPath(opts.executablePath);
-  return chromium.launch({
-    executablePath,
-    headless: opts.headless ?? true,
-    args: [...CHROMIUM_ARGS, ...(opts.extraArgs ?? [])],
-    // Playwright adds --no-sandbox unless told otherwise.
-    chromiumSandbox: chromiumSandboxed(),
-    ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
-    timeout: opts.timeoutMs ?? 60_000,
-  });
+  const proxy = opts.egressGuard ? await startEgressProxy(opts.egressGuard === true ? {} : opts.egressGuard) : undefined;
+  let browser: Browser;
+  try {
+    browser = await chromium.launch({
+      executablePath,
+      headless: opts.headless ?? true,
+      args: [...CHROMIUM_ARGS, ...(proxy?.chromiumArgs ?? []), ...(opts.extraArgs ?? [])],
+      // Playwright adds --no-sandbox unless told otherwise.
+      chromiumSandbox: chromiumSandboxed(),
+      ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
+      timeout: opts.timeoutMs ?? 60_000,
+    });
+  } catch (err) {
+    await proxy?.close();
+    throw err;
+  }
+  if (proxy) {
+    egressProxies.set(browser, proxy);
+    browser.on('disconnected', () => void proxy.close());
+  }
+  return browser;
 }

@@ -1,7 +1,7 @@
-import type { BrowserContext, CDPSession, Frame, Page, Request, Route } from 'playwright-core';
+import type { BrowserContext, CDPSession, Frame, Page, Request, Route, WebSocketRoute } from 'playwright-core';
 import type { BlobStore } from '../blob/store';
 import type { Action } from '../lib/actions';
-import { DEFAULT_VIEWPORT } from './browser';
+import { DEFAULT_VIEWPORT, egressProxyOf } from './browser';
 import {
   assignPageIds,
   captureViewport,
@@ -226,6 +226,10 @@ export class RealEnv implements Environment {
   private cdp: CDPSession | undefined;
   private crashed = false;
   private routed = false;
+  /** WebSockets are routed too (context.route does not see them); there is no unrouteWebSocket: set once. */
+  private wsRouted = false;
+  /** Takes back this session's permission on the browser's egress proxy for its site's origin. */
+  private egressRelease: (() => void) | undefined;
   /** Subresource and subframe requests to private, loopback or link-local addresses refused (this session). */
   privateRequestsBlocked = 0;
   private episode: EpisodeState | undefined;
@@ -347,6 +351,18 @@ export class RealEnv implements Environment {
     const work = this.routeNavigation(route, request);
     this.track(work);
     await work;
+  };
+
+  /** A WebSocket of any page of the episode: refused, like a subresource, when it would reach a private address. */
+  private readonly onWebSocket = async (ws: WebSocketRoute): Promise<void> => {
+    const url = ws.url();
+    const httpUrl = url.replace(/^ws(s?):/i, 'http$1:');
+    if (!this.isSiteOrigin(httpUrl) && (await reachesPrivateNetwork(url).catch(() => true))) {
+      this.privateRequestsBlocked++;
+      await ws.close({ code: 1008, reason: 'blocked: private network' }).catch(() => undefined);
+      return;
+    }
+    ws.connectToServer();
   };
 
   private isSiteOrigin(url: string): boolean {
@@ -537,6 +553,11 @@ export class RealEnv implements Environment {
 
     this.episode = undefined;
     this.origin = origin;
+    // The browser's egress proxy (launchChromium's egressGuard), when it has one, is what enforces the
+    // private-network rule for every connection; it lets the site itself through (a mirror or the tests' site
+    // may live on a private address).
+    this.egressRelease?.();
+    this.egressRelease = egressProxyOf(this.context.browser())?.allow(origin);
     this.blocked = [];
     this.popupUrl = undefined;
     await this.closePages();
@@ -545,6 +566,10 @@ export class RealEnv implements Environment {
       if (!this.routed) {
         await this.context.route('**/*', this.onRoute);
         this.routed = true;
+      }
+      if (!this.wsRouted) {
+        await this.context.routeWebSocket(() => true, this.onWebSocket);
+        this.wsRouted = true;
       }
 
       // 1. Background page: fresh storage for the origin, /config, network idle, /finish.
@@ -865,6 +890,8 @@ export class RealEnv implements Environment {
       await this.context.unroute('**/*', this.onRoute).catch(() => undefined);
       this.routed = false;
     }
+    this.egressRelease?.();
+    this.egressRelease = undefined;
     this.origin = undefined;
   }
 }

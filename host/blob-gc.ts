@@ -1,6 +1,6 @@
 import { open, readdir, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { BlobStore, type StoredObject } from '../blob/store';
+import { BlobNotFoundError, BlobStore, type StoredObject } from '../blob/store';
 
 /**
  * Mark and sweep over the blob store (`<2 hex>/<62 hex>.<ext>` under `<home>/blobs`, or under `<prefix>/blobs/`
@@ -10,6 +10,11 @@ import { BlobStore, type StoredObject } from '../blob/store';
  * screenshots, a batch its prompts, an eval's records their trajectories). Everything else that is older than
  * the grace period goes; a blob younger than that may belong to an activity that has written it and not yet
  * reported it, so it stays, which makes a sweep safe while runs are going.
+ *
+ * Fail-safe: a root or a text blob that cannot be read for any reason other than "it is not there" (a server
+ * that is busy, a deadline, a rate limit, a permission) aborts the whole collection with a GcAbortedError that
+ * names it, before anything is deleted: what it would have named cannot be known, so nothing is unreferenced.
+ * Ages are taken on the store's own clock (`store.now()`), never this host's.
  */
 
 export const REF_PATTERN = /sha256:([0-9a-f]{64})\.([A-Za-z0-9]{1,16})/g;
@@ -20,6 +25,32 @@ const READ_CHUNK = 8 * 1024 * 1024;
 const MAX_TEXT_BLOB = 256 * 1024 * 1024;
 
 export const DEFAULT_GC_GRACE_MS = 60 * 60_000;
+/**
+ * `halo gc` refuses a shorter grace: a blob an activity has written but not yet reported (an episode step, a
+ * batch being assembled, a put that refreshed an old blob's age) must outlive the sweep's listing.
+ */
+export const MIN_GC_GRACE_MS = 10 * 60_000;
+
+/** Why a collection stopped before deleting anything: a root, history or text blob that could not be read. */
+export class GcAbortedError extends Error {
+  constructor(what: string, cause: unknown) {
+    super(`halo gc stopped, nothing was deleted: could not read ${what}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'GcAbortedError';
+  }
+}
+
+/** The grace period checked against MIN_GC_GRACE_MS (`halo gc --grace`, gcBlobs). */
+export function checkGrace(graceMs: number): number {
+  if (!Number.isFinite(graceMs) || graceMs < MIN_GC_GRACE_MS) {
+    throw new Error(
+      `gc grace ${Number.isFinite(graceMs) ? `${graceMs / 60_000} min` : String(graceMs)} is below the minimum of ${MIN_GC_GRACE_MS / 60_000} minutes: ` +
+        'a blob written but not yet recorded in a history could be swept',
+    );
+  }
+  return graceMs;
+}
+
+const isEnoent = (err: unknown) => (err as NodeJS.ErrnoException)?.code === 'ENOENT';
 
 export interface GcOptions {
   /** The store to sweep (a folder or an object store: `blobStoreFor(home)`)... */
@@ -33,6 +64,7 @@ export interface GcOptions {
   /** Blobs younger than this are kept whatever names them (default one hour). */
   graceMs?: number;
   dryRun?: boolean;
+  /** The store's clock at the listing (default: asked of the store, `store.now()`); tests only. */
   now?: number;
 }
 
@@ -63,6 +95,7 @@ function refsIn(text: string, into: Set<string>): void {
 /** Refs named in a file, read in chunks (a ref split across two chunks is caught by the overlap). */
 async function refsInFile(path: string, into: Set<string>): Promise<void> {
   const fh = await open(path, 'r');
+  // Read failures (EIO, EACCES…) propagate: the caller aborts, it never treats the file as naming nothing.
   try {
     const buf = Buffer.alloc(READ_CHUNK);
     let pos = 0;
@@ -82,11 +115,18 @@ async function refsInFile(path: string, into: Set<string>): Promise<void> {
 
 /** Text files under `root` (the blob store itself and model folders excluded), their refs into `into`. */
 async function refsUnder(root: string, blobsDir: string | undefined, into: Set<string>): Promise<void> {
-  const st = await stat(root).catch(() => undefined);
+  // Only "not there" (a root that does not exist, a file or folder removed while walking) names nothing;
+  // any other error aborts the collection.
+  const guard = <T>(what: string, p: Promise<T>, absent: T): Promise<T> =>
+    p.catch((err) => {
+      if (isEnoent(err)) return absent;
+      throw new GcAbortedError(what, err);
+    });
+  const st = await guard(root, stat(root), undefined);
   if (!st) return;
-  if (st.isFile()) return refsInFile(root, into);
+  if (st.isFile()) return guard(root, refsInFile(root, into), undefined);
   const walk = async (dir: string): Promise<void> => {
-    for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+    for (const e of await guard(dir, readdir(dir, { withFileTypes: true }), [])) {
       const p = join(dir, e.name);
       if (blobsDir !== undefined && (p === blobsDir || relative(blobsDir, p) === '' || !relative(blobsDir, p).startsWith('..'))) continue;
       if (e.isDirectory()) {
@@ -94,27 +134,40 @@ async function refsUnder(root: string, blobsDir: string | undefined, into: Set<s
         if (['models', 'node_modules', '.git'].includes(e.name)) continue;
         await walk(p);
       } else if (e.isFile() && /\.(jsonl?|txt|md|yaml|yml|csv|html|env)$/.test(e.name)) {
-        await refsInFile(p, into);
+        await guard(p, refsInFile(p, into), undefined);
       }
     }
   };
   await walk(root);
 }
 
-/** Refs a text blob names: a folder blob is read in chunks, an object fetched whole (at most MAX_TEXT_BLOB). */
-async function refsInBlob(store: BlobStore, ref: string, into: Set<string>): Promise<void> {
-  if (store.isObjectStore) refsIn((await store.get(ref)).toString('latin1'), into);
-  else await refsInFile(store.pathOf(ref), into);
+/**
+ * Refs a text blob names: a folder blob is read in chunks (any size), an object fetched whole (at most
+ * MAX_TEXT_BLOB: a larger one aborts the collection rather than being taken to name nothing). A blob gone
+ * since the listing names nothing; any other failure aborts.
+ */
+async function refsInBlob(store: BlobStore, b: StoredObject, into: Set<string>): Promise<void> {
+  const ref = b.ref!;
+  try {
+    if (!store.isObjectStore) return await refsInFile(store.pathOf(ref), into);
+    if (b.size > MAX_TEXT_BLOB) throw new Error(`${b.size} bytes, more than the ${MAX_TEXT_BLOB} read whole from an object store`);
+    refsIn((await store.get(ref)).toString('latin1'), into);
+  } catch (err) {
+    if (err instanceof BlobNotFoundError || isEnoent(err)) return;
+    throw new GcAbortedError(`text blob ${ref} in ${store.root}`, err);
+  }
 }
 
 /** Text blobs read at once while marking (an object store answers each in a round trip). */
 const MARK_CONCURRENCY = 16;
 
 export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
-  const now = o.now ?? Date.now();
   const grace = o.graceMs ?? DEFAULT_GC_GRACE_MS;
   const store = o.store ?? (o.blobsDir !== undefined ? new BlobStore(o.blobsDir) : undefined);
   if (!store) throw new Error('collectBlobGarbage: give the store (or blobsDir)');
+  // Ages on the store's clock (a bucket's Date header, a fresh file's mtime on the blobs folder's file
+  // system), taken before the listing: an object's age can only be under-estimated, never over.
+  const now = o.now ?? (await store.now());
   const blobsDir = store.isObjectStore ? undefined : store.root;
   // Listed first: a blob written after the listing is not a candidate at all.
   const listed = await store.list();
@@ -127,6 +180,7 @@ export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
 
   const roots = new Set<string>();
   for (const p of o.rootPaths ?? []) await refsUnder(p, blobsDir, roots);
+  // A history that cannot be read throws here (historyTexts), before anything is deleted.
   if (o.rootTexts) for await (const t of o.rootTexts) refsIn(t, roots);
 
   // Mark: follow refs through text blobs, a frontier at a time.
@@ -135,7 +189,7 @@ export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
   let frontier = [...roots];
   while (frontier.length > 0) {
     const next = new Set<string>();
-    const toRead: string[] = [];
+    const toRead: StoredObject[] = [];
     for (const ref of frontier) {
       if (live.has(ref)) continue;
       live.add(ref);
@@ -145,11 +199,11 @@ export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
         continue;
       }
       const ext = ref.slice(ref.lastIndexOf('.') + 1);
-      if (TEXT_EXTS.has(ext) && b.size <= MAX_TEXT_BLOB) toRead.push(ref);
+      if (TEXT_EXTS.has(ext)) toRead.push(b);
     }
     for (let i = 0; i < toRead.length; i += MARK_CONCURRENCY) {
-      // A blob that cannot be read (gone since the listing) names nothing.
-      await Promise.all(toRead.slice(i, i + MARK_CONCURRENCY).map((ref) => refsInBlob(store, ref, next).catch(() => undefined)));
+      // Only a blob gone since the listing names nothing; any other read failure aborts (refsInBlob).
+      await Promise.all(toRead.slice(i, i + MARK_CONCURRENCY).map((b) => refsInBlob(store, b, next)));
     }
     frontier = [...next].filter((r) => !live.has(r));
   }
@@ -179,7 +233,9 @@ export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
     else doomed.push(b);
   }
   doomed.push(...temps.filter((t) => now - t.mtimeMs >= grace));
-  // Written again since the listing (a put of bytes already there refreshes their age): kept.
+  // Written again since the listing (a put of bytes already there refreshes their age): kept. The store
+  // re-checks each object's age right before deleting it (folder: a stat per file; bucket: a re-listing of
+  // the folders of each batch of 1,000, just before that batch's DeleteObjects).
   const gone = o.dryRun ? doomed : await store.deleteUnchanged(doomed);
   for (const x of gone) {
     report.bytesFreed += x.size;

@@ -12,8 +12,13 @@ import { GRID_MAX } from './actions';
  * the longest completion fits the token budget, so a constrained sample is never cut off mid-action.
  */
 
-/** Printable ASCII without `"` and `\`: one byte per character, nothing to escape. */
-const TEXT_CHARS = '[ !#-\\[\\]-~]';
+/**
+ * Printable ASCII without `"`, `\` and `<`: one byte per character, nothing to escape, and no way to spell a
+ * tokenizer token (`<|im_end|>`, `<|image_pad|>`, `<tool_call>`: every added token of Qwen3-VL starts with `<`).
+ * Without `<`, a sampler can neither write such a token character by character nor pick the token itself (its text
+ * starts with `<`); the parser still refuses one that another sampler typed (lib/parse.ts).
+ */
+const TEXT_CHARS = '[ !#-;=-\\[\\]-~]';
 const KEY_PATTERN = '^[A-Za-z0-9+]{1,10}$';
 const MAX_KEYS = 3;
 /** Free text longer than this is never needed for one action of the tasks we train on. */

@@ -1,7 +1,9 @@
 /**
  * Named credentials. A workflow input never names an environment variable: it names one of a fixed set of
  * credentials, and the worker that makes the call maps the name to a variable of its own environment. A key
- * is never sent over plain http to a host other than loopback (or a host the worker allows by name).
+ * is bound to origins: it is sent only to loopback, to its default origins (DEFAULT_CREDENTIAL_ORIGINS) and to
+ * those the worker allows (`HALO_CREDENTIAL_<NAME>_ORIGINS`, `HALO_CREDENTIAL_HTTP_HOSTS`), wherever a workflow
+ * input points.
  */
 
 export const CREDENTIAL_NAMES = ['policy', 'critic', 'baseline'] as const;
@@ -14,8 +16,27 @@ export const DEFAULT_CREDENTIAL_ENV: Readonly<Record<CredentialName, string>> = 
   baseline: 'OPENAI_API_KEY',
 };
 
-/** Worker-side: hosts (comma separated) that may receive a key over plain http besides loopback, e.g. `vllm` in compose. */
+/**
+ * The origins each credential may be sent to besides loopback (any port, http or https), unless the worker adds
+ * more with `HALO_CREDENTIAL_<NAME>_ORIGINS`. The policy key goes to the loopback vLLM only; the critic and the
+ * baseline also to OpenAI's API.
+ */
+export const DEFAULT_CREDENTIAL_ORIGINS: Readonly<Record<CredentialName, readonly string[]>> = {
+  policy: [],
+  critic: ['https://api.openai.com'],
+  baseline: ['https://api.openai.com'],
+};
+
+/** Worker-side: hosts (comma separated) that may receive any credential (http or https, any port), e.g. `vllm` in compose. */
 export const INSECURE_HOSTS_ENV = 'HALO_CREDENTIAL_HTTP_HOSTS';
+
+/** How much of a server's error body goes into a failure message (and so into a workflow history). */
+export const ERROR_BODY_MAX_CHARS = 300;
+
+/** `s` cut to `max` characters (an ellipsis and the cut count after it), for server text that lands in histories. */
+export function clipErrorText(s: string, max = ERROR_BODY_MAX_CHARS): string {
+  return s.length <= max ? s : `${s.slice(0, max)}… (${s.length - max} more characters)`;
+}
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -41,14 +62,69 @@ export function isLoopbackHost(hostname: string): boolean {
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
+export function credentialOriginsVar(name: CredentialName): string {
+  return `HALO_CREDENTIAL_${name.toUpperCase()}_ORIGINS`;
+}
+
+/** `scheme://host[:port]` of an http(s) URL, lower-cased, default port left out; undefined for anything else. */
+export function originOf(url: string): string | undefined {
+  try {
+    const u = new URL(url);
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u.origin : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The origins `name` may be sent to on this side besides loopback: the defaults and `HALO_CREDENTIAL_<NAME>_ORIGINS`. */
+export function allowedOrigins(name: CredentialName, env: Env): string[] {
+  const extra = (env[credentialOriginsVar(name)] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((s) => originOf(s))
+    .filter((s): s is string => s !== undefined);
+  return [...new Set([...DEFAULT_CREDENTIAL_ORIGINS[name], ...extra])];
+}
+
+/** Whether credential `name` may be sent to `url`: loopback, an allowed origin, or a host of HALO_CREDENTIAL_HTTP_HOSTS. */
+export function originAllowed(name: CredentialName, url: string, env: Env): boolean {
+  const origin = originOf(url);
+  if (!origin) return false;
+  const host = new URL(origin).hostname.toLowerCase();
+  if (isLoopbackHost(host)) return true;
+  if (allowedOrigins(name, env).includes(origin)) return true;
+  const hosts = (env[INSECURE_HOSTS_ENV] ?? '')
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean);
+  return hosts.includes(host);
+}
+
+/** The refusal for a request that would carry credential `name` to `url`, which is not an origin allowed for it. */
+export function originRefusal(name: CredentialName, url: string, field: string, env: Env): string {
+  const envVar = credentialEnvVar(name, env);
+  const origin = originOf(url) ?? url;
+  const allowed = allowedOrigins(name, env);
+  const configured = (env[credentialOriginsVar(name)] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const plainHttp = origin.startsWith('http://');
+  return (
+    `${field}: credential "${name}" (${envVar}) is not sent to ${origin}: that origin is not allowed for it ` +
+    `(allowed: loopback${allowed.length ? `, ${allowed.join(', ')}` : ''}). ` +
+    `If ${origin} is a server you trust with that key, set ${credentialOriginsVar(name)}=${[...configured, origin].join(',')} in the worker's environment ` +
+    `(and the CLI's)${plainHttp ? ' (over plain http the key can be read on the way: prefer https)' : ''}, ` +
+    `or unset ${envVar} there when that server needs no key`
+  );
+}
+
 export type CredentialResolution =
   | { ok: true; name: CredentialName; envVar: string; key: string | undefined }
-  | { ok: false; kind: 'UnknownCredential' | 'CredentialEnvMismatch' | 'InsecureCredentialTransport' | 'InvalidUrl'; message: string };
+  | { ok: false; kind: 'UnknownCredential' | 'CredentialEnvMismatch' | 'CredentialOriginNotAllowed' | 'InvalidUrl'; message: string };
 
 /**
  * Which key a request to `url` carries. `credential` must be one of CREDENTIAL_NAMES; a legacy `apiKeyEnv`
- * is accepted only when it names the very variable the worker maps the credential to. With a key, the URL
- * must be https, or http to loopback or to a host in HALO_CREDENTIAL_HTTP_HOSTS.
+ * is accepted only when it names the very variable the worker maps the credential to. With the credential
+ * configured, the URL's origin must be one the credential is allowed to reach (originAllowed).
  */
 export function resolveCredential(
   o: { credential?: unknown; apiKeyEnv?: unknown; url: string; field: string; fallback: CredentialName },
@@ -73,28 +149,13 @@ export function resolveCredential(
         `which ${credentialOverrideVar(given)} in the worker's environment changes`,
     };
   }
-  const key = env[envVar] || undefined;
-  if (key) {
-    let u: URL;
-    try {
-      u = new URL(o.url);
-    } catch {
-      return { ok: false, kind: 'InvalidUrl', message: `${o.field}: ${JSON.stringify(o.url)} is not a URL` };
-    }
-    const allowed = (env[INSECURE_HOSTS_ENV] ?? '')
-      .split(',')
-      .map((s) => s.trim().toLowerCase())
-      .filter(Boolean);
-    const host = u.hostname.toLowerCase();
-    if (u.protocol !== 'https:' && !(u.protocol === 'http:' && (isLoopbackHost(host) || allowed.includes(host)))) {
-      return {
-        ok: false,
-        kind: 'InsecureCredentialTransport',
-        message:
-          `${o.field}: the "${given}" key is never sent over ${u.protocol.replace(':', '')} to ${host} (not loopback): use https, ` +
-          `or allow the host on the worker with ${INSECURE_HOSTS_ENV}=${host} when it is on a private network`,
-      };
-    }
+  const raw = env[envVar];
+  // A configured credential (its variable set, even to an empty string) is checked against the URL's origin
+  // whatever its value; with the variable unset nothing is sent, so any origin is fine.
+  if (raw !== undefined) {
+    if (!originOf(o.url)) return { ok: false, kind: 'InvalidUrl', message: `${o.field}: ${JSON.stringify(o.url)} is not an http(s) URL` };
+    if (!originAllowed(given, o.url, env)) return { ok: false, kind: 'CredentialOriginNotAllowed', message: originRefusal(given, o.url, o.field, env) };
   }
+  const key = raw || undefined;
   return { ok: true, name: given, envVar, key };
 }

@@ -290,7 +290,15 @@ function closeServer(server: Server): Promise<void> {
 }
 
 export async function startFakeRealSite(
-  opts: { finishDelayMs?: number; memoryState?: boolean; latencyMs?: number; notices?: string[]; searchBox?: boolean } = {},
+  opts: {
+    finishDelayMs?: number;
+    memoryState?: boolean;
+    latencyMs?: number;
+    notices?: string[];
+    searchBox?: boolean;
+    /** Serve `/bounce?to=<url>`: a 302 to any URL (the egress tests' open redirect). */
+    openRedirect?: boolean;
+  } = {},
 ): Promise<FakeRealSite> {
   const requests: FakeRequest[] = [];
   const externalRequests: FakeRequest[] = [];
@@ -345,6 +353,12 @@ export async function startFakeRealSite(
     if (path === '/finish') {
       const delay = `window.__FINISH_DELAY_MS = ${JSON.stringify(site.finishDelayMs)}; window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
       sendHtml(res, page('Finish', '<pre id="finish">Loading state…</pre>', [delay, COMMON_JS, FINISH_JS]));
+      return;
+    }
+    if (opts.openRedirect && path === '/bounce') {
+      const to = new URL(req.url ?? '/', 'http://x').searchParams.get('to') ?? '/';
+      res.writeHead(302, { Location: to, 'Content-Length': 0 });
+      res.end();
       return;
     }
     if (path === '/go-out') {

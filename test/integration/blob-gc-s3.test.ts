@@ -3,9 +3,14 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
-import { blobStoreFor } from '../../blob/store';
+import { DeleteObjectsCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import type { Client } from '@temporalio/client';
+import { BlobStore, blobStoreFor } from '../../blob/store';
+import { parseStoreUrl } from '../../blob/location';
+import { S3Objects, s3ClientFromEnv } from '../../blob/s3';
 import { collectBlobGarbage } from '../../host/blob-gc';
+import { gcBlobs } from '../../client/commands/gc';
+import type { HaloConfig } from '../../lib/config';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
 
 /**
@@ -107,5 +112,107 @@ test('mark and sweep over a bucket prefix: live and young objects stay, old unre
     assert.deepEqual(third.removedRefs.sort(), [batch, prompt, shotC].sort());
   } finally {
     rmSync(home, { recursive: true, force: true });
+  }
+});
+
+/** A namespace with no workflows (the homes' files are the only roots). */
+const noHistories = { options: { namespace: 'default' }, workflow: { list: () => (async function* () {})() } } as unknown as Client;
+
+/** The store of `env` with its own S3 client (to watch its requests), on a clock `aheadMs` later than the bucket's. */
+function storeOf(env: Record<string, string>, opts: { aheadMs?: number; onSend?: (cmd: unknown) => Promise<void> } = {}): BlobStore {
+  const client = s3ClientFromEnv(env);
+  if (opts.onSend) {
+    const send = client.send.bind(client) as (cmd: unknown) => Promise<unknown>;
+    (client as unknown as { send: (cmd: unknown) => Promise<unknown> }).send = async (cmd: unknown) => {
+      const out = await send(cmd);
+      await opts.onSend!(cmd);
+      return out;
+    };
+  }
+  const loc = parseStoreUrl(env.HALO_STORE!);
+  const root = `s3://${loc.bucket}/${loc.prefix}/blobs`;
+  const store = new BlobStore(root, { objects: new S3Objects({ bucket: loc.bucket, prefix: `${loc.prefix}/blobs` }, client) });
+  if (opts.aheadMs) {
+    const now = store.now.bind(store);
+    store.now = async () => (await now()) + opts.aheadMs!;
+  }
+  return store;
+}
+
+test("ages come from the bucket's Date header: a host whose clock runs two hours ahead sweeps nothing young", async () => {
+  const env = s3.env('clock');
+  const store = blobStoreFor(mkdtempSync(join(tmpdir(), 'halo-gc-s3-')), env);
+  const young = await store.put('just written by another host', 'txt');
+  const t = await store.now();
+  assert.ok(Math.abs(t - Date.now()) < 5_000, `the bucket's clock ${t} is not the server's time`);
+  const realNow = Date.now;
+  try {
+    Date.now = () => realNow() + 2 * 3600_000;
+    const r = await collectBlobGarbage({ store });
+    assert.deepEqual([r.removed, r.young], [0, 1]);
+  } finally {
+    Date.now = realNow;
+  }
+  assert.ok(await store.exists(young));
+});
+
+test('each delete batch re-lists its folders first: a blob reused while an earlier batch was deleted stays', async () => {
+  const env = s3.env('race');
+  // 1,000 dead blobs fill the first batch; the victim (folder ff, sorted last) is in the second.
+  const names = Array.from({ length: 1000 }, (_, i) => `${(i % 200).toString(16).padStart(2, '0')}/${i.toString(16).padStart(62, '0')}.png`);
+  const victim = `ff/${'f'.repeat(62)}.png`;
+  for (let i = 0; i < names.length; i += 250) {
+    await Promise.all(names.slice(i, i + 250).map((name) => s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `race/blobs/${name}`, Body: 'x' }))));
+  }
+  await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `race/blobs/${victim}`, Body: 'reused' }));
+  await nextSecond(Date.now());
+  let batches = 0;
+  const store = storeOf(env, {
+    onSend: async (cmd) => {
+      // Right after the first DeleteObjects: an activity puts the victim's bytes again (a fresh LastModified).
+      if (cmd instanceof DeleteObjectsCommand && batches++ === 0) await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `race/blobs/${victim}`, Body: 'reused' }));
+    },
+  });
+  // Everything listed is past the grace period (the sweep's clock two hours on).
+  const r = await collectBlobGarbage({ store, now: (await store.now()) + 2 * 3600_000 });
+  // (Its batch, emptied by the re-listing, needs no DeleteObjects at all.)
+  assert.ok(batches >= 1);
+  assert.equal(r.removed, names.length, 'the reused blob was deleted');
+  const left = (await allKeys()).filter((k) => k.startsWith('race/'));
+  assert.deepEqual(left, [`race/blobs/${victim}`]);
+});
+
+test('a shared bucket is swept only when every writer is listed: other homes are read, and without the word nothing goes', async () => {
+  const env = s3.env('shared');
+  const here = mkdtempSync(join(tmpdir(), 'halo-gc-s3-a-'));
+  const there = mkdtempSync(join(tmpdir(), 'halo-gc-s3-b-'));
+  try {
+    // The bucket's clock read two hours late: every blob is past the grace period.
+    const store = storeOf(env, { aheadMs: 2 * 3600_000 });
+    const mine = await store.putJson({ host: 'a' });
+    const theirs = await store.putJson({ host: 'b', note: 'named only by the other host (its control worker writes metrics there)' });
+    const dead = await store.put('dead', 'txt');
+    mkdirSync(join(here, 'grpo-a'), { recursive: true });
+    writeFileSync(join(here, 'grpo-a', 'metrics.jsonl'), JSON.stringify({ batch_ref: mine }) + '\n');
+    mkdirSync(join(there, 'grpo-b'), { recursive: true });
+    writeFileSync(join(there, 'grpo-b', 'metrics.jsonl'), JSON.stringify({ batch_ref: theirs }) + '\n');
+    const cfg = {} as HaloConfig;
+    const o = { home: here, store, graceMs: 60 * 60_000 };
+
+    // No word that every writer is listed: refused, nothing deleted; a dry run still reports.
+    await assert.rejects(gcBlobs(cfg, noHistories, { ...o, dryRun: false }), /is shared:.*homes: +[^\n]*halo-gc-s3-a-.*--home DIR.*--namespace NS.*--all-writers-listed.*Nothing was deleted/s);
+    for (const r of [mine, theirs, dead]) assert.ok(await store.exists(r));
+    const dry = await gcBlobs(cfg, noHistories, { ...o, dryRun: true, homes: [there] });
+    assert.deepEqual([dry.live, dry.removedRefs], [2, [dead]]);
+    // A home that is not there (a failed mount) is an error, not a home that names nothing.
+    await assert.rejects(gcBlobs(cfg, noHistories, { ...o, dryRun: false, homes: [join(there, 'nope')], allWritersListed: true }), /not a folder; nothing was deleted/);
+
+    // Every writer listed: the other host's blob stays, the dead one goes.
+    const wet = await gcBlobs(cfg, noHistories, { ...o, dryRun: false, homes: [there], allWritersListed: true });
+    assert.deepEqual(wet.removedRefs, [dead]);
+    for (const r of [mine, theirs]) assert.ok(await store.exists(r), `${r} was deleted`);
+  } finally {
+    rmSync(here, { recursive: true, force: true });
+    rmSync(there, { recursive: true, force: true });
   }
 });

@@ -2,10 +2,10 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { dirname, join, resolve } from 'node:path';
+import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { BlobNotFoundError, BlobStore, blobStoreFor } from '../../blob/store';
 import { keyOf, parseStoreUrl } from '../../blob/location';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
@@ -86,6 +86,40 @@ for (const backend of backends) {
       }
     });
 
+    test('a torn blob (empty, cut short, or zeros of the right length) reads as missing, and a put of its bytes repairs it', async () => {
+      const { store, other, env } = backend.open();
+      const bytes = Buffer.concat([PNG, Buffer.from(`torn ${backend.name} `.repeat(50))]);
+      const ref = await store.put(bytes, 'png');
+      const damage = async (content: Buffer) => {
+        if (backend.name === 'local folder') {
+          const path = store.pathOf(ref);
+          writeFileSync(path, content);
+          const old = new Date(Date.now() - 7200_000);
+          utimesSync(path, old, old);
+        } else {
+          const loc = parseStoreUrl(env.HALO_STORE!);
+          const key = keyOf(loc, 'blobs', sha(bytes).slice(0, 2), `${sha(bytes).slice(2)}.png`);
+          await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: content }));
+        }
+      };
+      const damages: [string, Buffer][] = [['empty', Buffer.alloc(0)], ['cut short', bytes.subarray(0, 10)]];
+      if (backend.name === 'local folder') damages.push(['zeros of the right length', Buffer.alloc(bytes.length)]);
+      for (const [what, content] of damages) {
+        await damage(content);
+        await assert.rejects(other.get(ref), (err: Error) => err instanceof BlobNotFoundError && /damaged/.test(err.message) && err.message.includes(ref), what);
+        // A fresh handle (another process) and the handle that read it both repair it with a put of the bytes.
+        const fixer = what === 'cut short' ? other : blobStoreFor(env.HALO_HOME ?? '', env);
+        assert.equal(await fixer.put(bytes, 'png'), ref);
+        assert.deepEqual(await other.get(ref), bytes, `${what}: repaired`);
+        if (backend.name === 'local folder') assert.ok(Date.now() - statSync(store.pathOf(ref)).mtimeMs < 60_000, 'the repaired file is young');
+      }
+      if (backend.name === 'local folder') {
+        truncateSync(store.pathOf(ref), 0);
+        await assert.rejects(store.getJson(ref), BlobNotFoundError);
+        assert.deepEqual(readdirSync(dirname(store.pathOf(ref))), [`${sha(bytes).slice(2)}.png`], 'no temp file is left behind');
+      }
+    });
+
     test('a missing object is a BlobNotFoundError naming the reference', async () => {
       const { store } = backend.open();
       const ref = `sha256:${'b'.repeat(64)}.json`;
@@ -119,6 +153,56 @@ for (const backend of backends) {
     });
   });
 }
+
+describe('folder store durability', () => {
+  const fsMod = require('node:fs/promises') as typeof import('node:fs/promises') & Record<string, unknown>;
+
+  /** Every open, fsync and rename the store makes while `fn` runs, in order. */
+  async function traced(fn: () => Promise<unknown>): Promise<string[]> {
+    const log: string[] = [];
+    const { open, rename } = fsMod;
+    fsMod.open = (async (path: string, ...rest: unknown[]) => {
+      const fh = await (open as (...a: unknown[]) => Promise<import('node:fs/promises').FileHandle>)(path, ...rest);
+      const sync = fh.sync.bind(fh);
+      fh.sync = async () => {
+        await sync();
+        log.push(`fsync ${path}`);
+      };
+      return fh;
+    }) as typeof open;
+    fsMod.rename = (async (from: string, to: string) => {
+      await rename(from, to);
+      log.push(`rename ${from} -> ${to}`);
+    }) as typeof rename;
+    try {
+      await fn();
+    } finally {
+      fsMod.open = open;
+      fsMod.rename = rename;
+    }
+    return log;
+  }
+
+  test('a new blob is fsynced before its rename, and its folder (and a new folder\'s parent) after it', async () => {
+    const root = join(mkdtempSync(join(tmpdir(), 'halo-blobs-')), 'blobs');
+    const store = new BlobStore(root);
+    let ref = '';
+    const log = await traced(async () => {
+      ref = await store.put(PNG, 'png');
+    });
+    const path = store.pathOf(ref);
+    const renameAt = log.findIndex((l) => l.startsWith('rename ') && l.endsWith(` -> ${path}`));
+    assert.ok(renameAt > 0, `no rename onto the blob: ${log.join('\n')}`);
+    const tmp = log[renameAt].slice('rename '.length, log[renameAt].indexOf(' -> '));
+    assert.ok(log.slice(0, renameAt).includes(`fsync ${tmp}`), `the temp file is not fsynced before the rename:\n${log.join('\n')}`);
+    const afterRename = log.slice(renameAt + 1);
+    assert.ok(afterRename.includes(`fsync ${dirname(path)}`), `the blob's folder is not fsynced after the rename:\n${log.join('\n')}`);
+    assert.ok(afterRename.includes(`fsync ${root}`), `the new folder's parent is not fsynced:\n${log.join('\n')}`);
+    // A put of bytes already there and whole writes nothing.
+    const again = await traced(() => store.put(PNG, 'png'));
+    assert.deepEqual(again.filter((l) => !l.startsWith('open')), []);
+  });
+});
 
 describe('object keys stay under the prefix', () => {
   test('HALO_STORE and key parts refuse anything that could leave the prefix', () => {

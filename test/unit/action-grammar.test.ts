@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
 import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/action-grammar';
 import { isValidAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
@@ -63,4 +64,15 @@ test('free text shrinks to fit the token budget; too small a budget names the va
   assert.ok(g.maxBytes <= 127 && g.textMax < GRAMMAR_TEXT_MAX && g.textMax >= 8);
   assert.throws(() => actionGrammar(TREE, 60), /policy\.maxTokens 60 is too small .* raise policy\.maxTokens to at least \d+/);
   assert.ok(minConstrainedMaxTokens() > 60 && minConstrainedMaxTokens() <= 128);
+});
+
+test("free text cannot spell a tokenizer token: every added token starts with '<', which no text pattern admits", () => {
+  const g = actionGrammar('[3] textbox "Name" @(10,10)', 128);
+  const patterns = JSON.stringify(g.schema).match(/"pattern":"([^"]+)"/g)!.map((p) => new RegExp(JSON.parse(`{${p}}`).pattern));
+  const textPatterns = patterns.filter((p) => p.test('hello world'));
+  assert.ok(textPatterns.length >= 2, 'type and answer texts');
+  for (const p of textPatterns) {
+    for (const tok of QWEN3_VL_ADDED_TOKENS) assert.equal(p.test(`a${tok}b`), false, `${p} admits ${tok}`);
+    assert.equal(p.test('a > b, 3 = 3; [x] ~ ok'), true);
+  }
 });

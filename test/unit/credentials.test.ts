@@ -22,6 +22,8 @@ before(async () => {
   process.env.HALO_POLICY_API_KEY = POLICY_KEY;
   delete process.env.HALO_CREDENTIAL_POLICY_ENV;
   delete process.env.HALO_CREDENTIAL_HTTP_HOSTS;
+  delete process.env.HALO_CREDENTIAL_POLICY_ORIGINS;
+  delete process.env.OPENAI_API_KEY;
   server = createServer((req, res) => {
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString('utf8')));
@@ -42,7 +44,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const k of ['HALO_PROBE_SECRET', 'HALO_POLICY_API_KEY', 'HALO_CREDENTIAL_POLICY_ENV', 'HALO_CREDENTIAL_HTTP_HOSTS']) {
+  for (const k of ['HALO_PROBE_SECRET', 'HALO_POLICY_API_KEY', 'HALO_CREDENTIAL_POLICY_ENV', 'HALO_CREDENTIAL_HTTP_HOSTS', 'HALO_CREDENTIAL_POLICY_ORIGINS', 'OPENAI_API_KEY']) {
     if (saved[k] === undefined) delete process.env[k];
     else process.env[k] = saved[k];
   }
@@ -109,11 +111,119 @@ test('a named credential is sent, to loopback over http; the legacy field naming
 test('a key is never sent over plain http to a host that is not loopback', async () => {
   seen.length = 0;
   for (const url of ['http://10.255.255.1:9/v1', 'http://example.invalid/v1', 'http://169.254.169.254/v1']) {
-    const e = await rejectsNonRetryable(chatCompletions(policyAt(url), 1, user), 'InsecureCredentialTransport');
-    assert.match(e.message, /never sent over http/);
-    await rejectsNonRetryable(listLoadedAdapters({ base_url: url }), 'InsecureCredentialTransport');
+    const e = await rejectsNonRetryable(chatCompletions(policyAt(url), 1, user), 'CredentialOriginNotAllowed');
+    assert.match(e.message, /plain http/);
+    await rejectsNonRetryable(listLoadedAdapters({ base_url: url }), 'CredentialOriginNotAllowed');
   }
   assert.equal(seen.length, 0);
+});
+
+// The same local server as another origin: `0.0.0.0` reaches it, but is not a loopback name, so no credential
+// may go there unless the worker allows that origin.
+const foreign = () => base.replace('127.0.0.1', '0.0.0.0');
+const withEnv = async (vars: Record<string, string | undefined>, f: () => Promise<void>) => {
+  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  for (const [k, v] of Object.entries(vars)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+  try {
+    await f();
+  } finally {
+    for (const [k, v] of Object.entries(before)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+  }
+};
+
+test('keys are bound to origins: an https URL the credential is not allowed to reach is refused before any request, naming credential, origin and variable', async () => {
+  seen.length = 0;
+  await withEnv({ OPENAI_API_KEY: 'sk-openai-probe' }, async () => {
+    // A workflow input pointing the policy at any https host used to receive HALO_POLICY_API_KEY.
+    const e = await rejectsNonRetryable(chatCompletions(policyAt('https://collector.example/v1'), 1, user), 'CredentialOriginNotAllowed');
+    assert.match(e.message, /credential "policy" \(HALO_POLICY_API_KEY\) is not sent to https:\/\/collector\.example/);
+    assert.match(e.message, /HALO_CREDENTIAL_POLICY_ORIGINS=https:\/\/collector\.example/);
+    const baseline = { ...policyAt('https://collector.example:8443/v1'), credential: 'baseline' as const };
+    const b = await rejectsNonRetryable(chatCompletions(baseline, 1, user), 'CredentialOriginNotAllowed');
+    assert.match(b.message, /credential "baseline" \(OPENAI_API_KEY\) is not sent to https:\/\/collector\.example:8443/);
+    assert.match(b.message, /HALO_CREDENTIAL_BASELINE_ORIGINS=/);
+    await rejectsNonRetryable(ensureAdapterLoaded({ base_url: 'https://collector.example', lora_name: 'r-v1', lora_path: '/tmp/r/v1' }), 'CredentialOriginNotAllowed');
+  });
+  assert.equal(seen.length, 0);
+});
+
+test('a stand-in server at a non-allowed origin receives nothing, even with the key variable set empty; once allowed, it gets the key', async () => {
+  seen.length = 0;
+  // Set but empty is still a configured credential: the origin check applies (nothing is sent), as it would with a key.
+  await withEnv({ HALO_POLICY_API_KEY: '' }, async () => {
+    const e = await rejectsNonRetryable(chatCompletions(policyAt(`${foreign()}/v1`), 1, user), 'CredentialOriginNotAllowed');
+    assert.match(e.message, /credential "policy" \(HALO_POLICY_API_KEY\) is not sent to http:\/\/0\.0\.0\.0:\d+/);
+    await rejectsNonRetryable(ensureAdapterLoaded({ base_url: foreign(), lora_name: 'r-v1', lora_path: '/tmp/r/v1' }), 'CredentialOriginNotAllowed');
+  });
+  await rejectsNonRetryable(chatCompletions(policyAt(`${foreign()}/v1`), 1, user), 'CredentialOriginNotAllowed');
+  await rejectsNonRetryable(chatCompletions({ ...policyAt(`${foreign()}/v1`), credential: 'critic' }, 1, user, undefined, { field: 'critic' }), 'CredentialOriginNotAllowed');
+  assert.equal(seen.length, 0, 'the stand-in server received a request');
+  // Unset: nothing to send, so any origin is fine (and no Authorization carries a key).
+  await withEnv({ HALO_POLICY_API_KEY: undefined }, async () => {
+    await chatCompletions(policyAt(`${foreign()}/v1`), 1, user);
+  });
+  assert.equal(seen.length, 1);
+  assert.equal(seen[0].headers.authorization, 'Bearer EMPTY');
+  // Allowed by the worker: the key goes there, for chat, adapter listing and loading.
+  seen.length = 0;
+  await withEnv({ HALO_CREDENTIAL_POLICY_ORIGINS: ` https://other.example , ${foreign()}/ignored/path ` }, async () => {
+    await chatCompletions(policyAt(`${foreign()}/v1`), 1, user);
+    await listLoadedAdapters({ base_url: foreign() });
+  });
+  assert.equal(seen.length, 2);
+  for (const r of seen) assert.equal(r.headers.authorization, `Bearer ${POLICY_KEY}`);
+});
+
+test('origins: loopback for every credential, OpenAI for critic and baseline, the worker adds more; HALO_CREDENTIAL_HTTP_HOSTS still allows its hosts', () => {
+  const env = { HALO_POLICY_API_KEY: 'k', OPENAI_API_KEY: 'o' };
+  const ok = (credential: string, url: string, e: Record<string, string> = env) => resolveCredential({ credential, url, field: 'f', fallback: 'policy' }, e).ok;
+  assert.equal(ok('policy', 'http://127.0.0.1:8000/v1'), true);
+  assert.equal(ok('policy', 'https://localhost:9/v1'), true);
+  assert.equal(ok('policy', 'https://api.openai.com/v1'), false);
+  assert.equal(ok('critic', 'https://api.openai.com/v1'), true);
+  assert.equal(ok('baseline', 'https://API.OpenAI.com:443/v1'), true);
+  assert.equal(ok('baseline', 'http://api.openai.com/v1'), false, 'another scheme is another origin');
+  assert.equal(ok('baseline', 'https://api.openai.com:8443/v1'), false, 'another port is another origin');
+  assert.equal(ok('baseline', 'https://api.openai.com.evil.example/v1'), false);
+  assert.equal(ok('baseline', 'https://user@evil.example/v1'), false);
+  const more = { ...env, HALO_CREDENTIAL_POLICY_ORIGINS: 'https://gpu.example:8443,not a url', HALO_CREDENTIAL_HTTP_HOSTS: 'vllm' };
+  assert.equal(ok('policy', 'https://gpu.example:8443/v1', more), true);
+  assert.equal(ok('policy', 'https://gpu.example/v1', more), false);
+  assert.equal(ok('critic', 'https://gpu.example:8443/v1', more), false, 'origins are per credential');
+  assert.equal(ok('policy', 'http://vllm:8000/v1', more), true);
+  assert.equal(ok('baseline', 'http://vllm:8000/v1', more), true);
+  assert.equal(ok('policy', 'ftp://127.0.0.1/v1'), false);
+  // The variable set to an empty string is configured (checked); unset is not (nothing is sent).
+  assert.equal(ok('policy', 'https://x.example/v1', { HALO_POLICY_API_KEY: '' }), false);
+  assert.equal(ok('policy', 'https://x.example/v1', {}), true);
+  assert.equal(ok('baseline', 'https://x.example/v1', { HALO_CREDENTIAL_BASELINE_ENV: 'MINE', MINE: '' }), false);
+});
+
+test('error bodies are clipped before they go into failures (and histories)', async () => {
+  const long = 'E'.repeat(5000);
+  const bad = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.statusCode = 400;
+      if (req.url?.endsWith('/chat/completions')) {
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ error: { message: long, type: 'BadRequestError' } }));
+      } else res.end(long);
+    });
+  });
+  await new Promise<void>((r) => bad.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(bad.address() as AddressInfo).port}`;
+  try {
+    const e = await rejectsNonRetryable(chatCompletions(policyAt(`${url}/v1`), 1, user), 'PolicyRequestRejected');
+    assert.ok(e.message.length < 600, `policy failure message of ${e.message.length} characters`);
+    assert.ok(JSON.stringify(e.details).length < 600, 'policy failure details too long');
+    assert.match(e.message, /more characters\)/);
+    const a = await rejectsNonRetryable(ensureAdapterLoaded({ base_url: url, lora_name: 'r-v1', lora_path: '/tmp/r/v1' }), 'VllmAdapterRejected');
+    assert.ok(a.message.length < 600, `adapter failure message of ${a.message.length} characters`);
+    assert.ok(JSON.stringify(a.details).length < 600, 'adapter failure details too long');
+  } finally {
+    await new Promise((r) => bad.close(r));
+  }
 });
 
 test('the worker alone maps names to variables and allows plain-http hosts', () => {
@@ -134,6 +244,7 @@ test('the worker alone maps names to variables and allows plain-http hosts', () 
   // No key set: nothing is sent, so any URL is fine.
   assert.equal(resolveCredential({ credential: 'policy', url: 'http://10.0.0.1/v1', field: 'policy', fallback: 'policy' }, {}).ok, true);
   assert.equal(r('baseline', 'https://x/v1', 'OPENAI_API_KEY').ok, false, 'OPENAI_API_KEY is not what this worker maps baseline to');
-  assert.equal(r('baseline', 'https://x/v1', 'MINE').ok, true);
+  assert.equal(r('baseline', 'https://api.openai.com/v1', 'MINE').ok, true);
+  assert.equal(r('baseline', 'https://x/v1', 'MINE').ok, false, 'https alone is not enough: the origin must be allowed');
   for (const bad of ['PATH', 'HOME', 'policy ', 'Policy', '', 42]) assert.equal(r(bad, 'https://x/v1').ok, false, String(bad));
 });

@@ -154,3 +154,58 @@ test('fake vLLM: an image whose bytes decode to nothing is refused as vLLM refus
     await vllm.close();
   }
 });
+
+/** A stand-in vLLM that records the Authorization header of every request (and serves one model). */
+async function recordingVllm(): Promise<{ port: number; auth: (string | undefined)[]; close: () => Promise<void> }> {
+  const { createServer } = await import('node:http');
+  const auth: (string | undefined)[] = [];
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      auth.push(req.headers.authorization);
+      res.setHeader('content-type', 'application/json');
+      if (req.url?.endsWith('/models')) res.end(JSON.stringify({ object: 'list', data: [{ id: 'm' }] }));
+      else if (req.url?.endsWith('/chat/completions')) res.end(JSON.stringify({ choices: [{ index: 0, finish_reason: 'length', message: { role: 'assistant', content: 'x' } }] }));
+      else res.end('"ok"');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  return { port, auth, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+test('doctor, vLLM key: the legacy policy.apiKeyEnv no longer picks the variable; a key never goes to a non-allowed origin nor over plain http off loopback', async () => {
+  const s = await recordingVllm();
+  try {
+    // The probe of the issue: policy.apiKeyEnv naming AWS_SECRET_ACCESS_KEY, baseUrl at another host over plain http.
+    // `0.0.0.0` reaches the stand-in server but is not loopback by name.
+    const env = { AWS_SECRET_ACCESS_KEY: 'aws-secret-probe', HALO_POLICY_API_KEY: 'policy-key' };
+    const legacy = parseConfig({ policy: { backend: 'openai', baseUrl: `http://0.0.0.0:${s.port}/v1`, model: 'm', apiKeyEnv: 'AWS_SECRET_ACCESS_KEY' } });
+    const [c1] = await vllmChecks(legacy, env, 5000);
+    assert.equal(c1.status, 'fail');
+    assert.match(c1.detail, /apiKeyEnv "AWS_SECRET_ACCESS_KEY" is no longer read/);
+    // The same at loopback: still refused (the variable is not the credential's), nothing sent.
+    const legacyLocal = parseConfig({ policy: { backend: 'openai', baseUrl: `http://127.0.0.1:${s.port}/v1`, model: 'm', apiKeyEnv: 'AWS_SECRET_ACCESS_KEY' } });
+    assert.equal((await vllmChecks(legacyLocal, env, 5000))[0].status, 'fail');
+    assert.deepEqual(s.auth, [], 'the server received a request');
+    // A non-allowed origin: refused with the credential, the origin and the variable to set; nothing sent.
+    const foreign = parseConfig({ policy: { backend: 'openai', baseUrl: `http://0.0.0.0:${s.port}/v1`, model: 'm' } });
+    const [c2] = await vllmChecks(foreign, env, 5000);
+    assert.equal(c2.status, 'fail');
+    assert.match(c2.detail, new RegExp(`credential "policy" \\(HALO_POLICY_API_KEY\\) is not sent to http://0\\.0\\.0\\.0:${s.port}`));
+    assert.match(c2.detail, /HALO_CREDENTIAL_POLICY_ORIGINS=/);
+    assert.deepEqual(s.auth, []);
+    // Allowed by the operator, but plain http to a host that is not loopback: doctor probes without the key.
+    const allowed = { ...env, HALO_CREDENTIAL_POLICY_ORIGINS: `http://0.0.0.0:${s.port}` };
+    const checks = await vllmChecks(foreign, allowed, 5000);
+    assert.equal(checks[0].status, 'pass', checks[0].detail);
+    assert.ok(s.auth.length > 0);
+    assert.ok(s.auth.every((a) => a === undefined), `doctor sent ${s.auth.join(', ')}`);
+    // Loopback: the credential's own key, mapped as the workers map it.
+    s.auth.length = 0;
+    await vllmChecks(parseConfig({ policy: { backend: 'openai', baseUrl: `http://127.0.0.1:${s.port}/v1`, model: 'm' } }), env, 5000);
+    assert.ok(s.auth.length > 0 && s.auth.every((a) => a === 'Bearer policy-key'), s.auth.join(', '));
+  } finally {
+    await s.close();
+  }
+});

@@ -35,3 +35,65 @@ test('URLs: address literals as they are, local names always, other names by wha
   ];
   for (const [url, expected] of cases) assert.equal(await reachesPrivateNetwork(url, resolve), expected, url);
 });
+
+test('egress proxy: vets every connection by the address it connects to, lets allowed origins through', async () => {
+  const { createServer, request } = await import('node:http');
+  const { startEgressProxy } = await import('../../env/private-network');
+  const hits: string[] = [];
+  const target = createServer((req, res) => {
+    hits.push(req.url ?? '');
+    res.end('ok');
+  });
+  await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
+  const port = (target.address() as import('node:net').AddressInfo).port;
+  // A rebinding name: public on the first lookup, loopback on the next ones. The proxy looks up per
+  // connection and connects to what it judged, so the second connection is refused.
+  let lookups = 0;
+  const proxy = await startEgressProxy({ resolve: async (h) => (h === 'rebind.test' ? (++lookups === 1 ? ['93.184.216.34'] : ['127.0.0.1']) : ['127.0.0.1']) });
+  const viaProxy = (url: string) =>
+    new Promise<number>((ok, fail) => {
+      const p = new URL(proxy.url);
+      const req = request({ host: p.hostname, port: p.port, path: url, headers: { host: new URL(url).host } }, (res) => {
+        res.resume();
+        ok(res.statusCode ?? 0);
+      });
+      req.on('error', fail);
+      req.end();
+    });
+  const connect = (hostPort: string) =>
+    new Promise<number>((ok, fail) => {
+      const p = new URL(proxy.url);
+      const req = request({ host: p.hostname, port: p.port, method: 'CONNECT', path: hostPort });
+      req.on('connect', (res, socket) => {
+        socket.destroy();
+        ok(res.statusCode ?? 0);
+      });
+      req.on('response', (res) => ok(res.statusCode ?? 0));
+      req.on('error', fail);
+      req.end();
+    });
+  try {
+    assert.equal(await viaProxy(`http://127.0.0.1:${port}/a`), 403);
+    assert.equal(await viaProxy(`http://localhost:${port}/b`), 403);
+    assert.equal(await connect(`127.0.0.1:${port}`), 403);
+    assert.equal(await connect(`[::1]:${port}`), 403);
+    assert.equal(await connect(`169.254.169.254:80`), 403);
+    // First lookup public (the connection would go to that address, unreachable here: anything but a hit).
+    await connect(`rebind.test:${port}`).catch(() => 0);
+    assert.equal(await connect(`rebind.test:${port}`), 403);
+    assert.equal(lookups, 2);
+    assert.deepEqual(hits, []);
+    // An allowed origin is reached, by CONNECT (https:, ws:) and as a plain request, until taken back.
+    const release = proxy.allow(`http://127.0.0.1:${port}`);
+    assert.equal(await viaProxy(`http://127.0.0.1:${port}/c`), 200);
+    assert.equal(await connect(`127.0.0.1:${port}`), 200);
+    assert.deepEqual(hits, ['/c']);
+    release();
+    assert.equal(await viaProxy(`http://127.0.0.1:${port}/d`), 403);
+    assert.ok(proxy.refused.includes(`127.0.0.1:${port}`));
+  } finally {
+    await proxy.close();
+    target.closeAllConnections();
+    await new Promise((r) => target.close(r));
+  }
+});

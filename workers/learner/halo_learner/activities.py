@@ -27,7 +27,7 @@ from temporalio import activity
 import temporalio.exceptions
 from temporalio.exceptions import ApplicationError
 
-from .adapters import ModelMismatch, ParentVersionMissing, StaleVersion
+from .adapters import AdapterDamaged, ModelMismatch, ParentVersionMissing, StaleVersion
 from .blobs import BadBlobRef, BlobNotFound
 from .inflight import InflightLedger
 from .learner import InvalidBatch, Learner
@@ -109,6 +109,8 @@ class LearnerActivities:
             raise ApplicationError(f"{name}: {e}", type="InvalidBatch", non_retryable=True) from None
         except BlobNotFound as e:
             raise ApplicationError(f"{name}: {e}", e.ref, type="BlobNotFound", non_retryable=True) from None
+        except AdapterDamaged as e:
+            raise ApplicationError(f"{name}: {e}", type="AdapterDamaged", non_retryable=True) from None
         except ParentVersionMissing as e:
             raise ApplicationError(f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing",
                                    non_retryable=True) from None

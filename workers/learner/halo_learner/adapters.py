@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -39,6 +40,7 @@ from safetensors.torch import load_file, save_file
 
 from . import objects, paths
 
+log = logging.getLogger(__name__)
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -48,6 +50,11 @@ ADAPTER_NAME = "default"
 
 class ParentVersionMissing(Exception):
     pass
+
+
+class AdapterDamaged(ParentVersionMissing):
+    """A version folder whose files do not match the sha256 its manifest records (a write torn by a crash or a
+    power cut), and no object store to fetch it again from: as good as missing."""
 
 
 class StaleVersion(Exception):
@@ -92,6 +99,95 @@ def read_manifest(path: Path) -> dict:
     return json.loads((path / MANIFEST_FILE).read_text())
 
 
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Replace the manifest of the version folder `path` durably: a temp file fsynced, renamed over
+    manifest.json, the folder fsynced; after a power cut it is the old manifest or the new one, whole."""
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path / MANIFEST_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    paths.fsync_dir(path)
+
+
+def _fsync_folder_contents(folder: Path) -> None:
+    """Every file of `folder` and the folder itself on disk: before it is renamed into sight."""
+    for f in folder.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    paths.fsync_dir(folder)
+
+
+# Files that matched their manifest's sha256 in this process: path -> (stat signature, sha256). A file is hashed
+# once per process (0.5 GiB for an 8B adapter with its optimiser state) unless it changes on disk.
+_verified: dict[str, tuple[tuple, str]] = {}
+
+
+def _signature(f: Path) -> tuple:
+    st = f.stat()
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def _remember(path: Path, files: dict) -> None:
+    for name, sha in files.items():
+        try:
+            _verified[str(path / name)] = (_signature(path / name), sha)
+        except OSError:
+            pass
+
+
+def damage(path: Path) -> str | None:
+    """Why the version folder `path` is not whole, or None: its manifest unreadable, or a file it lists missing
+    or unlike its sha256. The optimiser state may be missing (retention removes it after the manifest)."""
+    try:
+        files = read_manifest(path)["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{MANIFEST_FILE} is unreadable ({e.__class__.__name__}: {e})"
+    for name, sha in files.items():
+        f = path / name
+        try:
+            sig = _signature(f)
+        except FileNotFoundError:
+            if name == OPTIMIZER_FILE:
+                continue
+            return f"{name} is missing"
+        if _verified.get(str(f)) == (sig, sha):
+            continue
+        if _sha256(f) != sha:
+            return f"{name} ({sig[0]} bytes) does not match its sha256 in {MANIFEST_FILE}"
+        _verified[str(f)] = (sig, sha)
+    return None
+
+
+def ensure_whole(path: Path, run_id: str, version: int, root: Path | None = None, store=None) -> Path:
+    """`path` (an existing v<version> folder) once its files match its manifest. A damaged folder is a missing
+    one: fetched again from the object store when the version is committed there, else AdapterDamaged."""
+    why = damage(path)
+    if why is None:
+        return path
+    store = store if store is not None else remote_store()
+    if store is not None and store.exists(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)):
+        log.warning("adapter %s/v%d at %s is damaged (%s): fetching it again from %s", run_id, version, path, why,
+                    store.where())
+        aside = path.with_name(f"{_temp_prefix(version)}damaged-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(path, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        fetch_version(run_id, version, root, store)
+        why = damage(path) if path.exists() else "it could not be fetched again"
+        if why is None:
+            return path
+    raise AdapterDamaged(
+        f"adapter {run_id}/v{version} at {path} is damaged: {why} (a write torn by a crash or power cut?). "
+        f"It is treated as missing: move {path} away, then train that version again (or restore it from a copy)")
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -124,7 +220,7 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
     final = version_dir(run_id, version, root)
     if final.exists() or fetch_version(run_id, version, root) is not None:
         return final, True
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _mkdir_durably(final.parent)
     remove_stale_temps(final.parent, version)
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(version) + f"{os.getpid()}-", dir=final.parent))
     try:
@@ -147,9 +243,7 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
             "created_at": datetime.now(timezone.utc).isoformat(),
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
-        for f in tmp.iterdir():  # durable before it becomes visible
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        _fsync_folder_contents(tmp)  # durable before it becomes visible
         try:
             os.rename(tmp, final)
         except OSError:
@@ -157,10 +251,22 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
                 return final, True
             raise
         paths.fsync_dir(final.parent)
+        _remember(final, manifest["files"])
         return final, not publish_version(final, run_id, version)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mkdir_durably(folder: Path) -> None:
+    """mkdir -p, with the parent of each folder it creates fsynced (its new entry survives a power cut)."""
+    made, p = [], folder
+    while not p.exists():
+        made.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in made:
+        paths.fsync_dir(d.parent)
 
 
 def remove_stale_temps(run_dir: Path, version: int, older_than_s: float = 0.0) -> None:
@@ -178,6 +284,7 @@ def load_version(policy, optimizer, run_id: str, version: int, root: Path | None
     path = version_dir(run_id, version, root)
     if not path.exists():
         raise ParentVersionMissing(f"adapter {run_id}/v{version} not found at {path}")
+    ensure_whole(path, run_id, version, root)
     check_model(read_manifest(path).get("base_model"), policy.model_id, f"adapter {run_id}/v{version} ({path})")
     weights = load_file(path / ADAPTER_FILE)
     params = policy.trainable_parameters()
@@ -245,11 +352,17 @@ def publish_version(path: Path, run_id: str, version: int, store=None) -> bool:
     files = {n: h for n, h in manifest.get("files", {}).items() if (path / n).exists()}
     mkey = store.loc.key(run_id, f"v{version}", MANIFEST_FILE)
     if not store.exists(mkey):
+        why = damage(path)
+        if why is not None:  # never publish a torn file under its manifest's sha256
+            raise AdapterDamaged(f"adapter {run_id}/v{version} at {path} is damaged ({why}): not published to "
+                                 f"{store.where()}; move it away and train that version again")
         for name, sha in files.items():
             key = _remote_file_key(store, run_id, version, name, sha)
             if not store.exists(key):
-                store.put_if_absent(key, (path / name).read_bytes())
+                # Content-addressed: every writer of this key writes the same bytes.
+                store.put_if_absent(key, (path / name).read_bytes(), same_bytes_everywhere=True)
         body = json.dumps({**manifest, "stored_files": files}, indent=2).encode()
+        # The commit: conditional (If-None-Match: *) or refused (ConditionalPutUnsupported), never head-then-put.
         if store.put_if_absent(mkey, body, "application/json"):
             return True
     theirs = json.loads(store.get(mkey))
@@ -278,7 +391,7 @@ def fetch_version(run_id: str, version: int, root: Path | None = None, store=Non
         manifest = json.loads(store.get(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)))
     except objects.ObjectNotFound:
         return None
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _mkdir_durably(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(version) + f"fetch-{os.getpid()}-", dir=final.parent))
     try:
         stored = manifest.pop("stored_files", None) or manifest.get("files", {})
@@ -289,11 +402,15 @@ def fetch_version(run_id: str, version: int, root: Path | None = None, store=Non
                 raise RuntimeError(f"adapter {run_id}/v{version}: {name} in {store.where()} does not match its sha256")
             (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        _fsync_folder_contents(tmp)  # durable before it becomes visible
         try:
             os.rename(tmp, final)
         except OSError:
             if not final.exists():
                 raise
+            return final
+        paths.fsync_dir(final.parent)
+        _remember(final, {n: h for n, h in manifest.get("files", {}).items() if n in stored})
         return final
     finally:
         if tmp.exists():
@@ -306,11 +423,14 @@ def synced_version_dir(run_id: str, version: int, root: Path | None = None) -> P
     uploading)."""
     path = version_dir(run_id, version, root)
     store = remote_store()
-    if store is None or version < 1:
+    if version < 1:
         return path
+    if store is None:
+        return ensure_whole(path, run_id, version, root) if path.exists() else path
     if path.exists():
         if not store.exists(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)):
             publish_version(path, run_id, version, store)
-        return path
+            return path
+        return ensure_whole(path, run_id, version, root, store)
     fetch_version(run_id, version, root, store)
     return path

@@ -25,13 +25,55 @@ _REF = re.compile(r"^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$")
 
 
 class BlobNotFound(Exception):
-    def __init__(self, ref: str, root: Path | str):
-        super().__init__(f"blob {ref} not found under {root}")
+    def __init__(self, ref: str, root: Path | str, why: str | None = None):
+        super().__init__(f"blob {ref} not found under {root}" + (f" ({why})" if why else ""))
         self.ref = ref
 
 
 class BadBlobRef(ValueError):
     pass
+
+
+def _holds(path: Path, buf: bytes) -> bool:
+    """Whether the file at `path` holds exactly `buf`."""
+    try:
+        if path.stat().st_size != len(buf):
+            return False
+        return path.read_bytes() == buf
+    except OSError:
+        return False
+
+
+def _mkdirs(folder: Path) -> list[Path]:
+    """mkdir -p; the folders it created, deepest first (their parents' entries are new)."""
+    made, p = [], folder
+    while not p.exists():
+        made.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def write_durably(path: Path, data: bytes, new_folders: list[Path] = ()) -> None:
+    """Write `data` to `path` so that after a power cut the name holds nothing or all of it: a temp file in the
+    same folder, fsynced, renamed over `path`, then the folder fsynced (and the parents of `new_folders`, folders
+    this write created)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    paths.fsync_dir(path.parent)
+    for d in new_folders:
+        paths.fsync_dir(d.parent)
 
 
 class BlobStore:
@@ -74,40 +116,51 @@ class BlobStore:
         if self.s3 is not None:
             key = self._key(ref)
             # A conditional put checks existence in the same round trip; a large object is looked up first so
-            # that stored bytes are not sent again. An existing object holds these bytes (content-addressed).
+            # that stored bytes are not sent again. Content-addressed keys may fall back to head-then-put on a
+            # server without conditional writes: every writer writes the same bytes.
             there = len(buf) > (1 << 20) and self.s3.exists(key)
-            if there or not self.s3.put_if_absent(key, buf):
-                self._refresh_object(key)
+            if there or not self.s3.put_if_absent(key, buf, same_bytes_everywhere=True):
+                self._refresh_object(key, buf)
             return ref
         path = self.path_of(ref)
-        try:
-            # Already there: make it young again, so that `halo gc` does not sweep an old blob this process has
-            # just reused and not yet named anywhere (the sweep re-checks the age right before removing).
-            os.utime(path)
-            return ref
-        except FileNotFoundError:
-            pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Readers must never see a half-written file, so write aside and rename (atomic on POSIX).
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(buf)
-            os.replace(tmp, path)
-        except BaseException:
+        # Already there and whole: make it young again, so that `halo gc` does not sweep an old blob this process
+        # has just reused and not yet named anywhere (the sweep re-checks the age right before removing). "Whole"
+        # is the full comparison, as `get` checks the sha256: a file torn by a power cut (empty, cut short, zeros
+        # of the right length) is written again, not only made young.
+        if _holds(path, buf):
             try:
-                os.unlink(tmp)
+                os.utime(path)
+                return ref
             except FileNotFoundError:
                 pass
+            except PermissionError:
+                return ref  # another user's file; the bytes are there
+        made = _mkdirs(path.parent)
+        # Readers never see a half-written file (write aside, then rename: atomic on POSIX), and after a power cut
+        # the name is either absent or whole: the file is fsynced before the rename, its folder after it.
+        try:
+            write_durably(path, buf, made)
+        except OSError:
+            if _holds(path, buf):
+                return ref
             raise
         return ref
 
-    def _refresh_object(self, key: str) -> None:
+    def _refresh_object(self, key: str, buf: bytes) -> None:
         now = time.monotonic()
         if now - self._refreshed.get(key, -REFRESH_EVERY_S) < REFRESH_EVERY_S:
             return
         if len(self._refreshed) > 100_000:
             self._refreshed.clear()
+        # An object's put is all or nothing, so a damaged one (`get` refuses it) has another length, e.g. empty:
+        # checked at most once per REFRESH_EVERY_S (or after a read found it damaged), and written again.
+        size = self.s3.size(key)
+        if size != len(buf):
+            if size is not None:
+                self.s3.delete(key)
+            if self.s3.put_if_absent(key, buf, same_bytes_everywhere=True):
+                self._refreshed[key] = now
+                return
         self.s3.touch(key)
         self._refreshed[key] = now
 
@@ -116,16 +169,25 @@ class BlobStore:
         return self.put(json.dumps(value, separators=(",", ":"), ensure_ascii=False), "json")
 
     def get(self, ref: str) -> bytes:
+        """The bytes of `ref`, checked against it: bytes whose sha256 is not the address (a file torn by a power
+        cut: empty or cut short) are BlobNotFound like a missing blob; the next put of the bytes repairs them."""
         if self.s3 is not None:
+            key = self._key(ref)
             try:
-                return self.s3.get(self._key(ref))
+                data = self.s3.get(key)
             except objects.ObjectNotFound:
                 raise BlobNotFound(ref, self.root) from None
-        path = self.path_of(ref)
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            raise BlobNotFound(ref, self.root) from None
+        else:
+            path = self.path_of(ref)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise BlobNotFound(ref, self.root) from None
+        if hashlib.sha256(data).hexdigest() != ref[7:71]:
+            if self.s3 is not None:
+                self._refreshed.pop(key, None)  # the next put of these bytes checks and repairs the object
+            raise BlobNotFound(ref, self.root, f"damaged: {len(data)} bytes whose sha256 is not the address")
+        return data
 
     def get_json(self, ref: str) -> Any:
         return json.loads(self.get(ref).decode("utf-8"))

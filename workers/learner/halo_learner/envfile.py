@@ -1,8 +1,13 @@
 """`.env` of the repository root, read at start like the TypeScript CLI and workers do (host/env-file.ts).
 
-KEY=value lines (`export KEY=value` too), `#` comments, values in single or double quotes (double quotes
-understand \\n). A variable already in the environment, even empty, is never overridden; a missing file is
-fine. HALO_ENV_FILE names another file (empty: none).
+One grammar for both languages: the npm `dotenv` package's (`parse`, the version pinned in package.json), ported
+here line for line so that the learner needs no extra package. `KEY=value` or `KEY: value`, `export ` allowed;
+an unquoted value ends at the first `#` (with or without a space before it) and is trimmed; a value in single,
+double or back quotes is taken as is, may span lines and may be followed by a comment; in double quotes `\\n`
+and `\\r` become a newline and a carriage return; lines that are not assignments are skipped; the last
+assignment of a key wins. test/fixtures/dotenv/ holds the file both sides are tested on. A variable already in
+the environment, even empty, is never overridden; a missing file is fine. HALO_ENV_FILE names another file
+(empty: none).
 """
 
 from __future__ import annotations
@@ -14,22 +19,33 @@ from typing import MutableMapping
 
 from .paths import REPO_ROOT
 
-_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=\s*(.*)$")
+# JavaScript's `\s`, `.`, and multiline `^`/`$`, spelled out so that Python's regex matches as V8's does.
+_S = "[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_DOT = "[^\n\r\u2028\u2029]"
+_BOL = "(?:\\A|(?<=[\n\r\u2028\u2029]))"
+_EOL = "(?=[\n\r\u2028\u2029]|\\Z)"
+# dotenv's LINE:
+# /(?:^|^)\s*(?:export\s+)?([\w.-]+)(?:\s*=\s*?|:\s+?)(\s*'(?:\\'|[^'])*'|\s*"(?:\\"|[^"])*"|\s*`(?:\\`|[^`])*`|[^#\r\n]+)?\s*(?:#.*)?(?:$|$)/mg
+_LINE = re.compile(
+    _BOL
+    + _S + "*(?:export" + _S + "+)?([A-Za-z0-9_.-]+)(?:" + _S + "*=" + _S + "*?|:" + _S + "+?)"
+    + "(" + _S + "*'(?:\\\\'|[^'])*'|" + _S + '*"(?:\\\\"|[^"])*"|' + _S + "*`(?:\\\\`|[^`])*`|[^#\r\n]+)?"
+    + _S + "*(?:#" + _DOT + "*)?" + _EOL
+)
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 
 
 def parse_env(text: str) -> dict[str, str]:
+    """The key/value map of a `.env` text, as dotenv's parse() gives it."""
+    text = re.sub(r"\r\n?", "\n", text)
     out: dict[str, str] = {}
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        key, value = m.group(1), m.group(2).strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
-            quote, value = value[0], value[1:-1]
-            if quote == '"':
-                value = value.replace("\\n", "\n")
-        else:
-            value = re.split(r"\s+#|^#", value, maxsplit=1)[0].strip()
+    for m in _LINE.finditer(text):
+        key, value = m.group(1), (m.group(2) or "").strip(_JS_SPACE)
+        quote = value[:1]
+        if len(value) >= 2 and quote in "'\"`" and value[-1] == quote:
+            value = value[1:-1]
+        if quote == '"':
+            value = value.replace("\\n", "\n").replace("\\r", "\r")
         out[key] = value
     return out
 

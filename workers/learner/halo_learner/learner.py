@@ -63,7 +63,7 @@ class Settings:
             prefix_sharing=os.environ.get("HALO_PREFIX_SHARING", "1") not in ("0", "false", "no"),
             dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 4)),
             compile=os.environ.get("HALO_COMPILE", "0") in ("1", "true", "yes"),
-            keep_last=int(os.environ.get("HALO_KEEP_VERSIONS", retention.DEFAULT_KEEP_LAST)),
+            keep_last=retention.keep_last_from_env(),
         )
 
 

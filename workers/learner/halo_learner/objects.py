@@ -26,6 +26,10 @@ class ObjectNotFound(Exception):
     pass
 
 
+class ConditionalPutUnsupported(RuntimeError):
+    """The server refuses `If-None-Match: *`, so a write that must happen once (a manifest's commit) cannot."""
+
+
 def check_part(part: str, what: str = "key part") -> str:
     if not isinstance(part, str) or not _PART.match(part) or part in (".", ".."):
         raise BadKey(f'{what} {part!r}: letters, digits, ".", "_" and "-" only, and not "." or ".."')
@@ -113,7 +117,8 @@ class S3Objects:
     def __init__(self, loc: Location, client=None):
         self.loc = loc
         self.client = client or client_from_env()
-        self.conditional = True  # servers without If-None-Match get head-then-put
+        # Servers that refuse If-None-Match get head-then-put for content-addressed keys only.
+        self.conditional = True
 
     def where(self) -> str:
         return f"s3://{self.loc.bucket}" + (f"/{self.loc.prefix}" if self.loc.prefix else "")
@@ -139,8 +144,25 @@ class S3Objects:
                 raise ObjectNotFound(f"object {key} not found in {self.where()}") from None
             raise
 
-    def put_if_absent(self, key: str, body: bytes, content_type: str | None = None) -> bool:
-        """True when this call created `key`; False when it existed (or a concurrent writer won)."""
+    def size(self, key: str) -> int | None:
+        """The object's length, None when it is not there."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return int(self.client.head_object(Bucket=self.loc.bucket, Key=key)["ContentLength"])
+        except ClientError as e:
+            if _status(e) == 404 or _code(e) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+    def put_if_absent(self, key: str, body: bytes, content_type: str | None = None, *,
+                      same_bytes_everywhere: bool = False) -> bool:
+        """True when this call created `key`; False when it existed (or a concurrent writer won).
+
+        The server decides, with `If-None-Match: *`. On a server that refuses conditional writes (501, 400
+        NotImplemented) this raises ConditionalPutUnsupported, unless `same_bytes_everywhere` (a content-addressed
+        key: every writer writes the same bytes), where head-then-put is race-safe and is used instead. A commit
+        (an adapter version's manifest) is never written that way: two learners could both see it absent."""
         from botocore.exceptions import ClientError
 
         extra = {"ContentType": content_type} if content_type else {}
@@ -162,6 +184,11 @@ class S3Objects:
                         self.conditional = False
                         break
                     raise
+        if not same_bytes_everywhere:
+            raise ConditionalPutUnsupported(
+                f"{self.where()} does not support conditional writes (PUT with If-None-Match: *), which committing "
+                f"{key} needs so that two writers cannot both commit it. Use a store that does (AWS S3, MinIO, "
+                "Cloudflare R2, recent Ceph RGW), or leave HALO_STORE unset for the local folder")
         if self.exists(key):
             return False
         self.client.put_object(Bucket=self.loc.bucket, Key=key, Body=body, **extra)

@@ -8,10 +8,14 @@ Rules, per run:
     an evaluation can still load it); the learner applies this rule by itself after every update;
   * an older version is deleted only when the caller asks for deletion (`halo gc`) and it is neither a
     multiple of `keep_every` nor in `needed` (versions a running run, an evaluation or a served model uses);
-  * a version in `needed` is never touched.
+  * a version in `needed` is never touched, nor is any version from `needed_from` up (an open training run's
+    current adapter, its parent and what it writes next: `halo gc --run` finds them in Temporal);
+  * `keep_last` is at least 1: with 0 the newest version, the next update's parent, would lose the optimiser
+    state a restarted learner resumes from (or, with deletion, the version itself). It is refused, never
+    taken to mean "keep nothing" (HALO_KEEP_VERSIONS=0 included).
 
     python -m halo_learner.retention --run <run_id> [--keep-last 3] [--keep-every 10] [--need 7 --need 12]
-                                     [--delete] [--dry-run]
+                                     [--need-from 11] [--delete] [--dry-run]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .adapters import MANIFEST_FILE, OPTIMIZER_FILE, read_manifest, version_dir
+from .adapters import MANIFEST_FILE, OPTIMIZER_FILE, read_manifest, version_dir, write_manifest
 
 DEFAULT_KEEP_LAST = 3
 DEFAULT_KEEP_EVERY = 10
@@ -50,14 +54,34 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def check_keep_last(keep_last: int, what: str = "keep_last") -> int:
+    """`keep_last` if it is 1 or more, else a ValueError that says why."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+        raise ValueError(f"{what} must be 1 or more (got {keep_last!r}): the newest version is the next update's "
+                         "parent and holds the optimiser state a restarted learner resumes from")
+    return keep_last
+
+
+def keep_last_from_env(env=None) -> int:
+    """HALO_KEEP_VERSIONS (default DEFAULT_KEEP_LAST), checked: the learner's setting for `prune_after_update`."""
+    raw = (os.environ if env is None else env).get("HALO_KEEP_VERSIONS", str(DEFAULT_KEEP_LAST))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"HALO_KEEP_VERSIONS must be a whole number, 1 or more (got {raw!r})") from None
+    return check_keep_last(value, "HALO_KEEP_VERSIONS")
+
+
 def plan(run_dir: Path, keep_last: int = DEFAULT_KEEP_LAST, keep_every: int = DEFAULT_KEEP_EVERY,
-         needed: set[int] | frozenset[int] = frozenset(), delete: bool = False) -> list[Action]:
-    """What retention would do to one run's folder; nothing is changed."""
+         needed: set[int] | frozenset[int] = frozenset(), delete: bool = False,
+         needed_from: int | None = None) -> list[Action]:
+    """What retention would do to one run's folder; nothing is changed. keep_last < 1 is a ValueError."""
+    check_keep_last(keep_last)
     found = versions(run_dir)
-    whole = set(sorted(found)[-keep_last:]) if keep_last > 0 else set()
+    whole = set(sorted(found)[-keep_last:])
     actions = []
     for v, path in sorted(found.items()):
-        if v in whole or v in needed:
+        if v in whole or v in needed or (needed_from is not None and v >= needed_from):
             continue
         milestone = keep_every > 0 and v % keep_every == 0
         if delete and not milestone:
@@ -86,15 +110,13 @@ def _strip_optimizer(path: Path) -> None:
     m = read_manifest(path)
     m["files"].pop(OPTIMIZER_FILE, None)
     m["optimizer_pruned"] = True
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(m, f, indent=2)
-    os.replace(tmp, path / MANIFEST_FILE)  # manifest first: it never lists a file that is gone
+    write_manifest(path, m)  # manifest first (and durably): it never lists a file that is gone
     (path / OPTIMIZER_FILE).unlink(missing_ok=True)
 
 
 def prune_after_update(root: Path | None, run_id: str, keep_last: int = DEFAULT_KEEP_LAST) -> int:
-    """The learner's own, safe part of retention: optimiser state of versions older than the last K."""
+    """The learner's own, safe part of retention: optimiser state of versions older than the last K (K ≥ 1)."""
+    check_keep_last(keep_last, "HALO_KEEP_VERSIONS (keep_last)")
     run_dir = version_dir(run_id, 0, root).parent
     return apply(plan(run_dir, keep_last=keep_last, keep_every=0, delete=False))
 
@@ -106,11 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-last", type=int, default=DEFAULT_KEEP_LAST)
     ap.add_argument("--keep-every", type=int, default=DEFAULT_KEEP_EVERY)
     ap.add_argument("--need", type=int, action="append", default=[])
+    ap.add_argument("--need-from", type=int, default=None,
+                    help="every version from this one up is needed (an open training run's adapter and its parent)")
     ap.add_argument("--delete", action="store_true", help="delete old versions, not only their optimiser state")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
+    if args.keep_last < 1:
+        ap.error(f"--keep-last {args.keep_last}: 1 or more (the newest version is the next update's parent and holds "
+                 "the optimiser state a restarted learner resumes from)")
     run_dir = version_dir(args.run, 0, args.root).parent
-    actions = plan(run_dir, args.keep_last, args.keep_every, set(args.need), args.delete)
+    actions = plan(run_dir, args.keep_last, args.keep_every, set(args.need), args.delete, needed_from=args.need_from)
     for a in actions:
         print(json.dumps({"action": a.kind, "version": a.version, "path": str(a.path), "bytes": a.bytes}))
     freed = sum(a.bytes for a in actions) if args.dry_run else apply(actions)

@@ -113,6 +113,18 @@ def test_missing_parent_fails_clearly(learner, blobs):
     assert not (learner.checkpoints / "miss" / "v3").exists()
 
 
+def test_a_parent_torn_on_disk_is_missing_not_loaded(learner, blobs):
+    """A power cut can leave a version's weights empty or cut short under an intact manifest: the learner
+    checks them against the manifest's sha256 and refuses the folder as a missing parent, never trains on it."""
+    _update(learner, blobs, "torn", 1, seed=21)
+    f = adapters.version_dir("torn", 1, learner.checkpoints) / adapters.ADAPTER_FILE
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    learner.resident = None  # a restarted learner: v1 must be read from disk
+    with pytest.raises(adapters.ParentVersionMissing, match=r"torn/v1 .* is damaged: adapter_model\.safetensors"):
+        _update(learner, blobs, "torn", 2, seed=22)
+    assert not (learner.checkpoints / "torn" / "v2").exists()
+
+
 def test_restart_continues_exactly(learner, blobs, tmp_path):
     """A fresh learner that loads v2 from disk produces the same v3 as one that never stopped."""
     for v in (1, 2, 3):

@@ -19,3 +19,20 @@ def test_load_dotenv_never_overrides(tmp_path):
     load_dotenv(named)
     assert named["HALO_MODEL"] == "from-file"
     assert load_dotenv({"HALO_ENV_FILE": ""}) == []
+
+
+def test_shared_fixture_gives_the_same_map_as_the_node_side():
+    # test/unit/env-file.test.ts asserts the same map (expected.json, written by the npm dotenv parser) on this file.
+    import json
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[3] / "test" / "fixtures" / "dotenv"
+    with open(fixtures / "grammar.env", encoding="utf-8", newline="") as f:
+        text = f.read()
+    expected = json.loads((fixtures / "expected.json").read_text(encoding="utf-8"))
+    assert parse_env(text) == expected
+    assert expected["HASH_NO_SPACE"] == "abc"
+    assert expected["MULTI_DOUBLE"] == "line one\nline two\n  line three"
+    env: dict[str, str] = {}
+    load_dotenv(env, fixtures / "grammar.env")
+    assert env == expected

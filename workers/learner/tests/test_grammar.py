@@ -96,3 +96,25 @@ def test_update_on_a_constrained_batch_starts_at_ratio_one(learner, blobs):
     bad = blobs.put_json({"items": [{**items[0], "grammar_ref": other}], "max_completion_len": MAX_TOKENS})
     with pytest.raises(InvalidBatch, match="not allowed by grammar"):
         learner.update_policy(UpdatePolicyInput(run_id="g", version=2, batch_ref=bad))
+
+
+def test_inside_free_text_no_added_token_is_allowed(learner, blobs):
+    """The tiny model once picked the `<|image_pad|>` token inside a typed text (its text is printable ASCII); the
+    grammar's text admits no `<`, so neither that token nor any spelling of one can be sampled."""
+    tok = learner.policy.tokenizer
+    grammars = learner.grammars
+    ref = blobs.put_json(SCHEMA)
+    (m,) = grammars.matchers(ref, 1)
+    prefix = '{"name": "computer_use", "arguments": {"action": "answer", "text": "ab'
+    for t in tok(prefix, add_special_tokens=False)["input_ids"]:
+        assert m.accept_token(t), tok.convert_ids_to_tokens(t)
+    from halo_learner.grammar import unpack_bitmask
+
+    mask = grammars.allocate(1)
+    grammars.fill(m, mask, 0)
+    allowed = unpack_bitmask(mask, grammars.vocab_size)[0]
+    added = sorted(tok.get_added_vocab().values())
+    assert not any(bool(allowed[i]) for i in added), [tok.convert_ids_to_tokens(i) for i in added if allowed[i]]
+    lt = [i for i in range(grammars.vocab_size) if "<" in tok.decode([i])]
+    assert lt and not any(bool(allowed[i]) for i in lt)
+    assert allowed[tok.convert_tokens_to_ids("x") if "x" in tok.get_vocab() else tok("x")["input_ids"][0]]

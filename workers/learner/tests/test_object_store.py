@@ -182,3 +182,102 @@ def test_save_version_publishes(s3_env, tmp_path, policy):
     again, reused = adapters.save_version(policy, opt, "run-s", 1, 0, "grpo", {}, tmp_path / "third",
                                           batch_ref="sha256:b")
     assert reused and (again / adapters.ADAPTER_FILE).exists()
+
+
+def test_a_torn_blob_reads_as_missing_and_a_put_repairs_it(store):
+    data = PNG + b" torn" * 100
+    ref = store.put(data, "png")
+    for torn in (b"", data[:10]):
+        if store.s3 is None:
+            store.path_of(ref).write_bytes(torn)
+        else:
+            store.s3.client.put_object(Bucket=store.s3.loc.bucket, Key=store._key(ref), Body=torn)
+        with pytest.raises(BlobNotFound, match="damaged"):
+            store.get(ref)
+        # Another process (a fresh handle) repairs it with a put of the bytes, and so does the handle that read it.
+        fixer = BlobStore(store.root) if store.s3 is None else BlobStore() if torn == b"" else store
+        assert fixer.put(data, "png") == ref
+        assert store.get(ref) == data
+
+
+class _NoConditionalWrites:
+    """An S3 client for a server that refuses If-None-Match (501 NotImplemented), recording every put."""
+
+    def __init__(self):
+        self.objects: dict[str, bytes] = {}
+        self.puts: list[tuple[str, bool]] = []
+
+    def _error(self, status, code, op):
+        from botocore.exceptions import ClientError
+
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, op)
+
+    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **_):
+        self.puts.append((Key, IfNoneMatch is not None))
+        if IfNoneMatch is not None:
+            raise self._error(501, "NotImplemented", "PutObject")
+        self.objects[Key] = Body
+
+    def head_object(self, Bucket, Key):
+        if Key not in self.objects:
+            raise self._error(404, "404", "HeadObject")
+        return {"ContentLength": len(self.objects[Key])}
+
+    def get_object(self, Bucket, Key):
+        import io
+
+        if Key not in self.objects:
+            raise self._error(404, "NoSuchKey", "GetObject")
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+
+def test_a_commit_is_conditional_or_refused(tmp_path):
+    """A manifest commits an adapter version: two learners must never both commit one, so on a server without
+    conditional writes it is refused with a clear error, never head-then-put. Content-addressed keys (blobs,
+    adapter files) may still use head-then-put there: every writer writes the same bytes."""
+    client = _NoConditionalWrites()
+    store = objects.S3Objects(objects.Location("halo-bucket", "team/checkpoints"), client)
+    with pytest.raises(objects.ConditionalPutUnsupported, match="If-None-Match"):
+        store.put_if_absent("team/checkpoints/run-1/v1/manifest.json", b"{}")
+    assert client.puts == [("team/checkpoints/run-1/v1/manifest.json", True)]
+    assert store.put_if_absent("team/blobs/ab/cd.png", b"png", same_bytes_everywhere=True)
+    assert not store.put_if_absent("team/blobs/ab/cd.png", b"png", same_bytes_everywhere=True)
+    with pytest.raises(objects.ConditionalPutUnsupported):  # still refused once the server is known
+        store.put_if_absent("team/checkpoints/run-1/v1/manifest.json", b"{}")
+    # publish_version uploads the files, then refuses to commit: no manifest is written.
+    path = _fake_version(tmp_path, "run-1", 1, b"weights")
+    with pytest.raises(objects.ConditionalPutUnsupported):
+        adapters.publish_version(path, "run-1", 1, store)
+    assert not any(k.endswith("manifest.json") for k in client.objects)
+    assert any(k.endswith("-" + adapters.ADAPTER_FILE) for k in client.objects)
+
+
+def test_the_stand_in_server_honours_if_none_match(moto):
+    """moto (5.2.5) answers a second `If-None-Match: *` put of a key with 412: the commit race is decided there."""
+    env, bucket = moto
+    store = objects.S3Objects(objects.Location(bucket, f"c-{uuid.uuid4().hex[:8]}"), objects.client_from_env(env))
+    key = store.loc.key("manifest.json")
+    assert store.put_if_absent(key, b"first") is True
+    assert store.put_if_absent(key, b"second") is False
+    assert store.get(key) == b"first" and store.conditional
+
+
+def test_a_damaged_fetched_copy_is_fetched_again(s3_env, tmp_path, monkeypatch):
+    path = _fake_version(tmp_path / "a", "run-d", 1, b"weights " * 100)
+    assert adapters.publish_version(path, "run-d", 1)
+    fsynced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsynced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    copy = adapters.synced_version_dir("run-d", 1, tmp_path / "b")
+    # Every fetched file, and the folder, fsynced before the rename; the run folder after it.
+    fetched = [Path(p) for p in fsynced if ".v1.tmp-fetch-" in p]
+    assert {p.name for p in fetched} >= {adapters.ADAPTER_FILE, adapters.CONFIG_FILE, adapters.MANIFEST_FILE}, fsynced
+    assert any(p.name.startswith(".v1.tmp-fetch-") for p in fetched) and str(copy.parent) in fsynced
+    (copy / adapters.ADAPTER_FILE).write_bytes(b"")  # torn by a power cut
+    again = adapters.synced_version_dir("run-d", 1, tmp_path / "b")
+    assert again == copy and (copy / adapters.ADAPTER_FILE).read_bytes() == b"weights " * 100
+    # A local version never published and damaged is not published (its sha256 would name the wrong bytes).
+    mine = _fake_version(tmp_path / "a", "run-d", 2, b"v2")
+    (mine / adapters.ADAPTER_FILE).write_bytes(b"v")
+    with pytest.raises(adapters.AdapterDamaged):
+        adapters.synced_version_dir("run-d", 2, tmp_path / "a")

@@ -68,3 +68,36 @@ def test_learner_strips_optimizer_state_beyond_the_last_k(policy, blobs, tmp_pat
     run = tmp_path / "ck" / "keep"
     assert [(run / f"v{v}" / adapters.OPTIMIZER_FILE).exists() for v in (1, 2, 3, 4)] == [False, False, True, True]
     assert all((run / f"v{v}" / adapters.ADAPTER_FILE).exists() for v in (1, 2, 3, 4))
+
+
+def test_keep_last_below_one_is_refused_everywhere(tmp_path, capsys):
+    """keep_last 0 would take the newest version (the next update's parent) and its optimiser state."""
+    import pytest
+
+    run = tmp_path / "r"
+    _fake_versions(run, 4)
+    for k in (0, -1):
+        with pytest.raises(ValueError, match="1 or more"):
+            retention.plan(run, keep_last=k, delete=True)
+        with pytest.raises(ValueError, match="1 or more"):
+            retention.prune_after_update(tmp_path, "r", keep_last=k)
+    with pytest.raises(SystemExit) as e:
+        retention.main(["--run", "r", "--root", str(tmp_path), "--keep-last", "0", "--delete"])
+    assert e.value.code == 2 and "--keep-last 0: 1 or more" in capsys.readouterr().err
+    for env in ({"HALO_KEEP_VERSIONS": "0"}, {"HALO_KEEP_VERSIONS": "-2"}, {"HALO_KEEP_VERSIONS": "all"}):
+        with pytest.raises(ValueError, match="HALO_KEEP_VERSIONS"):
+            retention.keep_last_from_env(env)
+    assert retention.keep_last_from_env({}) == retention.DEFAULT_KEEP_LAST
+    assert retention.keep_last_from_env({"HALO_KEEP_VERSIONS": "1"}) == 1
+    # Nothing was touched by any of the refusals.
+    assert all((run / f"v{v}" / adapters.OPTIMIZER_FILE).exists() for v in (1, 2, 3, 4))
+
+
+def test_need_from_keeps_an_open_runs_adapter_its_parent_and_newer(tmp_path, capsys):
+    run = tmp_path / "r"
+    _fake_versions(run, 9)
+    acts = retention.plan(run, keep_last=1, keep_every=0, needed={2}, delete=True, needed_from=6)
+    assert [(a.kind, a.version) for a in acts] == [("delete", v) for v in (1, 3, 4, 5)]
+    assert retention.main(["--run", "r", "--root", str(tmp_path), "--keep-last", "1", "--keep-every", "0",
+                           "--need", "2", "--need-from", "6", "--delete"]) == 0
+    assert sorted(int(p.name[1:]) for p in run.glob("v*")) == [2, 6, 7, 8, 9]
