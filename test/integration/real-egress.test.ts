@@ -89,15 +89,7 @@ test('an iframe of an allowed URL that redirects to loopback does not reach it',
 
 test('a WebSocket to loopback is refused', async () => {
   internalHits.length = 0;
-  const outcome = await page.evaluate(async (url) => {
-    return await new Promise<string>((ok) => {
-      const ws = new WebSocket(url);
-      ws.onopen = () => ok('open');
-      ws.onerror = () => ok('error');
-      ws.onclose = (e) => ok(`closed ${e.code}`);
-      setTimeout(() => ok('timeout'), 3_000);
-    });
-  }, `ws://127.0.0.1:${internalPort}/socket`);
+  const outcome = await openWebSocket(page, `ws://127.0.0.1:${internalPort}/socket`);
   assert.deepEqual(internalHits, [], `the internal service received the WebSocket handshake (${outcome})`);
   assert.notEqual(outcome, 'open');
 });
@@ -132,15 +124,7 @@ test('without the egress proxy, the WebSocket route of RealEnv still refuses loo
   try {
     await e.reset({ env: 'real', task: 'gomail-18', seed: 0 });
     internalHits.length = 0;
-    const outcome = await e.page.evaluate(async (url) => {
-      return await new Promise<string>((ok) => {
-        const ws = new WebSocket(url);
-        ws.onopen = () => ok('open');
-        ws.onerror = () => ok('error');
-        ws.onclose = (ev) => ok(`closed ${ev.code}`);
-        setTimeout(() => ok('timeout'), 3_000);
-      });
-    }, `ws://127.0.0.1:${internalPort}/plain`);
+    const outcome = await openWebSocket(e.page, `ws://127.0.0.1:${internalPort}/plain`);
     assert.deepEqual(internalHits, [], `the internal service received the WebSocket handshake (${outcome})`);
     assert.notEqual(outcome, 'open');
     assert.ok(e.privateRequestsBlocked >= 1);
@@ -150,3 +134,18 @@ test('without the egress proxy, the WebSocket route of RealEnv still refuses loo
     await plain.close().catch(() => undefined);
   }
 });
+
+/** How a WebSocket the page opens ends: 'open', 'error', 'closed <code>' or 'timeout' (3 s). */
+function openWebSocket(p: Page, url: string): Promise<string> {
+  return p.evaluate(
+    (u) =>
+      new Promise<string>((ok) => {
+        const ws = new WebSocket(u);
+        ws.onopen = () => ok('open');
+        ws.onerror = () => ok('error');
+        ws.onclose = (ev) => ok(`closed ${ev.code}`);
+        setTimeout(() => ok('timeout'), 3_000);
+      }),
+    url,
+  );
+}

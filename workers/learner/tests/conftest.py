@@ -67,6 +67,24 @@ def messages(image_ref: str | None, goal: str) -> list[dict]:
     ]
 
 
+def fake_version(root: Path, run_id: str, version: int, weights: bytes = b"weights") -> Path:
+    """A version folder in the layout save_version writes (without needing a model)."""
+    import hashlib
+    import json
+
+    from halo_learner import adapters
+
+    path = adapters.version_dir(run_id, version, root)
+    path.mkdir(parents=True)
+    files = {adapters.ADAPTER_FILE: weights, adapters.CONFIG_FILE: b'{"r": 4}', adapters.OPTIMIZER_FILE: b"moments"}
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    manifest = {"run_id": run_id, "version": version, "base_model": "tiny-random", "batch_ref": "sha256:x",
+                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, "metrics": {"loss": 0.5}}
+    (path / adapters.MANIFEST_FILE).write_text(json.dumps(manifest))
+    return path
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

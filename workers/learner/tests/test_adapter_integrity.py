@@ -5,25 +5,13 @@ test_object_store.py; else a clear error)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 import pytest
 
+from conftest import fake_version
 from halo_learner import adapters
-
-
-def _fake_version(root: Path, run_id: str, version: int, weights: bytes = b"weights") -> Path:
-    path = adapters.version_dir(run_id, version, root)
-    path.mkdir(parents=True)
-    files = {adapters.ADAPTER_FILE: weights, adapters.CONFIG_FILE: b'{"r": 4}', adapters.OPTIMIZER_FILE: b"moments"}
-    for name, data in files.items():
-        (path / name).write_bytes(data)
-    manifest = {"run_id": run_id, "version": version, "base_model": "tiny-random", "batch_ref": "sha256:x",
-                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, "metrics": {"loss": 0.5}}
-    (path / adapters.MANIFEST_FILE).write_text(json.dumps(manifest))
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +20,7 @@ def _no_store(monkeypatch):
 
 
 def test_a_whole_version_passes_and_is_hashed_once(tmp_path, monkeypatch):
-    path = _fake_version(tmp_path, "run-ok", 1)
+    path = fake_version(tmp_path, "run-ok", 1)
     assert adapters.synced_version_dir("run-ok", 1, tmp_path) == path
     hashed = []
     monkeypatch.setattr(adapters, "_sha256", lambda f: hashed.append(f) or hashlib.sha256(f.read_bytes()).hexdigest())
@@ -44,7 +32,7 @@ def test_a_whole_version_passes_and_is_hashed_once(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("damage", ["empty", "cut short", "zeros of the right length", "missing"])
 def test_a_damaged_adapter_file_is_a_missing_version(tmp_path, damage):
-    path = _fake_version(tmp_path, "run-torn", 1, weights=b"w" * 1000)
+    path = fake_version(tmp_path, "run-torn", 1, weights=b"w" * 1000)
     f = path / adapters.ADAPTER_FILE
     if damage == "missing":
         f.unlink()
@@ -59,21 +47,21 @@ def test_a_damaged_adapter_file_is_a_missing_version(tmp_path, damage):
 
 
 def test_a_torn_manifest_is_a_missing_version(tmp_path):
-    path = _fake_version(tmp_path, "run-m", 1)
+    path = fake_version(tmp_path, "run-m", 1)
     (path / adapters.MANIFEST_FILE).write_bytes(b"")
     with pytest.raises(adapters.AdapterDamaged, match="manifest.json is unreadable"):
         adapters.load_version(None, None, "run-m", 1, tmp_path)
 
 
 def test_a_file_changed_after_it_was_checked_is_checked_again(tmp_path):
-    path = _fake_version(tmp_path, "run-c", 1, weights=b"w" * 1000)
+    path = fake_version(tmp_path, "run-c", 1, weights=b"w" * 1000)
     assert adapters.damage(path) is None
     (path / adapters.ADAPTER_FILE).write_bytes(b"x" * 1000)
     assert "does not match its sha256" in adapters.damage(path)
 
 
 def test_write_manifest_is_durable(tmp_path, monkeypatch):
-    path = _fake_version(tmp_path, "run-w", 1)
+    path = fake_version(tmp_path, "run-w", 1)
     events = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))

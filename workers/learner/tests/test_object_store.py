@@ -4,7 +4,6 @@ published once to the bucket and fetched into a local cache."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fake_version
 from halo_learner import adapters, objects
 from halo_learner.blobs import BadBlobRef, BlobNotFound, BlobStore
 
@@ -130,23 +130,10 @@ def test_keys_cannot_leave_the_prefix():
             loc.key("checkpoints", bad)
 
 
-def _fake_version(root: Path, run_id: str, version: int, weights: bytes) -> Path:
-    """A version folder in the layout save_version writes (without needing a model)."""
-    path = adapters.version_dir(run_id, version, root)
-    path.mkdir(parents=True)
-    files = {adapters.ADAPTER_FILE: weights, adapters.CONFIG_FILE: b'{"r": 4}', adapters.OPTIMIZER_FILE: b"moments"}
-    for name, data in files.items():
-        (path / name).write_bytes(data)
-    manifest = {"run_id": run_id, "version": version, "base_model": "tiny-random", "batch_ref": "sha256:x",
-                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, "metrics": {"loss": 0.5}}
-    (path / adapters.MANIFEST_FILE).write_text(json.dumps(manifest))
-    return path
-
-
 def test_adapter_versions_are_published_once_and_fetched(s3_env, tmp_path):
     bucket, prefix = s3_env
     gpu_a, gpu_b = tmp_path / "a", tmp_path / "b"
-    mine = _fake_version(gpu_a, "run-1", 1, b"weights of A")
+    mine = fake_version(gpu_a, "run-1", 1, b"weights of A")
     assert adapters.publish_version(mine, "run-1", 1)
     assert adapters.publish_version(mine, "run-1", 1), "publishing the same folder again is a no-op"
     # Another host has no copy: the path it needs is fetched, checked against the manifest's sha256.
@@ -154,11 +141,11 @@ def test_adapter_versions_are_published_once_and_fetched(s3_env, tmp_path):
     assert (fetched / adapters.ADAPTER_FILE).read_bytes() == b"weights of A"
     assert adapters.read_manifest(fetched)["metrics"] == {"loss": 0.5}
     # A learner that trained v1 too (a handed-over update) loses: its folder becomes the committed one.
-    loser = _fake_version(tmp_path / "c", "run-1", 1, b"weights of C")
+    loser = fake_version(tmp_path / "c", "run-1", 1, b"weights of C")
     assert adapters.publish_version(loser, "run-1", 1) is False
     assert (loser / adapters.ADAPTER_FILE).read_bytes() == b"weights of A"
     # A version written locally but never uploaded (killed in between) is published when next needed.
-    _fake_version(gpu_a, "run-1", 2, b"v2")
+    fake_version(gpu_a, "run-1", 2, b"v2")
     adapters.synced_version_dir("run-1", 2, gpu_a)
     keys = objects.S3Objects(objects.store_location()).list(prefix + "/")
     manifests = sorted(k for k in keys if k.endswith("/manifest.json"))
@@ -245,7 +232,7 @@ def test_a_commit_is_conditional_or_refused(tmp_path):
     with pytest.raises(objects.ConditionalPutUnsupported):  # still refused once the server is known
         store.put_if_absent("team/checkpoints/run-1/v1/manifest.json", b"{}")
     # publish_version uploads the files, then refuses to commit: no manifest is written.
-    path = _fake_version(tmp_path, "run-1", 1, b"weights")
+    path = fake_version(tmp_path, "run-1", 1, b"weights")
     with pytest.raises(objects.ConditionalPutUnsupported):
         adapters.publish_version(path, "run-1", 1, store)
     assert not any(k.endswith("manifest.json") for k in client.objects)
@@ -263,7 +250,7 @@ def test_the_stand_in_server_honours_if_none_match(moto):
 
 
 def test_a_damaged_fetched_copy_is_fetched_again(s3_env, tmp_path, monkeypatch):
-    path = _fake_version(tmp_path / "a", "run-d", 1, b"weights " * 100)
+    path = fake_version(tmp_path / "a", "run-d", 1, b"weights " * 100)
     assert adapters.publish_version(path, "run-d", 1)
     fsynced = []
     real_fsync = os.fsync
@@ -277,7 +264,7 @@ def test_a_damaged_fetched_copy_is_fetched_again(s3_env, tmp_path, monkeypatch):
     again = adapters.synced_version_dir("run-d", 1, tmp_path / "b")
     assert again == copy and (copy / adapters.ADAPTER_FILE).read_bytes() == b"weights " * 100
     # A local version never published and damaged is not published (its sha256 would name the wrong bytes).
-    mine = _fake_version(tmp_path / "a", "run-d", 2, b"v2")
+    mine = fake_version(tmp_path / "a", "run-d", 2, b"v2")
     (mine / adapters.ADAPTER_FILE).write_bytes(b"v")
     with pytest.raises(adapters.AdapterDamaged):
         adapters.synced_version_dir("run-d", 2, tmp_path / "a")
