@@ -129,6 +129,8 @@ case "$CMD" in
   test)
     say "running the test suite"
     npx tsc --noEmit
+    say "lint and format check (npm run lint: Biome on TypeScript and JSON, Ruff on Python)"
+    npm run lint
     say "Python learner tests (pytest)"
     .venv/bin/python -m pytest -q workers/learner
     say "TypeScript tests (node --test)"

@@ -177,7 +177,10 @@ const served = new Map<string, Set<string>>();
 function knownServed(baseUrl: string): Set<string> {
   const key = serverRoot(baseUrl);
   let names = served.get(key);
-  if (!names) served.set(key, (names = new Set()));
+  if (!names) {
+    names = new Set();
+    served.set(key, names);
+  }
   return names;
 }
 

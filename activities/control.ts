@@ -1,10 +1,11 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import { BlobStore } from '../blob/store';
+import type { BlobStore } from '../blob/store';
 import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
-import { actionGrammar } from '../lib/action-grammar';
-import type { Candidate, SampleInput, SampleResult, StepResultBlob, TrajectoryInput, SampledTokens } from '../lib/episode-types';
+import { actionGrammar, type ActionGrammar } from '../lib/action-grammar';
+import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
+import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';
 import { withServedAdapter } from './adapters';
 import { chatCompletions, missingModelOf, wantsTokenIds } from './policy-client';
@@ -24,13 +25,19 @@ function activitySignal(): AbortSignal | undefined {
 export function createControlActivities(blobs: BlobStore) {
   /** Constrained decoding: the action grammar of this page as a blob; a budget it cannot fit is the config's fault. */
   async function storeGrammar(axtree: string, maxTokens: number): Promise<string> {
-    let grammar;
+    let grammar: ActionGrammar;
     try {
       grammar = actionGrammar(axtree, maxTokens);
     } catch (err) {
       throw ApplicationFailure.nonRetryable(err instanceof Error ? err.message : String(err), 'ConfigError');
     }
     return blobs.putJson(grammar.schema);
+  }
+
+  async function tokensRefOf(step: TrajectoryStepInput): Promise<{ tokensRef?: string }> {
+    if (step.tokensRef) return { tokensRef: step.tokensRef };
+    const inline = legacyTokens(step);
+    return inline ? { tokensRef: await blobs.putJson(inline) } : {};
   }
 
   return {
@@ -51,9 +58,7 @@ export function createControlActivities(blobs: BlobStore) {
     },
 
     /** The colocated sampler's prompt and, for constrained decoding, the page's action grammar (both blobs). */
-    async writePromptAndGrammar(
-      input: Omit<SampleInput, 'policy'> & { historyLength: number; maxTokens: number },
-    ): Promise<{ promptRef: string; grammarRef: string }> {
+    async writePromptAndGrammar(input: Omit<SampleInput, 'policy'> & { historyLength: number; maxTokens: number }): Promise<{ promptRef: string; grammarRef: string }> {
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
       const promptRef = await blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
       return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens) };
@@ -80,8 +85,7 @@ export function createControlActivities(blobs: BlobStore) {
       const messages = await toOpenAiMessages(blobs, prompt);
       const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
-      const ask = () =>
-        chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
+      const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
       let adapterLoad: SampleResult['adapterLoad'];
       let res: Awaited<ReturnType<typeof ask>>;
       if (adapter) {
@@ -133,9 +137,13 @@ export function createControlActivities(blobs: BlobStore) {
       return { candidates };
     },
 
-    /** Assembles the episode's trajectory from the blobs its steps wrote; returns the trajectory's reference. */
+    /**
+     * Assembles the episode's trajectory (`Trajectory`, lib/experience.ts) from the blobs its steps wrote; returns
+     * its reference. Tokens go by reference only: a step that still carries them inline (an episode recorded before
+     * the sampler stored them) has them stored here.
+     */
     async recordTrajectory(input: TrajectoryInput): Promise<string> {
-      const steps = [];
+      const steps: TrajectoryStep[] = [];
       let before = input.initial;
       for (const step of input.steps) {
         const completion = step.completionRef ? (await blobs.get(step.completionRef)).toString('utf8') : (step.completion ?? '');
@@ -147,9 +155,8 @@ export function createControlActivities(blobs: BlobStore) {
           observation: before,
           completion,
           completionRef: step.completionRef,
-          ...(step.tokensRef ? { tokensRef: step.tokensRef } : {}),
-          ...(step.tokenIds ? { tokenIds: step.tokenIds, ...(step.logprobs ? { logprobs: step.logprobs } : {}) } : {}),
-          action: result?.action ?? step.action,
+          ...(await tokensRefOf(step)),
+          action: (result?.action ?? step.action)!,
           valid: (result?.action ?? step.action)?.type !== 'invalid',
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },
           reward: result?.reward ?? 0,
@@ -160,7 +167,7 @@ export function createControlActivities(blobs: BlobStore) {
         before = result ? { ...result.observation, goal: input.initial.goal } : before;
       }
       const { initial, ...rest } = input;
-      return blobs.putJson({ version: 1, ...rest, goal: initial.goal, initial, steps });
+      return blobs.putJson({ version: 1, ...rest, goal: initial.goal, initial, steps } satisfies Trajectory);
     },
   };
 }

@@ -1,14 +1,6 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import { BlobStore } from '../blob/store';
-import {
-  buildCriticPrompt,
-  buildOutcomePrompt,
-  parseCriticAnswer,
-  parseOutcomeAnswer,
-  rankToPriors,
-  type CriticConfig,
-  type CriticObservation,
-} from '../lib/critic';
+import type { BlobStore } from '../blob/store';
+import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors, type CriticConfig, type CriticObservation } from '../lib/critic';
 import type { PromptMessage } from '../lib/prompt';
 import { policySchema, type PolicyConfig } from '../lib/config';
 import { toOpenAiMessages } from './openai-messages';
@@ -115,11 +107,9 @@ export function createCriticActivities(blobs: BlobStore) {
     const { goal, url, step, screenshotRef } = observation;
     const prompt = build({ goal, url, step, screenshotRef, axtree });
     const promptRef = await blobs.putJson(prompt);
-    const { completions, model } = await chatCompletions(config, 1, await toOpenAiMessages(blobs, prompt), activitySignal(), { field: 'critic' }).catch(
-      (err: unknown) => {
-        throw asCriticFailure(err);
-      },
-    );
+    const { completions, model } = await chatCompletions(config, 1, await toOpenAiMessages(blobs, prompt), activitySignal(), { field: 'critic' }).catch((err: unknown) => {
+      throw asCriticFailure(err);
+    });
     const { text, finishReason } = completions[0];
     const completionRef = await blobs.put(text, 'txt');
     /** An unusable answer's reason, saying so when the answer was cut by max_tokens. */
@@ -143,9 +133,7 @@ export function createCriticActivities(blobs: BlobStore) {
         throw ApplicationFailure.nonRetryable('critiqueCandidates needs at least one candidate action', 'CriticBadInput');
       }
       const k = input.candidates.length;
-      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) =>
-        buildCriticPrompt(obs, input.candidates),
-      );
+      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) => buildCriticPrompt(obs, input.candidates));
       const verdict = parseCriticAnswer(text, k);
       const reason = explain(verdict.ok, verdict.reason);
       return {
@@ -168,9 +156,7 @@ export function createCriticActivities(blobs: BlobStore) {
     async judgeOutcome(input: JudgeOutcomeInput): Promise<JudgeOutcomeResult> {
       const t0 = Date.now();
       if (!Array.isArray(input.actions)) throw ApplicationFailure.nonRetryable('judgeOutcome needs the list of actions taken', 'CriticBadInput');
-      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) =>
-        buildOutcomePrompt(obs, input.actions),
-      );
+      const { text, promptRef, completionRef, model, explain } = await ask(input.critic, input.observation, (obs) => buildOutcomePrompt(obs, input.actions));
       const verdict = parseOutcomeAnswer(text);
       const reason = explain(verdict.ok, verdict.reason);
       return {

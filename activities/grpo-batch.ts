@@ -1,27 +1,10 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import type { BlobStore } from '../blob/store';
-import type { SampledTokens, StepGroup } from '../lib/episode-types';
+import { BlobNotFoundError, type BlobStore } from '../blob/store';
+import { TrajectorySchema, legacyTokens, type GroupCandidate, type Trajectory } from '../lib/experience';
+import { describeZodError } from '../lib/learner-types';
 import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type BatchStepGroup } from '../lib/grpo';
-import { anchorGroupAdvantages, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/anchor-groups';
+import { anchorGroupAdvantages, anchorRollout, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/anchor-groups';
 import type { LearnerBatchActivities } from './learner-batches';
-
-/** What the trajectory blob holds that the batch needs (written by `recordTrajectory`). */
-interface TrajectoryForBatch {
-  task: { env: string; task: string; seed: number };
-  groups?: StepGroup[];
-  steps: {
-    promptRef: string;
-    grammarRef?: string;
-    completion: string;
-    completionRef?: string;
-    tokensRef?: string;
-    tokenIds?: number[];
-    logprobs?: number[];
-    shaped: { total: number };
-    /** The page the step acted from; its `stateKey` forms anchor groups (absent in older trajectories: never grouped). */
-    observation?: { stateKey?: string };
-  }[];
-}
 
 export interface BuildGrpoBatchInput {
   run_id: string;
@@ -59,20 +42,33 @@ const ANCHOR_DEFAULTS: AnchorParams = { episodeWeight: 1, stepWeight: 1, discoun
  * plus a step term from equal states met across them. Only references cross Temporal.
  */
 export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatchActivities) {
+  /** A trajectory blob, checked against the experience contract: a bad one fails the batch, naming the field. */
+  async function trajectory(ref: string): Promise<Trajectory> {
+    let value: unknown;
+    try {
+      value = await blobs.getJson(ref);
+    } catch (err) {
+      if (err instanceof BlobNotFoundError) throw ApplicationFailure.create({ message: err.message, type: 'BlobNotFound', nonRetryable: true });
+      if (err instanceof SyntaxError) throw invalidTrajectory(`trajectory ${ref} is not JSON (${err.message})`);
+      throw err; // I/O trouble: let Temporal retry
+    }
+    const parsed = TrajectorySchema.safeParse(value);
+    if (!parsed.success) throw invalidTrajectory(describeZodError(parsed.error, `trajectory ${ref}`));
+    return parsed.data;
+  }
+
   async function completionRef(c: { completionRef?: string; completion?: string }): Promise<string> {
     return c.completionRef ?? blobs.put(c.completion ?? '', 'txt');
   }
 
-  /** The sampler's tokens of a completion: from its blob (vLLM path) or inline (colocated path). */
-  async function tokens(c: { tokensRef?: string; tokenIds?: number[]; logprobs?: number[] }): Promise<{ tokenIds: number[] | null; logprobs: number[] | null }> {
-    if (c.tokensRef) {
-      const t = await blobs.getJson<SampledTokens>(c.tokensRef);
-      return { tokenIds: t.token_ids, logprobs: t.logprobs };
-    }
-    return { tokenIds: c.tokenIds ?? null, logprobs: c.logprobs ?? null };
+  /** The sampler's tokens by reference; a trajectory from before references has them inline: stored as a blob here. */
+  async function tokensRef(c: Pick<GroupCandidate, 'tokensRef' | 'tokenIds' | 'logprobs'>): Promise<string | null> {
+    if (c.tokensRef) return c.tokensRef;
+    const inline = legacyTokens(c);
+    return inline ? blobs.putJson(inline) : null;
   }
 
-  async function stepGroups(trajs: TrajectoryForBatch[]): Promise<BatchStepGroup[]> {
+  async function stepGroups(trajs: Trajectory[]): Promise<BatchStepGroup[]> {
     const out: BatchStepGroup[] = [];
     for (const t of trajs) {
       for (const g of t.groups ?? []) {
@@ -80,7 +76,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
         for (const c of g.candidates) {
           candidates.push({
             completionRef: await completionRef(c),
-            ...(await tokens(c)),
+            tokensRef: await tokensRef(c),
             valid: c.valid,
             reward: c.reward,
           });
@@ -96,11 +92,8 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
    * carries the rollout's advantage. Anchor: each step's advantage adds a step term from the steps of the
    * group's rollouts that acted from the same state (lib/anchor-groups.ts).
    */
-  async function episodeItems(
-    trajs: TrajectoryForBatch[],
-    anchor: AnchorParams | null,
-  ): Promise<{ items: GrpoRefItem[]; groups: number[][]; anchor?: AnchorStats }> {
-    const byTask = new Map<string, TrajectoryForBatch[]>();
+  async function episodeItems(trajs: Trajectory[], anchor: AnchorParams | null): Promise<{ items: GrpoRefItem[]; groups: number[][]; anchor?: AnchorStats }> {
+    const byTask = new Map<string, Trajectory[]>();
     for (const t of trajs) {
       const key = `${t.task.env}/${t.task.task}/${t.task.seed}`;
       byTask.set(key, [...(byTask.get(key) ?? []), t]);
@@ -113,10 +106,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       groups.push(returns);
       let advantages: number[][];
       if (anchor) {
-        const a = anchorGroupAdvantages(
-          rollouts.map((r) => ({ rewards: r.steps.map((st) => st.shaped.total), stateKeys: r.steps.map((st) => st.observation?.stateKey) })),
-          anchor,
-        );
+        const a = anchorGroupAdvantages(rollouts.map(anchorRollout), anchor);
         advantages = a.advantages;
         anchorParts.push({ stats: a.stats, steps: rollouts.reduce((s, r) => s + r.steps.length, 0) });
       } else {
@@ -125,12 +115,10 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       }
       for (const [i, r] of rollouts.entries()) {
         for (const [k, st] of r.steps.entries()) {
-          const t = await tokens(st);
           items.push({
             prompt_ref: st.promptRef,
             completion_ref: await completionRef(st),
-            completion_token_ids: t.tokenIds && t.tokenIds.length ? t.tokenIds : null,
-            old_logprobs: t.tokenIds && t.logprobs && t.logprobs.length === t.tokenIds.length ? t.logprobs : null,
+            tokens_ref: await tokensRef(st),
             advantage: advantages[i][k],
             finish_reason: null,
             ...(st.grammarRef ? { grammar_ref: st.grammarRef } : {}),
@@ -146,8 +134,8 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       if (input.trajectory_refs.length === 0) {
         throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} has no episodes to learn from`, 'EmptyIteration');
       }
-      const trajs: TrajectoryForBatch[] = [];
-      for (const ref of input.trajectory_refs) trajs.push(await blobs.getJson<TrajectoryForBatch>(ref));
+      const trajs: Trajectory[] = [];
+      for (const ref of input.trajectory_refs) trajs.push(await trajectory(ref));
       let items: GrpoRefItem[];
       let groupRewards: number[][];
       let groups: BatchStepGroup[] = [];
@@ -172,8 +160,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
           g.candidates.map((c) => ({
             prompt_ref: g.promptRef,
             completion_ref: c.completionRef,
-            completion_token_ids: c.tokenIds && c.tokenIds.length ? c.tokenIds : null,
-            old_logprobs: null,
+            tokens_ref: c.tokensRef ?? null,
             advantage: 0,
             finish_reason: null,
             ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
@@ -192,3 +179,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
 }
 
 export type GrpoBatchActivities = ReturnType<typeof createGrpoBatchActivities>;
+
+function invalidTrajectory(message: string): ApplicationFailure {
+  return ApplicationFailure.create({ message, type: 'InvalidTrajectory', nonRetryable: true });
+}

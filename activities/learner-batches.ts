@@ -1,15 +1,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { z } from 'zod';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
-import {
-  BLOB_REF,
-  DpoBatchSchema,
-  GrpoBatchSchema,
-  describeZodError,
-  type DpoPairInput,
-  type GrpoItemInput,
-  type LearnerPrompt,
-} from '../lib/learner-types';
+import { BLOB_REF, DpoBatchSchema, GrpoBatchSchema, describeZodError, type DpoPairInput, type GrpoItemInput, type LearnerPrompt } from '../lib/learner-types';
 
 /**
  * Writers of the learner's batch blobs (control worker). The batch is validated against the same schema the
@@ -26,10 +18,7 @@ type PromptSource = { prompt: LearnerPrompt; prompt_ref?: never } | { prompt_ref
 type TextSource<K extends string> = ({ [P in K]: string } & { [P in `${K}_ref`]?: never }) | ({ [P in `${K}_ref`]: string } & { [P in K]?: never });
 
 export type GrpoBatchItemRequest = Omit<GrpoItemInput, 'prompt' | 'completion'> & PromptSource & TextSource<'completion'>;
-export type DpoBatchPairRequest = Omit<DpoPairInput, 'prompt' | 'chosen' | 'rejected'> &
-  PromptSource &
-  TextSource<'chosen'> &
-  TextSource<'rejected'>;
+export type DpoBatchPairRequest = Omit<DpoPairInput, 'prompt' | 'chosen' | 'rejected'> & PromptSource & TextSource<'chosen'> & TextSource<'rejected'>;
 
 export interface GrpoBatchRequest {
   items: GrpoBatchItemRequest[];

@@ -1,22 +1,17 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
 import type { LearnerBatchActivities } from './learner-batches';
-import {
-  collectPairs,
-  joinSnapshot,
-  pairsSummary,
-  type MctsPair,
-  type MctsPairsSummary,
-  type MctsSnapshot,
-  type MctsSnapshotChunk,
-} from '../lib/mcts-search';
+import { collectPairs, joinSnapshot, pairsSummary, type MctsPairsSummary, type MctsSnapshot, type MctsSnapshotChunk } from '../lib/mcts-search';
 import type { Tree } from '../lib/mcts';
+import { MctsPairSchema, type MctsPair } from '../lib/experience';
+import { describeZodError } from '../lib/learner-types';
 
 /**
  * Blob work of the MCTS search (control worker): what grows with the tree stays out of workflow payloads.
  * - `storeCompletions`: the colocated sampler returns its completions inline; the tree keeps only their
  *   references (content-addressed: a retried call writes nothing new and returns the same references).
- * - `collectMctsPairs`: the step-level DPO pairs of a finished search, from its stored tree, as a blob.
+ * - `collectMctsPairs`: the step-level DPO pairs of a finished search, from its stored tree, as a blob; each
+ *   carries the sampler's token references of its two completions when the tree kept them.
  * - `writeMctsDpoBatch`: the learner's DPO batch from those blobs, through `writeDpoBatch` (validated
  *   against the learner's schema, references resolved).
  */
@@ -52,7 +47,11 @@ export function createMctsStoreActivities(blobs: BlobStore, batches: Pick<Learne
     async collectMctsPairs(input: { snapshot_ref: string }): Promise<MctsPairsSummary> {
       const loaded = await loadMctsSnapshot(blobs, input.snapshot_ref).catch((err: unknown) => permanent(err, 'MctsSnapshotInvalid'));
       const { snapshot, tree } = loaded;
-      const pairs = collectPairs(tree, snapshot.alpha, snapshot.pairThreshold);
+      const tokensOf = (id: number) => tree.nodes[id]?.data.tokensRef;
+      const pairs: MctsPair[] = collectPairs(tree, snapshot.alpha, snapshot.pairThreshold).map((p) => {
+        const [chosen, rejected] = [tokensOf(p.chosen), tokensOf(p.rejected)];
+        return { ...p, ...(chosen ? { chosen_tokens_ref: chosen } : {}), ...(rejected ? { rejected_tokens_ref: rejected } : {}) };
+      });
       return pairsSummary(pairs, pairs.length > 0 ? await blobs.putJson(pairs) : null);
     },
 
@@ -60,13 +59,18 @@ export function createMctsStoreActivities(blobs: BlobStore, batches: Pick<Learne
     async writeMctsDpoBatch(input: { pairs_refs: string[] }): Promise<{ batch_ref: string; pairs: number }> {
       const all: MctsPair[] = [];
       for (const ref of input.pairs_refs ?? []) {
-        all.push(...(await blobs.getJson<MctsPair[]>(ref).catch((err: unknown) => permanent(err, 'BlobNotFound'))));
+        const value = await blobs.getJson<unknown>(ref).catch((err: unknown) => permanent(err, 'BlobNotFound'));
+        const parsed = MctsPairSchema.array().safeParse(value);
+        if (!parsed.success) throw ApplicationFailure.create({ message: describeZodError(parsed.error, `DPO pairs ${ref}`), type: 'InvalidLearnerBatch', nonRetryable: true });
+        all.push(...parsed.data);
       }
       const batchRef = await batches.writeDpoBatch({
         pairs: all.map((p) => ({
           prompt_ref: p.prompt_ref,
           chosen_ref: p.chosen_ref,
           rejected_ref: p.rejected_ref,
+          chosen_tokens_ref: p.chosen_tokens_ref ?? null,
+          rejected_tokens_ref: p.rejected_tokens_ref ?? null,
           ref_chosen_logprob: p.ref_chosen_logprob,
           ref_rejected_logprob: p.ref_rejected_logprob,
         })),

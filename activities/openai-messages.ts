@@ -11,10 +11,7 @@ function mimeOf(ref: string): string {
  * Our prompt messages (text parts and image references) as OpenAI chat messages, the images read from the
  * blob store into data URLs. Shared by the policy and the critic so both send the same format.
  */
-export async function toOpenAiMessages(
-  blobs: BlobStore,
-  messages: PromptMessage[],
-): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
+export async function toOpenAiMessages(blobs: BlobStore, messages: PromptMessage[]): Promise<OpenAI.Chat.Completions.ChatCompletionMessageParam[]> {
   const out: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [];
   for (const m of messages) {
     if (m.role === 'system') {

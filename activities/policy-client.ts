@@ -116,7 +116,8 @@ type VllmChoice = OpenAI.Chat.Completions.ChatCompletion.Choice & { token_ids?: 
 /**
  * The sampled ids and log-probs of one choice: ids from `token_ids`, else parsed from `"token_id:N"` token
  * strings; log-probs from `logprobs.content`. Anything malformed is left out (the learner then retokenises
- * the text), and log-probs that do not pair one-to-one with the ids are dropped.
+ * the text), and log-probs that do not pair one-to-one with the ids are dropped: what comes back is a valid
+ * `SampledTokens` (lib/experience.ts) or nothing.
  */
 export function sampledTokens(choice: VllmChoice): { tokenIds?: number[]; logprobs?: number[] } {
   const content = Array.isArray(choice.logprobs?.content) ? choice.logprobs.content : undefined;
@@ -127,11 +128,13 @@ export function sampledTokens(choice: VllmChoice): { tokenIds?: number[]; logpro
     if (parsed.every((s) => s !== undefined)) ids = parsed.map(Number);
   }
   let logprobs: number[] | undefined;
-  if (content && content.every((c) => typeof c?.logprob === 'number' && Number.isFinite(c.logprob))) {
+  if (content?.every((c) => typeof c?.logprob === 'number' && Number.isFinite(c.logprob))) {
     // vLLM's log-probs are float32 values, which 9 significant digits reproduce exactly (and the learner reads
     // them as float32): half the JSON of a double's 17 digits in every history that carries them.
     logprobs = content.map((c) => Number(c.logprob.toPrecision(9)));
   }
+  // No ids is no tokens: a token blob must name at least one (the learner refuses an empty one).
+  if (ids && ids.length === 0) ids = undefined;
   if (ids && logprobs && logprobs.length !== ids.length) logprobs = undefined;
   return { ...(ids ? { tokenIds: [...ids] } : {}), ...(logprobs ? { logprobs } : {}) };
 }

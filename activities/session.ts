@@ -3,7 +3,8 @@ import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
 import type { BlobStore } from '../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
-import { RealEnv, SiteUnreachableError, checkSiteHealth } from '../env/real';
+import { RealEnv } from '../env/real';
+import { SiteUnreachableError, checkSiteHealth } from '../env/real-site';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { UnscorableTaskError } from '../env/real-eval';
 import { UnknownRealTaskError, getRealTask } from '../env/real-tasks';
@@ -240,13 +241,7 @@ export class SessionManager {
     }
   }
 
-  private async startByReplay(
-    input: StartSessionInput,
-    site: string | null,
-    browser: Browser,
-    beat: (d: unknown) => void,
-    opts: StartOptions,
-  ): Promise<StartSessionResult> {
+  private async startByReplay(input: StartSessionInput, site: string | null, browser: Browser, beat: (d: unknown) => void, opts: StartOptions): Promise<StartSessionResult> {
     // Service workers would bypass the navigation guard of REAL pages.
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     let env: SessionEnv | undefined;
@@ -470,10 +465,7 @@ export class SessionManager {
     // A retry of a step that already ran must not act twice.
     if (s.applied === input.index + 1 && s.last) return s.last;
     if (s.applied !== input.index) {
-      throw ApplicationFailure.retryable(
-        `session ${s.id} has applied ${s.applied} actions, the episode expects ${input.index}`,
-        'SessionLost',
-      );
+      throw ApplicationFailure.retryable(`session ${s.id} has applied ${s.applied} actions, the episode expects ${input.index}`, 'SessionLost');
     }
     const out: StepOutcome & { finalStateRef?: string } = await s.env.step(input.action as Action);
     const after = await this.rewardView(s.env, out.observation);

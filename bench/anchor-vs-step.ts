@@ -19,7 +19,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startOrAttachTrain } from '../client/train';
-import { parseMetricsJsonl } from '../lib/run-metrics';
+import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { scriptedPolicy, stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack } from '../testing/stack';
@@ -55,7 +55,7 @@ async function main() {
       });
       const { handle } = await startOrAttachTrain(stack.client, cfg);
       await handle.result();
-      const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
+      const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
       const measured = lines.length > 1 ? lines.slice(1) : lines;
       const last = lines[lines.length - 1];
       rows.push({

@@ -8,7 +8,10 @@ export function median(xs: number[]): number {
 }
 
 /** The 1, 5 and 15 minute load averages: a result taken on a busy machine says so next to it. */
-export const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+export const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
 export const machine = () => `${cpus().length}-core CPU VM (${cpus()[0]?.model ?? '?'})`;
 /** Milliseconds as seconds. */
 export const fmt = (msv: number, digits = 2) => (msv / 1000).toFixed(digits);

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { BlobStore, blobStoreFor } from '../blob/store';
+import { type BlobStore, blobStoreFor } from '../blob/store';
 import { SessionManager } from '../activities/session';
 import { createControlActivities } from '../activities/control';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
@@ -58,13 +58,28 @@ async function timed<T>(f: () => Promise<T>): Promise<[T, number]> {
 async function pool<T>(items: T[], c: number, f: (x: T) => Promise<unknown>): Promise<number> {
   const t0 = performance.now();
   let next = 0;
-  await Promise.all(Array.from({ length: c }, async () => {
-    while (next < items.length) await f(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: c }, async () => {
+      while (next < items.length) await f(items[next++]);
+    }),
+  );
   return performance.now() - t0;
 }
 
-interface Row { backend: string; image: string; kb: number; putMed: number; putP90: number; getMed: number; getP90: number; putPerS: number; putMBs: number; getPerS: number; getMBs: number; dupPut: number }
+interface Row {
+  backend: string;
+  image: string;
+  kb: number;
+  putMed: number;
+  putP90: number;
+  getMed: number;
+  getP90: number;
+  putPerS: number;
+  putMBs: number;
+  getPerS: number;
+  getMBs: number;
+  dupPut: number;
+}
 
 async function micro(backend: string, store: BlobStore, image: string, base: Buffer): Promise<Row> {
   const seq = variants(base, N, `${backend}-${image}-seq`);
@@ -85,9 +100,17 @@ async function micro(backend: string, store: BlobStore, image: string, base: Buf
   const getWall = await pool(parRefs, C, (r) => store.get(r));
   const mb = (N * base.length) / 1e6;
   return {
-    backend, image, kb: base.length / 1024,
-    putMed: median(puts), putP90: p90(puts), getMed: median(gets), getP90: p90(gets),
-    putPerS: N / (putWall / 1000), putMBs: mb / (putWall / 1000), getPerS: N / (getWall / 1000), getMBs: mb / (getWall / 1000),
+    backend,
+    image,
+    kb: base.length / 1024,
+    putMed: median(puts),
+    putP90: p90(puts),
+    getMed: median(gets),
+    getP90: p90(gets),
+    putPerS: N / (putWall / 1000),
+    putMBs: mb / (putWall / 1000),
+    getPerS: N / (getWall / 1000),
+    getMBs: mb / (getWall / 1000),
     dupPut: median(dup),
   };
 }
@@ -145,7 +168,16 @@ async function episodeShare(backend: string, store: BlobStore, policyUrl: string
         if (out.done || isTerminal(action)) break;
       }
       await manager.close(s.sessionId);
-      await control.recordTrajectory({ workflowId: `bench-${e}`, task: input.task, policyModel: input.policy.model, initial: s.observation, steps: [], success: false, reward: 0, reason: null });
+      await control.recordTrajectory({
+        workflowId: `bench-${e}`,
+        task: input.task,
+        policyModel: input.policy.model,
+        initial: s.observation,
+        steps: [],
+        success: false,
+        reward: 0,
+        reason: null,
+      });
       const wall = performance.now() - t0;
       if (e === 0) continue; // warm-up: browser start
       walls.push(wall);
@@ -170,7 +202,13 @@ async function main() {
     const local = blobStoreFor(home, {});
     const remote = blobStoreFor(home, { ...process.env, ...s3.env('bench') });
     // A real MiniWoB++ screenshot, taken through the session code.
-    const probe = new SessionManager({ blobs: local, miniwobBaseUrl: miniwob.baseUrl, miniwobTasks: listMiniwobTasks(findMiniwobHtml()), workerTaskQueue: 'bench', workerName: 'probe' });
+    const probe = new SessionManager({
+      blobs: local,
+      miniwobBaseUrl: miniwob.baseUrl,
+      miniwobTasks: listMiniwobTasks(findMiniwobHtml()),
+      workerTaskQueue: 'bench',
+      workerName: 'probe',
+    });
     const s = await probe.start({ spec: { env: 'miniwob', task: values.task!, seed: 1 }, replay: [], episodeId: 'probe', rewardWeights: parseConfig({}).rewards });
     const miniwobPng = await local.get(s.observation.screenshotRef);
     await probe.close(s.sessionId);
@@ -178,7 +216,10 @@ async function main() {
     const realSized = Buffer.concat([miniwobPng.subarray(0, 8), randomBytes(250 * 1024)]);
 
     const rows: Row[] = [];
-    for (const [backend, store] of [['folder', local], ['s3 (moto)', remote]] as const) {
+    for (const [backend, store] of [
+      ['folder', local],
+      ['s3 (moto)', remote],
+    ] as const) {
       rows.push(await micro(backend, store, 'miniwob', miniwobPng));
       rows.push(await micro(backend, store, 'real-sized', realSized));
     }
@@ -188,11 +229,16 @@ async function main() {
     console.log('| backend | image | KiB | put ms (median / p90) | get ms (median / p90) | put again (exists) ms | puts/s | put MB/s | gets/s | get MB/s |');
     console.log('|---|---|---|---|---|---|---|---|---|---|');
     for (const r of rows) {
-      console.log(`| ${r.backend} | ${r.image} | ${r.kb.toFixed(1)} | ${ms(r.putMed)} / ${ms(r.putP90)} | ${ms(r.getMed)} / ${ms(r.getP90)} | ${ms(r.dupPut)} | ${r.putPerS.toFixed(0)} | ${r.putMBs.toFixed(1)} | ${r.getPerS.toFixed(0)} | ${r.getMBs.toFixed(1)} |`);
+      console.log(
+        `| ${r.backend} | ${r.image} | ${r.kb.toFixed(1)} | ${ms(r.putMed)} / ${ms(r.putP90)} | ${ms(r.getMed)} / ${ms(r.getP90)} | ${ms(r.dupPut)} | ${r.putPerS.toFixed(0)} | ${r.putMBs.toFixed(1)} | ${r.getPerS.toFixed(0)} | ${r.getMBs.toFixed(1)} |`,
+      );
     }
 
     const shares = [];
-    for (const [backend, store] of [['folder', blobStoreFor(home, {})], ['s3 (moto)', blobStoreFor(home, { ...process.env, ...s3.env('bench-ep') })]] as const) {
+    for (const [backend, store] of [
+      ['folder', blobStoreFor(home, {})],
+      ['s3 (moto)', blobStoreFor(home, { ...process.env, ...s3.env('bench-ep') })],
+    ] as const) {
       shares.push(await episodeShare(backend, store, policy.url, miniwob.baseUrl));
     }
     console.log('');

@@ -50,13 +50,25 @@ def main() -> int:
     per_token = {"constrained": [], "unconstrained": []}
     for r in range(args.rounds + 1):
         t0 = time.perf_counter()
-        out = learner.sample_actions(SampleActionsInput(run_id="bench", prompt_ref=prompt_ref, n=args.n, temperature=1.0,
-                                                        max_tokens=128, seed=r, grammar_ref=grammar_ref)).completions
+        out = learner.sample_actions(
+            SampleActionsInput(
+                run_id="bench",
+                prompt_ref=prompt_ref,
+                n=args.n,
+                temperature=1.0,
+                max_tokens=128,
+                seed=r,
+                grammar_ref=grammar_ref,
+            )
+        ).completions
         tc = time.perf_counter() - t0
         longest = max(len(c.token_ids) for c in out)
         t0 = time.perf_counter()
-        free = learner.sample_actions(SampleActionsInput(run_id="bench", prompt_ref=prompt_ref, n=args.n, temperature=1.0,
-                                                         max_tokens=longest, seed=r)).completions
+        free = learner.sample_actions(
+            SampleActionsInput(
+                run_id="bench", prompt_ref=prompt_ref, n=args.n, temperature=1.0, max_tokens=longest, seed=r
+            )
+        ).completions
         tu = time.perf_counter() - t0
         if r == 0:
             continue  # warm-up: compiles the grammar, fills caches

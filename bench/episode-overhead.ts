@@ -20,7 +20,12 @@ import { startInProcessSessions } from './in-process-sessions';
 import { activityInterval, readRun, unionLength } from './temporal-history';
 
 const { values } = parseArgs({
-  options: { repeats: { type: 'string', default: '5' }, task: { type: 'string', default: 'click-checkboxes' }, steps: { type: 'string', default: '10' }, 'policy-latency-ms': { type: 'string', default: '0' } },
+  options: {
+    repeats: { type: 'string', default: '5' },
+    task: { type: 'string', default: 'click-checkboxes' },
+    steps: { type: 'string', default: '10' },
+    'policy-latency-ms': { type: 'string', default: '0' },
+  },
 });
 const repeats = Number(values.repeats);
 const maxSteps = Number(values.steps);
@@ -45,7 +50,16 @@ async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionM
     if (out.done || isTerminal(action)) break;
   }
   await manager.close(s.sessionId);
-  await control.recordTrajectory({ workflowId: 'bench', task: input.task, policyModel: input.policy.model, initial: s.observation, steps: [], success: false, reward: 0, reason: null });
+  await control.recordTrajectory({
+    workflowId: 'bench',
+    task: input.task,
+    policyModel: input.policy.model,
+    initial: s.observation,
+    steps: [],
+    success: false,
+    reward: 0,
+    reason: null,
+  });
   return steps;
 }
 
@@ -82,7 +96,11 @@ async function main() {
       // Temporal's share read from the episode's own history: the time no activity ran (workflow tasks,
       // dispatch) over the history's span. Unlike the ratio, it does not depend on the plain loop's run.
       const run = await readRun(stack.client, `bench-${n - 1}-${r}`);
-      const busy = unionLength(run.activities.map((a) => activityInterval(a)).filter((x): x is [number, number] => x !== undefined), run.start, run.end);
+      const busy = unionLength(
+        run.activities.map((a) => activityInterval(a)).filter((x): x is [number, number] => x !== undefined),
+        run.start,
+        run.end,
+      );
       const share = 1 - busy / (run.end - run.start);
       if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
       if (r === 0) continue;

@@ -1,5 +1,5 @@
 /**
- * What does step grouping cost in the browser? At step k, `runGroup` (workflows/episode.ts) forks N sessions
+ * What does step grouping cost in the browser? At step k, `runGroup` (workflows/episode-group.ts) forks N sessions
  * with `startSession({ replay: actionPath })`, all at once. MiniWoB++ has no storage snapshot to restore, so a
  * fork is always: new browser context → reset(task, seed) → replay the k actions → observe. This bench runs
  * that with an in-process SessionManager (as bench/episode-overhead.ts does, no Temporal) and prints, per k,
@@ -51,10 +51,7 @@ const repeats = Number(values.repeats);
 const N = Number(values.n);
 const ks = values.ks!.split(',').map(Number);
 const spec = { env: 'miniwob' as const, task: values.task!, seed: Number(values.seed) };
-const action: Action =
-  values.action === 'scroll'
-    ? { type: 'scroll', direction: 'down', amount: 300 }
-    : { type: 'click', x: 900, y: 500, button: 'left', count: 1 };
+const action: Action = values.action === 'scroll' ? { type: 'scroll', direction: 'down', amount: 300 } : { type: 'click', x: 900, y: 500, button: 'left', count: 1 };
 
 const secs = (ms: number) => fmt(ms, 3);
 
@@ -62,8 +59,7 @@ async function main() {
   const sessions = await startInProcessSessions();
   const { manager } = sessions;
   const rewardWeights = parseRewardWeights({});
-  const start = (k: number) =>
-    manager.start({ spec, replay: Array.from({ length: k }, () => action), episodeId: 'bench-fork', rewardWeights });
+  const start = (k: number) => manager.start({ spec, replay: Array.from({ length: k }, () => action), episodeId: 'bench-fork', rewardWeights });
 
   const plainStep: number[] = [];
   const fork: Record<number, { all: number[]; each: number[]; single: number[]; loads: string[] }> = {};
@@ -127,14 +123,14 @@ async function main() {
   );
   console.log('MiniWoB++ has no storage snapshot: every fork is a new context + reset + replay of the k actions + observe.');
   console.log('');
-  console.log(`| k (actions replayed) | ${N} forks at once, wall s | per fork latency s (in the ${N}) | 1 fork alone s | one plain step s | ${N} forks / plain step | load avg 1/5/15 min |`);
+  console.log(
+    `| k (actions replayed) | ${N} forks at once, wall s | per fork latency s (in the ${N}) | 1 fork alone s | one plain step s | ${N} forks / plain step | load avg 1/5/15 min |`,
+  );
   console.log('|---|---|---|---|---|---|---|');
   for (const k of ks) {
     const f = fork[k];
     const all = median(f.all);
-    console.log(
-      `| ${k} | ${secs(all)} | ${secs(median(f.each))} | ${secs(median(f.single))} | ${secs(step)} | ${(all / step).toFixed(1)}x | ${f.loads.at(-1)} |`,
-    );
+    console.log(`| ${k} | ${secs(all)} | ${secs(median(f.each))} | ${secs(median(f.single))} | ${secs(step)} | ${(all / step).toFixed(1)}x | ${f.loads.at(-1)} |`);
   }
   if (ks.length >= 2) {
     const [a, b] = [ks[0], ks[ks.length - 1]];
@@ -212,7 +208,9 @@ async function mainReal() {
   for (const k of ks) {
     const c = cost[k]!;
     const kept = c.kinds.filter((x) => x === 'snapshot').length;
-    console.log(`| ${k} | ${secs(median(c.replay))} | ${secs(median(c.snapshot))} | ${(median(c.replay) / median(c.snapshot)).toFixed(1)}x | ${k === 0 ? 'n/a (reset)' : `${kept}/${c.kinds.length}`} |`);
+    console.log(
+      `| ${k} | ${secs(median(c.replay))} | ${secs(median(c.snapshot))} | ${(median(c.replay) / median(c.snapshot)).toFixed(1)}x | ${k === 0 ? 'n/a (reset)' : `${kept}/${c.kinds.length}`} |`,
+    );
   }
   console.log(`load avg at the end ${load()}`);
 }

@@ -84,13 +84,17 @@ function analyse(it: Iteration, iteration: number, loadAt: (t: number) => string
 function gapLabels(it: Iteration): Map<string, number> {
   const { start, end } = it.parent;
   const acts = it.activities.filter((a) => activityInterval(a));
-  const merged = mergeIntervals(acts.map((a) => activityInterval(a)!), start, end);
+  const merged = mergeIntervals(
+    acts.map((a) => activityInterval(a)!),
+    start,
+    end,
+  );
   const out = new Map<string, number>();
   let prevEnd = start;
   let prevLabel = 'run start';
   for (const [a, b] of [...merged, [end, end] as Interval]) {
     if (a > prevEnd) {
-      const next = a === end ? 'run end' : acts.find((x) => x.started === a)?.type ?? '?';
+      const next = a === end ? 'run end' : (acts.find((x) => x.started === a)?.type ?? '?');
       const label = `${prevLabel} → ${next}`;
       out.set(label, (out.get(label) ?? 0) + (a - prevEnd));
     }
@@ -142,7 +146,9 @@ function report(mode: string, stats: IterationStats[]) {
   console.log('');
   console.log(`### ${mode}: per activity type (iterations 2..${stats.length}; per iteration = total / ${m.length})`);
   console.log('');
-  console.log('| activity | runs per iteration | activity-seconds per iteration | median run s | busy share of wall (union of that type, median) | median schedule→start s | not completed |');
+  console.log(
+    '| activity | runs per iteration | activity-seconds per iteration | median run s | busy share of wall (union of that type, median) | median schedule→start s | not completed |',
+  );
   console.log('|---|---|---|---|---|---|---|');
   const rows = [...types.entries()].sort((a, b) => b[1].sum - a[1].sum);
   for (const [type, t] of rows) {

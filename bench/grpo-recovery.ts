@@ -95,8 +95,11 @@ function config(stack: TestStack, profile: Profile, policy: 'colocated' | 'scrip
 type Pending = { type: string; state: number };
 
 async function pendingOf(stack: TestStack, workflowId: string): Promise<Pending[] | undefined> {
-  const d = await stack.client.workflow.getHandle(workflowId).describe().catch(() => undefined);
-  if (!d || d.status.name !== 'RUNNING') return undefined;
+  const d = await stack.client.workflow
+    .getHandle(workflowId)
+    .describe()
+    .catch(() => undefined);
+  if (d?.status.name !== 'RUNNING') return undefined;
   return (d.raw.pendingActivities ?? []).map((a) => ({ type: a.activityType?.name ?? '?', state: Number(a.state) }));
 }
 
@@ -127,7 +130,10 @@ async function waitFor(
       if (p && pred(p)) return it;
       if (!p) {
         // Not started yet, or finished: move on when the next iteration's episode exists.
-        const next = await stack.client.workflow.getHandle(`${runId}-it${it + 1}-ep0`).describe().catch(() => undefined);
+        const next = await stack.client.workflow
+          .getHandle(`${runId}-it${it + 1}-ep0`)
+          .describe()
+          .catch(() => undefined);
         if (next) it++;
       }
     }
@@ -135,10 +141,7 @@ async function waitFor(
   }
 }
 
-async function killAndRestart(
-  stack: TestStack,
-  which: ('browser' | 'learner')[],
-): Promise<{ kill: number; spawn: number; ready: number; readyBy: Record<string, number> }> {
+async function killAndRestart(stack: TestStack, which: ('browser' | 'learner')[]): Promise<{ kill: number; spawn: number; ready: number; readyBy: Record<string, number> }> {
   const victims = which.map((w) => stack.workers.find((p) => alive(p) && (w === 'browser' ? isBrowser(p) : isLearner(p)))!);
   const kill = Date.now();
   for (const v of victims) v.kill('SIGKILL');
@@ -176,8 +179,7 @@ async function measure(stack: TestStack, runId: string, fromRunId: string, s: Sa
     const chain = await readChain(stack.client, runId, fromRunId);
     const acts: ActivityRun[] = [];
     for (const r of chain) acts.push(...(await readIteration(stack.client, r)).activities);
-    const after = (t: number, f: (a: ActivityRun) => boolean) =>
-      acts.filter((a) => a.outcome === 'completed' && a.ended! > t && f(a)).sort((a, b) => a.ended! - b.ended!)[0];
+    const after = (t: number, f: (a: ActivityRun) => boolean) => acts.filter((a) => a.outcome === 'completed' && a.ended! > t && f(a)).sort((a, b) => a.ended! - b.ended!)[0];
     // Attempts that fail by timeout do not reach the history until the activity's last attempt: a retried
     // activity shows as one event with attempt > 1, whose start is the retry (detection + retry interval).
     const det: { at: number; what: string }[] = [];
@@ -286,7 +288,9 @@ async function main() {
   console.log('');
   console.log('Each kill: SIGKILL, new processes spawned at once ("restart"); times in s after the restart unless said otherwise.');
   console.log('');
-  console.log('| profile | scenario | killed while | iteration | workers polling again | detected (first timeout) after kill | progress: next activity done | which | moved on | which | load avg 1/5/15 |');
+  console.log(
+    '| profile | scenario | killed while | iteration | workers polling again | detected (first timeout) after kill | progress: next activity done | which | moved on | which | load avg 1/5/15 |',
+  );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const s of samples) {
     console.log(
@@ -315,7 +319,11 @@ async function main() {
       const s = samples.find((x) => x.profile === profile && x.scenario === scenario);
       if (!s) continue;
       console.log('');
-      console.log(`${profile} / ${scenario} (iteration ${s.iteration}; restart at +${fmt(s.spawn - s.kill)} s, workers polling: ${Object.entries(s.readyBy).map(([k, v]) => `${k} +${fmt(v - s.kill)}`).join(', ')})`);
+      console.log(
+        `${profile} / ${scenario} (iteration ${s.iteration}; restart at +${fmt(s.spawn - s.kill)} s, workers polling: ${Object.entries(s.readyBy)
+          .map(([k, v]) => `${k} +${fmt(v - s.kill)}`)
+          .join(', ')})`,
+      );
       console.log('```');
       console.log('  sched  start    end');
       for (const line of s.timeline) console.log(line);

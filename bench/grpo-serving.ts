@@ -112,7 +112,11 @@ async function measure(stack: TestStack, vllm: FakeVllmServer, mode: 'served' | 
   for (const [i, run] of (await readChain(stack.client, runId, firstRunId)).entries()) {
     const it = await readIteration(stack.client, run);
     const { start, end } = it.parent;
-    const busy = unionLength(it.activities.map((a) => activityInterval(a)).filter((x): x is Interval => !!x), start, end);
+    const busy = unionLength(
+      it.activities.map((a) => activityInterval(a)).filter((x): x is Interval => !!x),
+      start,
+      end,
+    );
     rows.push({
       iteration: i + 1,
       wall: end - start,
@@ -133,7 +137,9 @@ function report(mode: string, rows: Row[]) {
   console.log('| iteration | wall s | outside activities | policy calls | adapter load s (after the update) | adapter reloads s (after a restart) |');
   console.log('|---|---|---|---|---|---|');
   for (const r of rows) {
-    console.log(`| ${r.iteration}${r.iteration === 1 ? ' (warm-up)' : ''} | ${fmt(r.wall)} | ${(r.share * 100).toFixed(1)}% | ${r.policyCalls} | ${r.loadS.toFixed(3)} | ${r.reloadS.toFixed(3)} |`);
+    console.log(
+      `| ${r.iteration}${r.iteration === 1 ? ' (warm-up)' : ''} | ${fmt(r.wall)} | ${(r.share * 100).toFixed(1)}% | ${r.policyCalls} | ${r.loadS.toFixed(3)} | ${r.reloadS.toFixed(3)} |`,
+    );
   }
   console.log(
     `| **median 2..${rows.length}** | ${fmt(median(m.map((r) => r.wall)))} | **${(median(m.map((r) => r.share)) * 100).toFixed(1)}%** | | ${median(m.map((r) => r.loadS)).toFixed(3)} | ${median(m.map((r) => r.reloadS)).toFixed(3)} |`,

@@ -58,16 +58,38 @@ from halo_learner.sampling import sample  # noqa: E402
 # Qwen/Qwen3-VL-8B-Instruct config.json (research notes §1.2). Token ids of the special tokens are taken
 # from the local tokenizer instead (same roles; the id values do not change any cost).
 QWEN3_VL_8B_TEXT = dict(
-    hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-    num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=262144, rms_norm_eps=1e-6,
-    hidden_act="silu", attention_bias=False, tie_word_embeddings=False,
-    rope_parameters={"rope_type": "default", "mrope_interleaved": True, "mrope_section": [24, 20, 20],
-                     "rope_theta": 5000000.0},
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=262144,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    attention_bias=False,
+    tie_word_embeddings=False,
+    rope_parameters={
+        "rope_type": "default",
+        "mrope_interleaved": True,
+        "mrope_section": [24, 20, 20],
+        "rope_theta": 5000000.0,
+    },
 )
 QWEN3_VL_8B_VISION = dict(
-    depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16, spatial_merge_size=2,
-    temporal_patch_size=2, out_hidden_size=4096, num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24],
-    hidden_act="gelu_pytorch_tanh", in_channels=3,
+    depth=27,
+    hidden_size=1152,
+    intermediate_size=4304,
+    num_heads=16,
+    patch_size=16,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    out_hidden_size=4096,
+    num_position_embeddings=2304,
+    deepstack_visual_indexes=[8, 16, 24],
+    hidden_act="gelu_pytorch_tanh",
+    in_channels=3,
 )
 # preprocessor_config.json of the Qwen3-VL family: min 256^2, max 4096^2 pixels.
 QWEN3_VL_MIN_PIXELS, QWEN3_VL_MAX_PIXELS = 65536, 16777216
@@ -92,16 +114,24 @@ def build(smoke: bool):
         cfg = Qwen3VLConfig(
             text_config=dict(QWEN3_VL_8B_TEXT, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"]),
             vision_config=QWEN3_VL_8B_VISION,
-            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+            image_token_id=ids["<|image_pad|>"],
+            video_token_id=ids["<|video_pad|>"],
+            vision_start_token_id=ids["<|vision_start|>"],
+            vision_end_token_id=ids["<|vision_end|>"],
             tie_word_embeddings=False,
         )
         device, dtype = torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)
     with torch.device(device):
         base = Qwen3VLForConditionalGeneration._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
-    policy = wrap_lora(base, processor, model_id="qwen3-vl-8b-random" if not smoke else "tiny-random",
-                       lora=LoraSettings(rank=16, alpha=32), device=device, dtype=dtype)
+    policy = wrap_lora(
+        base,
+        processor,
+        model_id="qwen3-vl-8b-random" if not smoke else "tiny-random",
+        lora=LoraSettings(rank=16, alpha=32),
+        device=device,
+        dtype=dtype,
+    )
     return policy
 
 
@@ -118,11 +148,18 @@ def screenshot_ref(blobs: BlobStore, w: int, h: int, seed: int) -> str:
 def user_text(tokenizer, target_tokens: int, seed: int) -> str:
     rnd = random.Random(seed)
     roles = ["button", "link", "textbox", "checkbox", "heading", "combobox"]
-    lines = [f"Goal: complete form {seed} and press Submit", "URL: http://localhost/miniwob/form.html", "Step: 3",
-             "", "Accessibility tree:"]
+    lines = [
+        f"Goal: complete form {seed} and press Submit",
+        "URL: http://localhost/miniwob/form.html",
+        "Step: 3",
+        "",
+        "Accessibility tree:",
+    ]
     text = ""
     for i in range(400):
-        lines.append(f'[{i}] {rnd.choice(roles)} "item {rnd.randrange(1000)}" @({rnd.randrange(1000)},{rnd.randrange(1000)})')
+        lines.append(
+            f'[{i}] {rnd.choice(roles)} "item {rnd.randrange(1000)}" @({rnd.randrange(1000)},{rnd.randrange(1000)})'
+        )
         candidate = "\n".join(lines + ["", "Previous actions: none", "", "What is the next action?"])
         if len(tokenizer(candidate)["input_ids"]) > target_tokens:
             break
@@ -135,17 +172,25 @@ def make_batch(policy, blobs, groups: int, group_size: int, completion_len: int,
     vocab = policy.model.base_model.model.config.text_config.vocab_size
     samples = []
     for g in range(groups):
-        m = [{"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
-             {"role": "user", "content": [{"type": "image", "ref": screenshot_ref(blobs, 1280, 720, seed * 100 + g)},
-                                          {"type": "text", "text": user_text(policy.tokenizer, text_tokens, g)}]}]
+        m = [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "ref": screenshot_ref(blobs, 1280, 720, seed * 100 + g)},
+                    {"type": "text", "text": user_text(policy.tokenizer, text_tokens, g)},
+                ],
+            },
+        ]
         prompt = encode_prompt(policy.processor, m, blobs)
         rewards = [rnd.random() for _ in range(group_size)]
         mean = sum(rewards) / group_size
         for r in rewards:
             n = rnd.randint(completion_len - 5, completion_len + 5)
             ids = [rnd.randrange(10, vocab) for _ in range(n)]
-            samples.append(GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=ids, advantage=r - mean,
-                                      old_logprobs=None))
+            samples.append(
+                GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=ids, advantage=r - mean, old_logprobs=None)
+            )
     return samples
 
 
@@ -166,8 +211,18 @@ def run_mode(policy, batches, prefix_sharing: bool, micro_batch: int, warmup: in
     for i, batch in enumerate(batches):
         sync(policy)
         t0 = time.perf_counter()
-        st = grpo_step(policy, opt, batch, clip_eps=0.2, kl_coef=0.001, temperature=0.7, max_grad_norm=1.0,
-                       max_completion_len=None, micro_batch=micro_batch, prefix_sharing=prefix_sharing)
+        st = grpo_step(
+            policy,
+            opt,
+            batch,
+            clip_eps=0.2,
+            kl_coef=0.001,
+            temperature=0.7,
+            max_grad_norm=1.0,
+            max_completion_len=None,
+            micro_batch=micro_batch,
+            prefix_sharing=prefix_sharing,
+        )
         sync(policy)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
@@ -206,8 +261,15 @@ def logprob_check(policy, blobs, completion_len: int, text_tokens: int, group_si
     d = (packed - padded)[m].abs()
     floor = (alone - padded)[m].abs()
     moved = (padded - base)[m].abs()
-    return dict(completion_len=completion_len, tokens=int(m.sum()), max_abs=float(d.max()), mean_abs=float(d.mean()),
-                floor_max=float(floor.max()), floor_mean=float(floor.mean()), adapter_effect=float(moved.mean()))
+    return dict(
+        completion_len=completion_len,
+        tokens=int(m.sum()),
+        max_abs=float(d.max()),
+        mean_abs=float(d.mean()),
+        floor_max=float(floor.max()),
+        floor_mean=float(floor.mean()),
+        adapter_effect=float(moved.mean()),
+    )
 
 
 def real_shape(args, policy, blobs) -> int:
@@ -217,16 +279,24 @@ def real_shape(args, policy, blobs) -> int:
     cuda = policy.device.type == "cuda"
     dev = torch.cuda.get_device_name() if cuda else "CPU (smoke, tiny random model)"
     total = torch.cuda.get_device_properties(0).total_memory if cuda else 0
-    print(f"\n## learner_grpo --real-shape: {dev} ({total / GIB:.1f} GiB), torch {torch.__version__}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n", flush=True)
+    print(
+        f"\n## learner_grpo --real-shape: {dev} ({total / GIB:.1f} GiB), torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n",
+        flush=True,
+    )
     perturb_adapter(policy, args.perturb)
-    print("| (d) bf16 packed vs. padded | tokens | max abs diff | mean abs diff | padded alone vs. batched: max | "
-          "mean | mean abs adapter effect |")
+    print(
+        "| (d) bf16 packed vs. padded | tokens | max abs diff | mean abs diff | padded alone vs. batched: max | "
+        "mean | mean abs adapter effect |"
+    )
     print("|---|---|---|---|---|---|---|")
     for n in (30, 256):
         r = logprob_check(policy, blobs, n, args.text_tokens)
-        print(f"| 8 completions of ~{n} tokens | {r['tokens']} | {r['max_abs']:.4f} | {r['mean_abs']:.5f} | "
-              f"{r['floor_max']:.4f} | {r['floor_mean']:.5f} | {r['adapter_effect']:.4f} |", flush=True)
+        print(
+            f"| 8 completions of ~{n} tokens | {r['tokens']} | {r['max_abs']:.4f} | {r['mean_abs']:.5f} | "
+            f"{r['floor_max']:.4f} | {r['floor_mean']:.5f} | {r['adapter_effect']:.4f} |",
+            flush=True,
+        )
 
     budget = budget_bytes(policy.device)
     if cuda:
@@ -239,23 +309,33 @@ def real_shape(args, policy, blobs) -> int:
         for smp in b:  # lengths spread over 1..maxTokens, as sampled completions are
             smp.ids = smp.ids[: rnd.randint(max_len // 4, max_len)]
         batches.append(b)
-    print(f"\nbudget {(budget or 0) / GIB:.1f} GiB (what vLLM at --gpu-memory-utilization 0.5 leaves; the process is "
-          f"capped there); per step {groups} prompts x {size} completions, prompt {len(batches[0][0].prompt)} "
-          f"tokens, completions {max_len // 4}..{max_len} tokens, kl_coef 0.001, max_completion_len {max_len}\n")
-    print("| (e) mode | chunk (planned) | estimated peak GiB | step s | completions/s | completion tokens/s | "
-          "peak GPU mem GiB | OOM retries | activation bytes/token measured (model) |")
+    print(
+        f"\nbudget {(budget or 0) / GIB:.1f} GiB (what vLLM at --gpu-memory-utilization 0.5 leaves; the process is "
+        f"capped there); per step {groups} prompts x {size} completions, prompt {len(batches[0][0].prompt)} "
+        f"tokens, completions {max_len // 4}..{max_len} tokens, kl_coef 0.001, max_completion_len {max_len}\n"
+    )
+    print(
+        "| (e) mode | chunk (planned) | estimated peak GiB | step s | completions/s | completion tokens/s | "
+        "peak GPU mem GiB | OOM retries | activation bytes/token measured (model) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for packed in (True, False):
-        shape = ([(len(b.prompt), [len(s.ids) for s in batches[0][i * size:(i + 1) * size]])
-                  for i, b in enumerate(batches[0][::size])] if packed
-                 else [(len(s.prompt), [len(s.ids)]) for s in batches[0]])
+        shape = (
+            [
+                (len(b.prompt), [len(s.ids) for s in batches[0][i * size : (i + 1) * size]])
+                for i, b in enumerate(batches[0][::size])
+            ]
+            if packed
+            else [(len(s.prompt), [len(s.ids)]) for s in batches[0]]
+        )
         mm = MemoryModel.from_policy(policy, packed)
         plan = plan_micro_batch(shape, size, budget, mm, packed)
         k, ooms = plan.micro_batch, 0
         while True:
             try:
-                opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=1e-5,
-                                        weight_decay=0.0)
+                opt = torch.optim.AdamW(
+                    [p for p in policy.model.parameters() if p.requires_grad], lr=1e-5, weight_decay=0.0
+                )
                 if cuda:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
@@ -263,8 +343,18 @@ def real_shape(args, policy, blobs) -> int:
                 for i, batch in enumerate(batches if packed else batches[: args.warmup + 1]):
                     sync(policy)
                     t0 = time.perf_counter()
-                    grpo_step(policy, opt, batch, clip_eps=0.2, kl_coef=0.001, temperature=0.7, max_grad_norm=1.0,
-                              max_completion_len=max_len, micro_batch=k, prefix_sharing=packed)
+                    grpo_step(
+                        policy,
+                        opt,
+                        batch,
+                        clip_eps=0.2,
+                        kl_coef=0.001,
+                        temperature=0.7,
+                        max_grad_norm=1.0,
+                        max_completion_len=max_len,
+                        micro_batch=k,
+                        prefix_sharing=packed,
+                    )
                     sync(policy)
                     if i >= args.warmup:
                         times.append(time.perf_counter() - t0)
@@ -284,20 +374,27 @@ def real_shape(args, policy, blobs) -> int:
         n = groups * size
         # Invert the memory model on the measured peak: what one token of the largest chunk really kept.
         chunks = []
-        for bt in (batches if packed else batches[: args.warmup + 1]):
+        for bt in batches if packed else batches[: args.warmup + 1]:
             if packed:
-                chunks += [(len(bt[i * size].prompt), [len(x.ids) for x in bt[i * size:(i + 1) * size][j:j + k]])
-                           for i in range(groups) for j in range(0, size, k)]
+                chunks += [
+                    (len(bt[i * size].prompt), [len(x.ids) for x in bt[i * size : (i + 1) * size][j : j + k]])
+                    for i in range(groups)
+                    for j in range(0, size, k)
+                ]
             else:
-                chunks += [(max(len(x.prompt) for x in bt[j:j + k]), [len(x.ids) for x in bt[j:j + k]])
-                           for j in range(0, len(bt), k)]
+                chunks += [
+                    (max(len(x.prompt) for x in bt[j : j + k]), [len(x.ids) for x in bt[j : j + k]])
+                    for j in range(0, len(bt), k)
+                ]
         worst = max((_chunk_shape(p_len, lens, packed) for p_len, lens in chunks), key=lambda t: t[0])
         peak = torch.cuda.max_memory_allocated() if cuda else 0
         measured = (peak - mm.resident_bytes - LOGIT_BYTES * worst[1] * mm.vocab) / worst[0] if cuda else float("nan")
-        print(f"| {'packed groups' if packed else 'padded baseline'} | {k} ({plan.micro_batch}) | "
-              f"{plan.peak_bytes / GIB:.1f} | {step:.2f} | {n / step:.2f} | {ctoks / len(times) / step:,.0f} | "
-              f"{peak / GIB if cuda else float('nan'):.1f} | {ooms} | {measured:,.0f} ({mm.act_bytes_per_token:,.0f}) |",
-              flush=True)
+        print(
+            f"| {'packed groups' if packed else 'padded baseline'} | {k} ({plan.micro_batch}) | "
+            f"{plan.peak_bytes / GIB:.1f} | {step:.2f} | {n / step:.2f} | {ctoks / len(times) / step:,.0f} | "
+            f"{peak / GIB if cuda else float('nan'):.1f} | {ooms} | {measured:,.0f} ({mm.act_bytes_per_token:,.0f}) |",
+            flush=True,
+        )
         del opt
     return 0
 
@@ -311,13 +408,24 @@ def main() -> int:
     ap.add_argument("--text-tokens", type=int, default=160, help="text tokens of the user message")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per mode (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--baseline-micro-batch", type=int, default=4,
-                    help="sequences per forward in the padded baseline (4 is the most an H100 fits unshared)")
+    ap.add_argument(
+        "--baseline-micro-batch",
+        type=int,
+        default=4,
+        help="sequences per forward in the padded baseline (4 is the most an H100 fits unshared)",
+    )
     ap.add_argument("--gen-tokens", type=int, default=30)
-    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                    help="also measure (b) with torch.compile'd decoder layers (compiles in the warm-up step)")
-    ap.add_argument("--real-shape", action="store_true",
-                    help="the bf16 packed-vs-padded check and the real config's step under the memory budget")
+    ap.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure (b) with torch.compile'd decoder layers (compiles in the warm-up step)",
+    )
+    ap.add_argument(
+        "--real-shape",
+        action="store_true",
+        help="the bf16 packed-vs-padded check and the real config's step under the memory budget",
+    )
     ap.add_argument("--max-tokens", type=int, default=256, help="--real-shape: policy.maxTokens")
     ap.add_argument("--perturb", type=float, default=0.02, help="--real-shape: std of the perturbed LoRA B")
     args = ap.parse_args()
@@ -341,34 +449,44 @@ def main() -> int:
         if args.smoke:
             args.max_tokens, args.steps = 16, 1
         return real_shape(args, policy, blobs)
-    batches = [make_batch(policy, blobs, args.groups, args.group_size, args.completion_len, args.text_tokens, s)
-               for s in range(args.warmup + args.steps)]
+    batches = [
+        make_batch(policy, blobs, args.groups, args.group_size, args.completion_len, args.text_tokens, s)
+        for s in range(args.warmup + args.steps)
+    ]
     prompt_tokens = len(batches[0][0].prompt)
     image_id = policy.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     image_tokens = int((batches[0][0].prompt.input_ids == image_id).sum())
     completions = len(batches[0])
-    comp_tokens = sum(len(s.ids) for b in batches[args.warmup:] for s in b) / args.steps
-    seq_tokens = sum(len(s.prompt) + len(s.ids) for b in batches[args.warmup:] for s in b) / args.steps
+    comp_tokens = sum(len(s.ids) for b in batches[args.warmup :] for s in b) / args.steps
+    seq_tokens = sum(len(s.prompt) + len(s.ids) for b in batches[args.warmup :] for s in b) / args.steps
 
     base_s, base_peak, base_losses = run_mode(policy, batches, False, args.baseline_micro_batch, args.warmup)
     ours_s, ours_peak, ours_losses = run_mode(policy, batches, True, args.group_size, args.warmup)
-    rows = [(f"(a) padded baseline, micro-batch {args.baseline_micro_batch}", base_s, base_peak, base_losses),
-            (f"(b) packed groups, chunk {args.group_size}, eager", ours_s, ours_peak, ours_losses)]
+    rows = [
+        (f"(a) padded baseline, micro-batch {args.baseline_micro_batch}", base_s, base_peak, base_losses),
+        (f"(b) packed groups, chunk {args.group_size}, eager", ours_s, ours_peak, ours_losses),
+    ]
     dev = torch.cuda.get_device_name() if policy.device.type == "cuda" else "CPU (smoke, tiny random model)"
-    header = (f"\n## learner_grpo: {dev}, torch {torch.__version__}, {policy.dtype}".replace("torch.", "")
-              + f"\n\nmodel built in {build_s:.1f}s; per step: {args.groups} prompts x {args.group_size} completions = "
-              f"{completions} completions; prompt {prompt_tokens} tokens ({image_tokens} image tokens); "
-              f"completions ~{args.completion_len} tokens; LoRA r=16 on q,k,v,o,gate,up,down; kl_coef 0.001 "
-              f"(reference pass included); {args.steps} timed steps after {args.warmup} warm-up\n")
+    header = (
+        f"\n## learner_grpo: {dev}, torch {torch.__version__}, {policy.dtype}".replace("torch.", "")
+        + f"\n\nmodel built in {build_s:.1f}s; per step: {args.groups} prompts x {args.group_size} completions = "
+        f"{completions} completions; prompt {prompt_tokens} tokens ({image_tokens} image tokens); "
+        f"completions ~{args.completion_len} tokens; LoRA r=16 on q,k,v,o,gate,up,down; kl_coef 0.001 "
+        f"(reference pass included); {args.steps} timed steps after {args.warmup} warm-up\n"
+    )
 
     def table():
         print(header)
-        print("| mode | step s | completions/s | sequence tokens/s | completion tokens/s | peak GPU mem GiB | "
-              "speed vs (a) | first-step loss |")
+        print(
+            "| mode | step s | completions/s | sequence tokens/s | completion tokens/s | peak GPU mem GiB | "
+            "speed vs (a) | first-step loss |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for name, s, peak, losses in rows:
-            print(f"| {name} | {s:.3f} | {completions / s:.2f} | {seq_tokens / s:,.0f} | {comp_tokens / s:,.0f} | "
-                  f"{peak:.1f} | {base_s / s:.2f}x | {losses[0]:.6f} |")
+            print(
+                f"| {name} | {s:.3f} | {completions / s:.2f} | {seq_tokens / s:,.0f} | {comp_tokens / s:,.0f} | "
+                f"{peak:.1f} | {base_s / s:.2f}x | {losses[0]:.6f} |"
+            )
         print("\ntargets for (b): >= 5x the completions/s of (a), peak <= 32 GiB\n", flush=True)
 
     table()
@@ -380,10 +498,9 @@ def main() -> int:
             compile_packed_layers(policy)
             # The warm-up step (not timed) compiles; dynamic lengths, so later groups do not recompile.
             c_s, c_peak, c_losses = run_mode(policy, batches, True, args.group_size, args.warmup)
-            rows.append((f"(b) packed groups, chunk {args.group_size}, compiled decoder layers", c_s, c_peak,
-                         c_losses))
+            rows.append((f"(b) packed groups, chunk {args.group_size}, compiled decoder layers", c_s, c_peak, c_losses))
             print(f"compiled mode total (compile + warm-up + timed steps): {time.perf_counter() - t1:.1f}s")
-        except Exception as e:  # keep the eager numbers if compilation fails on this machine
+        except Exception as e:  # noqa: BLE001 - keep the eager numbers if compilation fails on this machine
             print(f"compiled mode failed after {time.perf_counter() - t1:.1f}s: {type(e).__name__}: {e}")
         table()
 
@@ -403,11 +520,15 @@ def main() -> int:
     gen_s = (time.perf_counter() - t1) / gen_rounds
     gen_peak = torch.cuda.max_memory_allocated() / 2**30 if policy.device.type == "cuda" else float("nan")
 
-    print("\n| (c) colocated generation | n | new tokens/completion | s per prompt | completions/s | "
-          "generated tokens/s | peak GPU mem GiB |")
+    print(
+        "\n| (c) colocated generation | n | new tokens/completion | s per prompt | completions/s | "
+        "generated tokens/s | peak GPU mem GiB |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| shared-prefix sampler | {args.group_size} | {gen_tokens / gen_rounds / args.group_size:.0f} | "
-          f"{gen_s:.3f} | {args.group_size / gen_s:.2f} | {gen_tokens / gen_rounds / gen_s:,.0f} | {gen_peak:.1f} |")
+    print(
+        f"| shared-prefix sampler | {args.group_size} | {gen_tokens / gen_rounds / args.group_size:.0f} | "
+        f"{gen_s:.3f} | {args.group_size / gen_s:.2f} | {gen_tokens / gen_rounds / gen_s:,.0f} | {gen_peak:.1f} |"
+    )
     return 0
 
 

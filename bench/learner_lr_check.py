@@ -54,8 +54,16 @@ def rewarded(text: str) -> bool:
 def messages(image_ref: str) -> list[dict]:
     return [
         {"role": "system", "content": [{"type": "text", "text": "You are a web agent. Answer with one tool call."}]},
-        {"role": "user", "content": [{"type": "image", "ref": image_ref},
-                                     {"type": "text", "text": f"Goal: Click the button.\n\nAccessibility tree:\n{TREE}\n\nWhat is the next action?"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "ref": image_ref},
+                {
+                    "type": "text",
+                    "text": f"Goal: Click the button.\n\nAccessibility tree:\n{TREE}\n\nWhat is the next action?",
+                },
+            ],
+        },
     ]
 
 
@@ -74,16 +82,27 @@ def sequence_logprob(learner: Learner, msgs, grammar_ref: str, ids: list[int], v
     return float(lp[m].sum())
 
 
-def run_lr(learner: Learner, lr: float, updates: int, n: int, eval_samples: int, max_tokens: int, run_id: str) -> list[dict]:
+def run_lr(
+    learner: Learner, lr: float, updates: int, n: int, eval_samples: int, max_tokens: int, run_id: str
+) -> list[dict]:
     blobs = learner.blobs
     msgs = messages(screenshot_ref(blobs, 1280, 720, 7))
     prompt_ref, grammar_ref = blobs.put_json(msgs), blobs.put_json(SCHEMA)
     curve = []
 
     def sample(version: int, k: int, seed: int):
-        return learner.sample_actions(SampleActionsInput(run_id=run_id, version=version, prompt_ref=prompt_ref, n=k,
-                                                         temperature=1.0, max_tokens=max_tokens, seed=seed,
-                                                         grammar_ref=grammar_ref)).completions
+        return learner.sample_actions(
+            SampleActionsInput(
+                run_id=run_id,
+                version=version,
+                prompt_ref=prompt_ref,
+                n=k,
+                temperature=1.0,
+                max_tokens=max_tokens,
+                seed=seed,
+                grammar_ref=grammar_ref,
+            )
+        ).completions
 
     # One rewarded completion the base policy samples (a tokenisation its grammar mask allows): its exact
     # log-probability is tracked next to the sampled share, which is noisy at a few dozen samples.
@@ -95,17 +114,36 @@ def run_lr(learner: Learner, lr: float, updates: int, n: int, eval_samples: int,
     for v in range(updates + 1):
         t0 = time.monotonic()
         ev = sample(v, eval_samples, 10_000 + v)
-        point = dict(update=v, p_rewarded=sum(rewarded(c.text) for c in ev) / len(ev),
-                     logp_probe=sequence_logprob(learner, msgs, grammar_ref, probe, v, run_id) if probe else None)
+        point = dict(
+            update=v,
+            p_rewarded=sum(rewarded(c.text) for c in ev) / len(ev),
+            logp_probe=sequence_logprob(learner, msgs, grammar_ref, probe, v, run_id) if probe else None,
+        )
         if v < updates:
             batch = sample(v, n, v)
             r = [1.0 if rewarded(c.text) else 0.0 for c in batch]
             mean = sum(r) / len(r)
-            items = [dict(prompt=msgs, completion=c.text, completion_token_ids=c.token_ids, old_logprobs=c.logprobs,
-                          advantage=x - mean, grammar_ref=grammar_ref) for c, x in zip(batch, r)]
+            items = [
+                dict(
+                    prompt=msgs,
+                    completion=c.text,
+                    advantage=x - mean,
+                    grammar_ref=grammar_ref,
+                    tokens_ref=blobs.put_json(
+                        {"token_ids": c.token_ids, "logprobs": c.logprobs, "grammar_ref": grammar_ref}
+                    ),
+                )
+                for c, x in zip(batch, r)
+            ]
             ref = blobs.put_json({"items": items, "max_completion_len": max_tokens})
-            out = learner.update_policy(UpdatePolicyInput(run_id=run_id, version=v + 1, batch_ref=ref,
-                                                          hyperparameters=dict(learning_rate=lr, temperature=1.0, kl_coef=0.0)))
+            out = learner.update_policy(
+                UpdatePolicyInput(
+                    run_id=run_id,
+                    version=v + 1,
+                    batch_ref=ref,
+                    hyperparameters=dict(learning_rate=lr, temperature=1.0, kl_coef=0.0),
+                )
+            )
             point.update(batch_rewarded=sum(r), grad_norm=round(out.grad_norm, 4), clip_fraction=out.clip_fraction)
         point["seconds"] = round(time.monotonic() - t0, 2)
         curve.append(point)
@@ -127,13 +165,16 @@ def main() -> int:
     policy = build(args.smoke)
     print(f"model built in {time.monotonic() - t0:.0f}s on {policy.device}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="halo-lr-check-"))
-    learner = Learner(policy, blobs=BlobStore(tmp / "blobs"), checkpoints=tmp / "checkpoints",
-                      settings=Settings(micro_batch=8))
+    learner = Learner(
+        policy, blobs=BlobStore(tmp / "blobs"), checkpoints=tmp / "checkpoints", settings=Settings(micro_batch=8)
+    )
     results = {}
     for i, lr in enumerate(float(x) for x in args.lrs.split(",")):
         adapters.reset_to_initial(policy, learner.optimizer)
         results[lr] = run_lr(learner, lr, args.updates, args.n, args.eval_samples, args.max_tokens, f"lr-check-{i}")
-    print("\nlearning rate | sampled share of rewarded actions at updates 0, 5, 10, 15, 20 | log p(rewarded probe) first -> last")
+    print(
+        "\nlearning rate | sampled share of rewarded actions at updates 0, 5, 10, 15, 20 | log p(rewarded probe) first -> last"
+    )
     for lr, curve in results.items():
         ps = [f"{c['p_rewarded']:.2f}" for c in curve if c["update"] % 5 == 0]
         lp = [c["logp_probe"] for c in curve if c["logp_probe"] is not None]

@@ -159,7 +159,9 @@ async function main() {
   }
   const pct = (x: number, of: number) => `${((x / of) * 100).toFixed(1)}%`;
   const perMin = (r: (typeof rows)[number]) => (r.sims / r.wall) * 60;
-  console.log(`mctsSearch on MiniWoB++ ${values.task} seed 1: ${sims} simulations, K=${values.k}, maxDepth ${values['max-depth']}, instant scripted policy and critic, ${repeats} run(s) per mode`);
+  console.log(
+    `mctsSearch on MiniWoB++ ${values.task} seed 1: ${sims} simulations, K=${values.k}, maxDepth ${values['max-depth']}, instant scripted policy and critic, ${repeats} run(s) per mode`,
+  );
   console.log(
     '| valueMode | parkedSessions | wall s | simulations/min | nodes | depth | restores | at node / stepped / reset / new (spares) | mean replay (actions) | restore share | step share | policy share | critic share | close share |',
   );
@@ -179,7 +181,7 @@ async function main() {
     console.log(`${mode}: simulations/min with parkedSessions ${parkedModes[1]} / with 0 = ${(mean(parkedModes[1]) / mean(0)).toFixed(2)}×`);
   }
   console.log(
-    'Restore share: the search\'s restore time (workflow clock: new sessions, in-place resets, parked sessions stepped forward) over wall time. ' +
+    "Restore share: the search's restore time (workflow clock: new sessions, in-place resets, parked sessions stepped forward) over wall time. " +
       'Other shares: activity time (scheduled → completed, from the histories; stepSession includes the forward steps) over wall time; closes overlap the next simulation.',
   );
 }

@@ -136,7 +136,13 @@ async function main(): Promise<void> {
   const blobsDir = join(stack.home, 'blobs');
   const metricsFile = join(stack.home, runId, 'metrics.jsonl');
   const metricsRows = (): { iteration: number }[] =>
-    existsSync(metricsFile) ? readFileSync(metricsFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { iteration: number }) : [];
+    existsSync(metricsFile)
+      ? readFileSync(metricsFile, 'utf8')
+          .trim()
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as { iteration: number })
+      : [];
 
   const t0 = Date.now();
   const end = t0 + minutes * 60_000;
@@ -247,7 +253,13 @@ async function main(): Promise<void> {
   console.log(`[${((Date.now() - t0) / 1000).toFixed(0)}s] stopping: run ${runId} and ${ep.inFlight.size} episodes in flight`);
   await run.signal(stopSignal).catch(() => undefined);
   const drainDeadline = Date.now() + 10 * 60_000;
-  const runResult = await Promise.race([run.result().then((r) => r as { iterations: number }, () => undefined), sleep(10 * 60_000).then(() => undefined)]);
+  const runResult = await Promise.race([
+    run.result().then(
+      (r) => r as { iterations: number },
+      () => undefined,
+    ),
+    sleep(10 * 60_000).then(() => undefined),
+  ]);
   while (ep.inFlight.size > 0 && Date.now() < drainDeadline) await sleep(500);
   const lost = ep.inFlight.size;
   const rows = metricsRows();
@@ -256,7 +268,12 @@ async function main(): Promise<void> {
 
   // Exactly once: adapters v1..vK, one metrics row per iteration.
   const runCk = join(stack.checkpoints, runId);
-  const versions = existsSync(runCk) ? readdirSync(runCk).filter((d) => /^v\d+$/.test(d)).map((d) => Number(d.slice(1))).sort((a, b) => a - b) : [];
+  const versions = existsSync(runCk)
+    ? readdirSync(runCk)
+        .filter((d) => /^v\d+$/.test(d))
+        .map((d) => Number(d.slice(1)))
+        .sort((a, b) => a - b)
+    : [];
   const iters = rows.map((r) => r.iteration);
   const dupIters = iters.filter((x, i) => iters.indexOf(x) !== i);
   const contiguous = (xs: number[]) => xs.every((x, i) => x === i + 1);

@@ -117,8 +117,7 @@ async function main() {
   }
   const wall = (s: number) => median(rows.filter((r) => r.maxStaleness === s).map((r) => r.wall));
   const half = Math.floor(iterations / 2);
-  const lateSuccess = (s: number) =>
-    median(rows.filter((r) => r.maxStaleness === s).map((r) => r.lines.slice(half).reduce((a, l) => a + l.success_rate, 0) / (iterations - half)));
+  const lateSuccess = (s: number) => median(rows.filter((r) => r.maxStaleness === s).map((r) => r.lines.slice(half).reduce((a, l) => a + l.success_rate, 0) / (iterations - half)));
   console.log('');
   for (const s of settings) {
     console.log(`maxStaleness ${s}: median wall ${wall(s).toFixed(1)} s, mean rollout success over iterations ${half + 1}..${iterations} ${lateSuccess(s).toFixed(2)}`);

@@ -85,11 +85,7 @@ export async function readRun(client: Client, workflowId: string, runId?: string
       case ET.EVENT_TYPE_ACTIVITY_TASK_FAILED:
       case ET.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
       case ET.EVENT_TYPE_ACTIVITY_TASK_CANCELED: {
-        const at =
-          e.activityTaskCompletedEventAttributes ??
-          e.activityTaskFailedEventAttributes ??
-          e.activityTaskTimedOutEventAttributes ??
-          e.activityTaskCanceledEventAttributes;
+        const at = e.activityTaskCompletedEventAttributes ?? e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes ?? e.activityTaskCanceledEventAttributes;
         const a = byScheduled.get(Number(at?.scheduledEventId));
         if (a) {
           a.ended = ms(e);

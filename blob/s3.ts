@@ -19,7 +19,13 @@ export function s3ClientFromEnv(env: NodeJS.ProcessEnv = process.env): S3Client 
     // Keys given in `env` are used as such; without them the SDK's default chain (process environment,
     // profiles, instance roles) applies.
     ...(env.AWS_ACCESS_KEY_ID && env.AWS_SECRET_ACCESS_KEY
-      ? { credentials: { accessKeyId: env.AWS_ACCESS_KEY_ID, secretAccessKey: env.AWS_SECRET_ACCESS_KEY, ...(env.AWS_SESSION_TOKEN ? { sessionToken: env.AWS_SESSION_TOKEN } : {}) } }
+      ? {
+          credentials: {
+            accessKeyId: env.AWS_ACCESS_KEY_ID,
+            secretAccessKey: env.AWS_SECRET_ACCESS_KEY,
+            ...(env.AWS_SESSION_TOKEN ? { sessionToken: env.AWS_SESSION_TOKEN } : {}),
+          },
+        }
       : {}),
     // Checksums only where the API requires them: several S3-compatible servers reject the SDK's default
     // trailing checksums.
@@ -31,7 +37,10 @@ export function s3ClientFromEnv(env: NodeJS.ProcessEnv = process.env): S3Client 
 }
 
 export class ObjectNotFoundError extends Error {
-  constructor(readonly key: string, where: string) {
+  constructor(
+    readonly key: string,
+    where: string,
+  ) {
     super(`object ${key} not found in ${where}`);
     this.name = 'ObjectNotFoundError';
   }
@@ -51,7 +60,10 @@ export class S3Objects {
   /** Servers that refuse `If-None-Match: *` (501/400 NotImplemented) get head-then-put from then on. */
   private conditional = true;
 
-  constructor(readonly loc: S3Location, readonly client: S3Client = s3ClientFromEnv()) {}
+  constructor(
+    readonly loc: S3Location,
+    readonly client: S3Client = s3ClientFromEnv(),
+  ) {}
 
   where(): string {
     return `s3://${this.loc.bucket}${this.loc.prefix ? '/' + this.loc.prefix : ''}`;
@@ -142,9 +154,7 @@ export class S3Objects {
     const out: { key: string; size: number; mtimeMs: number }[] = [];
     let token: string | undefined;
     do {
-      const res = await this.client.send(
-        new (sdk().ListObjectsV2Command)({ Bucket: this.loc.bucket, Prefix: prefix, ContinuationToken: token }),
-      );
+      const res = await this.client.send(new (sdk().ListObjectsV2Command)({ Bucket: this.loc.bucket, Prefix: prefix, ContinuationToken: token }));
       for (const o of res.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: o.Size ?? 0, mtimeMs: o.LastModified?.getTime() ?? 0 });
       token = res.IsTruncated ? res.NextContinuationToken : undefined;
     } while (token);
@@ -155,12 +165,15 @@ export class S3Objects {
   async deleteMany(keys: string[]): Promise<void> {
     for (let i = 0; i < keys.length; i += 1000) {
       const batch = keys.slice(i, i + 1000);
-      const res = await this.client.send(
-        new (sdk().DeleteObjectsCommand)({ Bucket: this.loc.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }),
-      );
+      const res = await this.client.send(new (sdk().DeleteObjectsCommand)({ Bucket: this.loc.bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }));
       const errors = (res.Errors ?? []).filter((e) => e.Code !== 'NoSuchKey');
       if (errors.length > 0) {
-        throw new Error(`deleting ${errors.length} of ${batch.length} objects in ${this.where()} failed: ${errors.slice(0, 3).map((e) => `${e.Key}: ${e.Code} ${e.Message ?? ''}`.trim()).join('; ')}`);
+        throw new Error(
+          `deleting ${errors.length} of ${batch.length} objects in ${this.where()} failed: ${errors
+            .slice(0, 3)
+            .map((e) => `${e.Key}: ${e.Code} ${e.Message ?? ''}`.trim())
+            .join('; ')}`,
+        );
       }
     }
   }

@@ -51,7 +51,10 @@ interface Backend {
 export class BlobStore {
   private readonly backend: Backend;
 
-  constructor(readonly root: string, opts: { objects?: S3Objects } = {}) {
+  constructor(
+    readonly root: string,
+    opts: { objects?: S3Objects } = {},
+  ) {
     this.backend = root.startsWith('s3://') ? new S3Backend(opts.objects ?? new S3Objects(parseStoreUrl(root, 'blob store'))) : new FolderBackend(root);
   }
 
@@ -233,13 +236,13 @@ class FolderBackend implements Backend {
     const path = this.locate(dir, name);
     let p = this.inflight.get(path);
     if (!p) {
-      p = this.putNow(dir, name, path, bytes).finally(() => this.inflight.delete(path));
+      p = this.putNow(path, bytes).finally(() => this.inflight.delete(path));
       this.inflight.set(path, p);
     }
     return p;
   }
 
-  private async putNow(dir: string, name: string, path: string, bytes: Buffer): Promise<void> {
+  private async putNow(path: string, bytes: Buffer): Promise<void> {
     // Already there and whole: make it young again, so that a sweep does not take an old blob that an activity
     // has just reused and not yet recorded in its history (the sweep also re-checks the mtime right before
     // removing). "Whole" is the whole comparison (about the cost of the sha256 the put has just computed: 0.3 ms
@@ -460,4 +463,3 @@ class S3Backend implements Backend {
 
 /** Keys a DeleteObjects request takes. */
 const DELETE_BATCH = 1000;
-

@@ -14,7 +14,7 @@ import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
 import { connectClient, down, downCompose, parseRoles, stackStatus, up } from './stack';
-import { followTrain, runStatus, startOrAttachTrain } from './train';
+import { describeLatestMetrics, followTrain, runStatus, startOrAttachTrain } from './train';
 import { register as registerEval } from './commands/eval';
 import { register as registerRuns } from './commands/runs';
 import { register as registerView } from './commands/view';
@@ -57,7 +57,10 @@ const program = new Command('halo')
 program
   .command('up')
   .description('start the local stack (Temporal dev server, control and browser workers) and wait until it is healthy')
-  .option('--role <role...>', 'start only this part on this host (browser, control, learner; repeatable), against a Temporal server that runs elsewhere (TEMPORAL_ADDRESS…); no dev server is started')
+  .option(
+    '--role <role...>',
+    'start only this part on this host (browser, control, learner; repeatable), against a Temporal server that runs elsewhere (TEMPORAL_ADDRESS…); no dev server is started',
+  )
   .option('--home <dir>', 'the runs folder of this host (logs, pids, in-flight ledgers; blobs and checkpoints unless HALO_STORE names an object store); default stack.home')
   .option('--json', 'print the stack status as JSON')
   .action(async (opts: { json?: boolean; role?: string[]; home?: string }) => {
@@ -105,20 +108,21 @@ program
   .option('--json', 'print the result as JSON only')
   .action(async (opts) => {
     const base = loadConfig(program.opts().config);
-    const cfg = parseConfig({
-      ...base,
-      // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
-      policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
-      episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
-    }, 'command line');
+    const cfg = parseConfig(
+      {
+        ...base,
+        // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
+        policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
+        episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
+      },
+      'command line',
+    );
     const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));
     const home = stackStatus(cfg).home;
     const out = { ...result, trajectoryPath: blobStoreFor(home).locationOf(result.trajectoryRef) };
     if (opts.json) console.log(JSON.stringify(out));
     else {
-      console.log(
-        `${result.success ? 'success' : 'failure'}: reward ${result.reward}, ${result.steps} steps, action validity ${(result.actionValidity * 100).toFixed(0)}%`,
-      );
+      console.log(`${result.success ? 'success' : 'failure'}: reward ${result.reward}, ${result.steps} steps, action validity ${(result.actionValidity * 100).toFixed(0)}%`);
       console.log(`workflow ${result.workflowId}; trajectory ${out.trajectoryPath}`);
     }
   });
@@ -131,47 +135,50 @@ const trainCommand = program
   .option('--dry-run', 'validate the config and flags, check the tasks (REAL: sites reachable, --task-registry matched) and print the run; start nothing')
   .option('--json', 'print the final result as JSON');
 addOverrideOptions(trainCommand, 'train', () => ({ file: 'configs/default.yaml', values: flagDefaults('train', loadConfig(undefined)) }));
-trainCommand
-  .action(async (opts: { runId?: string; detach?: boolean; dryRun?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
-    const { cfg, notes, pin } = runConfigFromFlags('train', program.opts().config, DEFAULT_CONFIG, opts);
-    for (const n of notes) console.error(`halo: ${n}`);
-    if (cfg.episode.env === 'real') await preflightTasks('real', [...cfg.train.tasks, ...cfg.train.heldOutTasks], pin, `GRPO run ${cfg.train.runId}`);
+trainCommand.action(async (opts: { runId?: string; detach?: boolean; dryRun?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
+  const { cfg, notes, pin } = runConfigFromFlags('train', program.opts().config, DEFAULT_CONFIG, opts);
+  for (const n of notes) console.error(`halo: ${n}`);
+  if (cfg.episode.env === 'real') await preflightTasks('real', [...cfg.train.tasks, ...cfg.train.heldOutTasks], pin, `GRPO run ${cfg.train.runId}`);
+  else {
+    assertTrainTasks(cfg);
+    await preflightTasks(cfg.episode.env, [], pin, `GRPO run ${cfg.train.runId}`);
+  }
+  if (opts.dryRun) {
+    const t = cfg.train;
+    if (opts.json) console.log(JSON.stringify({ config: cfg, notes }));
     else {
-      assertTrainTasks(cfg);
-      await preflightTasks(cfg.episode.env, [], pin, `GRPO run ${cfg.train.runId}`);
+      console.log(`run ${t.runId} (not started): ${cfg.episode.env} tasks ${t.tasks.join(', ')}${t.heldOutTasks.length ? `; held out ${t.heldOutTasks.join(', ')}` : ''}`);
+      console.log(
+        `${t.iterations} iterations × ${t.episodesPerIteration} episodes, N=${t.numGenerations} (${t.grouping} grouping), lr ${t.learningRate}, temperature ${cfg.policy.temperature}, policy ${cfg.policy.backend} ${cfg.policy.model}${t.seed !== undefined ? `, seed ${t.seed}` : ''}${pin ? `; tasks pinned to ${pin.file}` : ''}`,
+      );
     }
-    if (opts.dryRun) {
-      const t = cfg.train;
-      if (opts.json) console.log(JSON.stringify({ config: cfg, notes }));
-      else {
-        console.log(`run ${t.runId} (not started): ${cfg.episode.env} tasks ${t.tasks.join(', ')}${t.heldOutTasks.length ? `; held out ${t.heldOutTasks.join(', ')}` : ''}`);
-        console.log(`${t.iterations} iterations × ${t.episodesPerIteration} episodes, N=${t.numGenerations} (${t.grouping} grouping), lr ${t.learningRate}, temperature ${cfg.policy.temperature}, policy ${cfg.policy.backend} ${cfg.policy.model}${t.seed !== undefined ? `, seed ${t.seed}` : ''}${pin ? `; tasks pinned to ${pin.file}` : ''}`);
-      }
+    return;
+  }
+  const { client, connection } = await connectClient(cfg);
+  try {
+    const { handle, attached } = await startOrAttachTrain(client, cfg);
+    console.error(`halo: ${attached ? 'attached to' : 'started'} run ${cfg.train.runId} (workflow id ${cfg.train.runId}, queue ${cfg.temporal.controlTaskQueue})`);
+    if (attached && Object.keys(overrideFlagsOf(opts)).length) {
+      console.error(`halo: run ${cfg.train.runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
+    }
+    if (opts.detach) {
+      if (opts.json) console.log(JSON.stringify({ runId: cfg.train.runId, attached }));
       return;
     }
-    const { client, connection } = await connectClient(cfg);
-    try {
-      const { handle, attached } = await startOrAttachTrain(client, cfg);
-      console.error(`halo: ${attached ? 'attached to' : 'started'} run ${cfg.train.runId} (workflow id ${cfg.train.runId}, queue ${cfg.temporal.controlTaskQueue})`);
-      if (attached && Object.keys(overrideFlagsOf(opts)).length) {
-        console.error(`halo: run ${cfg.train.runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
-      }
-      if (opts.detach) {
-        if (opts.json) console.log(JSON.stringify({ runId: cfg.train.runId, attached }));
-        return;
-      }
-      const result = await followTrain(handle, (line) => !opts.json && console.error(line));
-      const home = stackStatus(cfg).home;
-      const where = { metrics: join(home, cfg.train.runId, 'metrics.jsonl'), adapters: join(REPO_ROOT, 'checkpoints', cfg.train.runId), ui: stackStatus(cfg).uiUrl };
-      if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
-      else {
-        console.log(`run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
-        console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}${where.ui ? `\nUI:       ${where.ui}/namespaces/${stackStatus(cfg).namespace}/workflows/${result.runId}` : ''}`);
-      }
-    } finally {
-      await connection.close();
+    const result = await followTrain(handle, (line) => !opts.json && console.error(line));
+    const home = stackStatus(cfg).home;
+    const where = { metrics: join(home, cfg.train.runId, 'metrics.jsonl'), adapters: join(REPO_ROOT, 'checkpoints', cfg.train.runId), ui: stackStatus(cfg).uiUrl };
+    if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
+    else {
+      console.log(`run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+      console.log(
+        `metrics:  ${where.metrics}\nadapters: ${where.adapters}${where.ui ? `\nUI:       ${where.ui}/namespaces/${stackStatus(cfg).namespace}/workflows/${result.runId}` : ''}`,
+      );
     }
-  });
+  } finally {
+    await connection.close();
+  }
+});
 
 program
   .command('status')
@@ -185,8 +192,10 @@ program
       const st = await runStatus(client, run, stackStatus(cfg).home);
       if (opts.json) console.log(JSON.stringify(st));
       else {
-        console.log(`run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`);
-        if (st.latest) console.log(`latest: iteration ${st.latest.iteration} · mean reward ${st.latest.mean_reward.toFixed(3)} · success ${(st.latest.success_rate * 100).toFixed(0)}% · validity ${(st.latest.action_validity * 100).toFixed(0)}% · loss ${st.latest.loss}`);
+        console.log(
+          `run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`,
+        );
+        if (st.latest) console.log(describeLatestMetrics(st.latest));
       }
     } finally {
       await connection.close();
@@ -315,7 +324,8 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
-for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration]) register(program, { loadConfig });
+for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration])
+  register(program, { loadConfig });
 
 // The seeds' spellings: --num_generations, --policy_url, --loss_type, … are the hyphenated flags.
 program.parseAsync(normalizeFlagSpellings(process.argv, knownLongFlags(program))).catch((err: Error) => {

@@ -67,13 +67,7 @@ export function readPid(home: string, name: string): number | undefined {
   return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
 }
 
-export function spawnBackground(
-  home: string,
-  name: string,
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv = process.env,
-): ManagedProcess {
+export function spawnBackground(home: string, name: string, command: string, args: string[], env: NodeJS.ProcessEnv = process.env): ManagedProcess {
   mkdirSync(join(home, 'logs'), { recursive: true });
   mkdirSync(join(home, 'pids'), { recursive: true });
   const logFile = join(home, 'logs', `${name}.log`);

@@ -29,7 +29,10 @@ export function loadTaskRegistryFile(file: string): RegistrySnapshot {
 /** The snapshot's tasks by site, for --domain: the tasks come from the pinned registry. */
 export function snapshotSites(snap: RegistrySnapshot): Record<string, SiteTask[]> {
   const out: Record<string, SiteTask[]> = {};
-  for (const t of snap.tasks) (out[t.site] ??= []).push({ id: t.id, site: t.site, scorable: t.scorable !== false });
+  for (const t of snap.tasks) {
+    out[t.site] ??= [];
+    out[t.site].push({ id: t.id, site: t.site, scorable: t.scorable !== false });
+  }
   return out;
 }
 

@@ -1,14 +1,15 @@
 // vega-lite's types by path: its package exports are not visible to this project's module resolution.
 import type { TopLevelSpec } from 'vega-lite/build/index';
-import type { MetricsLine } from '../lib/run-metrics';
+import type { Algorithm, MetricsLine } from '../lib/run-metrics';
 
 // The run report's charts as Vega-Lite specs (pure functions of the metrics.jsonl lines), compiled with
-// vega-lite and rendered to SVG by vega in Node (no browser), and to PNG by resvg.
+// vega-lite and rendered to SVG by vega in Node (no browser), and to PNG by resvg. Each algorithm has its
+// charts: the common numbers (success rate, return, loss, …) and its own (GRPO's groups, MCTS's search).
 
-export type ChartId = 'learning_curve' | 'learner' | 'signal';
+export type ChartId = 'learning_curve' | 'learner' | 'signal' | 'search';
 
 export interface SeriesDef {
-  /** The line's key: a metrics field, or `eval.success_rate` for the held-out evaluation. */
+  /** The line's key: a metrics field, or a dotted path into one (`eval.success_rate`, `mcts.pairs`). */
   key: string;
   title: string;
   help: string;
@@ -45,10 +46,33 @@ const S = {
   clip_fraction: { key: 'clip_fraction', title: 'clip fraction', help: 'share of tokens whose importance ratio was clipped', fraction: true, optional: true },
   mean_ratio: { key: 'mean_ratio', title: 'mean ratio', help: 'mean importance ratio new/old policy', fraction: false, optional: true },
   entropy: { key: 'entropy', title: 'entropy', help: 'mean token entropy of the sampled completions', fraction: false, optional: true },
-  frac_reward_zero_std: { key: 'frac_reward_zero_std', title: 'groups with zero reward std', help: 'fraction of GRPO groups whose rewards were all equal (no learning signal)', fraction: true },
+  frac_reward_zero_std: {
+    key: 'frac_reward_zero_std',
+    title: 'groups with zero reward std',
+    help: 'fraction of GRPO groups whose rewards were all equal (no learning signal)',
+    fraction: true,
+  },
   reward_std: { key: 'reward_std', title: 'reward std', help: 'mean reward standard deviation within a group', fraction: false },
 } satisfies Record<string, SeriesDef>;
 
+/** MCTS's series: a search stands for an episode (success and return of its best path), the update is DPO's. */
+const M = {
+  success_rate: { key: 'success_rate', title: 'best-path success', help: 'fraction of searches whose best path ends in success', fraction: true },
+  eval_success: S.eval_success,
+  // Runs from before mcts-metrics.jsonl became metrics.jsonl recorded the evaluation's success rate alone.
+  legacy_eval_success: { key: 'mcts.eval_success_rate', title: 'held-out success (greedy)', help: 'greedy evaluation (mcts.evalEvery)', fraction: true, optional: true },
+  mean_return: { key: 'mean_return', title: 'best-path return', help: "mean terminal reward of the searches' best paths", fraction: false },
+  loss: { key: 'loss', title: 'DPO loss', help: 'DPO loss of the update (missing when no pair was collected)', fraction: false },
+  grad_norm: S.grad_norm,
+  accuracy: { key: 'mcts.accuracy', title: 'preference accuracy', help: 'share of pairs whose implicit reward favours the chosen step (before the update)', fraction: true },
+  reward_margin: { key: 'mcts.reward_margin', title: 'reward margin', help: 'mean implicit reward margin β·(log-ratio of chosen − log-ratio of rejected)', fraction: false },
+  pairs: { key: 'mcts.pairs', title: 'DPO pairs', help: 'step-level preference pairs collected', fraction: false },
+  mean_abs_delta_q: { key: 'mcts.mean_abs_delta_q', title: 'mean |ΔQ|', help: 'mean Q gap of the pairs', fraction: false },
+  simulations: { key: 'mcts.simulations', title: 'simulations', help: 'simulations over all searches', fraction: false },
+  nodes: { key: 'mcts.nodes', title: 'tree nodes', help: 'nodes of all search trees', fraction: false },
+} satisfies Record<string, SeriesDef>;
+
+/** A GRPO run's charts. */
 export const REPORT_CHARTS: readonly ChartDef[] = [
   {
     id: 'learning_curve',
@@ -82,6 +106,52 @@ export const REPORT_CHARTS: readonly ChartDef[] = [
   },
 ];
 
+/** An MCTS run's charts. */
+export const MCTS_REPORT_CHARTS: readonly ChartDef[] = [
+  {
+    id: 'learning_curve',
+    title: 'Learning curve',
+    help: "success rate of the searches' best paths (and held-out greedy success when evaluated), and their mean return, per iteration",
+    panels: [
+      { title: 'best-path and held-out success', series: [M.success_rate, M.eval_success, M.legacy_eval_success] },
+      { title: 'best-path return', series: [M.mean_return] },
+    ],
+    columns: 1,
+    width: 760,
+    height: 230,
+  },
+  {
+    id: 'learner',
+    title: 'Learner',
+    help: "the DPO update's loss, gradient norm, preference accuracy and reward margin",
+    panels: [M.loss, M.grad_norm, M.accuracy, M.reward_margin].map((s) => ({ title: s.title, series: [s] })),
+    columns: 2,
+    width: 370,
+    height: 150,
+  },
+  {
+    id: 'search',
+    title: 'Search',
+    help: 'what the searches produced: DPO pairs and their Q gap, simulations and tree nodes',
+    panels: [M.pairs, M.mean_abs_delta_q, M.simulations, M.nodes].map((s) => ({ title: s.title, series: [s] })),
+    columns: 2,
+    width: 370,
+    height: 150,
+  },
+];
+
+/** The run's algorithm: that of its latest line (GRPO for a run without lines). */
+export function runAlgorithm(lines: readonly MetricsLine[]): Algorithm {
+  let last: MetricsLine | undefined;
+  for (const l of lines) if (!last || l.iteration > last.iteration) last = l;
+  return last?.algorithm ?? 'grpo';
+}
+
+/** The charts for the run's algorithm. */
+export function reportCharts(lines: readonly MetricsLine[]): readonly ChartDef[] {
+  return runAlgorithm(lines) === 'mcts' ? MCTS_REPORT_CHARTS : REPORT_CHARTS;
+}
+
 /** One data point of a chart: `value` null where the metric is missing (the line breaks there). */
 export interface ChartDatum {
   iteration: number;
@@ -89,20 +159,25 @@ export interface ChartDatum {
   value: number | null;
 }
 
-function valueOf(line: MetricsLine, key: string): number | null {
-  const v = key.includes('.') ? key.split('.').reduce<unknown>((o, k) => (o && typeof o === 'object' ? (o as Record<string, unknown>)[k] : undefined), line) : (line as unknown as Record<string, unknown>)[key];
+/** The line's value at a key or dotted path (`eval.success_rate`), undefined where there is none. */
+export function fieldOf(line: MetricsLine, key: string): unknown {
+  return key.split('.').reduce<unknown>((o, k) => (o && typeof o === 'object' ? (o as Record<string, unknown>)[k] : undefined), line);
+}
+
+function numericField(line: MetricsLine, key: string): number | null {
+  const v = fieldOf(line, key);
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
 
 /** The panel's series the run has values for (a required series stays, drawn as "no values"). */
 export function seriesWithData(lines: readonly MetricsLine[], series: readonly SeriesDef[]): SeriesDef[] {
-  return series.filter((s) => !s.optional || lines.some((l) => valueOf(l, s.key) !== null));
+  return series.filter((s) => !s.optional || lines.some((l) => numericField(l, s.key) !== null));
 }
 
 /** The rows of one panel, in iteration order, one per iteration and series. */
 export function panelData(lines: readonly MetricsLine[], series: readonly SeriesDef[]): ChartDatum[] {
   const sorted = [...lines].sort((a, b) => a.iteration - b.iteration);
-  return series.flatMap((s) => sorted.map((l) => ({ iteration: l.iteration, metric: s.key, value: valueOf(l, s.key) })));
+  return series.flatMap((s) => sorted.map((l) => ({ iteration: l.iteration, metric: s.key, value: numericField(l, s.key) })));
 }
 
 const PALETTE = ['#2b6cb0', '#d97706', '#059669', '#9333ea'];

@@ -1,7 +1,7 @@
 // vega-lite's types by path: its package exports are not visible to this project's module resolution.
 import type { TopLevelSpec } from 'vega-lite/build/index';
-import type { MetricsLine } from '../lib/run-metrics';
-import type { ChartDef } from './report-charts';
+import type { Algorithm, MetricsLine } from '../lib/run-metrics';
+import { fieldOf, runAlgorithm, type ChartDef } from './report-charts';
 import { escapeHtml } from './viewer-html';
 
 // The run report's HTML page: each chart as the SVG vega rendered from its Vega-Lite spec (so the page needs
@@ -47,7 +47,7 @@ function inlineSvg(svg: string): string {
   return at >= 0 ? svg.slice(at) : svg;
 }
 
-const TABLE_COLUMNS = [
+const GRPO_COLUMNS = [
   'iteration',
   'time',
   'success_rate',
@@ -66,19 +66,55 @@ const TABLE_COLUMNS = [
   'num_episodes',
 ] as const;
 
+const MCTS_COLUMNS = [
+  'iteration',
+  'time',
+  'success_rate',
+  'mean_return',
+  'eval.success_rate',
+  'loss',
+  'grad_norm',
+  'mcts.accuracy',
+  'mcts.reward_margin',
+  'mcts.pairs',
+  'mcts.mean_abs_delta_q',
+  'mcts.simulations',
+  'mcts.nodes',
+  'adapter_version',
+  'num_episodes',
+] as const;
+
+const TABLE_COLUMNS: Record<Algorithm, readonly string[]> = { grpo: GRPO_COLUMNS, mcts: MCTS_COLUMNS };
+
+/** The headline numbers, first iteration → last: [label, key, fraction]. */
+const HEADLINE: Record<Algorithm, readonly [string, string, boolean][]> = {
+  grpo: [
+    ['success rate', 'success_rate', true],
+    ['action validity', 'action_validity', true],
+    ['mean reward', 'mean_reward', false],
+  ],
+  mcts: [
+    ['best-path success', 'success_rate', true],
+    ['best-path return', 'mean_return', false],
+    ['DPO pairs', 'mcts.pairs', false],
+  ],
+};
+
 function fmt(v: unknown): string {
   if (v === null || v === undefined) return '—';
   if (typeof v === 'number') return String(Number(v.toPrecision(5)));
   return escapeHtml(String(v));
 }
 
-const pct = (v: number | null | undefined) => (typeof v === 'number' ? `${(v * 100).toFixed(1)}%` : '—');
+const pct = (v: unknown) => (typeof v === 'number' ? `${(v * 100).toFixed(1)}%` : '—');
 
 /** The whole report page. */
 export function renderReportHtml(runId: string, lines: readonly MetricsLine[], charts: readonly RenderedChart[]): string {
   const sorted = [...lines].sort((a, b) => a.iteration - b.iteration);
   const first = sorted[0];
   const last = sorted[sorted.length - 1];
+  const algorithm = runAlgorithm(sorted);
+  const columns = TABLE_COLUMNS[algorithm];
   const figures = charts
     .map(
       (c) =>
@@ -92,14 +128,17 @@ export function renderReportHtml(runId: string, lines: readonly MetricsLine[], c
     )
     .join('\n');
   const table =
-    `<table class="iterations"><thead><tr>${TABLE_COLUMNS.map((c) => `<th>${c}</th>`).join('')}</tr></thead><tbody>` +
-    sorted.map((l) => `<tr>${TABLE_COLUMNS.map((c) => `<td>${fmt((l as unknown as Record<string, unknown>)[c])}</td>`).join('')}</tr>`).join('') +
+    `<table class="iterations"><thead><tr>${columns.map((c) => `<th>${c}</th>`).join('')}</tr></thead><tbody>` +
+    sorted.map((l) => `<tr>${columns.map((c) => `<td>${fmt(fieldOf(l, c))}</td>`).join('')}</tr>`).join('') +
     `</tbody></table>`;
   const latest = last
     ? `<div class="latest">` +
-      `<div>success rate<b data-metric="success_rate">${pct(first.success_rate)} → ${pct(last.success_rate)}</b></div>` +
-      `<div>action validity<b data-metric="action_validity">${pct(first.action_validity)} → ${pct(last.action_validity)}</b></div>` +
-      `<div>mean reward<b data-metric="mean_reward">${fmt(first.mean_reward)} → ${fmt(last.mean_reward)}</b></div>` +
+      HEADLINE[algorithm]
+        .map(([label, key, fraction]) => {
+          const show = fraction ? pct : fmt;
+          return `<div>${label}<b data-metric="${key}">${show(fieldOf(first, key))} → ${show(fieldOf(last, key))}</b></div>`;
+        })
+        .join('') +
       `</div>`
     : '';
   return `<!doctype html>
@@ -111,7 +150,7 @@ export function renderReportHtml(runId: string, lines: readonly MetricsLine[], c
 </head>
 <body>
 <h1>Run <code>${escapeHtml(runId)}</code></h1>
-<div class="meta">${sorted.length} iteration${sorted.length === 1 ? '' : 's'}${
+<div class="meta">${algorithm.toUpperCase()} · ${sorted.length} iteration${sorted.length === 1 ? '' : 's'}${
     first ? ` (${first.iteration}–${last.iteration}) · last at ${escapeHtml(last.time)} · adapter v${last.adapter_version ?? '—'}` : ''
   } · TensorBoard: <code>tensorboard --logdir &lt;runs&gt;/${escapeHtml(runId)}/tensorboard</code></div>
 ${latest}

@@ -30,7 +30,10 @@ export function addOverrideOptions(cmd: Command, command: OverrideCommand, defau
     const path = f.path?.[command];
     cmd.option(`${f.flag} <${f.arg}>`, `${f.help[command]}${path && f.key !== 'task' && f.key !== 'tasks' && !f.help[command]!.includes(path) ? ` (${path})` : ''}`);
   }
-  cmd.option('--task-registry <file>', 'pin the REAL tasks to a `halo tasks snapshot` file: tasks come from it, and every eval script must match the installed agisdk (sha256) before anything starts');
+  cmd.option(
+    '--task-registry <file>',
+    'pin the REAL tasks to a `halo tasks snapshot` file: tasks come from it, and every eval script must match the installed agisdk (sha256) before anything starts',
+  );
   cmd.addHelpText('after', () => {
     let d: { file: string; values: Record<string, unknown> };
     try {
@@ -46,7 +49,23 @@ export function addOverrideOptions(cmd: Command, command: OverrideCommand, defau
 
 /** The override flags among commander's parsed options (it camel-cases `--num-generations` → numGenerations). */
 export function overrideFlagsOf(opts: Record<string, unknown>): OverrideFlags {
-  const keys: (keyof OverrideFlags)[] = ['task', 'tasks', 'domain', 'env', 'episodes', 'iterations', 'numGenerations', 'lr', 'temperature', 'simulations', 'ucbC', 'sampleSize', 'seed', 'policyUrl', 'lossType'];
+  const keys: (keyof OverrideFlags)[] = [
+    'task',
+    'tasks',
+    'domain',
+    'env',
+    'episodes',
+    'iterations',
+    'numGenerations',
+    'lr',
+    'temperature',
+    'simulations',
+    'ucbC',
+    'sampleSize',
+    'seed',
+    'policyUrl',
+    'lossType',
+  ];
   const out: OverrideFlags = {};
   for (const k of keys) if (typeof opts[k] === 'string') out[k] = opts[k] as string;
   return out;
@@ -70,7 +89,11 @@ export function overrideContext(pin: TaskRegistryPin | undefined, file?: string)
 
 /** Validates an overridden HALO config: errors on flag-set values name the flag. */
 export function parseHaloWithFlags(o: Overridden, source: string): HaloConfig {
-  return parseWithFlags(o, (raw) => configSchema.safeParse(raw), (raw) => parseConfig(raw, source));
+  return parseWithFlags(
+    o,
+    (raw) => configSchema.safeParse(raw),
+    (raw) => parseConfig(raw, source),
+  );
 }
 
 /**
@@ -88,7 +111,8 @@ export function runConfigFromFlags(
   const pin = loadPin(opts.taskRegistry);
   const o = applyRunOverrides(command, raw, overrideFlagsOf(opts), overrideContext(pin, path ? relativeToCwd(path) : undefined));
   if (opts.runId !== undefined) {
-    const sec = (o.raw[command] ??= {}) as Record<string, unknown>;
+    o.raw[command] ??= {};
+    const sec = o.raw[command] as Record<string, unknown>;
     sec.runId = opts.runId;
     o.flagPaths.set(`${command}.runId`, '--run-id');
   }

@@ -3,18 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import type { HaloConfig } from '../lib/config';
 import { connectOptions, temporalSettings } from '../host/connection';
-import {
-  isAlive,
-  learnerCommand,
-  logTail,
-  readPid,
-  sleep,
-  spawnBackground,
-  stopProcess,
-  workerCommand,
-  REPO_ROOT,
-  type ManagedProcess,
-} from './processes';
+import { isAlive, learnerCommand, logTail, readPid, sleep, spawnBackground, stopProcess, workerCommand, REPO_ROOT, type ManagedProcess } from './processes';
 import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 
@@ -63,7 +52,10 @@ export type Role = (typeof ROLES)[number];
 
 export function parseRoles(values: string[] | string | undefined): Role[] | undefined {
   if (values === undefined) return undefined;
-  const list = (Array.isArray(values) ? values : [values]).flatMap((v) => v.split(',')).map((v) => v.trim()).filter(Boolean);
+  const list = (Array.isArray(values) ? values : [values])
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter(Boolean);
   for (const r of list) {
     if (!(ROLES as readonly string[]).includes(r)) throw new Error(`--role ${JSON.stringify(r)}: one of ${ROLES.join(', ')}`);
   }
@@ -159,13 +151,7 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
       home,
     );
     if (learnerOn) {
-      await waitForPollers(
-        conn,
-        namespace,
-        [{ name: learner.gpuQueue, type: 'activity', process: started.get('learner') }],
-        home,
-        learner.startTimeoutMs,
-      );
+      await waitForPollers(conn, namespace, [{ name: learner.gpuQueue, type: 'activity', process: started.get('learner') }], home, learner.startTimeoutMs);
     }
   } finally {
     await conn.close();
@@ -180,13 +166,7 @@ export interface QueueWait {
   process?: ManagedProcess;
 }
 
-export async function waitForPollers(
-  conn: Connection,
-  namespace: string,
-  queues: (string | QueueWait)[],
-  home: string,
-  timeoutMs = 120_000,
-) {
+export async function waitForPollers(conn: Connection, namespace: string, queues: (string | QueueWait)[], home: string, timeoutMs = 120_000) {
   const deadline = Date.now() + timeoutMs;
   for (const q of queues) {
     // Plain names: the browser queues are activity queues, the rest workflow queues (as before).
@@ -233,10 +213,7 @@ export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {
   ]);
   if (opts.roles) return;
   const vllm = readPid(st.home, VLLM_PROCESS);
-  const [temporal, vllmStopped] = await Promise.all([
-    stopProcess(st.home, 'temporal'),
-    stopProcess(st.home, VLLM_PROCESS, vllmStopGraceMs(), { group: true }),
-  ]);
+  const [temporal, vllmStopped] = await Promise.all([stopProcess(st.home, 'temporal'), stopProcess(st.home, VLLM_PROCESS, vllmStopGraceMs(), { group: true })]);
   if (temporal) say('stopped Temporal dev server');
   if (vllmStopped) say(`stopped vLLM (pid ${vllm}, started by ./launch.sh gpu; log ${join(st.home, 'logs', 'vllm.log')})`);
 }
@@ -253,7 +230,10 @@ export function downCompose(home: string, say: (msg: string) => void = () => {},
   if (/^(0|off|false|no)$/i.test(env.HALO_DOWN_COMPOSE ?? '')) return [];
   const ps = spawnSync('docker', ['compose', 'ps', '--status', 'running', '--services'], { cwd: REPO_ROOT, env, encoding: 'utf8', timeout: 30_000 });
   if (ps.error || ps.status !== 0) return []; // no docker, no compose plugin, no daemon: nothing of compose runs here
-  const services = ps.stdout.split('\n').map((l) => l.trim()).filter(Boolean);
+  const services = ps.stdout
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean);
   if (services.length === 0) return [];
   say(`the docker compose stack runs (${services.join(', ')}): stopping it with ./teardown.sh --compose-only`);
   const r = spawnSync(join(REPO_ROOT, 'teardown.sh'), ['--compose-only'], { cwd: REPO_ROOT, env, stdio: ['ignore', 2, 2] });
@@ -264,10 +244,8 @@ export function downCompose(home: string, say: (msg: string) => void = () => {},
 
 export async function connectClient(cfg: HaloConfig): Promise<{ client: Client; connection: Connection }> {
   const s = temporalSettings(cfg.temporal);
-  const connection = await Connection.connect({ ...connectOptions(s), connectTimeout: 5000 }).catch(
-    (err: Error) => {
-      throw new Error(`cannot reach Temporal at ${s.address} (${err.message}); run \`npx halo up\` first`);
-    },
-  );
+  const connection = await Connection.connect({ ...connectOptions(s), connectTimeout: 5000 }).catch((err: Error) => {
+    throw new Error(`cannot reach Temporal at ${s.address} (${err.message}); run \`npx halo up\` first`);
+  });
   return { client: new Client({ connection, namespace: s.namespace }), connection };
 }

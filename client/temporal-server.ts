@@ -50,9 +50,7 @@ export async function assertPortFree(port: number, what: string): Promise<void> 
     srv.once('error', (err: NodeJS.ErrnoException) =>
       reject(
         new Error(
-          err.code === 'EADDRINUSE'
-            ? `port ${port} (${what}) is already taken by another program; stop it or choose another port`
-            : `cannot check port ${port}: ${err.message}`,
+          err.code === 'EADDRINUSE' ? `port ${port} (${what}) is already taken by another program; stop it or choose another port` : `cannot check port ${port}: ${err.message}`,
         ),
       ),
     );

@@ -2,9 +2,10 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Clien
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { HaloConfig } from '../lib/config';
-import { latestMetrics, parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
+import { runMetricsFile } from '../host/run-metrics-file';
+import { isGrpoMetrics, isMctsMetrics, latestMetrics, parseMetricsJsonl, type MetricsLine, type TrainingMetrics } from '../lib/run-metrics';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
-import type { TrainResult, TrainStatus } from '../workflows/train-grpo';
+import type { TrainingResult, TrainingStatus } from '../workflows/train-engine';
 import { statusQuery } from '../workflows/messages';
 
 /**
@@ -55,26 +56,45 @@ export async function refuseEndedBadly(handle: WorkflowHandle, runId: string, id
   );
 }
 
-/** Waits for the run, printing a progress line per iteration (iteration, mean reward, success rate). */
-export async function followTrain(handle: WorkflowHandle, say: (line: string) => void): Promise<TrainResult> {
+/** Waits for the run, printing a progress line per iteration (iteration, the last iteration's numbers). */
+export async function followTrain(handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
   let shown = '';
   const timer = setInterval(async () => {
     try {
-      const st = (await handle.query(statusQuery)) as TrainStatus;
+      const st = (await handle.query(statusQuery)) as TrainingStatus;
       const m = st.lastMetrics;
       const bar = progressBar(st.iteration - 1, st.iterations);
-      const line = `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · mean reward ${m.mean_reward.toFixed(3)} · success ${(m.success_rate * 100).toFixed(0)}%` : ''} · adapter v${st.adapterVersion}`;
-      if (line !== shown) say((shown = line));
+      const line = `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · ${progressNumbers(m)}` : ''} · adapter v${st.adapterVersion}`;
+      if (line !== shown) {
+        shown = line;
+        say(line);
+      }
     } catch {
       /* between runs of a continue-as-new chain, or no worker yet */
     }
   }, 1000);
   try {
     // Follows continue-as-new to the run that finishes.
-    return (await handle.result()) as TrainResult;
+    return (await handle.result()) as TrainingResult;
   } finally {
     clearInterval(timer);
   }
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(0)}%`;
+
+/** An iteration's headline numbers: GRPO's mean reward or MCTS's pairs, and the success rate. */
+export function progressNumbers(m: TrainingMetrics): string {
+  const own = isGrpoMetrics(m) ? `mean reward ${m.mean_reward.toFixed(3)} · ` : isMctsMetrics(m) ? `${m.mcts.pairs} pairs · ` : '';
+  return `${own}success ${pct(m.success_rate)}`;
+}
+
+/** `halo status`'s line for the run's latest metrics row. */
+export function describeLatestMetrics(l: MetricsLine): string {
+  const own = isGrpoMetrics(l)
+    ? `mean reward ${l.mean_reward.toFixed(3)} · success ${pct(l.success_rate)} · validity ${pct(l.action_validity)}`
+    : `success ${pct(l.success_rate)} (best paths)${isMctsMetrics(l) ? ` · ${l.mcts.pairs} pairs` : ''}`;
+  return `latest: iteration ${l.iteration} · ${own} · loss ${l.loss}`;
 }
 
 function progressBar(done: number, total: number, width = 20): string {
@@ -85,8 +105,8 @@ function progressBar(done: number, total: number, width = 20): string {
 export interface RunStatusView {
   runId: string;
   status: string;
-  progress?: TrainStatus;
-  result?: TrainResult;
+  progress?: TrainingStatus;
+  result?: TrainingResult;
   latest: MetricsLine | null;
   metricsFile: string;
 }
@@ -96,7 +116,7 @@ export async function runStatus(client: Client, runId: string, home: string): Pr
   const d = await handle.describe().catch((err: Error) => {
     throw new Error(`no run ${runId}: ${err.message}`);
   });
-  const metricsFile = join(home, runId, 'metrics.jsonl');
+  const metricsFile = runMetricsFile(join(home, runId));
   let latest: MetricsLine | null = null;
   try {
     latest = latestMetrics(parseMetricsJsonl(readFileSync(metricsFile, 'utf8'), metricsFile));
@@ -104,7 +124,11 @@ export async function runStatus(client: Client, runId: string, home: string): Pr
     latest = null;
   }
   const view: RunStatusView = { runId, status: d.status.name, latest, metricsFile };
-  if (d.status.name === 'RUNNING') view.progress = await handle.query(statusQuery).then((s) => s as TrainStatus).catch(() => undefined);
-  if (d.status.name === 'COMPLETED') view.result = (await handle.result()) as TrainResult;
+  if (d.status.name === 'RUNNING')
+    view.progress = await handle
+      .query(statusQuery)
+      .then((s) => s as TrainingStatus)
+      .catch(() => undefined);
+  if (d.status.name === 'COMPLETED') view.result = (await handle.result()) as TrainingResult;
   return view;
 }

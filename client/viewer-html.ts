@@ -276,7 +276,7 @@ function stepHtml(s: StepView): string {
       <pre class="action">${escapeHtml(JSON.stringify(s.action, null, 2))}</pre>
       <h3>Model output</h3>
       <pre class="completion">${escapeHtml(s.completion) || '<span class="muted">(empty)</span>'}</pre>
-      ${s.candidates && s.candidates.length ? candidatesHtml(s.candidates) : ''}
+      ${s.candidates?.length ? candidatesHtml(s.candidates) : ''}
     </div>
   </div>
 </section>`;
@@ -335,7 +335,10 @@ export function renderEpisodeHtml(v: EpisodeView): string {
   const h = v.header;
   const title = `${h.env}/${h.task} seed ${esc(h.seed)} · ${h.success ? 'success' : 'failure'} · ${h.workflowId}`;
   const nav = v.steps
-    .map((s) => `<a href="#step-${esc(s.step)}" class="${s.valid ? '' : 'invalid'}" title="${escapeHtml(describeAction(s.action))}">${esc(s.step)}: ${escapeHtml(s.action.type)} ${fmt(s.shaped.total)}</a>`)
+    .map(
+      (s) =>
+        `<a href="#step-${esc(s.step)}" class="${s.valid ? '' : 'invalid'}" title="${escapeHtml(describeAction(s.action))}">${esc(s.step)}: ${escapeHtml(s.action.type)} ${fmt(s.shaped.total)}</a>`,
+    )
     .join('');
   const final = v.final
     ? `

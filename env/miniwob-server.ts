@@ -1,4 +1,4 @@
-import { createReadStream, existsSync } from 'node:fs';
+import { createReadStream, existsSync, type Stats } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -128,7 +128,7 @@ export async function startMiniwobServer(opts: StartMiniwobServerOptions = {}): 
       send(res, target.status, target.status === 403 ? 'forbidden' : 'bad request');
       return;
     }
-    let info;
+    let info: Stats;
     try {
       info = await stat(target.path);
     } catch {
@@ -181,4 +181,3 @@ export async function startMiniwobServer(opts: StartMiniwobServerOptions = {}): 
       }),
   };
 }
-

@@ -38,7 +38,12 @@ export function listMiniwobTasks(htmlDir: string): string[] {
 
 /** Up to `n` known task names closest to `name` (substring matches first, then by edit distance). */
 export function closeMiniwobTasks(name: string, tasks: readonly string[], n = 5): string[] {
-  const q = name.trim().toLowerCase().replace(/^miniwob[./]/, '').replace(/-v1$/, '').replace(/\.html$/, '');
+  const q = name
+    .trim()
+    .toLowerCase()
+    .replace(/^miniwob[./]/, '')
+    .replace(/-v1$/, '')
+    .replace(/\.html$/, '');
   const limit = Math.max(2, Math.ceil(q.length / 3));
   return tasks
     .map((t) => ({ t, contains: q.length >= 3 && (t.includes(q) || q.includes(t)), d: editDistance(q, t) }))

@@ -4,15 +4,9 @@ import type { Action } from '../lib/actions';
 import { DEFAULT_VIEWPORT } from './browser';
 import { PAGE_SCRIPT, type AxTreeOptions, type PageEpisodeState, type PageView } from './page-scripts';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';
-import { captureViewport, executePageAction, firstLine, isFatalPageError, pngSize, sleep } from './page-actions';
-import {
-  episodeMaxTimeMs,
-  miniwobSuccess,
-  RAISED_EPISODE_MAX_TIME_MS,
-  reportedReward,
-  type MiniwobRewardMode,
-  type MiniwobTimeLimit,
-} from './miniwob-scoring';
+import { captureViewport, executePageAction, firstLine, isFatalPageError, sleep } from './page-actions';
+import { pngSize } from '../host/png';
+import { episodeMaxTimeMs, miniwobSuccess, RAISED_EPISODE_MAX_TIME_MS, reportedReward, type MiniwobRewardMode, type MiniwobTimeLimit } from './miniwob-scoring';
 
 /**
  * Magnification of the MiniWoB task (160x210 CSS px in the page's top-left corner).
@@ -60,8 +54,7 @@ export interface MiniWobEnvOptions {
   settleMs?: number;
 }
 
-export { toPlaywrightKeys, pngSize } from './page-actions';
-
+export { toPlaywrightKeys } from './page-actions';
 
 interface EpisodeState {
   task: string;
@@ -130,7 +123,7 @@ export class MiniWobEnv implements Environment {
     this.episode = undefined;
     const url = `${this.baseUrl}/miniwob/${spec.task}.html`;
     const response = await this.page.goto(url, { waitUntil: 'load', timeout: 30_000 });
-    if (!response || !response.ok()) {
+    if (!response?.ok()) {
       throw new Error(`MiniWoB task page ${url} answered HTTP ${response ? response.status() : 'nothing'}`);
     }
     await this.page.evaluate(PAGE_SCRIPT);
@@ -236,9 +229,7 @@ export class MiniWobEnv implements Environment {
     this.assertUsable();
     const { width, height } = this.viewport;
     const opts: AxTreeOptions = { zoom: this.zoom, width, height, maxLines: AXTREE_MAX_LINES, maxChars: AXTREE_MAX_CHARS };
-    const view = (await this.page.evaluate(
-      `window.__halo ? window.__halo.view(${JSON.stringify(opts)}) : null`,
-    )) as PageView | null;
+    const view = (await this.page.evaluate(`window.__halo ? window.__halo.view(${JSON.stringify(opts)}) : null`)) as PageView | null;
     const png = await this.capture(view?.scrollX ?? 0, view?.scrollY ?? 0);
     const size = pngSize(png);
     const screenshotRef = await this.blobs.put(png, 'png');

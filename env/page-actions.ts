@@ -133,15 +133,6 @@ export function isFatalPageError(err: unknown): boolean {
   return FATAL_PATTERNS.test(err instanceof Error ? err.message : String(err));
 }
 
-/** Width and height from a PNG's IHDR chunk. */
-export function pngSize(png: Buffer): { width: number; height: number } {
-  const signature = '89504e470d0a1a0a';
-  if (png.length < 24 || png.subarray(0, 8).toString('hex') !== signature || png.toString('latin1', 12, 16) !== 'IHDR') {
-    throw new Error('not a PNG image');
-  }
-  return { width: png.readUInt32BE(16), height: png.readUInt32BE(20) };
-}
-
 /** Grid (0-1000 over the screenshot) to page CSS px. */
 export function gridToPage(x: number, y: number, geom: PageGeometry): { x: number; y: number } {
   const { width, height } = geom.viewport;

@@ -77,7 +77,10 @@ export async function reachesPrivateNetwork(url: string, resolve: (host: string)
     return false;
   }
   if (!['http:', 'https:', 'ws:', 'wss:', 'ftp:'].includes(u.protocol)) return false;
-  const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
+  const host = u.hostname
+    .replace(/^\[|\]$/g, '')
+    .toLowerCase()
+    .replace(/\.$/, '');
   if (isIP(host)) return isPrivateAddress(host);
   if (isLocalName(host)) return true;
   const now = Date.now();
@@ -159,7 +162,10 @@ export async function startEgressProxy(opts: EgressProxyOptions = {}): Promise<E
 
   /** The address to connect to, or null when the destination is refused. */
   const vet = async (rawHost: string, port: number): Promise<string | null> => {
-    const host = rawHost.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
+    const host = rawHost
+      .replace(/^\[|\]$/g, '')
+      .toLowerCase()
+      .replace(/\.$/, '');
     if (allowed.has(`${host}:${port}`)) return host;
     let ips: string[];
     if (isIP(host)) ips = [host];

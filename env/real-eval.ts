@@ -52,8 +52,7 @@ export class UnscorableTaskError extends Error {
   readonly taskId: string;
   constructor(task: Pick<RealTask, 'id' | 'evalScript' | 'unscorableReason'>) {
     super(
-      `REAL task ${task.id} cannot be scored: ${task.unscorableReason ?? `eval script ${task.evalScript} is unusable`}; ` +
-        'leave it out of training and evaluation task lists',
+      `REAL task ${task.id} cannot be scored: ${task.unscorableReason ?? `eval script ${task.evalScript} is unusable`}; ` + 'leave it out of training and evaluation task lists',
     );
     this.name = 'UnscorableTaskError';
     this.taskId = task.id;
@@ -124,7 +123,11 @@ export async function evaluateFinalState(task: EvaluableTask, finalState: string
     if (run.timedOut) error = `eval script ${task.evalScript} timed out after ${timeoutMs} ms (killed)`;
     else if (!success && run.signal) error = `eval script ${task.evalScript} was killed by ${run.signal}`;
     else if (!success && run.exitCode !== 0) {
-      const last = stderr.split('\n').filter((l) => l.trim() !== '').pop() ?? '';
+      const last =
+        stderr
+          .split('\n')
+          .filter((l) => l.trim() !== '')
+          .pop() ?? '';
       error = `eval script ${task.evalScript} exited with code ${run.exitCode}${last ? `: ${clipText(last, 300)}` : ''}`;
     }
     return {

@@ -1,6 +1,6 @@
 /**
  * The REAL harness endpoints (/config, /finish, /submit) as a server may route them. The agent's navigation
- * guard (env/real.ts) refuses them; a check on the raw path alone would let `/%66inish`, `/FINISH`,
+ * guard (env/real-guard.ts) refuses them; a check on the raw path alone would let `/%66inish`, `/FINISH`,
  * `//finish/` or `/a/%2e%2e/finish` through, which the clone's server answers as /finish. So the path is
  * normalised first: percent-decoded (repeatedly, for double encoding), backslashes as slashes, dot segments
  * resolved, repeated and trailing slashes dropped, `;params` cut, lower case.

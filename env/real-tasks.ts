@@ -268,12 +268,18 @@ export function listRealTasks(registry: RealRegistry = loadRealRegistry()): Real
 /** Tasks grouped by site (keys sorted), each group sorted by task number. */
 export function realTasksBySite(registry: RealRegistry = loadRealRegistry()): Record<string, RealTask[]> {
   const out: Record<string, RealTask[]> = {};
-  for (const t of registry.tasks) (out[t.site] ??= []).push(t);
+  for (const t of registry.tasks) {
+    out[t.site] ??= [];
+    out[t.site].push(t);
+  }
   return out;
 }
 
 function normaliseId(id: string): string {
-  return id.trim().replace(/^v2\./i, '').replace(/\.json$/i, '');
+  return id
+    .trim()
+    .replace(/^v2\./i, '')
+    .replace(/\.json$/i, '');
 }
 
 /** Up to `n` known ids closest to `id` (same site first, then by edit distance). */

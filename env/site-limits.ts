@@ -167,7 +167,7 @@ export class SiteLimiter {
       holder.waiters.add(grant);
       if (opts.timeoutMs !== undefined) {
         timer = setTimeout(() => {
-          const names = [...site.holders.values()].filter((x) => x.granted).map((x) => x.name.replace(/^\u0000.*/, '(unnamed)'));
+          const names = [...site.holders.values()].filter((x) => x.granted).map((x) => (x.name.startsWith('\u0000') ? '(unnamed)' : x.name));
           giveUp(new SiteSlotTimeoutError(key, limit, Date.now() - started, names, site.queue.length - (site.queue.includes(holder) ? 1 : 0)));
         }, opts.timeoutMs);
       }

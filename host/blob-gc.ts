@@ -257,4 +257,3 @@ export function formatBytes(n: number): string {
   }
   return `${i === 0 ? x : x.toFixed(1)} ${units[i]}`;
 }
-

@@ -36,10 +36,7 @@ function withoutBlanks(env: NodeJS.ProcessEnv): Record<string, string> {
   return out;
 }
 
-export function temporalSettings(
-  defaults: { address: string; namespace: string },
-  env: NodeJS.ProcessEnv = process.env,
-): TemporalSettings {
+export function temporalSettings(defaults: { address: string; namespace: string }, env: NodeJS.ProcessEnv = process.env): TemporalSettings {
   const profile = loadClientConfigProfile({ overrideEnvVars: withoutBlanks(env) });
   if (Boolean(profile.tls?.clientCert) !== Boolean(profile.tls?.clientKey)) {
     // envconfig would silently connect without a client certificate.

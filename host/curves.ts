@@ -10,13 +10,12 @@ export type { WandbTarget };
  * (`tensorboard --logdir runs/`) and, when the run's config names a W&B project, a Weights & Biases run.
  *
  * Written by `python -m halo_learner.curves` (workers/learner/halo_learner/curves.py, TensorBoard's own writer
- * and the `wandb` client) from the run's metrics file, which already holds one line per iteration. A sync
+ * and the `wandb` client) from the run's metrics file (`metrics.jsonl`, every algorithm; an old MCTS run's
+ * `mcts-metrics.jsonl` when that is all it has), which already holds one line per iteration. A sync
  * writes only the iterations no event file holds yet, under a lock, so syncing again (a retried metrics
  * activity, a restarted worker, `halo report`) never writes an iteration twice, and a sync that failed or
  * never ran is caught up by the next one.
  */
-
-export type CurvesKind = 'grpo' | 'mcts';
 
 export interface CurvesSyncResult {
   tensorboard: { dir: string; written: number; iterations: number[]; file?: string };
@@ -59,7 +58,6 @@ function childEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 }
 
 export interface SyncCurvesOptions {
-  kind?: CurvesKind;
   wandb?: WandbTarget;
   python?: string;
   env?: NodeJS.ProcessEnv;
@@ -70,7 +68,7 @@ export interface SyncCurvesOptions {
 /** Brings the run folder's TensorBoard files (and W&B run) up to date with its metrics file. */
 export function syncCurves(runDir: string, opts: SyncCurvesOptions = {}): Promise<CurvesSyncResult> {
   const python = opts.python ?? curvesPython(opts.env);
-  const args = ['-m', 'halo_learner.curves', '--run-dir', resolve(runDir), '--kind', opts.kind ?? 'grpo'];
+  const args = ['-m', 'halo_learner.curves', '--run-dir', resolve(runDir)];
   if (opts.wandb) {
     args.push('--wandb-project', opts.wandb.project);
     if (opts.wandb.entity) args.push('--wandb-entity', opts.wandb.entity);
@@ -87,7 +85,12 @@ export function syncCurves(runDir: string, opts: SyncCurvesOptions = {}): Promis
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
     child.on('error', (err: NodeJS.ErrnoException) => {
       clearTimeout(timer);
-      reject(new CurvesSyncError(`cannot run ${python} for the run's curves: ${err.code === 'ENOENT' ? 'not found (set HALO_PYTHON or create .venv)' : err.message}`, err.code === 'ENOENT'));
+      reject(
+        new CurvesSyncError(
+          `cannot run ${python} for the run's curves: ${err.code === 'ENOENT' ? 'not found (set HALO_PYTHON or create .venv)' : err.message}`,
+          err.code === 'ENOENT',
+        ),
+      );
     });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
@@ -111,7 +114,7 @@ export interface CurvesSink {
    * Starts a sync of the run in the background (the caller does not wait: an iteration's end is not held up
    * by it). Syncs of one run are serialised; calls made while one runs are folded into one more sync after it.
    */
-  schedule(runsRoot: string, runId: string, kind: CurvesKind, wandb?: WandbTarget): void;
+  schedule(runsRoot: string, runId: string, wandb?: WandbTarget): void;
   /** Resolves when every scheduled sync has ended (tests, shutdown). */
   idle(): Promise<void>;
 }
@@ -122,8 +125,13 @@ export interface CurvesSinkOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+interface SyncJob {
+  runDir: string;
+  wandb?: WandbTarget;
+}
+
 export function createCurvesSink(opts: CurvesSinkOptions = {}): CurvesSink {
-  const running = new Map<string, { again: { runDir: string; kind: CurvesKind; wandb?: WandbTarget } | null; done: Promise<void> }>();
+  const running = new Map<string, { again: SyncJob | null; done: Promise<void> }>();
   const warned = new Set<string>();
   const warn = (message: string, fields?: Record<string, unknown>) => {
     if (warned.has(message)) return; // once per message: a missing package would otherwise repeat every iteration
@@ -131,13 +139,13 @@ export function createCurvesSink(opts: CurvesSinkOptions = {}): CurvesSink {
     (opts.warn ?? ((m, f) => console.warn(m, f ?? '')))(message, fields);
   };
 
-  async function loop(key: string, first: { runDir: string; kind: CurvesKind; wandb?: WandbTarget }): Promise<void> {
-    let job: typeof first | null = first;
+  async function loop(key: string, first: SyncJob): Promise<void> {
+    let job: SyncJob | null = first;
     while (job) {
       try {
-        await syncCurves(job.runDir, { kind: job.kind, wandb: job.wandb, python: opts.python, env: opts.env });
+        await syncCurves(job.runDir, { wandb: job.wandb, python: opts.python, env: opts.env });
       } catch (err) {
-        warn(`run curves (TensorBoard${job.wandb ? ', W&B' : ''}) not written: ${(err as Error).message}`, { runDir: job.runDir, kind: job.kind });
+        warn(`run curves (TensorBoard${job.wandb ? ', W&B' : ''}) not written: ${(err as Error).message}`, { runDir: job.runDir });
       }
       const entry = running.get(key)!;
       job = entry.again;
@@ -147,17 +155,17 @@ export function createCurvesSink(opts: CurvesSinkOptions = {}): CurvesSink {
   }
 
   return {
-    schedule(runsRoot, runId, kind, wandb) {
+    schedule(runsRoot, runId, wandb) {
       const runDir = join(runsRoot, runId);
-      const key = `${resolve(runDir)}\0${kind}`;
+      const key = resolve(runDir);
       const entry = running.get(key);
       if (entry) {
-        entry.again = { runDir, kind, wandb };
+        entry.again = { runDir, wandb };
         return;
       }
-      const slot = { again: null, done: Promise.resolve() } as { again: { runDir: string; kind: CurvesKind; wandb?: WandbTarget } | null; done: Promise<void> };
+      const slot: { again: SyncJob | null; done: Promise<void> } = { again: null, done: Promise.resolve() };
       running.set(key, slot);
-      slot.done = loop(key, { runDir, kind, wandb });
+      slot.done = loop(key, { runDir, wandb });
     },
     async idle() {
       while (running.size > 0) await Promise.all([...running.values()].map((e) => e.done));

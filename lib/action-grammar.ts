@@ -71,7 +71,15 @@ function variants(ids: number[], textMax: number): { schema: Record<string, unkn
       longest: { action: 'key', keys: Array(MAX_KEYS).fill('x'.repeat(10)) },
     },
     {
-      schema: obj({ action: { const: 'scroll' }, pixels: { anyOf: [{ type: 'integer', minimum: 1, maximum: SCROLL_MAX }, { type: 'integer', minimum: -SCROLL_MAX, maximum: -1 }] } }),
+      schema: obj({
+        action: { const: 'scroll' },
+        pixels: {
+          anyOf: [
+            { type: 'integer', minimum: 1, maximum: SCROLL_MAX },
+            { type: 'integer', minimum: -SCROLL_MAX, maximum: -1 },
+          ],
+        },
+      }),
       longest: { action: 'scroll', pixels: -SCROLL_MAX },
     },
     { schema: obj({ action: { const: 'wait' }, time: { type: 'integer', minimum: 1, maximum: WAIT_MAX } }), longest: { action: 'wait', time: WAIT_MAX } },
@@ -119,7 +127,9 @@ export function actionGrammar(axtree: string, maxTokens: number): ActionGrammar 
     if (g.maxBytes <= budget) return g;
   }
   const needed = build(ids, GRAMMAR_TEXT_MIN).maxBytes + 1;
-  throw new Error(`policy.maxTokens ${maxTokens} is too small for constrained decoding on this page: the longest action needs ${needed} tokens; raise policy.maxTokens to at least ${needed}`);
+  throw new Error(
+    `policy.maxTokens ${maxTokens} is too small for constrained decoding on this page: the longest action needs ${needed} tokens; raise policy.maxTokens to at least ${needed}`,
+  );
 }
 
 /** The smallest `policy.maxTokens` that constrained decoding accepts on a page with ids up to `widestId`. */

@@ -15,6 +15,7 @@
 // and no comparison was made. Discounting makes an early step on a successful path rank below a later one,
 // so the step term rewards getting there sooner.
 
+import type { AnchorRollout, TrajectoryStep } from './experience';
 import { groupAdvantages } from './grpo';
 import { roundReward } from './rewards/shaping';
 
@@ -27,15 +28,11 @@ export interface AnchorParams {
   discount: number;
 }
 
-/** One rollout as the grouping needs it, steps in order. */
-export interface AnchorRollout {
-  /** Shaped reward of each step. */
-  rewards: readonly number[];
-  /**
-   * State key of the page each step acted from. A missing key (a trajectory recorded without one) never
-   * matches anything: that step keeps only the episode term.
-   */
-  stateKeys: readonly (string | null | undefined)[];
+export type { AnchorRollout };
+
+/** A recorded rollout as anchor grouping reads it: each step's shaped reward and the state key it acted from. */
+export function anchorRollout(t: { steps: readonly Pick<TrajectoryStep, 'shaped' | 'observation'>[] }): AnchorRollout {
+  return { rewards: t.steps.map((s) => s.shaped.total), stateKeys: t.steps.map((s) => s.observation.stateKey) };
 }
 
 /** Per-iteration counts of the step-level groups, as in the metrics file. */
@@ -123,9 +120,7 @@ export function anchorGroupAdvantages(rollouts: readonly AnchorRollout[], params
     });
   }
 
-  const advantages = rollouts.map((r, i) =>
-    r.rewards.map((_, t) => roundReward(params.episodeWeight * episodeAdv[i] + params.stepWeight * stepAdv[i][t])),
-  );
+  const advantages = rollouts.map((r, i) => r.rewards.map((_, t) => roundReward(params.episodeWeight * episodeAdv[i] + params.stepWeight * stepAdv[i][t])));
   const totalSteps = rollouts.reduce((s, r) => s + r.rewards.length, 0);
   return {
     advantages,

@@ -124,12 +124,7 @@ export function unknownKeyMessage(schema: unknown, path: readonly PropertyKey[],
  * One line per problem, `  path.to.key: message`; an unknown key gets a line of its own with the closest
  * valid key. `describe` may reword other issues (e.g. zod's bare "Invalid input" of a union).
  */
-export function formatConfigIssues(
-  issues: readonly IssueLike[],
-  schema: unknown,
-  raw: unknown,
-  describe: (issue: IssueLike) => string = (i) => i.message,
-): string[] {
+export function formatConfigIssues(issues: readonly IssueLike[], schema: unknown, raw: unknown, describe: (issue: IssueLike) => string = (i) => i.message): string[] {
   const lines: string[] = [];
   for (const issue of issues) {
     if (issue.code === 'unrecognized_keys' && issue.keys) {

@@ -72,7 +72,11 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     key: 'tasks',
     flag: '--tasks',
     arg: 'a,b,…',
-    help: { train: 'train on these tasks (comma-separated)', mcts: 'search these tasks (comma-separated)', eval: 'evaluate these tasks (comma-separated; REAL site names expand to their tasks)' },
+    help: {
+      train: 'train on these tasks (comma-separated)',
+      mcts: 'search these tasks (comma-separated)',
+      eval: 'evaluate these tasks (comma-separated; REAL site names expand to their tasks)',
+    },
     path: { train: 'train.tasks', mcts: 'mcts.tasks', eval: 'tasks' },
   },
   {
@@ -85,7 +89,13 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
       eval: 'every scorable task of a REAL site (implies --env real)',
     },
   },
-  { key: 'env', flag: '--env', arg: 'env', help: { train: 'miniwob or real', mcts: 'miniwob or real', eval: 'miniwob or real' }, path: { train: 'episode.env', mcts: 'episode.env', eval: 'env' } },
+  {
+    key: 'env',
+    flag: '--env',
+    arg: 'env',
+    help: { train: 'miniwob or real', mcts: 'miniwob or real', eval: 'miniwob or real' },
+    path: { train: 'episode.env', mcts: 'episode.env', eval: 'env' },
+  },
   {
     key: 'episodes',
     flag: '--episodes',
@@ -268,12 +278,7 @@ const REAL_ID = /^v2\./i;
 const stripV2 = (t: string) => t.replace(REAL_ID, '');
 
 /** Task list and environment from --task/--tasks/--domain/--env; undefined when none of them is given. */
-function resolveTaskFlags(
-  flags: OverrideFlags,
-  fileEnv: unknown,
-  ctx: OverrideContext,
-  notes: string[],
-): { env?: string; tasks?: string[] } {
+function resolveTaskFlags(flags: OverrideFlags, fileEnv: unknown, ctx: OverrideContext, notes: string[]): { env?: string; tasks?: string[] } {
   const given = [flags.task, flags.tasks, flags.domain].filter((v) => v !== undefined).length;
   if (flags.task !== undefined && flags.tasks !== undefined) throw new ConfigError('--task and --tasks: give one of them');
   let tasks: string[] | undefined;
@@ -391,7 +396,9 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
   if (command === 'train') {
     if (flags.lossType !== undefined) {
       if (flags.lossType !== 'dr_grpo') {
-        throw new ConfigError(`--loss-type: only dr_grpo is implemented (train.lossType: advantages r − mean(r), no std division, a constant length normaliser), got ${JSON.stringify(flags.lossType)}`);
+        throw new ConfigError(
+          `--loss-type: only dr_grpo is implemented (train.lossType: advantages r − mean(r), no std division, a constant length normaliser), got ${JSON.stringify(flags.lossType)}`,
+        );
       }
       set('train.lossType', flags.lossType, '--loss-type');
     }
@@ -408,7 +415,9 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
       set('train.iterations', split.iterations, its !== undefined ? '--iterations' : '--episodes (train.iterations)');
       set('train.episodesPerIteration', split.episodesPerIteration, '--episodes (train.episodesPerIteration)');
       const used = split.iterations * split.episodesPerIteration;
-      notes.push(`--episodes ${budget}: ${split.iterations} iterations × ${split.episodesPerIteration} episodes = ${used}${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`);
+      notes.push(
+        `--episodes ${budget}: ${split.iterations} iterations × ${split.episodesPerIteration} episodes = ${used}${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`,
+      );
     }
   } else {
     num('iterations', 'mcts.iterations');
@@ -427,7 +436,9 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
       if (iterations < 1) throw new ConfigError(`--episodes: ${budget} searches cannot cover the ${count} tasks of one iteration (one search per task per iteration)`);
       set('mcts.iterations', iterations, '--episodes (mcts.iterations)');
       const used = iterations * count;
-      notes.push(`--episodes ${budget}: ${iterations} iterations × ${count} tasks = ${used} searches${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`);
+      notes.push(
+        `--episodes ${budget}: ${iterations} iterations × ${count} tasks = ${used} searches${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`,
+      );
     }
   }
   return { raw, flagPaths, notes };
@@ -438,12 +449,7 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
  * HALO config's mcts section (the test-time search reads it there); --simulations sets the test-time search of
  * every qwen3vl_mcts mode; --seed replaces the seeds list.
  */
-export function applyEvalOverrides(
-  evalFileRaw: unknown,
-  haloFileRaw: unknown,
-  flags: OverrideFlags,
-  ctx: OverrideContext = {},
-): { eval: Overridden; halo: Overridden } {
+export function applyEvalOverrides(evalFileRaw: unknown, haloFileRaw: unknown, flags: OverrideFlags, ctx: OverrideContext = {}): { eval: Overridden; halo: Overridden } {
   const raw: Raw = isRecord(evalFileRaw) ? structuredClone(evalFileRaw) : {};
   const halo: Raw = isRecord(haloFileRaw) ? structuredClone(haloFileRaw) : {};
   const flagPaths = new Map<string, string>();

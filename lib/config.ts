@@ -36,7 +36,9 @@ export const stackSchema = z
       .min(0)
       .max(1_000_000)
       .default(2)
-      .describe("free space the control worker's home folder (blobs, metrics) must have before each training iteration; below it the run pauses with the reason in its status (resume after freeing space, e.g. halo gc)"),
+      .describe(
+        "free space the control worker's home folder (blobs, metrics) must have before each training iteration; below it the run pauses with the reason in its status (resume after freeing space, e.g. halo gc)",
+      ),
   })
   .prefault({});
 
@@ -51,14 +53,18 @@ export const policySchema = z
     credential: z
       .enum(CREDENTIAL_NAMES)
       .default('policy')
-      .describe('the API key the worker sends, by name: the worker maps policy / critic / baseline to its own environment (HALO_POLICY_API_KEY, HALO_POLICY_API_KEY, OPENAI_API_KEY; HALO_CREDENTIAL_<NAME>_ENV on the worker changes the variable)'),
+      .describe(
+        'the API key the worker sends, by name: the worker maps policy / critic / baseline to its own environment (HALO_POLICY_API_KEY, HALO_POLICY_API_KEY, OPENAI_API_KEY; HALO_CREDENTIAL_<NAME>_ENV on the worker changes the variable)',
+      ),
     apiKeyEnv: z.string().optional().describe('deprecated: accepted only when it names the variable the worker maps credential to; use credential'),
     temperature: z
       .number()
       .min(0)
       .max(2)
       .default(0.7)
-      .describe('sampling temperature of training candidates (GRPO) and of `halo episode`; greedy evaluations always decode at 0. 0 with train.numGenerations > 1 is refused by `halo train`: every candidate of a group would be the same'),
+      .describe(
+        'sampling temperature of training candidates (GRPO) and of `halo episode`; greedy evaluations always decode at 0. 0 with train.numGenerations > 1 is refused by `halo train`: every candidate of a group would be the same',
+      ),
     maxTokens: z.number().int().min(1).max(8192).default(256),
     timeoutMs: z.number().int().min(1000).max(600_000).default(60_000),
     historyLength: z.number().int().min(0).max(50).default(5),
@@ -72,11 +78,15 @@ export const policySchema = z
     tokenIds: z
       .enum(['auto', 'on', 'off'])
       .default('auto')
-      .describe("ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for api.openai.com and servers that refuse the fields"),
+      .describe(
+        "ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for api.openai.com and servers that refuse the fields",
+      ),
     constrained: z
       .boolean()
       .default(false)
-      .describe("constrained action decoding: every sample is a valid action of the tool-call schema, element ids limited to those on the page and coordinates inside the grid (colocated: xgrammar in the learner; openai: vLLM's structured_outputs field with the same JSON schema). The learner applies the same grammar mask when it recomputes log-probs"),
+      .describe(
+        "constrained action decoding: every sample is a valid action of the tool-call schema, element ids limited to those on the page and coordinates inside the grid (colocated: xgrammar in the learner; openai: vLLM's structured_outputs field with the same JSON schema). The learner applies the same grammar mask when it recomputes log-probs",
+      ),
   })
   .prefault({});
 
@@ -87,27 +97,44 @@ export const episodeSchema = z
     seed: z.number().int().min(0).max(MAX_SEED).default(0),
     maxSteps: z.number().int().min(1).max(200).default(10),
     maxSessionRebuilds: z.number().int().min(0).max(20).default(5),
-    sessionStartTimeoutMs: z.number().int().min(1000).max(3_600_000).default(20_000).describe('how long a session activity may wait for its browser worker before the session counts as lost'),
+    sessionStartTimeoutMs: z
+      .number()
+      .int()
+      .min(1000)
+      .max(3_600_000)
+      .default(20_000)
+      .describe('how long a session activity may wait for its browser worker before the session counts as lost'),
     heartbeatTimeoutMs: z.number().int().min(1000).max(600_000).default(10_000),
   })
   .prefault({});
 
 export const trainSchema = z
   .strictObject({
-    runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('grpo-local'),
+    runId: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)')
+      .default('grpo-local'),
     iterations: z.number().int().min(1).max(100_000).default(3),
     episodesPerIteration: z.number().int().min(1).max(256).default(2),
     parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once'),
     tasks: z.array(z.string().min(1)).min(1).max(MAX_TASKS).default(['click-button', 'enter-text']),
     heldOutTasks: z.array(z.string().min(1)).max(MAX_TASKS).default([]),
     evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation on heldOutTasks every K iterations (0: never)'),
+    evalSeeds: z
+      .array(z.number().int().min(0).max(MAX_SEED))
+      .min(1)
+      .max(1000)
+      .optional()
+      .describe('fixed seeds of the greedy evaluation: every held-out task with every seed, the same episodes each time; default: one seed per held-out task, drawn per iteration'),
     evalEverySteps: z
       .number()
       .int()
       .min(0)
       .max(10_000_000)
       .default(0)
-      .describe('greedy evaluation on heldOutTasks after each iteration that takes the run past a multiple of K environment steps (the steps of its episodes; 0: never); with evalEvery too, an iteration due by either evaluates once'),
+      .describe(
+        'greedy evaluation on heldOutTasks after each iteration that takes the run past a multiple of K environment steps (the steps of its episodes; 0: never); with evalEvery too, an iteration due by either evaluates once',
+      ),
     grouping: z
       .enum(['step', 'episode', 'anchor'])
       .default('step')
@@ -147,26 +174,24 @@ export const trainSchema = z
     maxGradNorm: z.number().gt(0).max(10_000).default(1),
     lossType: z.literal('dr_grpo').default('dr_grpo'),
     gpuTaskQueue: z.string().min(1).default('gpu'),
-    learnerHeartbeatTimeoutS: z
-      .number()
-      .int()
-      .min(1)
-      .max(3600)
-      .default(60)
-      .describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
+    learnerHeartbeatTimeoutS: z.number().int().min(1).max(3600).default(60).describe('a learner that stops heartbeating for this long is presumed dead and its activity retried'),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai)'),
     baseModel: z
       .string()
       .min(1)
       .optional()
-      .describe("the learner's base model (its HALO_MODEL), sent with every learner request so a learner holding another model refuses; default: policy.model with the colocated backend, unchecked otherwise"),
-    seed: runSeed("seed of the run's episodes: tasks and task seeds come from (seed, iteration, episode) instead of the run id, so runs with different ids play the same episodes; default: the run id"),
+      .describe(
+        "the learner's base model (its HALO_MODEL), sent with every learner request so a learner holding another model refuses; default: policy.model with the colocated backend, unchecked otherwise",
+      ),
+    seed: runSeed(
+      "seed of the run's episodes: tasks and task seeds come from (seed, iteration, episode) instead of the run id, so runs with different ids play the same episodes; default: the run id",
+    ),
     maxFailedEpisodeShare: z
       .number()
       .min(0)
       .max(1)
       .default(0.25)
-      .describe('share of an iteration\'s episodes that may fail (counted in metrics, left out of the batch) before the run fails'),
+      .describe("share of an iteration's episodes that may fail (counted in metrics, left out of the batch) before the run fails"),
   })
   .prefault({});
 
@@ -204,13 +229,15 @@ export const miniwobSchema = z
   })
   .prefault({});
 
-// Agent-Q-style MCTS with step-level DPO (workflows/train-mcts.ts: `trainMcts` → one `mctsSearch` per task).
+// Agent-Q-style MCTS with step-level DPO (workflows/train-mcts.ts: `trainMcts`, run by the training engine → one `mctsSearch` per task).
 export const mctsCriticSchema = z
   .strictObject({
     backend: z
       .enum(['openai', 'none'])
       .default('openai')
-      .describe('openai: an OpenAI-compatible server (usually the vLLM serving the base model) ranks candidates and values states; none: neutral priors (0.5) and no critic values, i.e. search outcomes only'),
+      .describe(
+        'openai: an OpenAI-compatible server (usually the vLLM serving the base model) ranks candidates and values states; none: neutral priors (0.5) and no critic values, i.e. search outcomes only',
+      ),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct').describe('the frozen critic: the base model, not an adapter'),
     credential: z.enum(CREDENTIAL_NAMES).default('critic').describe('the API key the worker sends, by name (see policy.credential)'),
@@ -223,7 +250,10 @@ export const mctsCriticSchema = z
 
 export const mctsSchema = z
   .strictObject({
-    runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)').default('mcts-local'),
+    runId: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'letters, digits, . _ - (max 81)')
+      .default('mcts-local'),
     iterations: z.number().int().min(1).max(100_000).default(3),
     tasks: z
       .array(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/, 'a task name: letters, digits, . _ -'))
@@ -251,13 +281,30 @@ export const mctsSchema = z
       .min(0)
       .max(8)
       .default(2)
-      .describe('browser sessions a search keeps open between simulations: the next restore takes one at its node, steps one forward from an ancestor, or resets one in place instead of opening a new page (0: a new session per simulation)'),
+      .describe(
+        'browser sessions a search keeps open between simulations: the next restore takes one at its node, steps one forward from an ancestor, or resets one in place instead of opening a new page (0: a new session per simulation)',
+      ),
     critic: mctsCriticSchema,
     beta: z.number().gt(0).max(100).default(0.1).describe('DPO beta'),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     maxGradNorm: z.number().gt(0).max(10_000).default(1),
-    evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation episodes on the tasks with the new adapter every K iterations (0: never)'),
+    heldOutTasks: z.array(z.string().min(1)).max(MAX_TASKS).default([]).describe('tasks of the greedy evaluation (with every evalSeeds seed); empty: the training tasks'),
+    evalEvery: z.number().int().min(0).max(100_000).default(0).describe('greedy evaluation with the new adapter every K iterations (0: never)'),
+    evalEverySteps: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000_000)
+      .default(0)
+      .describe("greedy evaluation after each iteration that takes the run past a multiple of K environment steps (the searches' browser steps; 0: never)"),
     evalSeeds: z.array(z.number().int().min(0).max(MAX_SEED)).min(1).max(1000).default([0]).describe('seeds of the greedy evaluation episodes'),
+    maxStaleness: z
+      .number()
+      .int()
+      .min(0)
+      .max(1)
+      .default(0)
+      .describe("1: iteration i+1's searches run with the newest adapter (one update behind) while the DPO update on iteration i's pairs runs; 0: searches wait for the update"),
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
     seed: runSeed("seed of the searches: each task's seed comes from (seed, iteration, task) instead of the run id; default: the run id"),
     maxFailedSearchShare: z
@@ -265,7 +312,7 @@ export const mctsSchema = z
       .min(0)
       .max(1)
       .default(0.25)
-      .describe('share of an iteration\'s searches that may fail (counted in metrics, their pairs left out) before the run fails'),
+      .describe("share of an iteration's searches that may fail (counted in metrics, their pairs left out) before the run fails"),
   })
   .refine((m) => m.valueMode !== 'critic' || m.critic.backend !== 'none', {
     message: 'valueMode critic needs a critic (critic.backend openai)',
@@ -280,12 +327,16 @@ export const wandbSchema = z
       .string()
       .min(1)
       .optional()
-      .describe('W&B project that receives every iteration\'s metrics (run id = the HALO run id); unset: no W&B. TensorBoard event files under <stack.home>/<run>/tensorboard are written either way'),
+      .describe(
+        "W&B project that receives every iteration's metrics (run id = the HALO run id); unset: no W&B. TensorBoard event files under <stack.home>/<run>/tensorboard are written either way",
+      ),
     entity: z.string().min(1).optional().describe("W&B entity (team or user); unset: the API key's default"),
     mode: z
       .enum(['online', 'offline', 'disabled'])
       .optional()
-      .describe('online needs WANDB_API_KEY on the control worker; offline needs no network and keeps the run under <stack.home>/<run>/wandb for `wandb sync`; unset: WANDB_MODE, else online'),
+      .describe(
+        'online needs WANDB_API_KEY on the control worker; offline needs no network and keeps the run under <stack.home>/<run>/wandb for `wandb sync`; unset: WANDB_MODE, else online',
+      ),
   })
   .prefault({});
 

@@ -106,7 +106,10 @@ export function originRefusal(name: CredentialName, url: string, field: string, 
   const envVar = credentialEnvVar(name, env);
   const origin = originOf(url) ?? url;
   const allowed = allowedOrigins(name, env);
-  const configured = (env[credentialOriginsVar(name)] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const configured = (env[credentialOriginsVar(name)] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const plainHttp = origin.startsWith('http://');
   return (
     `${field}: credential "${name}" (${envVar}) is not sent to ${origin}: that origin is not allowed for it ` +
@@ -126,10 +129,7 @@ export type CredentialResolution =
  * is accepted only when it names the very variable the worker maps the credential to. With the credential
  * configured, the URL's origin must be one the credential is allowed to reach (originAllowed).
  */
-export function resolveCredential(
-  o: { credential?: unknown; apiKeyEnv?: unknown; url: string; field: string; fallback: CredentialName },
-  env: Env,
-): CredentialResolution {
+export function resolveCredential(o: { credential?: unknown; apiKeyEnv?: unknown; url: string; field: string; fallback: CredentialName }, env: Env): CredentialResolution {
   const given = o.credential ?? o.fallback;
   if (!isCredentialName(given)) {
     return {

@@ -8,7 +8,7 @@
  * The critic's output is untrusted data: `parseCriticAnswer` never throws, and anything unusable becomes
  * a neutral verdict (ranking = identity, value 0.5) with `ok: false` and a reason, which callers count.
  */
-import { matchingBrace, stripCodeFence } from './text';
+import { firstJsonObject, kindOf, nonObjectJsonKind, type JsonObject } from './json-object';
 import { clip } from './actions';
 import { userTurn, type PromptMessage } from './prompt';
 import type { CredentialName } from './credentials';
@@ -87,14 +87,18 @@ export function buildCriticPrompt(obs: CriticObservation, candidates: readonly s
     CANDIDATES_HEADER,
     ...candidates.map((c, i) => `${i}. ${oneLine(c)}`),
     '',
-    `Rank all ${k} candidate actions (numbers 0 to ${k - 1}) from best to worst and estimate the probability of ` +
-      'success from this state. Answer with the JSON object only.',
+    `Rank all ${k} candidate actions (numbers 0 to ${k - 1}) from best to worst and estimate the probability of ` + 'success from this state. Answer with the JSON object only.',
   ];
   return [{ role: 'system', content: [{ type: 'text', text: criticSystemPrompt() }] }, userTurn(obs.screenshotRef, lines.join('\n'))];
 }
 
 function oneLine(s: string): string {
-  return clip(String(s).replace(/\s*[\r\n]+\s*/g, ' ').trim(), MAX_CANDIDATE_CHARS);
+  return clip(
+    String(s)
+      .replace(/\s*[\r\n]+\s*/g, ' ')
+      .trim(),
+    MAX_CANDIDATE_CHARS,
+  );
 }
 
 /** The neutral verdict: identity ranking, value 0.5. */
@@ -135,8 +139,7 @@ export function parseCriticAnswer(text: string, k: number): CriticVerdict {
     if (ranking.named < k) verdict.reason = `partial ranking: ${ranking.named} of ${k} candidates ranked; the rest appended in index order`;
     return verdict;
   } catch (err) {
-    const reason =
-      err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
+    const reason = err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
     return neutralVerdict(k, reason);
   }
 }
@@ -172,47 +175,22 @@ function stripThinking(text: string): string {
   return visible;
 }
 
-type Obj = Record<string, unknown>;
-
-function extractObject(text: string): Obj {
-  const body = stripCodeFence(text.trim());
+function extractObject(text: string): JsonObject {
   // A completion that is pure JSON but not an object is a format error; say which.
-  if (/^(\[|null|true|false|-?\d|")/.test(body)) {
-    let value: unknown;
-    let parsed = false;
-    try {
-      value = JSON.parse(body);
-      parsed = true;
-    } catch {
-      // Not pure JSON (e.g. prose starting with a number): scan for an object below.
-    }
-    if (parsed) fail(`JSON ${kindOf(value)} at top level; expected {"ranking": [...], "value": ...}`);
-  }
-  let firstError: string | undefined;
-  let from = 0;
-  for (;;) {
-    const open = text.indexOf('{', from);
-    if (open === -1) break;
-    const end = matchingBrace(text, open);
-    if (end === -1) {
-      fail(firstError ?? 'truncated JSON: object is never closed');
-    }
-    try {
-      const value: unknown = JSON.parse(text.slice(open, end));
-      if (isObject(value)) return value;
-    } catch (err) {
-      firstError ??= `invalid JSON: ${err instanceof Error ? err.message : String(err)}`;
-    }
-    from = end;
-  }
-  return fail(firstError ?? 'no JSON object found');
+  const kind = nonObjectJsonKind(text);
+  if (kind !== undefined) fail(`JSON ${kind} at top level; expected {"ranking": [...], "value": ...}`);
+  const scan = firstJsonObject(text);
+  if (scan.kind === 'found') return scan.value;
+  if (scan.kind === 'truncated') fail('truncated JSON: object is never closed');
+  if (scan.kind === 'invalid') fail(`invalid JSON: ${scan.error}`);
+  return fail('no JSON object found');
 }
 
 // ---------------------------------------------------------------------------
 // Fields
 // ---------------------------------------------------------------------------
 
-function readRanking(obj: Obj, k: number): { full: number[]; named: number } {
+function readRanking(obj: JsonObject, k: number): { full: number[]; named: number } {
   if (!has(obj, 'ranking')) fail('missing "ranking"');
   const raw = obj.ranking;
   if (!Array.isArray(raw)) fail(`ranking: must be an array (got ${kindOf(raw)})`);
@@ -230,7 +208,7 @@ function readRanking(obj: Obj, k: number): { full: number[]; named: number } {
   return { full, named: raw.length };
 }
 
-function readValue(obj: Obj): number {
+function readValue(obj: JsonObject): number {
   if (!has(obj, 'value')) fail('missing "value"');
   const v = obj.value;
   if (typeof v !== 'number') fail(`value: must be a number (got ${kindOf(v)})`);
@@ -238,18 +216,8 @@ function readValue(obj: Obj): number {
   return v === 0 ? 0 : v; // -0 → 0
 }
 
-function isObject(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function has(obj: Obj, key: string): boolean {
-  return Object.prototype.hasOwnProperty.call(obj, key);
-}
-
-function kindOf(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'array';
-  return typeof value;
+function has(obj: JsonObject, key: string): boolean {
+  return Object.hasOwn(obj, key);
 }
 
 // ---------------------------------------------------------------------------
@@ -307,8 +275,7 @@ export function parseOutcomeAnswer(text: string): OutcomeVerdict {
     if (text.trim() === '') fail('empty output');
     return { value: readValue(extractObject(stripThinking(text))), ok: true };
   } catch (err) {
-    const reason =
-      err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
+    const reason = err instanceof CriticParseFailure ? err.message : `internal critic parser error: ${err instanceof Error ? err.message : String(err)}`;
     return { value: NEUTRAL_VALUE, ok: false, reason: clip(reason, MAX_REASON_CHARS) };
   }
 }

@@ -5,27 +5,23 @@ import type { RewardBreakdown, RewardState } from './rewards/types';
 import type { RewardWeights } from './rewards/weights';
 import type { RunContext } from './run-context';
 import type { SamplingPolicy, ServedAdapter } from './iteration-policy';
+import type { ObservationRef, ShapedSummary, TaskRef } from './experience';
 
 // Payload shapes that travel through Temporal. Only references and short text: no image bytes,
 // no accessibility trees (those are blobs), so an episode history stays small and readable.
-
-export interface ObservationRef {
-  goal: string;
-  url: string;
-  step: number;
-  width: number;
-  height: number;
-  screenshotRef: string;
-  axtreeRef: string;
-  /** Hash of the page state used by reward shaping (new-state and loop terms). */
-  stateKey: string;
-}
-
-export interface TaskRef {
-  env: 'miniwob' | 'real';
-  task: string;
-  seed: number;
-}
+// What an episode records for training (trajectory, step groups, the sampler's tokens) is lib/experience.ts.
+export type {
+  GroupCandidate,
+  ObservationRef,
+  SampledTokens,
+  ShapedSummary,
+  StepGroup,
+  StepObservationRef,
+  StepRecord,
+  TaskRef,
+  TrajectoryInput,
+  TrajectoryStepInput,
+} from './experience';
 
 /** Environment options that travel with an episode. */
 export interface EnvOptions {
@@ -110,12 +106,6 @@ export interface FinishSessionResult {
   finalStateRef?: string;
 }
 
-/** A step's dense reward for payloads and the UI: `+0.1 valid, +1 env reward, +10 task success = 11.1`. */
-export interface ShapedSummary {
-  total: number;
-  summary: string;
-}
-
 /** What the step activity writes to its result blob: the result plus the full reward breakdown. */
 export interface StepResultBlob extends Omit<StepSessionResult, 'resultRef'> {
   index: number;
@@ -125,11 +115,6 @@ export interface StepResultBlob extends Omit<StepSessionResult, 'resultRef'> {
 
 /** The part of an observation the prompt needs: what the policy activity receives. */
 export type PromptObservationRef = Pick<ObservationRef, 'goal' | 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
-/** The part of an observation a trajectory keeps per step (the goal is kept once per episode). */
-export type StepObservationRef = Pick<ObservationRef, 'url' | 'step' | 'screenshotRef' | 'axtreeRef'> & {
-  /** The state key of the page the step acted from (GRPO anchor grouping matches steps on it). */
-  stateKey?: string;
-};
 
 export interface SampleInput {
   policy: PolicyConfig;
@@ -155,14 +140,6 @@ export interface Candidate {
   tokensRef?: string;
   /** Sum of those log-probs: MCTS keeps it as the DPO reference log-prob without reading the blob. */
   logprobSum?: number;
-}
-
-/** The blob behind a candidate's `tokensRef`. */
-export interface SampledTokens {
-  token_ids: number[];
-  logprobs: number[] | null;
-  /** Written by the colocated sampler: the grammar the tokens were sampled under (constrained decoding). */
-  grammar_ref?: string | null;
 }
 
 export interface SampleResult {
@@ -254,88 +231,6 @@ export function episodeInput(p: {
     ...(p.grouping ? { grouping: p.grouping } : {}),
     ...(p.search ? { search: p.search } : {}),
   };
-}
-
-/** One candidate of a step group, as the GRPO batch needs it. */
-export interface GroupCandidate {
-  /** The completion as a blob (vLLM path) or inline (colocated path, which also has the sampler's tokens). */
-  completionRef?: string;
-  completion?: string;
-  /** The sampler's tokens: a `SampledTokens` blob (vLLM path) or inline (colocated path). */
-  tokensRef?: string;
-  tokenIds?: number[];
-  logprobs?: number[];
-  valid: boolean;
-  /** Shaped reward of this candidate's step from the group's shared state. */
-  reward: number;
-}
-
-/** N candidates sampled at one state, each scored from that state; the episode continued from `chosen`. */
-export interface StepGroup {
-  promptRef: string;
-  /** Constrained decoding: the grammar blob the candidates were sampled under. */
-  grammarRef?: string;
-  step: number;
-  candidates: GroupCandidate[];
-  chosen: number;
-}
-
-export interface StepRecord {
-  step: number;
-  observation: StepObservationRef;
-  /** The prompt the action was sampled from (GRPO episode grouping trains on it). */
-  promptRef: string;
-  /** Constrained decoding: the grammar blob the action was sampled under. */
-  grammarRef?: string;
-  completion: string;
-  completionRef?: string;
-  /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */
-  tokensRef?: string;
-  tokenIds?: number[];
-  logprobs?: number[];
-  action: AgentAction;
-  valid: boolean;
-  /** The environment's own reward. */
-  reward: number;
-  /** The dense reward the learner sees, with the terms that fired. */
-  shaped: ShapedSummary;
-  /** Kept only for outputs that never reached the browser (their breakdown exists nowhere else). */
-  breakdown?: RewardBreakdown;
-  done: boolean;
-  url: string;
-  actionError?: string;
-  resultRef?: string;
-}
-
-/** One step as the trajectory activity receives it: references, plus the little that exists nowhere else. */
-export interface TrajectoryStepInput {
-  step: number;
-  promptRef: string;
-  grammarRef?: string;
-  completionRef?: string;
-  completion?: string;
-  /** The sampler's tokens of the completion (GRPO episode grouping trains on them): a blob, or inline (colocated). */
-  tokensRef?: string;
-  tokenIds?: number[];
-  logprobs?: number[];
-  /** Invalid outputs only: a valid action is in its result blob. */
-  action?: AgentAction;
-  /** The browser step's result blob (valid actions). */
-  resultRef?: string;
-  /** Shaped reward of an output that never reached the browser (invalid actions). */
-  shaped?: RewardBreakdown;
-}
-
-export interface TrajectoryInput {
-  workflowId: string;
-  task: TaskRef;
-  policyModel: string;
-  initial: ObservationRef;
-  steps: TrajectoryStepInput[];
-  groups?: StepGroup[];
-  success: boolean;
-  reward: number;
-  reason: string | null;
 }
 
 export interface EpisodeResult {

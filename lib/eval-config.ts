@@ -87,7 +87,7 @@ export const qwenMctsModeSchema = qwenMode('qwen3vl_mcts', { run: 'mcts-local', 
       critic: z
         .union([z.undefined(), mctsCriticSchema])
         .optional()
-        .describe("the critic that ranks candidates and judges ended episodes (default: mcts.critic of the HALO config); { backend: none } searches without one"),
+        .describe('the critic that ranks candidates and judges ended episodes (default: mcts.critic of the HALO config); { backend: none } searches without one'),
     })
     .optional()
     .describe(
@@ -109,47 +109,42 @@ export const openaiBaselineModeSchema = z.strictObject({
 export const evalModeSchema = z.discriminatedUnion('name', [qwenBaseModeSchema, qwenGrpoModeSchema, qwenMctsModeSchema, openaiBaselineModeSchema]);
 export type EvalMode = z.infer<typeof evalModeSchema>;
 
-export const evalConfigSchema = z
-  .strictObject({
-    runId: z.string().regex(ID, 'letters, digits, . _ - (max 81)').default('eval-local').describe('the eval id: workflow id of the evaluation'),
-    haloConfig: z
-      .string()
-      .min(1)
-      .optional()
-      .describe('HALO config file for the stack (Temporal, queues, rewards, REAL), relative to this file; default configs/default.yaml'),
-    env: z.enum(['miniwob', 'real']).default('miniwob'),
-    tasks: z
-      .array(z.string().min(1))
-      .min(1)
-      .max(MAX_TASKS)
-      .default(['click-button', 'enter-text', 'click-link', 'focus-text'])
-      .superRefine(noDuplicates((t) => `task "${t}"`))
-      .describe('MiniWoB++ task names, or REAL task ids and site names (a site means all its tasks)'),
-    seeds: z
-      .array(z.number().int().min(0).max(MAX_SEED))
-      .min(1)
-      .max(10_000)
-      .superRefine(noDuplicates((s) => `seed ${s}`))
-      .default([0, 1]),
-    maxSteps: z.number().int().min(1).max(200).default(5),
-    parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once, over all modes'),
-    gpuTaskQueue: z.string().min(1).optional().describe('the learner queue (default: train.gpuTaskQueue of the HALO config)'),
-    modes: z
-      .array(evalModeSchema)
-      .min(1)
-      .max(64)
-      .superRefine((modes, ctx) => {
-        const seen = new Map<string, number>();
-        modes.forEach((m, i) => {
-          const l = m.label ?? m.name;
-          const first = seen.get(l);
-          if (first !== undefined) {
-            ctx.addIssue({ code: 'custom', path: [i, 'label'], message: `mode label "${l}" is already used by modes.${first}; give this one its own label` });
-          } else seen.set(l, i);
-        });
-      })
-      .prefault([{ name: 'qwen3vl_base' }, { name: 'qwen3vl_grpo' }, { name: 'qwen3vl_mcts' }, { name: 'openai_baseline' }]),
-  });
+export const evalConfigSchema = z.strictObject({
+  runId: z.string().regex(ID, 'letters, digits, . _ - (max 81)').default('eval-local').describe('the eval id: workflow id of the evaluation'),
+  haloConfig: z.string().min(1).optional().describe('HALO config file for the stack (Temporal, queues, rewards, REAL), relative to this file; default configs/default.yaml'),
+  env: z.enum(['miniwob', 'real']).default('miniwob'),
+  tasks: z
+    .array(z.string().min(1))
+    .min(1)
+    .max(MAX_TASKS)
+    .default(['click-button', 'enter-text', 'click-link', 'focus-text'])
+    .superRefine(noDuplicates((t) => `task "${t}"`))
+    .describe('MiniWoB++ task names, or REAL task ids and site names (a site means all its tasks)'),
+  seeds: z
+    .array(z.number().int().min(0).max(MAX_SEED))
+    .min(1)
+    .max(10_000)
+    .superRefine(noDuplicates((s) => `seed ${s}`))
+    .default([0, 1]),
+  maxSteps: z.number().int().min(1).max(200).default(5),
+  parallelism: z.number().int().min(1).max(64).default(2).describe('episodes running at once, over all modes'),
+  gpuTaskQueue: z.string().min(1).optional().describe('the learner queue (default: train.gpuTaskQueue of the HALO config)'),
+  modes: z
+    .array(evalModeSchema)
+    .min(1)
+    .max(64)
+    .superRefine((modes, ctx) => {
+      const seen = new Map<string, number>();
+      modes.forEach((m, i) => {
+        const l = m.label ?? m.name;
+        const first = seen.get(l);
+        if (first !== undefined) {
+          ctx.addIssue({ code: 'custom', path: [i, 'label'], message: `mode label "${l}" is already used by modes.${first}; give this one its own label` });
+        } else seen.set(l, i);
+      });
+    })
+    .prefault([{ name: 'qwen3vl_base' }, { name: 'qwen3vl_grpo' }, { name: 'qwen3vl_mcts' }, { name: 'openai_baseline' }]),
+});
 
 function noDuplicates<T>(what: (v: T) => string) {
   return (list: T[], ctx: z.RefinementCtx) => {
@@ -255,7 +250,11 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
     for (const t of cfg.tasks) add(t, t.replace(/^v2\./, '').replace(/-\d+$/, ''));
     return out;
   }
-  const byId = new Map(Object.values(sites).flat().map((t) => [t.id, t]));
+  const byId = new Map(
+    Object.values(sites)
+      .flat()
+      .map((t) => [t.id, t]),
+  );
   cfg.tasks.forEach((entry, i) => {
     const id = entry.replace(/^v2\./, '');
     const site = sites[entry];
@@ -268,9 +267,7 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
     }
     const t = byId.get(id);
     if (!t) {
-      throw new ConfigError(
-        `invalid eval config:\n  tasks.${i}: "${entry}" is neither a REAL v2 task id nor a site (sites: ${Object.keys(sites).sort().join(', ')})`,
-      );
+      throw new ConfigError(`invalid eval config:\n  tasks.${i}: "${entry}" is neither a REAL v2 task id nor a site (sites: ${Object.keys(sites).sort().join(', ')})`);
     }
     if (!t.scorable) notes.push({ mode: 'all', note: `${t.id} is unscorable (${t.unscorableReason ?? 'empty eval script'}): it can only score 0` });
     add(t.id, t.site);

@@ -168,7 +168,14 @@ export function summarizeEval(input: {
   for (const mode of order) {
     const mine = input.episodes.filter((e) => e.mode === mode);
     const sites = [...new Set(mine.map((e) => e.site))].sort();
-    for (const site of sites) rows.push(summarizeGroup(mode, site, mine.filter((e) => e.site === site)));
+    for (const site of sites)
+      rows.push(
+        summarizeGroup(
+          mode,
+          site,
+          mine.filter((e) => e.site === site),
+        ),
+      );
     if (sites.length > 1) rows.push(summarizeGroup(mode, 'all', mine));
   }
   return {
@@ -204,9 +211,7 @@ export function summaryMarkdown(summary: EvalSummary): string {
     for (const r of summary.rows) {
       const n = r.errors > 0 ? `${r.n} (${r.errors} failed)` : `${r.n}`;
       const validity = r.actionValidity === null ? '–' : pct(r.actionValidity);
-      lines.push(
-        `| ${cell(r.mode)} | ${cell(r.site)} | ${n} | ${formatSuccess(r)} | ${fixed(r.medianSteps, 1)} | ${fixed(r.meanReward, 3)} | ${validity} |`,
-      );
+      lines.push(`| ${cell(r.mode)} | ${cell(r.site)} | ${n} | ${formatSuccess(r)} | ${fixed(r.medianSteps, 1)} | ${fixed(r.meanReward, 3)} | ${validity} |`);
     }
     lines.push('');
   }

@@ -70,7 +70,9 @@ export function episodeHistoryProblems(s: EpisodeShape, keys: EpisodeKeys): stri
   const sampling = samplingPayloadProblem(s.n, s.maxTokens, keys);
   if (sampling) out.push(sampling);
   if (f.trajectoryPayloadBytes > L.payloadBytes) {
-    out.push(`${shape}: an episode's trajectory record reaches ${mib(f.trajectoryPayloadBytes)}, over Temporal's ${mib(L.payloadBytes)} payload limit: lower ${lower(keys.maxSteps)}`);
+    out.push(
+      `${shape}: an episode's trajectory record reaches ${mib(f.trajectoryPayloadBytes)}, over Temporal's ${mib(L.payloadBytes)} payload limit: lower ${lower(keys.maxSteps)}`,
+    );
   }
   if (f.events > L.historyEvents) {
     out.push(`${shape}: an episode's history reaches ${f.events} events, over Temporal's ${L.historyEvents}: lower ${lower(keys.maxSteps)}`);

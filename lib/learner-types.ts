@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { BLOB_REF, DpoPairSchema, ImagePartSchema, PromptMessageSchema, PromptPartSchema, PromptSchema, SampledTokensSchema, TextPartSchema, blobRefSchema } from './experience';
 
 /**
  * The TypeScript half of the learner contract: one zod schema per pydantic model of
@@ -12,8 +13,6 @@ import { z } from 'zod';
  * parsed value with every default filled in, which is what is sent.
  */
 
-/** Same pattern as `blob/store.ts` and `halo_learner/blobs.py`. */
-export const BLOB_REF = /^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$/;
 const RUN_ID = /^[A-Za-z0-9._-]+$/;
 
 const finite = z.number(); // zod 4 rejects NaN and ±Infinity for z.number()
@@ -25,16 +24,9 @@ const runId = z.string().min(1).regex(RUN_ID, 'run_id may contain only letters, 
  */
 const baseModel = z.string().min(1).nullable().default(null);
 
-// ---- prompts (written by lib/prompt.ts) -----------------------------------------------------------
-
-export const TextPartSchema = z.strictObject({ type: z.literal('text'), text: z.string() });
-export const ImagePartSchema = z.strictObject({ type: z.literal('image'), ref: z.string().regex(BLOB_REF) });
-export const PromptPartSchema = z.discriminatedUnion('type', [TextPartSchema, ImagePartSchema]);
-export const PromptMessageSchema = z.strictObject({
-  role: z.enum(['system', 'user', 'assistant']),
-  content: z.array(PromptPartSchema).min(1),
-});
-export const PromptSchema = z.array(PromptMessageSchema).min(1);
+// The prompt, the sampler's tokens and the DPO pair are experience (lib/experience.ts), declared there once.
+export { BLOB_REF, DpoPairSchema, ImagePartSchema, PromptMessageSchema, PromptPartSchema, PromptSchema, SampledTokensSchema, TextPartSchema };
+export type { DpoPair, DpoPairInput, LearnerPrompt, SampledTokens, SampledTokensParsed } from './experience';
 
 // ---- update_policy ---------------------------------------------------------------------------------
 
@@ -52,34 +44,20 @@ export const GrpoHyperparametersSchema = z.strictObject({
   stale_weight_cap: finite.gt(0).nullable().default(null),
 });
 
-export const GrpoItemSchema = z
-  .strictObject({
-    prompt: PromptSchema,
-    completion: z.string(),
-    completion_token_ids: z.array(int).nullable().default(null),
-    advantage: finite,
-    old_logprobs: z.array(finite).nullable().default(null),
-    /** Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn. */
-    finish_reason: z.string().nullable().default(null),
-    /** Constrained decoding: the JSON-schema blob (lib/action-grammar.ts) the completion was sampled under. */
-    grammar_ref: z.string().nullable().default(null),
-  })
-  .superRefine((it, ctx) => {
-    if (it.completion_token_ids === null) return;
-    if (it.completion_token_ids.length === 0) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['completion_token_ids'],
-        message: 'completion_token_ids must not be empty (use null to retokenise the text)',
-      });
-    } else if (it.old_logprobs !== null && it.old_logprobs.length !== it.completion_token_ids.length) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['old_logprobs'],
-        message: `old_logprobs has ${it.old_logprobs.length} entries but completion_token_ids has ${it.completion_token_ids.length}`,
-      });
-    }
-  });
+export const GrpoItemSchema = z.strictObject({
+  prompt: PromptSchema,
+  completion: z.string(),
+  /**
+   * The sampler's tokens of the completion (a `SampledTokens` blob, which the learner reads and checks). Null:
+   * the learner retokenises the text (a server that gave no ids, an invalid output) and has no sampler log-probs.
+   */
+  tokens_ref: blobRefSchema.nullable().default(null),
+  advantage: finite,
+  /** Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn. */
+  finish_reason: z.string().nullable().default(null),
+  /** Constrained decoding: the JSON-schema blob (lib/action-grammar.ts) the completion was sampled under. */
+  grammar_ref: z.string().nullable().default(null),
+});
 
 /** The blob behind `update_policy`'s `batch_ref`. */
 export const GrpoBatchSchema = z.strictObject({
@@ -137,22 +115,6 @@ export const DpoHyperparametersSchema = z.strictObject({
   beta: finite.gt(0).default(0.1),
   max_grad_norm: finite.gt(0).default(1.0),
 });
-
-/**
- * The reference of every pair is the base model (adapter disabled), recomputed by the learner; the logged
- * `ref_*_logprob` values are accepted for older writers and not used.
- */
-export const DpoPairSchema = z
-  .strictObject({
-    prompt: PromptSchema,
-    chosen: z.string(),
-    rejected: z.string(),
-    ref_chosen_logprob: finite.nullable().default(null),
-    ref_rejected_logprob: finite.nullable().default(null),
-  })
-  .refine((p) => (p.ref_chosen_logprob === null) === (p.ref_rejected_logprob === null), {
-    message: 'give both ref_chosen_logprob and ref_rejected_logprob, or neither',
-  });
 
 /** The blob behind `update_dpo`'s `batch_ref`. */
 export const DpoBatchSchema = z.strictObject({ pairs: z.array(DpoPairSchema).min(1) });
@@ -218,7 +180,6 @@ export const SampleActionsOutputSchema = z.strictObject({
 
 // ---- types -----------------------------------------------------------------------------------------
 
-export type LearnerPrompt = z.output<typeof PromptSchema>;
 export type GrpoHyperparameters = z.output<typeof GrpoHyperparametersSchema>;
 export type GrpoItemInput = z.input<typeof GrpoItemSchema>;
 export type GrpoItem = z.output<typeof GrpoItemSchema>;
@@ -230,8 +191,6 @@ export type UpdatePolicyOutput = z.output<typeof UpdatePolicyOutputSchema>;
 /** What a learner (or a fake one) may answer: the statistics are optional on the wire. */
 export type UpdatePolicyOutputWire = z.input<typeof UpdatePolicyOutputSchema>;
 export type DpoHyperparameters = z.output<typeof DpoHyperparametersSchema>;
-export type DpoPairInput = z.input<typeof DpoPairSchema>;
-export type DpoPair = z.output<typeof DpoPairSchema>;
 export type DpoBatchInput = z.input<typeof DpoBatchSchema>;
 export type DpoBatch = z.output<typeof DpoBatchSchema>;
 export type UpdateDpoInputArgs = z.input<typeof UpdateDpoInputSchema>;
@@ -254,6 +213,7 @@ export const LEARNER_SCHEMAS = {
   UpdatePolicyOutput: UpdatePolicyOutputSchema,
   DpoHyperparameters: DpoHyperparametersSchema,
   DpoPair: DpoPairSchema,
+  SampledTokens: SampledTokensSchema,
   DpoBatch: DpoBatchSchema,
   UpdateDpoInput: UpdateDpoInputSchema,
   UpdateDpoOutput: UpdateDpoOutputSchema,
@@ -262,7 +222,7 @@ export const LEARNER_SCHEMAS = {
   SampleActionsOutput: SampleActionsOutputSchema,
 } as const;
 
-/** "items.0.completion_token_ids: must not be empty; …": a zod error in one line, first few issues. */
+/** "items.0.tokens_ref: not a blob reference; …": a zod error in one line, first few issues. */
 export function describeZodError(err: z.ZodError, what: string, max = 5): string {
   const parts = err.issues.slice(0, max).map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
   const more = err.issues.length > max ? ` (and ${err.issues.length - max} more)` : '';

@@ -52,5 +52,13 @@ export function mctsParams(cfg: HaloConfig): MctsParams {
 /** A validated `critic` section as the search uses it: null for `backend: none`. */
 export function criticParams(c: CriticSection): CriticConfig | null {
   if (c.backend === 'none') return null;
-  return { baseUrl: c.baseUrl, model: c.model, credential: c.credential, ...(c.apiKeyEnv !== undefined ? { apiKeyEnv: c.apiKeyEnv } : {}), timeoutMs: c.timeoutMs, temperature: c.temperature, maxTokens: c.maxTokens };
+  return {
+    baseUrl: c.baseUrl,
+    model: c.model,
+    credential: c.credential,
+    ...(c.apiKeyEnv !== undefined ? { apiKeyEnv: c.apiKeyEnv } : {}),
+    timeoutMs: c.timeoutMs,
+    temperature: c.temperature,
+    maxTokens: c.maxTokens,
+  };
 }

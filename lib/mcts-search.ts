@@ -3,18 +3,9 @@
  * what a search stores (snapshots), returns (result, pairs, best path, root decision) and shows (progress,
  * tree view), and the pure steps `mctsSearch` (workflows/mcts-search.ts) builds on.
  */
+import type { MctsPair } from './experience';
 import { actionKey, clip, describeAction, type Action, type AgentAction } from './actions';
-import {
-  bestPath,
-  compositeQ,
-  dpoPairs,
-  getNode,
-  type MctsNode,
-  type NodeData,
-  type Tree,
-  type TreeStats,
-} from './mcts';
-import type { MctsIterationMetrics } from './mcts-metrics';
+import { bestPath, compositeQ, dpoPairs, getNode, type MctsNode, type NodeData, type Tree, type TreeStats } from './mcts';
 import { fnv1a32 } from './rewards/shaping';
 
 /** Rounds for display (three decimals by default). */
@@ -111,19 +102,7 @@ export interface MctsPairsSummary {
 }
 
 /** A step-level DPO pair in the learner's batch-request format (references only), plus where it came from. */
-export interface MctsPair {
-  prompt_ref: string;
-  chosen_ref: string;
-  rejected_ref: string;
-  ref_chosen_logprob: number | null;
-  ref_rejected_logprob: number | null;
-  delta_q: number;
-  chosen_q: number;
-  rejected_q: number;
-  parent: number;
-  chosen: number;
-  rejected: number;
-}
+export type { MctsPair };
 
 export interface BestPathView {
   nodeIds: number[];
@@ -185,7 +164,6 @@ export interface MctsTreeView extends MctsProgress {
   counters: MctsCounters | null;
 }
 
-
 export function emptyCounters(): MctsCounters {
   return {
     candidates: 0,
@@ -245,11 +223,7 @@ export function isInvalidNode(tree: Tree, id: number): boolean {
  * end-of-turn token, so only completions sampled at temperature 1 that stopped on their own count.
  * Null makes the learner use the adapter-disabled model as reference for that pair.
  */
-export function refLogprob(
-  logprobs: readonly number[] | number | undefined,
-  temperature: number,
-  finishReason: string | null | undefined,
-): number | null {
+export function refLogprob(logprobs: readonly number[] | number | undefined, temperature: number, finishReason: string | null | undefined): number | null {
   // The sampler's sum (tokens stored as blobs), or the per-token list (histories from before).
   if (logprobs === undefined || (typeof logprobs !== 'number' && logprobs.length === 0)) return null;
   if (Math.abs(temperature - 1) > 1e-9 || finishReason !== 'stop') return null;
@@ -370,44 +344,8 @@ export function searchSeed(runId: string, iteration: number, task: string): numb
 }
 
 /** One line per node for logs and the UI: `[4] click (500, 300) N=3 Q=0.62`. */
-export function describeNode(tree: Tree, id: number, alpha: number): string {
+export function describeTreeNode(tree: Tree, id: number, alpha: number): string {
   const n = getNode(tree, id);
   const what = n.action ? describeAction(n.action as AgentAction) : 'root';
   return `[${id}] ${clip(what, 60)} (depth ${n.depth}, N=${n.visits}, Q=${round(compositeQ(n, alpha))})`;
-}
-
-/** The iteration's metrics from its searches, the update and the evaluation (pure). */
-export function mctsIterationMetrics(input: {
-  searches: Pick<MctsSearchResult, 'simulations' | 'stats' | 'bestPath' | 'pairs' | 'counters'>[];
-  update: { loss: number; reward_margin: number; accuracy: number; grad_norm: number } | null;
-  adapterVersion: number;
-  evalSuccessRate: number | null;
-  seconds: Record<string, number>;
-}): MctsIterationMetrics {
-  const s = input.searches;
-  const sum = (f: (r: (typeof s)[number]) => number) => s.reduce((a, r) => a + f(r), 0);
-  const pairs = sum((r) => r.pairs.count);
-  const sumAbsDeltaQ = sum((r) => (r.pairs.meanAbsDeltaQ ?? 0) * r.pairs.count);
-  return {
-    searches: s.length,
-    simulations: sum((r) => r.simulations),
-    nodes: sum((r) => r.stats.nodes),
-    best_path_success_rate: s.length ? s.filter((r) => r.bestPath.success).length / s.length : 0,
-    pairs,
-    mean_abs_delta_q: pairs > 0 ? sumAbsDeltaQ / pairs : null,
-    pairs_with_ref_logprobs: sum((r) => r.pairs.withRefLogprobs),
-    dpo_loss: input.update?.loss ?? null,
-    reward_margin: input.update?.reward_margin ?? null,
-    accuracy: input.update ? Math.min(1, Math.max(0, input.update.accuracy)) : null,
-    grad_norm: input.update?.grad_norm ?? null,
-    adapter_version: input.adapterVersion,
-    update_skipped: input.update === null,
-    candidates: sum((r) => r.counters.candidates),
-    invalid_candidates: sum((r) => r.counters.invalidCandidates),
-    critic_calls: sum((r) => r.counters.criticCalls),
-    critic_failures: sum((r) => r.counters.criticFailures),
-    session_rebuilds: sum((r) => r.counters.sessionRebuilds),
-    eval_success_rate: input.evalSuccessRate,
-    seconds: input.seconds,
-  };
 }

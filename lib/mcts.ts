@@ -39,6 +39,8 @@ export interface NodeData {
   completionRef?: string;
   /** First characters of that completion. */
   preview?: string;
+  /** The sampler's tokens of that completion (a `SampledTokens` blob): a DPO pair's `chosen_tokens_ref` / `rejected_tokens_ref`. */
+  tokensRef?: string;
   /** The sampler's log-prob sum of that completion when usable as the DPO reference, else null (lib/mcts-search.ts `refLogprob`). */
   refLogprob?: number | null;
   /** The prompt at this node's state, from which its children were sampled (a DPO pair's prompt). */
@@ -90,7 +92,11 @@ export interface ExpandCandidate {
   data?: NodeData;
 }
 
-export interface DpoPair {
+/**
+ * Two explored siblings whose composite Q differ by at least the pair threshold: the tree's side of a DPO pair.
+ * `collectPairs` (lib/mcts-search.ts) turns it into the learner's pair (`MctsPair`, lib/experience.ts).
+ */
+export interface NodePair {
   parentId: number;
   chosenId: number;
   rejectedId: number;
@@ -207,11 +213,7 @@ export function selectChild(tree: Tree, nodeId: number, c: number, alpha: number
   for (const id of parent.children) {
     const child = getNode(tree, id);
     const u = ucb1(child, parent.visits, c, alpha);
-    if (
-      best === undefined ||
-      u > bestUcb ||
-      (u === bestUcb && (child.prior > best.prior || (child.prior === best.prior && child.id < best.id)))
-    ) {
+    if (best === undefined || u > bestUcb || (u === bestUcb && (child.prior > best.prior || (child.prior === best.prior && child.id < best.id)))) {
       best = child;
       bestUcb = u;
     }
@@ -251,9 +253,7 @@ export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCa
     const key = getNode(tree, id).actionKey;
     if (key !== null) seen.add(key);
   }
-  const ordered = candidates
-    .map((c, index) => ({ ...c, prior: clamp01(c.prior), index }))
-    .sort((a, b) => b.prior - a.prior || a.index - b.index);
+  const ordered = candidates.map((c, index) => ({ ...c, prior: clamp01(c.prior), index })).sort((a, b) => b.prior - a.prior || a.index - b.index);
   const free = Math.max(0, Math.floor(maxChildren) - parent.children.length);
   const added: number[] = [];
   for (const cand of ordered) {
@@ -325,11 +325,7 @@ export function bestPath(tree: Tree, alpha: number): number[] {
     for (const id of node.children) {
       const child = getNode(tree, id);
       const q = compositeQ(child, alpha);
-      if (
-        best === undefined ||
-        child.visits > best.visits ||
-        (child.visits === best.visits && (q > bestQ || (q === bestQ && child.id < best.id)))
-      ) {
+      if (best === undefined || child.visits > best.visits || (child.visits === best.visits && (q > bestQ || (q === bestQ && child.id < best.id)))) {
         best = child;
         bestQ = q;
       }
@@ -346,8 +342,8 @@ export function bestPath(tree: Tree, alpha: number): number[] {
  * such as 0.1 behave as written) and by more than 0; the chosen action is the one with the higher Q.
  * Unvisited children never take part. Sorted by parentId, then deltaQ descending, then chosenId, then rejectedId.
  */
-export function dpoPairs(tree: Tree, alpha: number, threshold: number): DpoPair[] {
-  const pairs: DpoPair[] = [];
+export function dpoPairs(tree: Tree, alpha: number, threshold: number): NodePair[] {
+  const pairs: NodePair[] = [];
   for (const parent of tree.nodes) {
     if (parent.children.length < 2) continue;
     const explored = parent.children.map((id) => getNode(tree, id)).filter((c) => c.visits > 0);
@@ -369,9 +365,7 @@ export function dpoPairs(tree: Tree, alpha: number, threshold: number): DpoPair[
       }
     }
   }
-  return pairs.sort(
-    (a, b) => a.parentId - b.parentId || b.deltaQ - a.deltaQ || a.chosenId - b.chosenId || a.rejectedId - b.rejectedId,
-  );
+  return pairs.sort((a, b) => a.parentId - b.parentId || b.deltaQ - a.deltaQ || a.chosenId - b.chosenId || a.rejectedId - b.rejectedId);
 }
 
 export function treeStats(tree: Tree): TreeStats {
@@ -388,5 +382,5 @@ export function treeStats(tree: Tree): TreeStats {
 
 function clamp01(x: number): number {
   if (!(x > 0)) return 0; // also NaN
-  return x > 1 ? 1 : x;
+  return Math.min(x, 1);
 }

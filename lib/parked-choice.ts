@@ -53,7 +53,7 @@ export function chooseParked(tree: Tree, parked: readonly ParkedSpot[], target: 
   if (!opts.canReset) return { kind: 'none' };
   // Sessions at no node are good for nothing else; sessions at nodes may still be hit exactly later.
   const idle = parked.findIndex((p) => p.node === null);
-  return { kind: 'reset', index: idle >= 0 ? idle : 0 };
+  return { kind: 'reset', index: Math.max(idle, 0) };
 }
 
 /**

@@ -11,7 +11,8 @@
  *  2. A JSON object anywhere in the text (bare, in a ```json fence, or with prose),
  *     either in the same `{"name", "arguments"}` shape or flat: `{"action": "click", "x": 1, "y": 2}`.
  */
-import { matchingBrace, stripCodeFence } from './text';
+import { matchingBrace } from './text';
+import { firstJsonObject, kindOf, nonObjectJsonKind } from './json-object';
 import type { z } from 'zod';
 import { actionSchema, clip, GRID_MAX, type AgentAction, type InvalidAction } from './actions';
 import { addedTokensIn } from './prompt-text';
@@ -130,27 +131,10 @@ function extractToolCall(text: string): unknown {
  */
 function extractJsonObject(text: string): unknown {
   rejectNonObjectJson(text);
-
-  let firstError: string | undefined;
-  let from = 0;
-  for (;;) {
-    const open = text.indexOf('{', from);
-    if (open === -1) break;
-    const end = matchingBrace(text, open);
-    if (end === -1) {
-      // Nothing after an unclosed object can be a complete top-level object.
-      if (firstError === undefined) fail('truncated JSON: object is never closed (unbalanced braces)');
-      break;
-    }
-    try {
-      return parseJson(text.slice(open, end), 'invalid JSON');
-    } catch (err) {
-      if (!(err instanceof ParseFailure)) throw err;
-      firstError ??= err.message;
-    }
-    from = end;
-  }
-  return firstError === undefined ? undefined : fail(firstError);
+  const scan = firstJsonObject(text);
+  if (scan.kind === 'truncated') fail('truncated JSON: object is never closed (unbalanced braces)');
+  if (scan.kind === 'invalid') fail(`invalid JSON: ${scan.error}`);
+  return scan.kind === 'found' ? scan.value : undefined;
 }
 
 /**
@@ -158,16 +142,9 @@ function extractJsonObject(text: string): unknown {
  * is a format error, not "no action": say so instead of digging objects out of it.
  */
 function rejectNonObjectJson(text: string): void {
-  const body = stripCodeFence(text.trim());
-  if (!/^(\[|null|true|false|-?\d|")/.test(body)) return;
-  let value: unknown;
-  try {
-    value = JSON.parse(body);
-  } catch {
-    return; // Not pure JSON; e.g. prose starting with a number. Let the object scan decide.
-  }
-  if (Array.isArray(value)) fail('JSON array at top level; expected a single action object');
-  fail(`JSON ${kindOf(value)} at top level; expected an action object`);
+  const kind = nonObjectJsonKind(text);
+  if (kind === 'array') fail('JSON array at top level; expected a single action object');
+  if (kind !== undefined) fail(`JSON ${kind} at top level; expected an action object`);
 }
 
 /** JSON.parse, with its error message (which says where it failed) under `prefix`. */
@@ -405,7 +382,7 @@ function isPlainObject(value: unknown): value is Args {
 
 /** Own properties only, so "toString" and friends never look like fields. */
 function has(obj: Args, key: string): boolean {
-  return Object.prototype.hasOwnProperty.call(obj, key);
+  return Object.hasOwn(obj, key);
 }
 
 function get(obj: Args, key: string): unknown {
@@ -423,11 +400,4 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
     cur = (cur as Record<string | number, unknown>)[key];
   }
   return cur;
-}
-
-/** Type name for messages: distinguishes null and arrays, which typeof does not. */
-function kindOf(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'array';
-  return typeof value;
 }

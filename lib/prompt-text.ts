@@ -50,7 +50,10 @@ function escapeRegExp(s: string): string {
 
 // Longest first, so a token that is a prefix of another never wins the alternation.
 const TOKEN_PATTERN = new RegExp(
-  [...QWEN3_VL_ADDED_TOKENS].sort((a, b) => b.length - a.length).map(escapeRegExp).join('|'),
+  [...QWEN3_VL_ADDED_TOKENS]
+    .sort((a, b) => b.length - a.length)
+    .map(escapeRegExp)
+    .join('|'),
   'g',
 );
 

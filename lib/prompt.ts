@@ -37,18 +37,7 @@ export const COMPUTER_USE_TOOL = {
       properties: {
         action: {
           type: 'string',
-          enum: [
-            'left_click',
-            'double_click',
-            'right_click',
-            'mouse_move',
-            'click_element',
-            'type',
-            'key',
-            'scroll',
-            'wait',
-            'answer',
-          ],
+          enum: ['left_click', 'double_click', 'right_click', 'mouse_move', 'click_element', 'type', 'key', 'scroll', 'wait', 'answer'],
           description:
             'left_click/double_click/right_click/mouse_move at `coordinate`; click_element clicks the element ' +
             'with `element_id` from the accessibility tree; type enters `text` (into `element_id` if given); key ' +
@@ -77,7 +66,7 @@ export function systemPrompt(): string {
     'The tool:',
     JSON.stringify(COMPUTER_USE_TOOL.function),
     '',
-    `Each accessibility-tree line is "[id] role \"name\" @(x,y)": the id works with click_element and type, and @(x,y) is the element's centre on the ${GRID_MAX}-grid.`,
+    `Each accessibility-tree line is "[id] role "name" @(x,y)": the id works with click_element and type, and @(x,y) is the element's centre on the ${GRID_MAX}-grid.`,
   ].join('\n');
 }
 
@@ -91,9 +80,7 @@ export function buildPrompt(obs: PromptObservation, history: HistoryEntry[], his
     'Accessibility tree:',
     obs.axtree || '(empty)',
     '',
-    recent.length
-      ? 'Previous actions:\n' + recent.map((h) => `${h.step}. ${h.action}${h.note ? ` (${h.note})` : ''}`).join('\n')
-      : 'Previous actions: none',
+    recent.length ? 'Previous actions:\n' + recent.map((h) => `${h.step}. ${h.action}${h.note ? ` (${h.note})` : ''}`).join('\n') : 'Previous actions: none',
     '',
     'What is the next action?',
   ];

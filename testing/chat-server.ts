@@ -1,6 +1,28 @@
 import { createServer, type Server } from 'node:http';
 import { readBody } from './read-body';
 
+/**
+ * A chat completions request body as our clients send it, with the fields the fakes read. It is parsed JSON: the
+ * shape is assumed, not checked.
+ */
+export interface ChatRequest {
+  model: string;
+  messages?: { role: string; content: string | ChatRequestPart[] }[];
+  n?: number;
+  temperature: number;
+  max_tokens: number;
+  logprobs?: boolean;
+  return_token_ids?: boolean;
+  return_tokens_as_token_ids?: boolean;
+}
+
+/** One part of a user message's content: text, or an image as a data URL. */
+export interface ChatRequestPart {
+  type: string;
+  text?: string;
+  image_url?: { url?: string };
+}
+
 /** An HTTP status and the JSON body to answer with. */
 export interface JsonReply {
   status: number;
@@ -33,7 +55,7 @@ export interface ChatServer {
  * `POST /v1/chat/completions` body goes to `answer`; any other route is a 404, a body that is not JSON a 400
  * (both in OpenAI's error shape, which the client turns into its typed errors).
  */
-export async function startChatServer(modelId: string, answer: (body: any) => Promise<JsonReply> | JsonReply): Promise<ChatServer> {
+export async function startChatServer(modelId: string, answer: (body: ChatRequest) => Promise<JsonReply> | JsonReply): Promise<ChatServer> {
   const server: Server = createServer(async (req, res) => {
     const send = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
@@ -41,7 +63,7 @@ export async function startChatServer(modelId: string, answer: (body: any) => Pr
     };
     if (req.method === 'GET' && req.url === '/v1/models') return send(200, { object: 'list', data: [{ id: modelId, object: 'model' }] });
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { error: { message: 'not found' } });
-    let body: any;
+    let body: ChatRequest;
     try {
       body = JSON.parse(await readBody(req));
     } catch {

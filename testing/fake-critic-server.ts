@@ -1,4 +1,4 @@
-import { chatCompletion, startChatServer, type JsonReply } from './chat-server';
+import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } from './chat-server';
 import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../lib/critic';
 
 /**
@@ -73,12 +73,15 @@ export function preferRanking(candidates: string[], substring: string): number[]
 export async function startFakeCriticServer(initial: FakeCriticMode = { kind: 'garbage' }): Promise<FakeCriticServer> {
   let mode = initial;
   const requests: RecordedCriticRequest[] = [];
-  const answer = (body: any): JsonReply => {
-    const messages: any[] = Array.isArray(body.messages) ? body.messages : [];
+  const answer = (body: ChatRequest): JsonReply => {
+    const messages = Array.isArray(body.messages) ? body.messages : [];
     const sys = messages.find((m) => m.role === 'system');
-    const user = messages.find((m) => m.role === 'user');
-    const parts: any[] = Array.isArray(user?.content) ? user.content : [];
-    const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+    const userContent = messages.find((m) => m.role === 'user')?.content;
+    const parts = Array.isArray(userContent) ? userContent : [];
+    const text = parts
+      .filter((p) => p.type === 'text')
+      .map((p) => p.text)
+      .join('\n');
     const image = parts.find((p) => p.type === 'image_url');
     const dataUrl = /^data:(image\/[a-z]+);base64,(.*)$/s.exec(image?.image_url?.url ?? '');
     const candidates = parseCandidates(text);

@@ -1,4 +1,4 @@
-import { chatCompletion, startChatServer, type JsonReply } from './chat-server';
+import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } from './chat-server';
 
 /**
  * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
@@ -64,8 +64,7 @@ export function parseTree(text: string): TreeLine[] {
   return out;
 }
 
-export const toolCall = (args: Record<string, unknown>) =>
-  `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
+export const toolCall = (args: Record<string, unknown>) => `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
 
 /** A mail client flow (REAL gomail-like sites): compose, fill To/Subject/Body, send, then answer. */
 function emailAnswer(email: EmailScript, lines: TreeLine[]): string | undefined {
@@ -76,7 +75,11 @@ function emailAnswer(email: EmailScript, lines: TreeLine[]): string | undefined 
     const compose = lines.find((l) => l.role === 'button' && l.name === 'Compose');
     return compose ? toolCall({ action: 'click_element', element_id: compose.id }) : undefined;
   }
-  for (const [label, text] of [['To', email.to], ['Subject', email.subject], ['Body', email.body]] as const) {
+  for (const [label, text] of [
+    ['To', email.to],
+    ['Subject', email.subject],
+    ['Body', email.body],
+  ] as const) {
     const f = field(label);
     if (f && !f.value) return toolCall({ action: 'type', element_id: f.id, text });
   }
@@ -107,7 +110,6 @@ export function scriptedAnswer(goal: string, tree: string, previous: string[], e
   return toolCall({ action: 'wait', time: 0 });
 }
 
-
 /**
  * The fake's tokenizer: one id per UTF-8 byte (`FAKE_BYTE_OFFSET + byte`), then `FAKE_EOS_ID` when the answer
  * ended by itself (vLLM's `token_ids` include the end-of-turn token). Ids stay below 272, inside the tiny learner
@@ -131,7 +133,7 @@ export function fakeLogprob(id: number, position: number): number {
  * `return_token_ids` (unless `legacy`, a server older than 0.10.2 that lacks it), and `logprobs.content` with
  * `logprobs`, its `token` written as `"token_id:N"` with `return_tokens_as_token_ids`.
  */
-export function vllmTokenFields(text: string, finishReason: string, body: any, legacy = false): Record<string, unknown> {
+export function vllmTokenFields(text: string, finishReason: string, body: ChatRequest, legacy = false): Record<string, unknown> {
   const ids = fakeTokenIds(text, finishReason);
   const out: Record<string, unknown> = {};
   if (body.return_token_ids === true && !legacy) out.token_ids = ids;
@@ -149,10 +151,13 @@ export function vllmTokenFields(text: string, finishReason: string, body: any, l
 }
 
 /** What a policy prompt (lib/prompt.ts) tells a model: the goal, the tree as text and the actions taken so far. */
-export function promptOf(body: any): { hasImage: boolean; goal: string; tree: string; previous: string[] } {
-  const user = (body.messages ?? []).find((m: any) => m.role === 'user');
-  const parts: any[] = Array.isArray(user?.content) ? user.content : [];
-  const text = parts.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+export function promptOf(body: ChatRequest): { hasImage: boolean; goal: string; tree: string; previous: string[] } {
+  const content = (body.messages ?? []).find((m) => m.role === 'user')?.content;
+  const parts = Array.isArray(content) ? content : [];
+  const text = parts
+    .filter((p) => p.type === 'text')
+    .map((p) => p.text)
+    .join('\n');
   return {
     hasImage: parts.some((p) => p.type === 'image_url' && /^data:image\/png;base64,/.test(p.image_url?.url ?? '')),
     goal: /^Goal: (.*)$/m.exec(text)?.[1] ?? '',
@@ -162,7 +167,7 @@ export function promptOf(body: any): { hasImage: boolean; goal: string; tree: st
 }
 
 /** A chat request as recorded: what our system asked for. */
-function record(body: any, hasImage: boolean, goal: string): RecordedRequest {
+function record(body: ChatRequest, hasImage: boolean, goal: string): RecordedRequest {
   return {
     model: body.model,
     n: body.n ?? 1,
@@ -182,7 +187,7 @@ export interface ChatResponder {
   delayMs: number;
   onRequest?: (index: number) => Promise<void> | void;
   /** Answers a parsed `/v1/chat/completions` body: the status and the JSON body to send. */
-  answer(body: any, opts?: { legacyTokens?: boolean }): Promise<JsonReply>;
+  answer(body: ChatRequest, opts?: { legacyTokens?: boolean }): Promise<JsonReply>;
 }
 
 /** The "model" behind the fake servers: scripted answers, with the token fields vLLM returns when asked. */

@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { readBody } from './read-body';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
+import type { ChatRequest } from './chat-server';
 import { createChatResponder, type FakeMode, type RecordedRequest } from './fake-policy-server';
 
 /**
@@ -101,9 +102,31 @@ export async function startFakeVllmServer(
     }
 
     if (req.method === 'GET' && path === '/v1/models') {
-      const permission = [{ id: 'modelperm-fake', object: 'model_permission', created, allow_create_engine: false, allow_sampling: true, allow_logprobs: true, allow_search_indices: false, allow_view: true, allow_fine_tuning: false, organization: '*', group: null, is_blocking: false }];
+      const permission = [
+        {
+          id: 'modelperm-fake',
+          object: 'model_permission',
+          created,
+          allow_create_engine: false,
+          allow_sampling: true,
+          allow_logprobs: true,
+          allow_search_indices: false,
+          allow_view: true,
+          allow_fine_tuning: false,
+          organization: '*',
+          group: null,
+          is_blocking: false,
+        },
+      ];
       const card = (id: string, root: string, parent: string | null, maxLen: number | null) => ({
-        id, object: 'model', created, owned_by: 'vllm', root, parent, max_model_len: maxLen, permission,
+        id,
+        object: 'model',
+        created,
+        owned_by: 'vllm',
+        root,
+        parent,
+        max_model_len: maxLen,
+        permission,
       });
       return sendJson(res, 200, {
         object: 'list',
@@ -130,7 +153,7 @@ export async function startFakeVllmServer(
       const constraint = structuredOutputsError(body as Record<string, unknown>);
       if (constraint) return sendError(res, 400, 'BadRequestError', constraint);
       if (opts.recordMessages) messages.push((body as { messages?: unknown[] }).messages ?? []);
-      const out = await chat.answer(body, { legacyTokens: opts.legacyTokens });
+      const out = await chat.answer(body as ChatRequest, { legacyTokens: opts.legacyTokens });
       return sendJson(res, out.status, out.body);
     }
 
@@ -148,12 +171,7 @@ export async function startFakeVllmServer(
       const lpath = typeof b.lora_path === 'string' ? b.lora_path : '';
       if (!name || !lpath) return sendError(res, 400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
       if (adapters.has(name) && b.load_inplace !== true) {
-        return sendError(
-          res,
-          400,
-          'InvalidUserInput',
-          `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`,
-        );
+        return sendError(res, 400, 'InvalidUserInput', `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`);
       }
       if (!isDir(lpath) || !existsSync(join(lpath, 'adapter_config.json'))) {
         return sendError(res, 404, 'NotFoundError', `Loading lora ${name} failed: No adapter found for ${lpath}`);
@@ -277,7 +295,6 @@ function isDir(p: string): boolean {
     return false;
   }
 }
-
 
 function sendJson(res: ServerResponse, status: number, body: unknown) {
   const text = JSON.stringify(body);

@@ -1,4 +1,4 @@
-import { Client, Connection } from '@temporalio/client';
+import { Client, type Connection } from '@temporalio/client';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -51,7 +51,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
   const started = await startDevServerOnFreePort({ home });
   const { port, address } = started;
   let server = started.server;
-  let connection = started.connection;
+  const connection = started.connection;
   await prepareNamespace(connection, namespace, 30);
   const workers: ChildProcess[] = [];
   const env = {
@@ -95,13 +95,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       closeSync(fd);
       workers.push(child);
       if (child.pid === undefined) throw new Error(`could not start the learner (${l.command})`);
-      await waitForPollers(
-        connection,
-        namespace,
-        [{ name: gpuQueue, type: 'activity', process: { name: 'learner', pid: child.pid, logFile } }],
-        home,
-        180_000,
-      );
+      await waitForPollers(connection, namespace, [{ name: gpuQueue, type: 'activity', process: { name: 'learner', pid: child.pid, logFile } }], home, 180_000);
       return child;
     },
     async restartServer() {

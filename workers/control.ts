@@ -10,7 +10,6 @@ import { createGrpoBatchActivities } from '../activities/grpo-batch';
 import { createMetricsActivities } from '../activities/metrics';
 import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
-import { createMctsMetricsActivities } from '../activities/mcts-metrics';
 import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
@@ -42,7 +41,6 @@ async function main() {
       ...adapterActivities,
       ...createCriticActivities(blobs),
       ...createMctsStoreActivities(blobs, batches),
-      ...createMctsMetricsActivities(haloHome(), curves),
       ...createEvalRecordActivities(blobs),
       ...createDiskActivities(haloHome()),
     },

@@ -4,5 +4,5 @@
  * metrics and the UI; never for decisions.
  */
 export function workflowClockMs(): number {
-  return new Date().getTime();
+  return Date.now();
 }

@@ -44,9 +44,7 @@ export class Sessions {
   private opener(summary: string, taskQueue?: string) {
     const s = this.settings;
     return proxyActivities<SessionActivities>(
-      taskQueue
-        ? profiles.sessionOpen(taskQueue, s.heartbeatTimeoutMs, summary, s.sessionStartTimeoutMs)
-        : profiles.sessionOpen(s.browserTaskQueue, s.heartbeatTimeoutMs, summary),
+      taskQueue ? profiles.sessionOpen(taskQueue, s.heartbeatTimeoutMs, summary, s.sessionStartTimeoutMs) : profiles.sessionOpen(s.browserTaskQueue, s.heartbeatTimeoutMs, summary),
     );
   }
 
@@ -187,10 +185,7 @@ export class DurableSession {
 
   private async rebuild(why: unknown, budget: RebuildBudget, onLost: (lost: SessionHandle) => void): Promise<void> {
     if (budget.used >= budget.max) {
-      throw ApplicationFailure.nonRetryable(
-        `browser session lost ${budget.used + 1} times${budget.where ?? ''}; giving up (last: ${(why as Error).message})`,
-        'SessionLost',
-      );
+      throw ApplicationFailure.nonRetryable(`browser session lost ${budget.used + 1} times${budget.where ?? ''}; giving up (last: ${(why as Error).message})`, 'SessionLost');
     }
     budget.used++;
     budget.onRebuild?.();

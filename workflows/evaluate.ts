@@ -83,9 +83,7 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
 
   const tooBig = evalSizeProblem({ modes: input.modes.length, tasks: input.tasks.length, seeds: input.seeds.length, continueAsNewEvery: input.continueAsNewEvery });
   if (tooBig) throw ApplicationFailure.nonRetryable(tooBig, 'InvalidConfig');
-  const runs = input.modes.flatMap((mode) =>
-    input.tasks.flatMap((t) => input.seeds.map((seed) => ({ mode, task: t.task, site: t.site, seed }))),
-  );
+  const runs = input.modes.flatMap((mode) => input.tasks.flatMap((t) => input.seeds.map((seed) => ({ mode, task: t.task, site: t.site, seed }))));
   const every = chunked ? (input.continueAsNewEvery ?? DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY) : runs.length;
   const chunk = runs.slice(carry.next, carry.next + every);
 

@@ -46,7 +46,6 @@ export interface LearnerProxyOptions {
   summary?: string;
 }
 
-
 /**
  * Typed learner calls from workflow code. Inputs are validated (and their defaults filled in, so the
  * history shows the exact hyperparameters) before they are scheduled; answers are validated before they

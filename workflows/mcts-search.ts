@@ -1,5 +1,5 @@
 /**
- * Agent-Q-style MCTS as durable workflows (DESIGN.md, notes/real-benchmark.md §8).
+ * Agent-Q-style MCTS as a durable workflow (README.md, "MCTS exploration (Agent Q style) with step-level DPO").
  *
  * `mctsSearch` (one per task): the search tree lives in workflow state (pure operations of lib/mcts.ts), and
  * every simulation reads top to bottom in `simulate` below:
@@ -36,17 +36,7 @@
  * the steps that call activities: sessions (workflows/durable-session.ts), sampling (workflows/sampler.ts),
  * the critic and the blob store.
  */
-import {
-  continueAsNew,
-  defineQuery,
-  log,
-  patched,
-  proxyActivities,
-  setCurrentDetails,
-  setHandler,
-  upsertSearchAttributes,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { continueAsNew, defineQuery, log, patched, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { CriticActivities, CriticConfig } from '../activities/critic';
 import type { ControlActivities } from '../activities/control';
 import type { MctsStoreActivities } from '../activities/mcts-store';
@@ -59,7 +49,7 @@ import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/pa
 import type { MctsParams } from '../lib/mcts-params';
 import {
   criticText,
-  describeNode,
+  describeTreeNode,
   distinctActions,
   historyOf,
   isInvalidNode,
@@ -78,11 +68,12 @@ import { clipSummary } from '../lib/text';
 import type { RunContext } from '../lib/run-context';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
-import { DurableSession, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
+import { type DurableSession, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
 import { ParkedSessions } from './parked-sessions';
 import { isSessionLost } from './session-lost';
 import { sample, type SamplerSettings } from './sampler';
-import { SearchState, type SearchCandidate, type Valuation, type Verdict } from './search-state';
+import { SearchState } from './search-state';
+import type { SearchCandidate, Valuation, Verdict } from '../lib/search-tree';
 import type { ServedAdapter } from '../lib/iteration-policy';
 import { workflowClockMs } from './clock';
 
@@ -166,10 +157,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     policy: input.policy,
     run,
     sessions,
-    parked:
-      parkedSessions > 0 && patched('mcts-session-reuse')
-        ? new ParkedSessions(sessions, parkedSessions, parkedMaxAgeMs(task.env, run.envOptions?.miniwobTimeLimit))
-        : null,
+    parked: parkedSessions > 0 && patched('mcts-session-reuse') ? new ParkedSessions(sessions, parkedSessions, parkedMaxAgeMs(task.env, run.envOptions?.miniwobTimeLimit)) : null,
     sampler: {
       policy: input.policy,
       adapterVersion: input.adapterVersion,
@@ -224,7 +212,7 @@ async function simulate(search: Search, sim: number, lastOfRun: boolean): Promis
     // A root with unvisited children left is certainly restored by the next simulation (their UCB1 is infinite);
     // anywhere deeper, the next selection depends on this simulation's value and mostly goes elsewhere.
     const again = !lastOfRun && node.parent === 0 && getNode(tree, 0).children.some((c) => c !== leaf && getNode(tree, c).visits === 0 && !getNode(tree, c).terminal);
-    const s = await restore(search, node.parent, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore parent state`, again);
+    const s = await restore(search, node.parent, ctx, `${tag} · select ${describeTreeNode(tree, leaf, P.alpha)}: restore parent state`, again);
     let ok = false;
     try {
       v = await evaluateChild(search, leaf, s, ctx);
@@ -235,7 +223,7 @@ async function simulate(search: Search, sim: number, lastOfRun: boolean): Promis
   } else {
     // The root, or (valueMode rollout) a leaf valued before: restore its state, expand it, evaluate a new child.
     // The root's other new children will want its state next (see above).
-    const s = await restore(search, leaf, ctx, `${tag} · select ${describeNode(tree, leaf, P.alpha)}: restore`, !lastOfRun && leaf === 0 && P.maxChildren > 1);
+    const s = await restore(search, leaf, ctx, `${tag} · select ${describeTreeNode(tree, leaf, P.alpha)}: restore`, !lastOfRun && leaf === 0 && P.maxChildren > 1);
     let ok = false;
     try {
       state.observed(leaf, s.observation);
@@ -357,7 +345,10 @@ async function fromParked(search: Search, parked: ParkedSessions, id: number, pa
  * the tree or ended there: only a reset can use it), or closed when not parking or the simulation failed.
  */
 function release(search: Search, s: DurableSession, ok: boolean): void {
-  if (!search.parked || !ok) return s.closeLater();
+  if (!search.parked || !ok) {
+    s.closeLater();
+    return;
+  }
   const tree = search.state.tree;
   const node = nodeAtPath(tree, s.path);
   search.parked.park(s, node !== null && !getNode(tree, node).terminal ? node : null, search.sessions.begunAt(s));
@@ -499,6 +490,7 @@ async function sampleAt(search: Search, s: DurableSession, n: number, keep: bool
       action: c.action,
       preview: c.preview,
       ...(c.completionRef ? { completionRef: c.completionRef } : {}),
+      ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
       refLogprob: refLogprob(c.logprobSum ?? c.logprobs, P.temperature, c.finishReason),
     })),
   };

@@ -59,7 +59,10 @@ export async function poolSettled<T, R>(items: T[], limit: number, fn: (item: T,
 /** Fails the run (non-retryable, naming the reasons) when more than `maxShare` of `total` units failed. */
 export function checkFailureShare(failed: Failed<unknown>[], total: number, maxShare: number, what: string, setting: string): void {
   if (failed.length === 0 || failed.length <= maxShare * total) return;
-  const reasons = failed.slice(0, 3).map((f) => `#${f.index}: ${f.error}`).join('; ');
+  const reasons = failed
+    .slice(0, 3)
+    .map((f) => `#${f.index}: ${f.error}`)
+    .join('; ');
   throw ApplicationFailure.nonRetryable(
     `${failed.length} of ${total} ${what} failed, more than ${setting} = ${maxShare} allows (${reasons}${failed.length > 3 ? '; …' : ''})`,
     'TooManyFailures',

@@ -28,12 +28,16 @@ export class RunControl<Extra extends object = object> {
   constructor(runId: string, initial?: { paused?: boolean }) {
     this.paused = initial?.paused ?? false;
     this.extra = () => ({ runId }) as Extra & { runId: string };
-    setHandler(pauseSignal, () => void (this.paused = true));
+    setHandler(pauseSignal, () => {
+      this.paused = true;
+    });
     setHandler(resumeSignal, () => {
       this.paused = false;
       this.pauseReason = undefined;
     });
-    setHandler(stopSignal, () => void (this.stopping = true));
+    setHandler(stopSignal, () => {
+      this.stopping = true;
+    });
     setHandler(statusQuery, () => this.status());
   }
 

@@ -5,6 +5,7 @@ import { clip, type AgentAction } from '../lib/actions';
 import type { PolicyConfig } from '../lib/config';
 import { samplingSeed, type ServedAdapter } from '../lib/iteration-policy';
 import type { PromptObservationRef } from '../lib/episode-types';
+import type { GroupCandidate } from '../lib/experience';
 import { parseAction } from '../lib/parse';
 import { learnerActivities } from './learner-calls';
 import * as profiles from './activity-profiles';
@@ -28,16 +29,14 @@ export interface SamplerSettings {
   learnerHeartbeatTimeoutMs: number;
 }
 
-export interface SampledCandidate {
+/**
+ * A candidate with its completion and the sampler's tokens as the experience contract carries them (lib/experience.ts):
+ * the text at `completionRef` (inline `completion` only in histories from before parsing moved into an activity), the
+ * tokens at `tokensRef` (inline `tokenIds`/`logprobs` only in colocated histories from before the learner stored them).
+ */
+export interface SampledCandidate extends Pick<GroupCandidate, 'completionRef' | 'completion' | 'tokensRef' | 'tokenIds' | 'logprobs'> {
   action: AgentAction;
   preview: string;
-  completionRef?: string;
-  /** Histories recorded before parsing moved into an activity carried the text inline. */
-  completion?: string;
-  /** The sampler's tokens as a blob; inline in `tokenIds`/`logprobs` only in colocated histories from before blobs. */
-  tokensRef?: string;
-  tokenIds?: number[];
-  logprobs?: number[];
   /** Sum of the sampler's log-probs, wherever the tokens are (MCTS keeps it as the DPO reference log-prob). */
   logprobSum?: number;
   finishReason?: string | null;
@@ -65,8 +64,7 @@ export interface SampleRequest {
 
 export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sampled> {
   const policy = req.temperature === undefined ? s.policy : { ...s.policy, temperature: req.temperature };
-  const control = (summary: string) =>
-    proxyActivities<ControlActivities & MctsStoreActivities>(profiles.modelCall(policy.timeoutMs, policy.maxAttempts, summary));
+  const control = (summary: string) => proxyActivities<ControlActivities & MctsStoreActivities>(profiles.modelCall(policy.timeoutMs, policy.maxAttempts, summary));
   if (policy.backend !== 'colocated') {
     const res = await control(req.summary).samplePolicy({
       policy,
@@ -100,7 +98,8 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     seed: samplingSeed(workflowInfo().workflowId, promptRef, req.n),
   });
   const texts = out.completions.map((c) => c.text);
-  // Histories recorded before the learner stored tokens as blobs carry them inline; both shapes stay readable.
+  // The training path always asks for the tokens by reference (`store_tokens` above); only histories recorded before
+  // the learner stored them as blobs carry them inline, and both shapes stay readable (recordTrajectory stores those).
   const fromSampler = out.completions.map((c) => ({
     ...(c.tokens_ref ? { tokensRef: c.tokens_ref } : {}),
     ...(c.token_ids ? { tokenIds: c.token_ids } : {}),

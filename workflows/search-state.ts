@@ -1,29 +1,14 @@
 import { ApplicationFailure } from '@temporalio/workflow';
-import { clip, isValidAction, type Action, type AgentAction } from '../lib/actions';
+import { isValidAction, type Action } from '../lib/actions';
 import type { ObservationRef, PromptObservationRef } from '../lib/episode-types';
-import {
-  backpropagate,
-  expand,
-  getNode,
-  markTerminal,
-  newTree,
-  pathTo,
-  qMcts,
-  setCriticValue,
-  setObservation,
-  treeStats,
-  type Tree,
-} from '../lib/mcts';
+import { backpropagate, newTree, setObservation, treeStats, type Tree } from '../lib/mcts';
 import type { MctsParams } from '../lib/mcts-params';
 import {
-  asTreeAction,
   bestPathView,
   collectPairs,
-  describeNode,
   emptyCounters,
   joinSnapshot,
   rootDecision,
-  round,
   snapshotChunks,
   type MctsCounters,
   type SessionReuseCounters,
@@ -36,35 +21,8 @@ import {
   type MctsTreeView,
   type SearchTask,
 } from '../lib/mcts-search';
+import { addChildren, describeSimulation, markEnded, recordActionError, type SearchCandidate, type Valuation, type Verdict } from '../lib/search-tree';
 import { workflowClockMs } from './clock';
-
-/**
- * What one `mctsSearch` run knows (workflows/mcts-search.ts): the tree, the counters, the task's goal, how many
- * simulations are done, what it is doing now. Every change of that state goes through a method here; the
- * workflow file holds only the steps that call activities.
- */
-
-/** A sampled action, as an expansion adds it. */
-export interface SearchCandidate {
-  action: AgentAction;
-  completionRef?: string;
-  preview: string;
-  refLogprob: number | null;
-}
-
-/** A simulation's result: the node whose value is backed up, the value, and how it was obtained. */
-export interface Valuation {
-  node: number;
-  value: number;
-  how: string;
-}
-
-/** The critic's answer at a node's state: priors for the candidates, a value for the state. */
-export interface Verdict {
-  priors: number[];
-  value: number;
-  ok: boolean;
-}
 
 /** What a search runs on and with (from its input; the same in every run of its continue-as-new chain). */
 export interface SearchSpec {
@@ -76,6 +34,11 @@ export interface SearchSpec {
   rootPath: Action[];
 }
 
+/**
+ * What one `mctsSearch` run knows (workflows/mcts-search.ts): the tree, the counters, the task's goal, how many
+ * simulations are done, what it is doing now. Every change of that state goes through a method here (the tree's
+ * own changes are lib/search-tree.ts); the workflow file holds only the steps that call activities.
+ */
 export class SearchState {
   counters: MctsCounters = emptyCounters();
   goal = '';
@@ -121,17 +84,11 @@ export class SearchState {
     try {
       this.loaded = joinSnapshot(snap, chunks);
     } catch (err) {
-      throw ApplicationFailure.nonRetryable(`${(err as Error).message} (${ref})`, 'MctsSnapshotMismatch');
+      throw snapshotMismatch(`${(err as Error).message} (${ref})`);
     }
-    const empty = emptyCounters();
-    this.counters = { ...empty, ...snap.counters, sessionReuse: { ...empty.sessionReuse, ...snap.counters.sessionReuse } };
+    this.counters = savedCounters(snap.counters);
     this.goal = snap.goal;
-    if (snap.simulations !== this.simulations) {
-      throw ApplicationFailure.nonRetryable(
-        `tree snapshot ${ref} holds ${snap.simulations} simulations, the workflow state says ${this.simulations}`,
-        'MctsSnapshotMismatch',
-      );
-    }
+    if (snap.simulations !== this.simulations) throw snapshotMismatch(`tree snapshot ${ref} holds ${snap.simulations} simulations, the workflow state says ${this.simulations}`);
   }
 
   chunks(): MctsSnapshotChunk[] {
@@ -265,41 +222,17 @@ export class SearchState {
     this.counters.invalidCandidates += candidates.filter((c) => !isValidAction(c.action)).length;
   }
 
-  /**
-   * Expansion of `id`: the distinct candidates become children with the critic's priors (neutral 0.5
-   * without a critic), at most K by prior. Unparseable candidates are terminal children with reward 0 (see
-   * `asTreeAction`). Returns the new child ids, highest prior first.
-   */
+  /** Expansion of `id` (lib/search-tree.ts `addChildren`): returns the new child ids, highest prior first. */
   expanded(id: number, promptRef: string, candidates: readonly SearchCandidate[], verdict: Verdict | null): number[] {
-    const node = getNode(this.tree, id);
-    if (verdict) {
-      setCriticValue(this.tree, id, verdict.value);
-      node.data.criticOk = verdict.ok;
-    }
-    node.data.promptRef = promptRef;
-    const added = expand(
-      this.tree,
-      id,
-      candidates.map((c, i) => ({
-        action: asTreeAction(c.action),
-        prior: verdict ? (verdict.priors[i] ?? 0) : 0.5,
-        data: { completionRef: c.completionRef, preview: clip(c.preview, 120), refLogprob: c.refLogprob },
-      })),
-      this.params.maxChildren,
-    );
-    for (const child of added) {
-      if (!isValidAction(getNode(this.tree, child).action as AgentAction)) this.ended(child, 0, 'unparseable');
-    }
-    return added;
+    return addChildren(this.tree, id, promptRef, candidates, verdict, this.params.maxChildren);
   }
 
   ended(id: number, reward: number, outcome: string): void {
-    markTerminal(this.tree, id, reward);
-    getNode(this.tree, id).data.outcome = outcome;
+    markEnded(this.tree, id, reward, outcome);
   }
 
   actionFailed(id: number, error: string): void {
-    getNode(this.tree, id).data.actionError = clip(error, 200);
+    recordActionError(this.tree, id, error);
   }
 
   /** Backpropagation ends simulation `sim`: only now is it counted, so it is counted exactly once. */
@@ -311,18 +244,16 @@ export class SearchState {
 
   /** The Temporal UI's current details after a simulation. */
   describeSimulation(tag: string, leaf: number, v: Valuation): string {
-    const { tree } = this;
-    const alpha = this.params.alpha;
-    const st = treeStats(tree);
-    const root = getNode(tree, 0);
-    const bp = bestPathView(tree, alpha);
-    return (
-      `${tag} · ${this.label}\n` +
-      `selected ${describeNode(tree, leaf, alpha)}\n` +
-      (v.node !== leaf ? `expanded: ${getNode(tree, leaf).children.length} children; evaluated ${describeNode(tree, v.node, alpha)}\n` : '') +
-      `value ${round(v.value)} (${v.how}), backed up over ${pathTo(tree, v.node).length} nodes\n` +
-      `root N=${root.visits} Q̃=${round(qMcts(root))} · ${st.nodes} nodes, depth ${st.maxDepth}, ${st.terminalNodes} terminal\n` +
-      `best path: ${bp.actions.join(' → ') || '(none)'}${bp.success ? ' ✓' : ''}`
-    );
+    return describeSimulation(this.tree, this.params.alpha, { tag, label: this.label, leaf, valuation: v });
   }
+}
+
+function snapshotMismatch(message: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(message, 'MctsSnapshotMismatch');
+}
+
+/** A snapshot's counters; one stored before a counter existed reads it as 0. */
+function savedCounters(saved: MctsCounters): MctsCounters {
+  const empty = emptyCounters();
+  return { ...empty, ...saved, sessionReuse: { ...empty.sessionReuse, ...saved.sessionReuse } };
 }

@@ -186,9 +186,7 @@ export function register(program: Command, _ctx: { loadConfig: (path?: string) =
       if (opts.check) {
         const current = existsSync(CONFIG_DOC_PATH) ? readFileSync(CONFIG_DOC_PATH, 'utf8') : undefined;
         if (current !== text) {
-          throw new Error(
-            `${CONFIG_DOC_PATH} is ${current === undefined ? 'missing' : 'stale'}: regenerate it with \`npx halo config-doc --write\``,
-          );
+          throw new Error(`${CONFIG_DOC_PATH} is ${current === undefined ? 'missing' : 'stale'}: regenerate it with \`npx halo config-doc --write\``);
         }
         console.log(`${CONFIG_DOC_PATH} is up to date`);
         return;

@@ -73,10 +73,7 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
 }
 
 /** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
-export function planEval(
-  cfg: EvalConfig,
-  opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'> & { realSites?: ResolveOptions['realSites'] },
-): EvaluateInput {
+export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'> & { realSites?: ResolveOptions['realSites'] }): EvaluateInput {
   return resolveEvalPlanOnHost(cfg, opts.base, {
     env: opts.env,
     checkpoints: opts.checkpoints,
@@ -86,10 +83,7 @@ export function planEval(
 }
 
 /** One evaluation per eval id: starting an id that exists (running or finished) attaches to it. */
-export async function startOrAttachEval(
-  client: Client,
-  input: EvaluateInput,
-): Promise<{ handle: WorkflowHandle; attached: boolean }> {
+export async function startOrAttachEval(client: Client, input: EvaluateInput): Promise<{ handle: WorkflowHandle; attached: boolean }> {
   const id = input.evalId;
   try {
     const handle = await client.workflow.start('evaluate', {
@@ -101,7 +95,14 @@ export async function startOrAttachEval(
       typedSearchAttributes: [
         { key: RUN_ID, value: id },
         { key: KIND, value: 'eval' },
-        { key: MODE, value: input.modes.map((m) => m.label).join(',').slice(0, 200) || 'none' },
+        {
+          key: MODE,
+          value:
+            input.modes
+              .map((m) => m.label)
+              .join(',')
+              .slice(0, 200) || 'none',
+        },
         { key: TASK, value: `${input.env}/${input.tasks.map((t) => t.task).join(',')}`.slice(0, 200) },
       ],
     });
@@ -125,7 +126,10 @@ export async function followEval(handle: WorkflowHandle, say?: (line: string) =>
         try {
           const p = await handle.query(evalProgressQuery);
           const line = `${progressBar(p.done, p.total)} ${p.done}/${p.total} episodes done${p.failed ? ` (${p.failed} failed)` : ''} · ${p.running} running`;
-          if (line !== shown) say((shown = line));
+          if (line !== shown) {
+            shown = line;
+            say(line);
+          }
         } catch {
           /* no worker answered the query yet */
         }
@@ -199,9 +203,10 @@ export function evalConfigFromFlags(
   ctx: { loadConfig: (path?: string) => HaloConfig },
 ): { cfg: EvalConfig; base: HaloConfig; notes: string[]; pin?: TaskRegistryPin } {
   const evalRaw = readEvalConfigRaw(file);
-  const haloFromFile = evalRaw && typeof evalRaw === 'object' && typeof (evalRaw as { haloConfig?: unknown }).haloConfig === 'string'
-    ? resolve(dirname(file), (evalRaw as { haloConfig: string }).haloConfig)
-    : undefined;
+  const haloFromFile =
+    evalRaw && typeof evalRaw === 'object' && typeof (evalRaw as { haloConfig?: unknown }).haloConfig === 'string'
+      ? resolve(dirname(file), (evalRaw as { haloConfig: string }).haloConfig)
+      : undefined;
   const haloPath = opts.haloConfig ?? haloFromFile;
   const pin = loadPin(opts.taskRegistry);
   const flags = overrideFlagsOf(opts);
@@ -211,7 +216,11 @@ export function evalConfigFromFlags(
     o.eval.raw.runId = opts.id;
     o.eval.flagPaths.set('runId', '--id');
   }
-  const cfg = parseWithFlags(o.eval, (r) => evalConfigSchema.safeParse(r), (r) => parseEvalConfig(r, `eval config ${file}`));
+  const cfg = parseWithFlags(
+    o.eval,
+    (r) => evalConfigSchema.safeParse(r),
+    (r) => parseEvalConfig(r, `eval config ${file}`),
+  );
   // The stack's config as the caller loads it, unless a flag changes it.
   const base = o.halo.flagPaths.size ? parseHaloWithFlags(o.halo, haloRawPath ? `config file ${haloRawPath}` : 'config') : ctx.loadConfig(haloPath);
   return { cfg, base, notes: o.eval.notes, ...(pin ? { pin } : {}) };
@@ -241,8 +250,8 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
     .option('--detach', 'return as soon as the evaluation is started (results: run it again without --detach, which attaches)')
     .option('--json', 'print the summary as JSON instead of the Markdown table');
   addOverrideOptions(evalCommand, 'eval', () => ({ file: 'configs/eval-default.yaml', values: evalFlagDefaults(ctx) }));
-  evalCommand
-    .action(async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean; detach?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
+  evalCommand.action(
+    async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean; detach?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
       // `--config` is also the program's own option, and commander gives it to the program wherever it
       // appears: for `halo eval` it names the eval config.
       const file = opts.config ?? program.opts().config;
@@ -254,7 +263,13 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
       for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
       // Plan before connecting: a bad task name or adapter path is reported without a stack.
       const plan = planEval(cfg, { base, ...(pin ? { realSites: snapshotSites(pin.snapshot) } : {}) });
-      await preflightTasks(plan.env, plan.tasks.map((t) => t.task), pin, `evaluation ${plan.evalId}`, { allowUnscorable: true });
+      await preflightTasks(
+        plan.env,
+        plan.tasks.map((t) => t.task),
+        pin,
+        `evaluation ${plan.evalId}`,
+        { allowUnscorable: true },
+      );
       const { client, connection } = await connectClient(base);
       try {
         if (opts.detach) {
@@ -277,5 +292,6 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
       } finally {
         await connection.close();
       }
-    });
+    },
+  );
 }

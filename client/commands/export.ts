@@ -8,7 +8,8 @@ import { blobStoreFor, type BlobStore } from '../../blob/store';
 import type { HaloConfig } from '../../lib/config';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
 import { compositeQ, qMcts, type TreeStats } from '../../lib/mcts';
-import type { BestPathView, MctsCounters, MctsPair, MctsSearchResult } from '../../lib/mcts-search';
+import type { MctsPair } from '../../lib/experience';
+import type { BestPathView, MctsCounters, MctsSearchResult } from '../../lib/mcts-search';
 import type { MctsSearchInput } from '../../workflows/mcts-search';
 import { REPO_ROOT } from '../processes';
 import { connectClient } from '../stack';
@@ -55,8 +56,9 @@ export interface StepExportRecord {
   url: string;
   action: unknown;
   valid: boolean;
-  /** The model's whole output for this step. */
+  /** The model's whole output for this step, and the sampler's tokens of it (a `SampledTokens` blob; null: none). */
   modelText: string;
+  tokensRef: string | null;
   /** The environment's own reward, and the shaped reward with the terms that fired. */
   reward: number;
   rewardBreakdown: unknown;
@@ -135,6 +137,8 @@ export interface MctsNodeExportRecord extends SearchProvenance {
   completionRef: string | null;
   preview: string | null;
   refLogprob: number | null;
+  /** The sampler's tokens of that completion (a `SampledTokens` blob), when the search kept them. */
+  tokensRef: string | null;
   promptRef: string | null;
   /** The state after the action, once run: URL and blob references (the screenshot's file or s3:// location too). */
   url: string | null;
@@ -154,6 +158,9 @@ export interface MctsPairExportRecord extends SearchProvenance {
   promptRef: string;
   chosenRef: string;
   rejectedRef: string;
+  /** The sampler's tokens of the two completions (`SampledTokens` blobs); null when the search did not keep them. */
+  chosenTokensRef: string | null;
+  rejectedTokensRef: string | null;
   /** The completions' text (null when a blob is gone). */
   chosenText: string | null;
   rejectedText: string | null;
@@ -174,7 +181,11 @@ export interface ExportResult {
 }
 
 /** The first event's input of a workflow's run (the latest run when `runId` is absent). */
-async function workflowInput<T>(client: Client, workflowId: string, runId?: string): Promise<{ input: T | undefined; events: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['fetchHistory']>>['events'] }> {
+async function workflowInput<T>(
+  client: Client,
+  workflowId: string,
+  runId?: string,
+): Promise<{ input: T | undefined; events: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['fetchHistory']>>['events'] }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
   const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
   return { input: payload ? (defaultPayloadConverter.fromPayload(payload) as T) : undefined, events: history.events };
@@ -188,9 +199,7 @@ async function runConfigHash(client: Client, run: string): Promise<string | null
   try {
     const { input, events } = await workflowInput<{ state?: { configHash?: string } }>(client, run);
     if (input?.state?.configHash) return input.state.configHash;
-    const scheduled = new Set(
-      (events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'storeJson').map((e) => String(e.eventId)),
-    );
+    const scheduled = new Set((events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'storeJson').map((e) => String(e.eventId)));
     for (const e of events ?? []) {
       const done = e.activityTaskCompletedEventAttributes;
       if (!done || !scheduled.has(String(done.scheduledEventId))) continue;
@@ -270,6 +279,7 @@ export async function exportRun(client: Client, blobs: BlobStore, run: string, o
         action: s.action,
         valid: s.valid,
         modelText: s.completion,
+        tokensRef: s.tokensRef ?? null,
         reward: s.reward,
         rewardBreakdown: s.shaped,
         done: s.done,
@@ -393,6 +403,7 @@ async function exportSearches(
         completionRef: n.data.completionRef ?? null,
         preview: n.data.preview ?? null,
         refLogprob: n.data.refLogprob ?? null,
+        tokensRef: n.data.tokensRef ?? null,
         promptRef: n.data.promptRef ?? null,
         url: o?.url ?? null,
         screenshotRef: o?.screenshotRef ?? null,
@@ -414,6 +425,8 @@ async function exportSearches(
           promptRef: p.prompt_ref,
           chosenRef: p.chosen_ref,
           rejectedRef: p.rejected_ref,
+          chosenTokensRef: p.chosen_tokens_ref ?? null,
+          rejectedTokensRef: p.rejected_tokens_ref ?? null,
           chosenText: await textOf(blobs, p.chosen_ref),
           rejectedText: await textOf(blobs, p.rejected_ref),
           chosenQ: p.chosen_q,
@@ -430,9 +443,7 @@ async function exportSearches(
   // Iteration, then task, then workflow id: the same order on every export.
   done.sort(
     (a, b) =>
-      (a.record.iteration ?? 0) - (b.record.iteration ?? 0) ||
-      a.record.task.localeCompare(b.record.task) ||
-      a.record.searchWorkflowId.localeCompare(b.record.searchWorkflowId),
+      (a.record.iteration ?? 0) - (b.record.iteration ?? 0) || a.record.task.localeCompare(b.record.task) || a.record.searchWorkflowId.localeCompare(b.record.searchWorkflowId),
   );
   const dir = join(out, 'mcts', safeFileName(run));
   await mkdir(join(dir, 'trees'), { recursive: true });
@@ -456,7 +467,9 @@ async function exportSearches(
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig }): void {
   program
     .command('export')
-    .description('write one JSONL file per episode of a run, <mode>/<run>/<task>__attempt_<i>.jsonl: a provenance record, then one record per step; an MCTS run\'s searches, trees and DPO pairs under mcts/<run>/')
+    .description(
+      "write one JSONL file per episode of a run, <mode>/<run>/<task>__attempt_<i>.jsonl: a provenance record, then one record per step; an MCTS run's searches, trees and DPO pairs under mcts/<run>/",
+    )
     .argument('<run>', 'run id')
     .option('--out <dir>', 'output folder (default <stack.home>/exports)')
     .option('--json', 'print the written files as JSON')

@@ -95,10 +95,7 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
  * version is the next update's parent and holds the optimiser state a restarted learner resumes from), the
  * versions given with --need and those open workflows need (`openRunNeeds`).
  */
-export function retentionArgs(
-  o: { run: string; keepLast: string; keepEvery: string; need?: string[]; delete?: boolean; dryRun?: boolean },
-  needs: OpenRunNeeds,
-): string[] {
+export function retentionArgs(o: { run: string; keepLast: string; keepEvery: string; need?: string[]; delete?: boolean; dryRun?: boolean }, needs: OpenRunNeeds): string[] {
   const keepLast = Number(o.keepLast);
   if (!/^\d+$/.test(o.keepLast.trim()) || keepLast < 1) {
     throw new Error(`--keep-last ${o.keepLast}: 1 or more (the newest version is the next update's parent and holds the optimiser state a restarted learner resumes from)`);
@@ -145,7 +142,7 @@ export function isNotFound(err: unknown): boolean {
 export async function* historyTexts(client: Client, query?: string): AsyncGenerator<string> {
   const ns = client.options.namespace;
   for await (const wf of client.workflow.list(query ? { query } : undefined)) {
-    let history;
+    let history: unknown;
     try {
       history = await client.workflow.getHandle(wf.workflowId, wf.runId).fetchHistory();
     } catch (err) {
@@ -269,7 +266,10 @@ export async function openRunNeeds(clients: Client | Client[], run: string): Pro
         input = payload ? defaultPayloadConverter.fromPayload(payload) : undefined;
       } catch (err) {
         if (isNotFound(err)) continue;
-        throw new Error(`halo gc --run ${run}: could not read the input of open workflow ${wf.workflowId} (run ${wf.runId}) in namespace ${ns}, so the versions it needs are unknown; nothing was changed: ${(err as Error).message}`, { cause: err });
+        throw new Error(
+          `halo gc --run ${run}: could not read the input of open workflow ${wf.workflowId} (run ${wf.runId}) in namespace ${ns}, so the versions it needs are unknown; nothing was changed: ${(err as Error).message}`,
+          { cause: err },
+        );
       }
       const haloRunId = wf.typedSearchAttributes?.getAll().find((p) => p.key.name === 'HaloRunId')?.value;
       const mine = new Set<number>();

@@ -1,27 +1,18 @@
 import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
 import { join } from 'node:path';
-import { BlobStore, blobStoreFor } from '../../blob/store';
-import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
+import { type BlobStore, blobStoreFor } from '../../blob/store';
+import { ConfigError, type HaloConfig } from '../../lib/config';
 import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/mcts';
 import { describeAction, type AgentAction } from '../../lib/actions';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
-import { MCTS_METRICS_FILE } from '../../activities/mcts-metrics';
 import { loadMctsSnapshot } from '../../activities/mcts-store';
-import type { MctsIterationMetrics } from '../../lib/mcts-metrics';
-import {
-  bestPathView,
-  collectPairs,
-  searchWorkflowId,
-  type MctsSearchResult,
-  type MctsTreeView,
-  type SessionReuseCounters,
-  type MctsProgress,
-} from '../../lib/mcts-search';
-import type { TrainMctsResult, TrainMctsStatus } from '../../workflows/train-mcts';
+import { METRICS_FILE, type TrainingMetrics } from '../../lib/run-metrics';
+import { bestPathView, collectPairs, searchWorkflowId, type MctsSearchResult, type MctsTreeView, type SessionReuseCounters } from '../../lib/mcts-search';
+import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
-import { refuseEndedBadly } from '../train';
+import { progressNumbers, refuseEndedBadly } from '../train';
 import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from '../run-flags';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
@@ -66,18 +57,21 @@ function bar(done: number, total: number, width = 20): string {
 const f3 = (x: number | null | undefined) => (x === null || x === undefined ? '–' : x.toFixed(3));
 
 /** One line per finished iteration. */
-export function describeIteration(iteration: number, m: MctsIterationMetrics): string {
+export function describeIteration(iteration: number, m: TrainingMetrics): string {
+  const x = m.mcts;
+  if (!x) return `iteration ${iteration}: ${progressNumbers(m)}`;
+  const evalSuccess = m.eval?.success_rate ?? x.eval_success_rate;
   return (
-    `iteration ${iteration}: ${m.simulations} simulations, ${m.nodes} nodes, best-path success ${(m.best_path_success_rate * 100).toFixed(0)}%, ` +
-    `${m.pairs} pairs (mean |ΔQ| ${f3(m.mean_abs_delta_q)}), ` +
-    (m.update_skipped ? 'no update (no pairs)' : `DPO loss ${f3(m.dpo_loss)}, accuracy ${f3(m.accuracy)} → adapter v${m.adapter_version}`) +
-    (m.critic_failures ? `, ${m.critic_failures}/${m.critic_calls} critic answers unusable` : '') +
-    (m.eval_success_rate !== null ? `, greedy eval success ${(m.eval_success_rate * 100).toFixed(0)}%` : '')
+    `iteration ${iteration}: ${x.simulations} simulations, ${x.nodes} nodes, best-path success ${(m.success_rate * 100).toFixed(0)}%, ` +
+    `${x.pairs} pairs (mean |ΔQ| ${f3(x.mean_abs_delta_q)}), ` +
+    (x.update_skipped ? 'no update (no pairs)' : `DPO loss ${f3(m.loss)}, accuracy ${f3(x.accuracy)} → adapter v${m.adapter_version}`) +
+    (x.critic_failures ? `, ${x.critic_failures}/${x.critic_calls} critic answers unusable` : '') +
+    (evalSuccess !== undefined ? `, greedy eval success ${(evalSuccess * 100).toFixed(0)}%` : '')
   );
 }
 
 /** Waits for the run, printing a line whenever its progress changes, and one per finished iteration. */
-export async function followMcts(client: Client, handle: WorkflowHandle, say: (line: string) => void): Promise<TrainMctsResult> {
+export async function followMcts(client: Client, handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
   let shown = '';
   let reported = 0;
   let busy = false;
@@ -85,13 +79,13 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
     if (busy) return;
     busy = true;
     try {
-      const st = (await handle.query(statusQuery)) as TrainMctsStatus;
+      const st = (await handle.query(statusQuery)) as TrainingStatus;
       if (st.lastMetrics && st.iteration - 1 > reported) {
         reported = st.iteration - 1;
         say(describeIteration(reported, st.lastMetrics));
       }
       const parts: string[] = [];
-      for (const id of st.phase === 'search' ? st.searches : []) {
+      for (const id of st.phase === 'search' ? (st.searches ?? []) : []) {
         const p = await client.workflow
           .getHandle(id)
           .query(mctsProgressQuery)
@@ -99,7 +93,10 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
         if (p) parts.push(`${id.slice(id.indexOf(`-it${st.iteration}-`) + `-it${st.iteration}-`.length)} ${p.simulations}/${p.numSimulations} sims, ${p.stats.nodes} nodes`);
       }
       const line = `${bar(st.iteration - 1, st.iterations)} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${parts.length ? ` · ${parts.join(' · ')}` : ''} · adapter v${st.adapterVersion}`;
-      if (line !== shown) say((shown = line));
+      if (line !== shown) {
+        shown = line;
+        say(line);
+      }
     } catch {
       /* between runs of a continue-as-new chain, or no worker yet */
     } finally {
@@ -107,7 +104,7 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
     }
   }, 1000);
   try {
-    return (await handle.result()) as TrainMctsResult;
+    return (await handle.result()) as TrainingResult;
   } finally {
     clearInterval(timer);
   }
@@ -120,18 +117,30 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
 export async function findSearch(client: Client, runId: string, task: string): Promise<string> {
   const run = client.workflow.getHandle(runId);
   let latest: number | undefined;
-  const st = await run.query(statusQuery).then((s) => s as TrainMctsStatus).catch(() => undefined);
+  const st = await run
+    .query(statusQuery)
+    .then((s) => s as TrainingStatus)
+    .catch(() => undefined);
   if (st) latest = st.iteration;
   else {
     const d = await run.describe().catch((err: Error) => {
       throw new Error(`no MCTS run ${runId}: ${err.message}`);
     });
-    if (d.status.name === 'COMPLETED') latest = ((await run.result()) as TrainMctsResult).iterations;
+    if (d.status.name === 'COMPLETED') latest = ((await run.result()) as TrainingResult).iterations;
     else throw new Error(`run ${runId} is ${d.status.name} and no worker answered its status query`);
   }
   for (let it = latest; it >= 1; it--) {
     const id = searchWorkflowId(runId, it, task);
-    if (await client.workflow.getHandle(id).describe().then(() => true, () => false)) return id;
+    if (
+      await client.workflow
+        .getHandle(id)
+        .describe()
+        .then(
+          () => true,
+          () => false,
+        )
+    )
+      return id;
   }
   throw new Error(`run ${runId} has no search of task ${JSON.stringify(task)} (looked for ${searchWorkflowId(runId, latest, task)} back to iteration 1)`);
 }
@@ -227,37 +236,36 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
     .option('--detach', 'return as soon as the run is started')
     .option('--json', 'print the final result as JSON');
   addOverrideOptions(mcts, 'mcts', () => ({ file: 'configs/mcts-default.yaml', values: flagDefaults('mcts', ctx.loadConfig(MCTS_DEFAULT_CONFIG)) }));
-  mcts
-    .action(async (_opts: unknown, cmd: Command) => {
-      const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>>();
-      const { cfg, notes, pin } = runConfigFromFlags('mcts', opts.config, MCTS_DEFAULT_CONFIG, opts);
-      for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
-      await preflightTasks(cfg.episode.env, cfg.mcts.tasks, pin, `MCTS run ${cfg.mcts.runId}`);
-      const runId = cfg.mcts.runId;
-      const { client, connection } = await connectClient(cfg);
-      try {
-        const { handle, attached } = await startOrAttachMcts(client, cfg);
-        console.error(`halo: ${attached ? 'attached to' : 'started'} MCTS run ${runId} (workflow id ${runId}, queue ${cfg.temporal.controlTaskQueue})`);
-        if (attached && Object.keys(overrideFlagsOf(opts)).length) {
-          console.error(`halo: run ${runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
-        }
-        if (opts.detach) {
-          if (opts.json) console.log(JSON.stringify({ runId, attached }));
-          return;
-        }
-        const result = await followMcts(client, handle, (line) => !opts.json && console.error(line));
-        const st = stackStatus(cfg);
-        const where = { metrics: join(st.home, runId, MCTS_METRICS_FILE), adapters: join(REPO_ROOT, 'checkpoints', runId), ui: st.uiUrl };
-        if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
-        else {
-          console.log(`MCTS run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
-          console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}`);
-          console.log(`trees:    npx halo mcts tree ${runId} <task>`);
-        }
-      } finally {
-        await connection.close();
+  mcts.action(async (_opts: unknown, cmd: Command) => {
+    const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>>();
+    const { cfg, notes, pin } = runConfigFromFlags('mcts', opts.config, MCTS_DEFAULT_CONFIG, opts);
+    for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
+    await preflightTasks(cfg.episode.env, cfg.mcts.tasks, pin, `MCTS run ${cfg.mcts.runId}`);
+    const runId = cfg.mcts.runId;
+    const { client, connection } = await connectClient(cfg);
+    try {
+      const { handle, attached } = await startOrAttachMcts(client, cfg);
+      console.error(`halo: ${attached ? 'attached to' : 'started'} MCTS run ${runId} (workflow id ${runId}, queue ${cfg.temporal.controlTaskQueue})`);
+      if (attached && Object.keys(overrideFlagsOf(opts)).length) {
+        console.error(`halo: run ${runId} already exists and keeps the config it started with; for these flags start a new run (--run-id NEW)`);
       }
-    });
+      if (opts.detach) {
+        if (opts.json) console.log(JSON.stringify({ runId, attached }));
+        return;
+      }
+      const result = await followMcts(client, handle, (line) => !opts.json && console.error(line));
+      const st = stackStatus(cfg);
+      const where = { metrics: join(st.home, runId, METRICS_FILE), adapters: join(REPO_ROOT, 'checkpoints', runId), ui: st.uiUrl };
+      if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
+      else {
+        console.log(`MCTS run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+        console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}`);
+        console.log(`trees:    npx halo mcts tree ${runId} <task>`);
+      }
+    } finally {
+      await connection.close();
+    }
+  });
 
   mcts
     .command('tree')

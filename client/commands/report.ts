@@ -3,15 +3,17 @@ import { existsSync, statSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { syncCurves, type CurvesSyncResult } from '../../host/curves';
+import { runMetricsFile } from '../../host/run-metrics-file';
 import type { HaloConfig } from '../../lib/config';
 import { parseMetricsJsonl, validateRunId, type MetricsLine } from '../../lib/run-metrics';
 import { REPO_ROOT } from '../processes';
-import { REPORT_CHARTS, chartSpec, renderChartSvg, renderSvgPng, type ChartDef } from '../report-charts';
+import { chartSpec, renderChartSvg, renderSvgPng, reportCharts, type ChartDef } from '../report-charts';
 import { renderReportHtml, type RenderedChart } from '../report-html';
 
-// `halo report RUN`: `runs/<RUN>/metrics.jsonl` → `runs/<RUN>/report/report.html` and one PNG per chart. The
-// charts are Vega-Lite specs (client/report-charts.ts) compiled by vega-lite, rendered to SVG by vega and
-// to PNG by resvg, all in this process: no browser.
+// `halo report RUN`: `runs/<RUN>/metrics.jsonl` → `runs/<RUN>/report/report.html` and one PNG per chart, for
+// any algorithm (an MCTS run from before metrics.jsonl was shared: its mcts-metrics.jsonl). The charts are
+// Vega-Lite specs (client/report-charts.ts) compiled by vega-lite, rendered to SVG by vega and to PNG by
+// resvg, all in this process: no browser.
 
 export class NoMetricsError extends Error {
   constructor(message: string) {
@@ -22,12 +24,13 @@ export class NoMetricsError extends Error {
 
 export interface WriteRunReportOptions {
   runId: string;
-  /** The run's metrics file (`<home>/<run>/metrics.jsonl`). */
+  /** The run's metrics file (`<home>/<run>/metrics.jsonl`, see `resolveRunMetrics`). */
   metricsPath: string;
   /** Output folder (created); default `<dirname(metricsPath)>/report`. */
   outDir?: string;
   /** Skip the PNGs (HTML only). */
   png?: boolean;
+  /** Default: the charts of the run's algorithm. */
   charts?: readonly ChartDef[];
   /** Also bring the run's TensorBoard files up to date (python -m halo_learner.curves). */
   tensorboard?: boolean;
@@ -57,8 +60,8 @@ export async function readRunMetrics(runId: string, metricsPath: string): Promis
 
 /** Writes report.html and one PNG per chart into the output folder. */
 export async function writeRunReport(opts: WriteRunReportOptions): Promise<RunReportResult> {
-  const defs = opts.charts ?? REPORT_CHARTS;
   const lines = await readRunMetrics(opts.runId, opts.metricsPath);
+  const defs = opts.charts ?? reportCharts(lines);
   const dir = resolve(opts.outDir ?? join(resolve(opts.metricsPath, '..'), 'report'));
   await mkdir(dir, { recursive: true });
   const charts: RenderedChart[] = [];
@@ -78,20 +81,23 @@ export async function writeRunReport(opts: WriteRunReportOptions): Promise<RunRe
   const htmlPath = join(dir, 'report.html');
   await writeFile(htmlPath, renderReportHtml(opts.runId, lines, charts));
   const res: RunReportResult = { dir, html: htmlPath, pngs, iterations: lines.length };
-  if (opts.tensorboard) res.tensorboard = (await syncCurves(dirname(resolve(opts.metricsPath)), { kind: 'grpo' })).tensorboard;
+  if (opts.tensorboard) res.tensorboard = (await syncCurves(dirname(resolve(opts.metricsPath)))).tensorboard;
   return res;
 }
 
-/** RUN is a run id (its folder under stack.home), or a path to a run folder or a metrics.jsonl file. */
+/**
+ * RUN is a run id (its folder under stack.home), or a path to a run folder or a metrics file. A folder's
+ * metrics file is its metrics.jsonl, or an old MCTS run's mcts-metrics.jsonl when that is all it has.
+ */
 export function resolveRunMetrics(cfg: HaloConfig, run: string): { runId: string; metricsPath: string } {
   if (existsSync(run) && (run.includes('/') || run.endsWith('.jsonl'))) {
     const isDir = statSync(run).isDirectory();
-    const metricsPath = resolve(isDir ? join(run, 'metrics.jsonl') : run);
+    const metricsPath = resolve(isDir ? runMetricsFile(run) : run);
     const runId = resolve(metricsPath, '..').split(/[\\/]/).pop() || run;
     return { runId, metricsPath };
   }
   const runId = validateRunId(run);
-  return { runId, metricsPath: join(resolve(REPO_ROOT, cfg.stack.home), runId, 'metrics.jsonl') };
+  return { runId, metricsPath: runMetricsFile(join(resolve(REPO_ROOT, cfg.stack.home), runId)) };
 }
 
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig }): void {

@@ -75,11 +75,7 @@ export function formatExploration(r: ExplorationResult): string {
     const mark = r.firstDifference !== null && i === r.firstDifference ? '*' : ' ';
     lines.push(`${String(i).padStart(3)}${mark}  ${(r.a.actions[i] ?? '(ended)').padEnd(col)}  ${r.b.actions[i] ?? '(ended)'}`);
   }
-  lines.push(
-    r.firstDifference === null
-      ? `identical: both temperatures took the same ${r.a.actions.length} actions`
-      : `the sequences part at step ${r.firstDifference}`,
-  );
+  lines.push(r.firstDifference === null ? `identical: both temperatures took the same ${r.a.actions.length} actions` : `the sequences part at step ${r.firstDifference}`);
   lines.push(`episodes: ${r.a.workflowId} (reward ${r.a.reward}), ${r.b.workflowId} (reward ${r.b.reward})`);
   return lines.join('\n');
 }
@@ -104,7 +100,10 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
     .action(async (opts: { env?: 'miniwob' | 'real'; task: string; seed: number; temperatureA: number; temperatureB: number; steps: number; json?: boolean }) => {
       const base = ctx.loadConfig(program.opts().config);
       // Each temperature is validated like the config's own (policy.temperature), the error naming the flag.
-      for (const [flag, t] of [['--temperature-a', opts.temperatureA], ['--temperature-b', opts.temperatureB]] as const) {
+      for (const [flag, t] of [
+        ['--temperature-a', opts.temperatureA],
+        ['--temperature-b', opts.temperatureB],
+      ] as const) {
         try {
           parseConfig({ ...base, policy: { ...base.policy, temperature: t } }, flag);
         } catch (err) {

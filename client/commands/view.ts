@@ -3,78 +3,29 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { BlobNotFoundError, BlobStore, blobStoreFor } from '../../blob/store';
-import type { AgentAction } from '../../lib/actions';
 import type { HaloConfig } from '../../lib/config';
-import type { EpisodeResult, ObservationRef, StepGroup, TaskRef } from '../../lib/episode-types';
-import { pngSize } from '../../lib/png';
-import type { RewardBreakdown } from '../../lib/rewards/types';
+import type { EpisodeResult } from '../../lib/episode-types';
+import { BLOB_REF, TrajectorySchema, type Trajectory, type TrajectoryObservation, type TrajectoryStep } from '../../lib/experience';
+import { describeZodError } from '../../lib/learner-types';
+import { pngSize } from '../../host/png';
 import { REPO_ROOT } from '../processes';
 import { connectClient } from '../stack';
-import {
-  planOverlay,
-  renderEpisodeHtml,
-  type CandidateView,
-  type EpisodeView,
-  type ImageView,
-  type StepView,
-} from '../viewer-html';
+import { planOverlay, renderEpisodeHtml, type CandidateView, type EpisodeView, type ImageView, type StepView } from '../viewer-html';
 
 // `halo view EPISODE`: a static, self-contained HTML page of one episode, read from the trajectory blob that
 // the `recordTrajectory` activity (activities/control.ts) writes at the end of every episode.
 
-/** A step's observation as the trajectory stores it (the initial observation also has goal/stateKey). */
-export interface TrajectoryObservation {
-  url: string;
-  step: number;
-  width?: number;
-  height?: number;
-  screenshotRef: string;
-  axtreeRef: string;
-  stateKey?: string;
-  goal?: string;
-}
+// The trajectory's shape is lib/experience.ts's (`TrajectorySchema`); re-exported for the viewer's callers.
+export type { Trajectory, TrajectoryObservation, TrajectoryStep };
 
-/** One step of `recordTrajectory`'s blob. */
-export interface TrajectoryStep {
-  step: number;
-  promptRef: string;
-  /** The observation the action was taken in. */
-  observation: TrajectoryObservation;
-  completion: string;
-  completionRef?: string;
-  action: AgentAction;
-  valid: boolean;
-  shaped: RewardBreakdown;
-  /** The environment's own reward. */
-  reward: number;
-  done: boolean;
-  actionError?: string;
-  /** The page after the step. */
-  after: TrajectoryObservation;
-}
-
-/** The trajectory blob: `{ version: 1, workflowId, task, policyModel, groups?, success, reward, reason, goal, initial, steps }`. */
-export interface Trajectory {
-  version: number;
-  workflowId: string;
-  task: TaskRef;
-  policyModel: string;
-  groups?: StepGroup[];
-  success: boolean;
-  reward: number;
-  reason: string | null;
-  goal: string;
-  initial: ObservationRef;
-  steps: TrajectoryStep[];
-}
-
-const BLOB_REF = /^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$/;
-
+/** A trajectory read from a file or blob, checked against the experience contract (the value is kept as read). */
 function assertTrajectory(value: unknown, source: string): Trajectory {
   const t = value as Partial<Trajectory> | null;
   if (!t || typeof t !== 'object' || t.version !== 1 || !Array.isArray(t.steps) || !t.task || typeof t.workflowId !== 'string') {
     throw new Error(`${source} is not an episode trajectory (expected the JSON that recordTrajectory writes: version 1, workflowId, task, steps)`);
   }
+  const parsed = TrajectorySchema.safeParse(value);
+  if (!parsed.success) throw new Error(describeZodError(parsed.error, `trajectory ${source}`));
   return t as Trajectory;
 }
 
@@ -247,7 +198,12 @@ export async function writeEpisodeView(opts: WriteEpisodeViewOptions): Promise<W
 
 /** A file name from a workflow id (ids may hold characters a file name should not). */
 export function safeFileName(id: string): string {
-  return id.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/^\.+/, '_').slice(0, 200) || 'episode';
+  return (
+    id
+      .replace(/[^A-Za-z0-9._-]+/g, '_')
+      .replace(/^\.+/, '_')
+      .slice(0, 200) || 'episode'
+  );
 }
 
 export interface EpisodeSource {

@@ -24,11 +24,7 @@ export interface MilestoneDetector {
 const MAX_EVIDENCE_CHARS = 200;
 
 /** Wraps a detector body so that it can never throw and always returns one short line (or null). */
-export function defineDetector(
-  name: string,
-  evidence: string,
-  body: (view: Page, prev: Page) => string | null | undefined,
-): MilestoneDetector {
+export function defineDetector(name: string, evidence: string, body: (view: Page, prev: Page) => string | null | undefined): MilestoneDetector {
   return {
     name,
     evidence,
@@ -264,7 +260,7 @@ const pageCache = new WeakMap<object, { url: unknown; axtree: unknown; state: un
 export function pageOf(view: unknown): Page {
   let url: unknown = '';
   let axtree: unknown = '';
-  let state: unknown = undefined;
+  let state: unknown;
   const isObj = view !== null && typeof view === 'object';
   try {
     if (isObj) {
@@ -320,7 +316,7 @@ export function getPath(obj: unknown, path: readonly string[]): unknown {
   for (const k of path) {
     if (cur === null || typeof cur !== 'object') return undefined;
     try {
-      if (!Object.prototype.hasOwnProperty.call(cur, k)) return undefined;
+      if (!Object.hasOwn(cur, k)) return undefined;
       cur = (cur as Record<string, unknown>)[k];
     } catch {
       return undefined;

@@ -197,7 +197,7 @@ function computeRewardWithKeys(
 
   const site = typeof input.site === 'string' ? input.site : null;
   if (valid && site !== null) {
-    const siteWeights = Object.prototype.hasOwnProperty.call(weights.sites, site) ? (weights.sites as Record<string, Record<string, number>>)[site] : undefined;
+    const siteWeights = Object.hasOwn(weights.sites, site) ? (weights.sites as Record<string, Record<string, number>>)[site] : undefined;
     for (const d of milestonesFor(site)) {
       const w = siteWeights?.[d.name];
       const id = `${site}.${d.name}`;

@@ -98,7 +98,7 @@ export const WEIGHTED_SITES: readonly string[] = Object.keys(siteSchemas);
 
 /** The milestone weights of `site`, or undefined for a site without milestones. */
 export function siteWeights(weights: RewardWeights, site: string | null): Readonly<Record<string, number>> | undefined {
-  if (site === null || !Object.prototype.hasOwnProperty.call(weights.sites, site)) return undefined;
+  if (site === null || !Object.hasOwn(weights.sites, site)) return undefined;
   return (weights.sites as Record<string, Record<string, number>>)[site];
 }
 

@@ -21,9 +21,18 @@ prompt_ref, grammar_ref, n, rounds, max_tokens = sys.argv[1], sys.argv[2], *map(
 learner = Learner(load_policy("tiny-random"), blobs=BlobStore(blob_root()), settings=Settings())
 texts, finish = [], []
 for r in range(rounds):
-    out = learner.sample_actions(SampleActionsInput(run_id="constrained-test", version=0, prompt_ref=prompt_ref, n=n,
-                                                    temperature=1.0, max_tokens=max_tokens, seed=r,
-                                                    grammar_ref=grammar_ref))
+    out = learner.sample_actions(
+        SampleActionsInput(
+            run_id="constrained-test",
+            version=0,
+            prompt_ref=prompt_ref,
+            n=n,
+            temperature=1.0,
+            max_tokens=max_tokens,
+            seed=r,
+            grammar_ref=grammar_ref,
+        )
+    )
     texts += [c.text for c in out.completions]
     finish += [c.finish_reason for c in out.completions]
 print(json.dumps({"texts": texts, "finish_reasons": finish}))

@@ -299,8 +299,13 @@ export class FakeControl {
           no_signal: false,
         };
       },
-      appendIterationMetrics: async (input: { iteration: number; metrics: unknown }) => {
-        this.grpoMetrics.push(input.iteration);
+      // One metrics row for every algorithm (activities/metrics.ts); MCTS rows carry their section under `mcts`.
+      appendIterationMetrics: async (input: { iteration: number; metrics: { algorithm?: string; adapter_version: number | null; mcts?: { pairs: number } } }) => {
+        if (input.metrics.algorithm === 'mcts') {
+          this.mctsMetrics.push({ iteration: input.iteration, adapterVersion: input.metrics.adapter_version ?? 0, pairs: input.metrics.mcts?.pairs ?? 0 });
+        } else {
+          this.grpoMetrics.push(input.iteration);
+        }
         this.grpoMetricLines.push(input.metrics as Record<string, unknown>);
         return { appended: true };
       },
@@ -313,10 +318,6 @@ export class FakeControl {
       writeMctsDpoBatch: async (input: { pairs_refs: string[] }) => {
         this.dpoBatches.push(input.pairs_refs);
         return { batch_ref: fakeRef(`dpo-batch:${input.pairs_refs.join(',')}`), pairs: input.pairs_refs.length };
-      },
-      appendMctsMetrics: async (input: { iteration: number; metrics: { adapter_version: number; pairs: number } }) => {
-        this.mctsMetrics.push({ iteration: input.iteration, adapterVersion: input.metrics.adapter_version, pairs: input.metrics.pairs });
-        return { appended: true };
       },
     };
   }
@@ -357,8 +358,7 @@ export class FakeLearner {
         const step = this.samples.length;
         const actions = this.policy(step, input.n);
         // As the learner answers: tokens by reference when asked to store them, inline otherwise.
-        const tokens = (i: number) =>
-          input.store_tokens ? { tokens_ref: fakeRef(`tokens:${step}:${i}`) } : { token_ids: [1, 2, 3], logprobs: [-0.1, -0.2, -0.3] };
+        const tokens = (i: number) => (input.store_tokens ? { tokens_ref: fakeRef(`tokens:${step}:${i}`) } : { token_ids: [1, 2, 3], logprobs: [-0.1, -0.2, -0.3] });
         return {
           completions: actions.map((a, i) => ({ text: completionFor(a), ...tokens(i), finish_reason: 'stop' })),
           model: 'fake',

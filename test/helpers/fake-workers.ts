@@ -23,12 +23,7 @@ export interface FakeWorkerOptions {
  * the control activities, the browser and session queues of one FakeBrowser, and a FakeLearner on the gpu
  * queue. Every production workflow schedules on some of these four, so one layout fits them all.
  */
-export async function withFakeWorkers<T>(
-  env: TestWorkflowEnvironment,
-  name: string,
-  opts: FakeWorkerOptions,
-  fn: (w: FakeWorkers) => Promise<T>,
-): Promise<T> {
+export async function withFakeWorkers<T>(env: TestWorkflowEnvironment, name: string, opts: FakeWorkerOptions, fn: (w: FakeWorkers) => Promise<T>): Promise<T> {
   const q = testQueues(name);
   const w: FakeWorkers = {
     q,

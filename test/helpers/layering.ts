@@ -11,7 +11,8 @@ import ts from 'typescript';
  * Workflow code runs in the sandbox: Node modules and the Node-only folders (env/ blob/ host/) by type only.
  *
  * The private stack and the fake servers that tests and benches share live in testing/; bench/ and testing/
- * import nothing from test/. No value imports form a cycle, and a workflow file stays short enough to read.
+ * import nothing from test/. No value imports form a cycle, every source file outside the tests stays short
+ * enough to read, and the training iteration (collect → learner update → serve) is written in one workflow file.
  */
 
 export type Rule =
@@ -25,7 +26,8 @@ export type Rule =
   | 'workers-imports-client'
   | 'bench-imports-test'
   | 'import-cycle'
-  | 'workflow-file-too-long';
+  | 'file-too-long'
+  | 'iteration-loop-twice';
 
 export interface Violation {
   rule: Rule;
@@ -33,7 +35,19 @@ export interface Violation {
   message: string;
 }
 
-export const MAX_WORKFLOW_LINES = 600;
+export const MAX_SOURCE_LINES = 600;
+
+/** Tests may be long (tables of cases); everything else is read and reviewed as a whole. */
+function isTestFile(file: string): boolean {
+  return file.startsWith('test/') || file.includes('/tests/');
+}
+
+/**
+ * The three steps of a training iteration, as they read in workflow code: experience collected (child
+ * workflows, or an algorithm's `collect`), a learner update, the new adapter served. A workflow file with all
+ * three holds an iteration loop.
+ */
+const LOOP_STEPS: readonly RegExp[] = [/\bexecuteChild\(|\.collect\(/, /\bupdate(Policy|Dpo)\(|\.update\(/, /\bloadAdapterIntoVllm\(/];
 
 /** npm packages lib/ may use: pure code that also runs in the workflow sandbox. */
 export const PURE_PACKAGES = ['zod', 'yaml', '@temporalio/common'];
@@ -79,7 +93,11 @@ export function importsOf(fileName: string, text: string): ImportRef[] {
 }
 
 const isNodeBuiltin = (spec: string) => spec.startsWith('node:') || builtinModules.includes(spec);
-const packageName = (spec: string) => spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/');
+const packageName = (spec: string) =>
+  spec
+    .split('/')
+    .slice(0, spec.startsWith('@') ? 2 : 1)
+    .join('/');
 const layerOf = (file: string) => (file.includes('/') ? file.split('/')[0] : '');
 
 /** A relative specifier as a repository file (`x.ts` or `x/index.ts`), or undefined outside the given files. */
@@ -165,8 +183,15 @@ export function checkLayering(sources: ReadonlyMap<string, string>): Violation[]
   const out: Violation[] = [];
   const valueGraph = new Map<string, string[]>();
 
+  const loops: string[] = [];
   for (const [file, text] of [...sources].sort(([a], [b]) => a.localeCompare(b))) {
     const layer = layerOf(file);
+    const lines = text.endsWith('\n') ? text.split('\n').length - 1 : text.split('\n').length;
+    if (!isTestFile(file) && lines > MAX_SOURCE_LINES) {
+      out.push({ rule: 'file-too-long', file, message: `${file} has ${lines} lines (at most ${MAX_SOURCE_LINES} outside the tests: split it by concern)` });
+    }
+    if (layer === 'workflows' && LOOP_STEPS.every((step) => step.test(text))) loops.push(file);
+    if (!file.endsWith('.ts')) continue;
     const edges: string[] = [];
     valueGraph.set(file, edges);
     for (const { specifier, typeOnly } of importsOf(file, text)) {
@@ -203,12 +228,13 @@ export function checkLayering(sources: ReadonlyMap<string, string>): Violation[]
       }
       if (target && !typeOnly) edges.push(target);
     }
-    if (layer === 'workflows') {
-      const lines = text.endsWith('\n') ? text.split('\n').length - 1 : text.split('\n').length;
-      if (lines > MAX_WORKFLOW_LINES) {
-        out.push({ rule: 'workflow-file-too-long', file, message: `${file} has ${lines} lines (at most ${MAX_WORKFLOW_LINES})` });
-      }
-    }
+  }
+  if (loops.length > 1) {
+    out.push({
+      rule: 'iteration-loop-twice',
+      file: loops[1],
+      message: `the training iteration (collect → update → serve) is written in ${loops.join(', ')}: one engine (workflows/train-engine.ts) runs every algorithm`,
+    });
   }
   for (const cycle of cyclesOf(valueGraph)) {
     out.push({ rule: 'import-cycle', file: cycle[0], message: `import cycle: ${cycle.join(' → ')}` });

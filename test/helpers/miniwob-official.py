@@ -78,38 +78,46 @@ def main():
             env = envs.get(case["task"])
             obs, info = env.reset(seed=case["seed"])
             driver = env.unwrapped.instance.driver
-            out["resets"].append({
-                "task": case["task"],
-                "seed": case["seed"],
-                "utterance": obs["utterance"],
-                "fields": [list(f) for f in obs["fields"]],
-                "elements": [element_json(e) for e in obs["dom_elements"]],
-                "maxTimeMs": driver.execute_script("return core.EPISODE_MAX_TIME;"),
-            })
+            out["resets"].append(
+                {
+                    "task": case["task"],
+                    "seed": case["seed"],
+                    "utterance": obs["utterance"],
+                    "fields": [list(f) for f in obs["fields"]],
+                    "elements": [element_json(e) for e in obs["dom_elements"]],
+                    "maxTimeMs": driver.execute_script("return core.EPISODE_MAX_TIME;"),
+                }
+            )
         for case in req.get("clicks", []):
             env = envs.get(case["task"])
             env.reset(seed=case["seed"])
             refs = env.unwrapped.instance.driver.execute_script(case["pick"])
             info = {}
             for ref in refs:
-                _, reward, terminated, _, info = env.step(env.unwrapped.create_action(ActionTypes.CLICK_ELEMENT, ref=ref))
-            out["clicks"].append({
-                "task": case["task"],
-                "seed": case["seed"],
-                "refs": refs,
-                "done": bool(info.get("done")),
-                "raw": info.get("raw_reward"),
-                "scaled": info.get("env_reward"),
-                "reason": info.get("reason"),
-            })
+                _, reward, terminated, _, info = env.step(
+                    env.unwrapped.create_action(ActionTypes.CLICK_ELEMENT, ref=ref)
+                )
+            out["clicks"].append(
+                {
+                    "task": case["task"],
+                    "seed": case["seed"],
+                    "refs": refs,
+                    "done": bool(info.get("done")),
+                    "raw": info.get("raw_reward"),
+                    "scaled": info.get("env_reward"),
+                    "reason": info.get("reason"),
+                }
+            )
         for case in req.get("ours", []):
             root = DOMElement(case["dom"])
-            out["ours"].append({
-                "task": case["task"],
-                "seed": case["seed"],
-                "fields": fields_of(case["task"], case["utterance"], case.get("rawUtterance")),
-                "elements": [element_json(e) for e in root.subtree_elements],
-            })
+            out["ours"].append(
+                {
+                    "task": case["task"],
+                    "seed": case["seed"],
+                    "fields": fields_of(case["task"], case["utterance"], case.get("rawUtterance")),
+                    "elements": [element_json(e) for e in root.subtree_elements],
+                }
+            )
         if idle_env is not None:
             wait = 10.5 - (time.time() - idle_start)
             if wait > 0:

@@ -77,16 +77,20 @@ def main():
     blobs = BlobStore(blob_root())
     out = [
         {
-            "vllm": side(lambda: encode_vllm(processor, p["messages"])),
-            "learner": side(lambda: encode_learner(processor, blobs, p["prompt_ref"])),
+            "vllm": side(lambda p=p: encode_vllm(processor, p["messages"])),
+            "learner": side(lambda p=p: encode_learner(processor, blobs, p["prompt_ref"])),
         }
         for p in pairs
     ]
-    print(json.dumps({
-        "pairs": out,
-        "added": processor.tokenizer.get_added_vocab(),
-        "merge_size": int(getattr(processor.image_processor, "merge_size", 2)),
-    }))
+    print(
+        json.dumps(
+            {
+                "pairs": out,
+                "added": processor.tokenizer.get_added_vocab(),
+                "merge_size": int(getattr(processor.image_processor, "merge_size", 2)),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

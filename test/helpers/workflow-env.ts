@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Runtime, Worker, bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { ALL_SEARCH_ATTRIBUTES } from '../../lib/search-attributes';
 
 const REPO_ROOT = resolve(__dirname, '..', '..');
@@ -90,9 +91,10 @@ export function testQueues(name: string) {
 }
 export type TestQueues = ReturnType<typeof testQueues>;
 
-// Activity implementations keyed by their registered names (mocks take loosely typed payloads).
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type ActivityMap = Record<string, (input: any) => Promise<unknown>>;
+// Activity implementations keyed by their registered names. Taken from a method signature, the parameter is checked
+// bivariantly: each mock declares its own payload type, and a test can still call one with a plain object.
+type ActivityFn = { run(input: unknown): Promise<unknown> }['run'];
+export type ActivityMap = Record<string, ActivityFn>;
 
 export interface WorkerSpec {
   taskQueue: string;
@@ -121,7 +123,14 @@ export async function withWorkers<T>(env: TestWorkflowEnvironment, specs: Worker
     ),
   );
   const done = fn();
-  const runs = workers.map((w) => w.runUntil(done.then(() => undefined, () => undefined)));
+  const runs = workers.map((w) =>
+    w.runUntil(
+      done.then(
+        () => undefined,
+        () => undefined,
+      ),
+    ),
+  );
   try {
     return await done;
   } finally {
@@ -177,4 +186,31 @@ export async function childWorkflows(env: TestWorkflowEnvironment, workflowId: s
     const started = e.childWorkflowExecutionStartedEventAttributes?.workflowExecution;
     return started?.workflowId && started.runId ? [{ workflowId: started.workflowId, runId: started.runId }] : [];
   });
+}
+
+/** The child workflows of every run of a continue-as-new chain, oldest first. */
+export async function chainChildWorkflows(env: TestWorkflowEnvironment, workflowId: string, firstRunId: string): Promise<{ workflowId: string; runId: string }[]> {
+  const out: { workflowId: string; runId: string }[] = [];
+  for (let runId: string | undefined = firstRunId; runId; ) {
+    out.push(...(await childWorkflows(env, workflowId, runId)));
+    const history = await env.client.workflow.getHandle(workflowId, runId).fetchHistory();
+    runId = history.events?.at(-1)?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+  }
+  return out;
+}
+
+/**
+ * With HALO_RECORD_HISTORY=<dir>: every run of a workflow's continue-as-new chain into
+ * `<dir>/<workflowId>.<label>-<n>.json`, in the JSON `temporal workflow show --output json` writes, for
+ * test/integration/replay.test.ts. Re-record only with a versioning plan (see README, "Workflow versions").
+ */
+export async function recordHistories(env: TestWorkflowEnvironment, workflowId: string, firstRunId: string, label: string): Promise<void> {
+  const dir = process.env.HALO_RECORD_HISTORY;
+  if (!dir) return;
+  let n = 1;
+  for (let runId: string | undefined = firstRunId; runId; n++) {
+    const history = await env.client.workflow.getHandle(workflowId, runId).fetchHistory();
+    writeFileSync(join(dir, `${workflowId}.${label}-${n}.json`), historyToJSON(history));
+    runId = history.events?.at(-1)?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+  }
 }

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
-import type { TrainResult } from '../../workflows/train-grpo';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
@@ -61,7 +61,7 @@ test('anchor grouping with the colocated tiny model: a run completes and its bat
     train: { grouping: 'anchor', numGenerations: 3 },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId: 'anchor-tiny', iterations: 1, adapterVersion: 1, stoppedEarly: false });
   const [line] = parseMetricsJsonl(readFileSync(join(stack.home, 'anchor-tiny', 'metrics.jsonl'), 'utf8'));
   assert.equal(line.num_episodes, 3, 'N rollouts of one task + seed, as with episode grouping');
@@ -82,7 +82,7 @@ test('anchor grouping: the steps of one rollout get different advantages where o
     train: { grouping: 'anchor', numGenerations: 2, anchor: { episodeWeight: 1, stepWeight: 1, discount: 0.5 } },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.equal(result.adapterVersion, 1);
   const [line] = parseMetricsJsonl(readFileSync(join(stack.home, 'anchor-steps', 'metrics.jsonl'), 'utf8'));
   assert.ok((line.anchor_groups ?? 0) > 0, `anchor_groups ${line.anchor_groups}`);

@@ -70,7 +70,13 @@ test('mark and sweep over a bucket prefix: live and young objects stay, old unre
       await Promise.all(many.slice(i, i + 250).map((name) => s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: `gc/blobs/${name}`, Body: 'x' }))));
     }
     // Never listed, never deleted: other keys under the prefix, another prefix's blobs, the bucket root.
-    const strangers = ['gc/blobs/notes.txt', 'gc/blobs/ab/not-a-blob.png', 'gc/checkpoints/run-1/v1/adapter.safetensors', `other/blobs/${deadShot.slice(7, 9)}/${deadShot.slice(9)}`, 'loose'];
+    const strangers = [
+      'gc/blobs/notes.txt',
+      'gc/blobs/ab/not-a-blob.png',
+      'gc/checkpoints/run-1/v1/adapter.safetensors',
+      `other/blobs/${deadShot.slice(7, 9)}/${deadShot.slice(9)}`,
+      'loose',
+    ];
     for (const Key of strangers) await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key, Body: 'keep me' }));
     const oldUntil = Date.now();
 
@@ -200,7 +206,10 @@ test('a shared bucket is swept only when every writer is listed: other homes are
     const o = { home: here, store, graceMs: 60 * 60_000 };
 
     // No word that every writer is listed: refused, nothing deleted; a dry run still reports.
-    await assert.rejects(gcBlobs(cfg, noHistories, { ...o, dryRun: false }), /is shared:.*homes: +[^\n]*halo-gc-s3-a-.*--home DIR.*--namespace NS.*--all-writers-listed.*Nothing was deleted/s);
+    await assert.rejects(
+      gcBlobs(cfg, noHistories, { ...o, dryRun: false }),
+      /is shared:.*homes: +[^\n]*halo-gc-s3-a-.*--home DIR.*--namespace NS.*--all-writers-listed.*Nothing was deleted/s,
+    );
     for (const r of [mine, theirs, dead]) assert.ok(await store.exists(r));
     const dry = await gcBlobs(cfg, noHistories, { ...o, dryRun: true, homes: [there] });
     assert.deepEqual([dry.live, dry.removedRefs], [2, [dead]]);

@@ -76,7 +76,14 @@ for (const backend of backends) {
       const bytes = Buffer.concat([PNG, Buffer.from(`identical ${backend.name}`)]);
       const results = await Promise.allSettled(Array.from({ length: 1000 }, (_, i) => handles[i % 4].put(bytes, 'png')));
       const rejected = results.filter((r) => r.status === 'rejected');
-      assert.equal(rejected.length, 0, `rejected puts: ${rejected.slice(0, 3).map((r) => String((r as PromiseRejectedResult).reason)).join('; ')}`);
+      assert.equal(
+        rejected.length,
+        0,
+        `rejected puts: ${rejected
+          .slice(0, 3)
+          .map((r) => String((r as PromiseRejectedResult).reason))
+          .join('; ')}`,
+      );
       const refs = new Set(results.map((r) => (r as PromiseFulfilledResult<string>).value));
       assert.deepEqual([...refs], [`sha256:${sha(bytes)}.png`]);
       assert.deepEqual(await store.get([...refs][0]), bytes);
@@ -102,7 +109,10 @@ for (const backend of backends) {
           await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: content }));
         }
       };
-      const damages: [string, Buffer][] = [['empty', Buffer.alloc(0)], ['cut short', bytes.subarray(0, 10)]];
+      const damages: [string, Buffer][] = [
+        ['empty', Buffer.alloc(0)],
+        ['cut short', bytes.subarray(0, 10)],
+      ];
       if (backend.name === 'local folder') damages.push(['zeros of the right length', Buffer.alloc(bytes.length)]);
       for (const [what, content] of damages) {
         await damage(content);
@@ -128,7 +138,14 @@ for (const backend of backends) {
 
     test('references that are not content addresses are refused before any I/O', async () => {
       const { store } = backend.open();
-      for (const bad of ['../etc/passwd', `sha256:${'a'.repeat(64)}.png/../../x`, `sha256:../${'a'.repeat(61)}.png`, `sha256:${'A'.repeat(64)}.png`, `sha256:${'a'.repeat(64)}.`, `sha256:${'a'.repeat(64)}.p/g`]) {
+      for (const bad of [
+        '../etc/passwd',
+        `sha256:${'a'.repeat(64)}.png/../../x`,
+        `sha256:../${'a'.repeat(61)}.png`,
+        `sha256:${'A'.repeat(64)}.png`,
+        `sha256:${'a'.repeat(64)}.`,
+        `sha256:${'a'.repeat(64)}.p/g`,
+      ]) {
         await assert.rejects(store.get(bad), /not a blob reference/);
         await assert.rejects(store.exists(bad), /not a blob reference/);
       }
@@ -148,7 +165,9 @@ for (const backend of backends) {
       const out = execFileSync(join(REPO_ROOT, '.venv/bin/python'), args, {
         cwd: join(REPO_ROOT, 'workers/learner'),
         env: { ...process.env, ...env, PYTHONPATH: join(REPO_ROOT, 'workers/learner') },
-      }).toString().trim();
+      })
+        .toString()
+        .trim();
       assert.deepEqual(await store.getJson(out), { from: 'python', n: [1, 2] });
     });
   });
@@ -183,7 +202,7 @@ describe('folder store durability', () => {
     return log;
   }
 
-  test('a new blob is fsynced before its rename, and its folder (and a new folder\'s parent) after it', async () => {
+  test("a new blob is fsynced before its rename, and its folder (and a new folder's parent) after it", async () => {
     const root = join(mkdtempSync(join(tmpdir(), 'halo-blobs-')), 'blobs');
     const store = new BlobStore(root);
     let ref = '';
@@ -200,7 +219,10 @@ describe('folder store durability', () => {
     assert.ok(afterRename.includes(`fsync ${root}`), `the new folder's parent is not fsynced:\n${log.join('\n')}`);
     // A put of bytes already there and whole writes nothing.
     const again = await traced(() => store.put(PNG, 'png'));
-    assert.deepEqual(again.filter((l) => !l.startsWith('open')), []);
+    assert.deepEqual(
+      again.filter((l) => !l.startsWith('open')),
+      [],
+    );
   });
 });
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
-import type { TrainResult, TrainStatus } from '../../workflows/train-grpo';
+import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
@@ -33,7 +33,10 @@ async function kill(p: ChildProcess): Promise<void> {
 async function waitForPending(runId: string, type: string, timeoutMs = 240_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const d = await stack.client.workflow.getHandle(runId).describe().catch(() => undefined);
+    const d = await stack.client.workflow
+      .getHandle(runId)
+      .describe()
+      .catch(() => undefined);
     const pending = d?.raw.pendingActivities ?? [];
     if (pending.some((a) => a.activityType?.name === type && a.state === 2 /* STARTED */)) return;
     await sleep(50);
@@ -45,7 +48,10 @@ async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs
   const deadline = Date.now() + timeoutMs;
   const child = `${runId}-it${iteration}-ep0`;
   while (Date.now() < deadline) {
-    const d = await stack.client.workflow.getHandle(child).describe().catch(() => undefined);
+    const d = await stack.client.workflow
+      .getHandle(child)
+      .describe()
+      .catch(() => undefined);
     if ((d?.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'stepSession' || a.activityType?.name === 'startSession')) return;
     await sleep(50);
   }
@@ -80,20 +86,27 @@ async function chaosRun(runId: string, browserKillIteration: number, train: Reco
 
   // 3. The Temporal server restarts during iteration 2.
   for (;;) {
-    const st = await handle.query<TrainStatus>('status').catch(() => undefined);
+    const st = await handle.query<TrainingStatus>('status').catch(() => undefined);
     if (st && st.iteration >= 2) break;
     await sleep(200);
   }
   await stack.restartServer();
 
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId, iterations, adapterVersion: iterations, stoppedEarly: false });
 
   const versions = readdirSync(join(stack.checkpoints, runId)).sort();
   assert.deepEqual(versions, ['v1', 'v2', 'v3'], 'exactly one adapter per version, no gap, no leftover temp folder');
   const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
-  assert.deepEqual(lines.map((l) => l.iteration), [1, 2, 3], 'every iteration exactly once');
-  assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2, 3]);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    [1, 2, 3],
+    'every iteration exactly once',
+  );
+  assert.deepEqual(
+    lines.map((l) => l.adapter_version),
+    [1, 2, 3],
+  );
 
   for (let it = 1; it <= iterations; it++) {
     const d = await stack.client.workflow.getHandle(`${runId}-it${it}-ep0`).describe();
@@ -104,7 +117,10 @@ async function chaosRun(runId: string, browserKillIteration: number, train: Reco
 
 test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
   const lines = await chaosRun('chaos', 1, {});
-  assert.ok(lines.every((l) => l.staleness === undefined), 'an on-policy run records no staleness');
+  assert.ok(
+    lines.every((l) => l.staleness === undefined),
+    'an on-policy run records no staleness',
+  );
 });
 
 test('the same with pipelined iterations (maxStaleness 1): kills while rollouts and an update overlap', async () => {

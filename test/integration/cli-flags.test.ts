@@ -6,12 +6,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
+import { Client, type Connection } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { REPO_ROOT, stopProcess, type ManagedProcess } from '../../client/processes';
 import { freePort, prepareNamespace, startDevServerOnFreePort } from '../../client/temporal-server';
 import { flagsOf } from '../../lib/config-overrides';
 import { listRealTasks } from '../../env/real-tasks';
+import type { HaloConfig } from '../../lib/config';
+import type { EvaluateInput } from '../../lib/eval-types';
 
 // `halo train` / `halo mcts` / `halo eval` flags end to end: each run is started (--detach) on a private
 // Temporal dev server with no worker, and the started workflow's input is read back from its history.
@@ -38,11 +40,11 @@ function halo(args: string[], env: Record<string, string> = {}) {
   });
 }
 
-async function startedInput(workflowId: string): Promise<any> {
+async function startedInput<T>(workflowId: string): Promise<T> {
   const history = await client.workflow.getHandle(workflowId).fetchHistory();
   const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
   assert.ok(payload, `${workflowId} has a start event with input`);
-  return defaultPayloadConverter.fromPayload(payload);
+  return defaultPayloadConverter.fromPayload<T>(payload);
 }
 
 async function rejects(args: string[], pattern: RegExp, env: Record<string, string> = {}): Promise<string> {
@@ -91,7 +93,17 @@ before(async () => {
   evalFile = join(home, 'eval.yaml');
   writeFileSync(
     evalFile,
-    ['runId: flags-eval-file', 'haloConfig: halo.yaml', 'env: miniwob', 'modes:', '  - name: qwen3vl_base', '    backend: colocated', '  - name: qwen3vl_mcts', '    backend: colocated', '    adapter: { run: base, version: 0 }'].join('\n'),
+    [
+      'runId: flags-eval-file',
+      'haloConfig: halo.yaml',
+      'env: miniwob',
+      'modes:',
+      '  - name: qwen3vl_base',
+      '    backend: colocated',
+      '  - name: qwen3vl_mcts',
+      '    backend: colocated',
+      '    adapter: { run: base, version: 0 }',
+    ].join('\n'),
   );
 });
 
@@ -104,12 +116,34 @@ after(async () => {
 
 test('halo train: every flag reaches the started workflow input', async () => {
   const { stdout } = await halo([
-    'train', '--config', cfgFile, '--detach', '--json', '--run-id', 'flags-train',
-    '--env', 'miniwob', '--tasks', 'click-button,enter-text,focus-text', '--sample-size', '2', '--seed', '9',
-    '--episodes', '8', '--iterations', '4', '--num-generations', '3', '--lr', '0.0005', '--temperature', '0.5',
+    'train',
+    '--config',
+    cfgFile,
+    '--detach',
+    '--json',
+    '--run-id',
+    'flags-train',
+    '--env',
+    'miniwob',
+    '--tasks',
+    'click-button,enter-text,focus-text',
+    '--sample-size',
+    '2',
+    '--seed',
+    '9',
+    '--episodes',
+    '8',
+    '--iterations',
+    '4',
+    '--num-generations',
+    '3',
+    '--lr',
+    '0.0005',
+    '--temperature',
+    '0.5',
   ]);
   assert.deepEqual(JSON.parse(stdout), { runId: 'flags-train', attached: false });
-  const { config } = await startedInput('flags-train');
+  const { config } = await startedInput<{ config: HaloConfig }>('flags-train');
   assert.equal(config.episode.env, 'miniwob');
   assert.equal(config.train.tasks.length, 2);
   assert.ok(config.train.tasks.every((t: string) => ['click-button', 'enter-text', 'focus-text'].includes(t)));
@@ -123,9 +157,11 @@ test('halo train: every flag reaches the started workflow input', async () => {
 test('halo train --domain with --task-registry: tasks from the pinned snapshot; a tampered snapshot stops with the task named', async () => {
   const snapFile = join(home, 'snapshot.json');
   await halo(['tasks', 'snapshot', '--out', snapFile]);
-  const gomail = listRealTasks().filter((t) => t.site === 'gomail' && t.scorable).map((t) => t.id);
+  const gomail = listRealTasks()
+    .filter((t) => t.site === 'gomail' && t.scorable)
+    .map((t) => t.id);
   await halo(['train', '--config', realCfgFile, '--detach', '--run-id', 'flags-real', '--domain', 'gomail', '--task-registry', snapFile], { HALO_REAL_ORIGIN: siteOrigin });
-  const { config } = await startedInput('flags-real');
+  const { config } = await startedInput<{ config: HaloConfig }>('flags-real');
   assert.equal(config.episode.env, 'real');
   assert.deepEqual(config.train.tasks, gomail);
 
@@ -142,47 +178,119 @@ test('halo train --domain with --task-registry: tasks from the pinned snapshot; 
   assert.doesNotMatch(err, new RegExp(`task ${gomail[0]}:`), 'only the tampered task is named');
   await assert.rejects(client.workflow.getHandle('flags-real-tampered').describe(), 'nothing was started');
   // A pin on MiniWoB++ is a mistake (a task missing from the snapshot: test/unit/config-overrides.test.ts).
-  await rejects(['train', '--config', cfgFile, '--dry-run', '--env', 'miniwob', '--task-registry', snapFile], /--task-registry: pins REAL tasks, and this GRPO run .* runs on miniwob/);
+  await rejects(
+    ['train', '--config', cfgFile, '--dry-run', '--env', 'miniwob', '--task-registry', snapFile],
+    /--task-registry: pins REAL tasks, and this GRPO run .* runs on miniwob/,
+  );
 });
 
 test('halo mcts and halo eval: every flag reaches the started workflow input', async () => {
   await halo([
-    'mcts', '--config', cfgFile, '--detach', '--run-id', 'flags-mcts', '--env', 'miniwob', '--tasks', 'click-button,click-link,focus-text',
-    '--sample-size', '2', '--seed', '4', '--iterations', '2', '--num-generations', '3', '--lr', '0.0002', '--temperature', '0.8',
-    '--simulations', '7', '--ucb-c', '2',
+    'mcts',
+    '--config',
+    cfgFile,
+    '--detach',
+    '--run-id',
+    'flags-mcts',
+    '--env',
+    'miniwob',
+    '--tasks',
+    'click-button,click-link,focus-text',
+    '--sample-size',
+    '2',
+    '--seed',
+    '4',
+    '--iterations',
+    '2',
+    '--num-generations',
+    '3',
+    '--lr',
+    '0.0002',
+    '--temperature',
+    '0.8',
+    '--simulations',
+    '7',
+    '--ucb-c',
+    '2',
   ]);
-  const { config: m } = await startedInput('flags-mcts');
+  const { config: m } = await startedInput<{ config: HaloConfig }>('flags-mcts');
   assert.equal(m.mcts.tasks.length, 2);
   assert.deepEqual(
     [m.episode.env, m.mcts.seed, m.mcts.iterations, m.mcts.maxChildren, m.mcts.learningRate, m.mcts.temperature, m.mcts.numSimulations, m.mcts.ucbConstant],
     ['miniwob', 4, 2, 3, 0.0002, 0.8, 7, 2],
   );
 
-  await halo(['eval', '--config', evalFile, '--detach', '--id', 'flags-eval', '--env', 'miniwob', '--tasks', 'click-button,enter-text,focus-text', '--sample-size', '2', '--seed', '3', '--simulations', '2', '--ucb-c', '1.5']);
-  const e = await startedInput('flags-eval');
+  await halo([
+    'eval',
+    '--config',
+    evalFile,
+    '--detach',
+    '--id',
+    'flags-eval',
+    '--env',
+    'miniwob',
+    '--tasks',
+    'click-button,enter-text,focus-text',
+    '--sample-size',
+    '2',
+    '--seed',
+    '3',
+    '--simulations',
+    '2',
+    '--ucb-c',
+    '1.5',
+  ]);
+  const e = await startedInput<EvaluateInput>('flags-eval');
   assert.equal(e.evalId, 'flags-eval');
   assert.equal(e.env, 'miniwob');
   assert.equal(e.tasks.length, 2);
   assert.deepEqual(e.seeds, [3]);
-  const search = e.modes.find((x: { name: string }) => x.name === 'qwen3vl_mcts').search;
+  const search = e.modes.find((x) => x.name === 'qwen3vl_mcts')?.search;
+  assert.ok(search, 'the MCTS mode has search parameters');
   assert.deepEqual([search.numSimulations, search.ucbConstant], [2, 1.5]);
 
   // --domain on eval: the site's scorable tasks, checked against the (local) site before starting.
   await halo(['eval', '--config', evalFile, '--detach', '--id', 'flags-eval-real', '--domain', 'omnizon', '--seed', '1'], { HALO_REAL_ORIGIN: siteOrigin });
-  const r = await startedInput('flags-eval-real');
+  const r = await startedInput<EvaluateInput>('flags-eval-real');
   assert.equal(r.env, 'real');
-  assert.deepEqual(r.tasks.map((t: { task: string }) => t.task), listRealTasks().filter((t) => t.site === 'omnizon' && t.scorable).map((t) => t.id));
+  assert.deepEqual(
+    r.tasks.map((t: { task: string }) => t.task),
+    listRealTasks()
+      .filter((t) => t.site === 'omnizon' && t.scorable)
+      .map((t) => t.id),
+  );
 });
 
 test("the seeds' spellings, greedy groups and --domain on the local model: checked before anything starts", async () => {
   const { stdout } = await halo([
-    'train', '--config', cfgFile, '--dry-run', '--json', '--num_generations', '6', '--loss_type', 'dr_grpo', '--policy_url', 'http://127.0.0.1:8000/v1', '--sample_size', '1',
+    'train',
+    '--config',
+    cfgFile,
+    '--dry-run',
+    '--json',
+    '--num_generations',
+    '6',
+    '--loss_type',
+    'dr_grpo',
+    '--policy_url',
+    'http://127.0.0.1:8000/v1',
+    '--sample_size',
+    '1',
   ]);
   const { config } = JSON.parse(stdout);
-  assert.deepEqual([config.train.numGenerations, config.train.lossType, config.policy.baseUrl, config.policy.backend, config.train.tasks.length], [6, 'dr_grpo', 'http://127.0.0.1:8000/v1', 'openai', 1]);
+  assert.deepEqual(
+    [config.train.numGenerations, config.train.lossType, config.policy.baseUrl, config.policy.backend, config.train.tasks.length],
+    [6, 'dr_grpo', 'http://127.0.0.1:8000/v1', 'openai', 1],
+  );
   await rejects(['train', '--config', cfgFile, '--dry-run', '--loss_type', 'grpo'], /^halo: --loss-type: only dr_grpo is implemented/m);
-  await rejects(['train', '--config', cfgFile, '--dry-run', '--temperature', '0'], /^halo: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8: .*identical/m);
-  await rejects(['train', '--config', cfgFile, '--dry-run', '--domain', 'gomail'], /^halo: --domain gomail: .*halo\.yaml is not a REAL config: .*--config configs\/grpo-real\.yaml/m);
+  await rejects(
+    ['train', '--config', cfgFile, '--dry-run', '--temperature', '0'],
+    /^halo: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8: .*identical/m,
+  );
+  await rejects(
+    ['train', '--config', cfgFile, '--dry-run', '--domain', 'gomail'],
+    /^halo: --domain gomail: .*halo\.yaml is not a REAL config: .*--config configs\/grpo-real\.yaml/m,
+  );
 });
 
 test('a wrong value is a clear error naming the flag; --help lists every flag with the defaults', async () => {
@@ -193,8 +301,8 @@ test('a wrong value is a clear error naming the flag; --help lists every flag wi
   for (const command of ['train', 'mcts', 'eval'] as const) {
     const { stdout } = await halo([command, '--help']);
     for (const f of flagsOf(command)) assert.match(stdout, new RegExp(`^  ${f.flag} <`, 'm'), `${command} --help lists ${f.flag}`);
-    assert.match(stdout, /^  --task-registry <file>/m);
-    assert.match(stdout, /^Defaults of the flags above: .*\n(  --\S+ +\S.*\n)+/m, `${command} --help shows the defaults`);
+    assert.match(stdout, /^ {2}--task-registry <file>/m);
+    assert.match(stdout, /^Defaults of the flags above: .*\n( {2}--\S+ +\S.*\n)+/m, `${command} --help shows the defaults`);
     assert.equal(stdout.split('also accepted: every flag with underscores').length, 2, `${command} --help names the underscore spellings once`);
   }
 });
@@ -203,7 +311,10 @@ test('the CLI reads .env: it fills in what the environment lacks, and a variable
   const envFile = join(home, 'dot.env');
   writeFileSync(envFile, `HALO_REAL_ORIGIN=${deadOrigin}\n`);
   const args = ['train', '--config', realCfgFile, '--dry-run', '--task', 'v2.gomail-1'];
-  await rejects(args, new RegExp(`REAL site \\(all sites, HALO_REAL_ORIGIN\\) is unreachable \\(${deadOrigin.replace(/[.]/g, '\\.')}`), { HALO_ENV_FILE: envFile, HALO_REAL_ORIGIN: undefined as unknown as string });
+  await rejects(args, new RegExp(`REAL site \\(all sites, HALO_REAL_ORIGIN\\) is unreachable \\(${deadOrigin.replace(/[.]/g, '\\.')}`), {
+    HALO_ENV_FILE: envFile,
+    HALO_REAL_ORIGIN: undefined as unknown as string,
+  });
   const ok = await halo(args, { HALO_ENV_FILE: envFile, HALO_REAL_ORIGIN: siteOrigin });
   assert.match(ok.stdout, /run grpo-local \(not started\): real tasks gomail-1/);
 });

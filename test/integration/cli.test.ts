@@ -92,10 +92,26 @@ test('halo up twice, episode, temporal CLI, restart keeps history, halo down twi
     policy: { baseUrl: policy.url, model: 'fake-qwen', apiKeyEnv: 'HALO_POLICY_API_KEY', temperature: 0, maxTokens: 256, timeoutMs: 10000, historyLength: 5 },
     browserTaskQueue: 'cli-browser',
   });
-  const cli = await exec(temporalBinary(), [
-    'workflow', 'execute', '--address', `127.0.0.1:${port}`, '--type', 'episode', '--task-queue', 'cli-control',
-    '--workflow-id', 'cli-started-episode', '--input', input, '--output', 'json',
-  ], { timeout: 120_000 });
+  const cli = await exec(
+    temporalBinary(),
+    [
+      'workflow',
+      'execute',
+      '--address',
+      `127.0.0.1:${port}`,
+      '--type',
+      'episode',
+      '--task-queue',
+      'cli-control',
+      '--workflow-id',
+      'cli-started-episode',
+      '--input',
+      input,
+      '--output',
+      'json',
+    ],
+    { timeout: 120_000 },
+  );
   assert.match(cli.stdout, /"success":\s*true/);
 
   await halo('down');
@@ -133,7 +149,7 @@ test('halo tasks lists the 121 REAL v2 tasks by site; tasks snapshot pins each e
 
 test('every command has --help; a wrong argument is a clear error with a non-zero exit', async () => {
   const { stdout } = await halo('--help');
-  const commands = [...stdout.matchAll(/^  ([a-z-]+)(?: |$)/gm)].map((m) => m[1]).filter((c) => c !== 'help');
+  const commands = [...stdout.matchAll(/^ {2}([a-z-]+)(?: |$)/gm)].map((m) => m[1]).filter((c) => c !== 'help');
   for (const expected of ['up', 'down', 'episode', 'train', 'status', 'pause', 'resume', 'stop', 'tasks', 'eval', 'runs', 'episodes', 'mcts', 'view', 'report']) {
     assert.ok(commands.includes(expected), `${expected} is listed in --help: ${commands.join(' ')}`);
   }

@@ -13,7 +13,7 @@ import { parseConfig } from '../../lib/config';
 import type { PromptObservationRef } from '../../lib/episode-types';
 import { parseAction } from '../../lib/parse';
 import { buildPrompt } from '../../lib/prompt';
-import { crc32, PNG_SIGNATURE } from '../../lib/png';
+import { crc32, PNG_SIGNATURE } from '../../host/png';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 import { failureOf } from '../helpers/application-failure';
 
@@ -78,11 +78,11 @@ test('colocated: hundreds of samples from the random local model all parse into 
   {
     const gRef = await blobs.putJson(grammar.schema);
     const promptRef = await blobs.putJson(buildPrompt({ ...observation, axtree: AXTREE }, [], 5));
-    const out = execFileSync(
-      join(process.cwd(), '.venv/bin/python'),
-      ['test/helpers/constrained-sample.py', promptRef, gRef, '25', '8', String(MAX_TOKENS)],
-      { env: { ...process.env, HALO_HOME: root, HF_HUB_OFFLINE: '1', TOKENIZERS_PARALLELISM: 'false' }, encoding: 'utf8', maxBuffer: 64 << 20 },
-    );
+    const out = execFileSync(join(process.cwd(), '.venv/bin/python'), ['test/helpers/constrained-sample.py', promptRef, gRef, '25', '8', String(MAX_TOKENS)], {
+      env: { ...process.env, HALO_HOME: root, HF_HUB_OFFLINE: '1', TOKENIZERS_PARALLELISM: 'false' },
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
     const { texts, finish_reasons } = JSON.parse(out) as { texts: string[]; finish_reasons: string[] };
     assert.equal(texts.length, 200);
     const kinds = new Map<string, number>();

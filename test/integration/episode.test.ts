@@ -74,7 +74,9 @@ describe('durable episode on MiniWoB++', () => {
     assert.equal(req.model, 'fake-qwen');
     assert.match(req.goal, /Click on the ".+" button/);
     const blobs = new BlobStore(join(stack.home, 'blobs'));
-    const traj = await blobs.getJson<{ goal: string; success: boolean; steps: { completion: string; observation: { screenshotRef: string }; after: { url: string } }[] }>(r.trajectoryRef);
+    const traj = await blobs.getJson<{ goal: string; success: boolean; steps: { completion: string; observation: { screenshotRef: string }; after: { url: string } }[] }>(
+      r.trajectoryRef,
+    );
     assert.equal(traj.steps.length, 1);
     assert.equal(traj.success, true);
     assert.match(traj.goal, /Click on the/);
@@ -163,7 +165,11 @@ describe('durable episode on MiniWoB++', () => {
       const type = String(e.eventType ?? Object.keys(e).find((k) => k.endsWith('Attributes')) ?? '?');
       byType.set(type, (byType.get(type) ?? 0) + Buffer.byteLength(JSON.stringify(e)));
     }
-    const largest = [...byType.entries()].sort((x, y) => y[1] - x[1]).slice(0, 5).map(([t, b]) => `${t} ${b}`).join(', ');
+    const largest = [...byType.entries()]
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, 5)
+      .map(([t, b]) => `${t} ${b}`)
+      .join(', ');
     // 110 KB: each step also carries the references of its completion's token ids and log-probs (never the arrays).
     assert.ok(bytes < 110_000, `history JSON is ${bytes} bytes (largest: ${largest})`);
     const described = await stack.client.workflow.getHandle(id).describe();
@@ -174,8 +180,14 @@ describe('durable episode on MiniWoB++', () => {
       .map((e) => (e as { userMetadata?: { summary?: { data?: string } } }).userMetadata?.summary?.data)
       .filter((d): d is string => Boolean(d))
       .map((d) => JSON.parse(Buffer.from(d, 'base64').toString('utf8')) as string);
-    assert.ok(summaries.some((t) => /^step 3: wait 0s on http:\/\/127\.0\.0\.1:\d+\/miniwob\/click-checkboxes\.html$/.test(t)), summaries.join('\n'));
-    assert.ok(summaries.some((t) => /^sample step 4 .* · last reward -?[0-9.]+$/.test(t)), summaries.join('\n'));
+    assert.ok(
+      summaries.some((t) => /^step 3: wait 0s on http:\/\/127\.0\.0\.1:\d+\/miniwob\/click-checkboxes\.html$/.test(t)),
+      summaries.join('\n'),
+    );
+    assert.ok(
+      summaries.some((t) => /^sample step 4 .* · last reward -?[0-9.]+$/.test(t)),
+      summaries.join('\n'),
+    );
     // Payload data is base64 inside the history; decode each payload and look for PNG bytes / data URLs.
     for (const m of compact.matchAll(/"data":"([A-Za-z0-9+/=]+)"/g)) {
       payloads++;

@@ -78,7 +78,10 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
   const modes = ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline'];
 
   // Per-episode records: deterministic ids, 2 per mode, nothing failed.
-  const episodes = readFileSync(run.files.episodes, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  const episodes = readFileSync(run.files.episodes, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
   assert.equal(episodes.length, 8);
   for (const e of episodes) {
     assert.equal(e.workflowId, `eval-test-${e.mode}-${e.task}-s0`);
@@ -91,7 +94,10 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
   // summary.json: four modes, n = 2 each, the skipped one with its reason, the MCTS note.
   const summary = JSON.parse(readFileSync(run.files.summaryJson, 'utf8')) as EvalSummary & { resultsRef: string };
   assert.deepEqual(summary.modes, modes);
-  assert.deepEqual(summary.rows.map((r) => [r.mode, r.site, r.n]), modes.map((m) => [m, 'miniwob', 2]));
+  assert.deepEqual(
+    summary.rows.map((r) => [r.mode, r.site, r.n]),
+    modes.map((m) => [m, 'miniwob', 2]),
+  );
   const baselineRow = summary.rows.find((r) => r.mode === 'openai_baseline')!;
   assert.ok(baselineRow.successes >= 1);
   assert.ok(baselineRow.ci95.low > 0 && baselineRow.ci95.high <= 1);
@@ -132,7 +138,10 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
 
   // Progress was shown as episodes done / total.
   assert.match(lines[0], /started eval eval-test .*4 modes × 2 tasks × 1 seeds; skipped openai_nokey/);
-  assert.ok(lines.some((l) => /\d\/8 episodes done/.test(l)), lines.join('\n'));
+  assert.ok(
+    lines.some((l) => /\d\/8 episodes done/.test(l)),
+    lines.join('\n'),
+  );
 
   // The same eval id again attaches to the finished evaluation: same result, no new episodes.
   const requests = fake.requests.length;

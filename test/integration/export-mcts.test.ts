@@ -17,10 +17,7 @@ let stack: TestStack;
 let critic: FakeCriticServer;
 let out: string;
 before(async () => {
-  [stack, critic] = await Promise.all([
-    startTestStack({ browserWorkers: 1, learner: true }),
-    startFakeCriticServer({ kind: 'prefer', substring: 'click', value: 0.7 }),
-  ]);
+  [stack, critic] = await Promise.all([startTestStack({ browserWorkers: 1, learner: true }), startFakeCriticServer({ kind: 'prefer', substring: 'click', value: 0.7 })]);
   out = mkdtempSync(join(tmpdir(), 'halo-export-mcts-'));
 });
 after(async () => {
@@ -29,7 +26,11 @@ after(async () => {
   if (out) rmSync(out, { recursive: true, force: true });
 });
 
-const read = (file: string) => readFileSync(file, 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l));
+const read = (file: string) =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l)
+    .map((l) => JSON.parse(l));
 
 test('halo export of an MCTS run: searches, tree nodes and DPO pairs as JSONL with provenance', async () => {
   const runId = 'export-mcts';

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { exportRun, type ProvenanceRecord, type StepExportRecord } from '../../client/commands/export';
+import { SampledTokensSchema } from '../../lib/experience';
 import { startOrAttachTrain } from '../../client/train';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
@@ -29,15 +30,15 @@ test('halo export: one JSONL per episode under <mode>/<run>/<task>__attempt_<i>.
   const blobs = new BlobStore(join(stack.home, 'blobs'));
   const res = await exportRun(stack.client, blobs, 'export-run', out);
   assert.deepEqual(res.skipped, []);
-  assert.deepEqual(
-    res.files.map((f) => relative(out, f)).sort(),
-    ['grpo/export-run/click-button__attempt_0.jsonl', 'grpo/export-run/click-button__attempt_1.jsonl'],
-  );
+  assert.deepEqual(res.files.map((f) => relative(out, f)).sort(), ['grpo/export-run/click-button__attempt_0.jsonl', 'grpo/export-run/click-button__attempt_1.jsonl']);
   assert.deepEqual(readdirSync(out), ['grpo']);
 
   const hashes = new Set<string>();
   for (const [i, file] of res.files.sort().entries()) {
-    const records = readFileSync(file, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l));
+    const records = readFileSync(file, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const prov = records[0] as ProvenanceRecord;
     assert.equal(prov.type, 'provenance');
     assert.equal(prov.run, 'export-run');
@@ -61,12 +62,18 @@ test('halo export: one JSONL per episode under <mode>/<run>/<task>__attempt_<i>.
       assert.equal(s.type, 'step');
       assert.equal(s.step, k + 1, 'steps in order, numbered from 1');
       assert.equal(typeof s.modelText, 'string');
+      // The colocated sampler's tokens travel by reference: every step names its token blob, which is the sampler's.
+      assert.match(s.tokensRef ?? '', /^sha256:[0-9a-f]{64}\.json$/);
       assert.ok(s.action && typeof (s.action as { type?: unknown }).type === 'string');
       assert.equal(typeof (s.rewardBreakdown as { total?: unknown }).total, 'number');
       assert.equal(typeof s.reward, 'number');
       assert.match(s.screenshotRef, /^sha256:[0-9a-f]{64}\.png$/);
       assert.ok(existsSync(s.screenshot), 'the screenshot reference points at a file of the blob store');
     });
+    for (const s of steps) {
+      const tokens = SampledTokensSchema.parse(await blobs.getJson(s.tokensRef!));
+      assert.ok(tokens.logprobs !== null && tokens.logprobs.length === tokens.token_ids.length);
+    }
   }
   assert.equal(hashes.size, 1, 'both episodes name the same run config');
 });

@@ -15,7 +15,14 @@ const exec = promisify(execFile);
 // launch.sh records what it runs (for `./launch.sh resume`): here in a folder of the test's own.
 const stateDir = mkdtempSync(join(tmpdir(), 'halo-launch-'));
 process.on('exit', () => rmSync(stateDir, { recursive: true, force: true }));
-const launchEnv = (extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({ ...process.env, HALO_ENV_FILE: '', TEMPORAL_ADDRESS: '', TEMPORAL_NAMESPACE: '', HALO_LAUNCH_STATE: join(stateDir, 'launch-state.env'), ...extra });
+const launchEnv = (extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({
+  ...process.env,
+  HALO_ENV_FILE: '',
+  TEMPORAL_ADDRESS: '',
+  TEMPORAL_NAMESPACE: '',
+  HALO_LAUNCH_STATE: join(stateDir, 'launch-state.env'),
+  ...extra,
+});
 
 // The original quick start, exactly as its users type it. Offline it must stop at once (well within a minute)
 // with the unreachable REAL site named, before any stack is started. On a machine that reaches the REAL

@@ -104,15 +104,31 @@ function zodFields(schema: z.ZodType): Record<string, FieldInfo> {
 
 /** Payloads judged by both sides: same verdict, and for valid ones the same parsed value (defaults filled). */
 const IMG = `sha256:${'a'.repeat(64)}.png`;
+const TOKENS = `sha256:${'c'.repeat(64)}.json`;
 const PROMPT = [
   { role: 'system', content: [{ type: 'text', text: 'sys' }] },
-  { role: 'user', content: [{ type: 'image', ref: IMG }, { type: 'text', text: 'goal' }] },
+  {
+    role: 'user',
+    content: [
+      { type: 'image', ref: IMG },
+      { type: 'text', text: 'goal' },
+    ],
+  },
 ];
 const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boolean }[] = [
   { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 0.5 }, valid: true },
-  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, completion_token_ids: [1, 2], old_logprobs: [-0.1, -2], finish_reason: 'length' }, valid: true },
-  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, completion_token_ids: [] }, valid: false },
-  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, completion_token_ids: [1, 2], old_logprobs: [-1] }, valid: false },
+  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, tokens_ref: TOKENS, finish_reason: 'length' }, valid: true },
+  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, tokens_ref: null }, valid: true },
+  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, tokens_ref: 'sha256:t' }, valid: false },
+  // Token arrays never travel in a batch: the learner reads them from the sampler's blob.
+  { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, completion_token_ids: [1, 2], old_logprobs: [-0.1, -2] }, valid: false },
+  { model: 'SampledTokens', payload: { token_ids: [1, 2], logprobs: [-0.1, -2] }, valid: true },
+  { model: 'SampledTokens', payload: { token_ids: [1, 2], logprobs: [-0.1, -2], grammar_ref: 'sha256:g' }, valid: true },
+  { model: 'SampledTokens', payload: { token_ids: [3] }, valid: true },
+  { model: 'SampledTokens', payload: { token_ids: [] }, valid: false },
+  { model: 'SampledTokens', payload: { token_ids: [1, 2], logprobs: [-1] }, valid: false },
+  { model: 'SampledTokens', payload: { token_ids: [1, -2] }, valid: false },
+  { model: 'SampledTokens', payload: { token_ids: [1], logprobs: [-1], text: 'x' }, valid: false },
   { model: 'GrpoItem', payload: { prompt: PROMPT, completion: 'x', advantage: 1, adv: 2 }, valid: false },
   { model: 'GrpoItem', payload: { prompt: [], completion: 'x', advantage: 1 }, valid: false },
   { model: 'GrpoBatch', payload: { items: [] }, valid: false },
@@ -133,6 +149,8 @@ const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boo
   { model: 'DpoPair', payload: { prompt: PROMPT, chosen: 'a', rejected: 'b' }, valid: true },
   { model: 'DpoPair', payload: { prompt: PROMPT, chosen: 'a', rejected: 'b', ref_chosen_logprob: -1 }, valid: false },
   { model: 'DpoPair', payload: { prompt: PROMPT, chosen: 'a', rejected: 'b', ref_chosen_logprob: -1, ref_rejected_logprob: -2 }, valid: true },
+  { model: 'DpoPair', payload: { prompt: PROMPT, chosen: 'a', rejected: 'b', chosen_tokens_ref: TOKENS, rejected_tokens_ref: null }, valid: true },
+  { model: 'DpoPair', payload: { prompt: PROMPT, chosen: 'a', rejected: 'b', chosen_tokens_ref: 'tokens' }, valid: false },
   { model: 'UpdateDpoInput', payload: { run_id: 'r', version: 3, batch_ref: 'x', hyperparameters: { beta: 0 } }, valid: false },
   { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p' }, valid: true },
   { model: 'SampleActionsInput', payload: { run_id: 'r', prompt_ref: 'p', n: 65 }, valid: false },
@@ -148,10 +166,40 @@ const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boo
   { model: 'PromptMessage', payload: { role: 'tool', content: [{ type: 'text', text: 'x' }] }, valid: false },
   { model: 'PromptMessage', payload: { role: 'assistant', content: [] }, valid: false },
   { model: 'Completion', payload: { text: 'a', token_ids: [1], logprobs: [-0.5], finish_reason: 'eos' }, valid: false },
-  { model: 'UpdateDpoOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, reward_margin: 0, accuracy: 0.5 }, valid: true },
+  {
+    model: 'UpdateDpoOutput',
+    payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, reward_margin: 0, accuracy: 0.5 },
+    valid: true,
+  },
   { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false }, valid: false },
-  { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, retokenized: 0, token_mismatch_rate: 0 }, valid: true },
-  { model: 'UpdatePolicyOutput', payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, retokenized: 0, token_mismatch_rate: 0, kl: 0.01, clip_fraction: 0.1, mean_ratio: 1.02, ratio_tokens: 3, entropy: 1.5, denominator: 2048, micro_batch: 4 }, valid: true },
+  {
+    model: 'UpdatePolicyOutput',
+    payload: { run_id: 'r', version: 1, adapter_path: '/a', loss: 0.7, grad_norm: 1, tokens: 3, seconds: 0.1, reused: false, retokenized: 0, token_mismatch_rate: 0 },
+    valid: true,
+  },
+  {
+    model: 'UpdatePolicyOutput',
+    payload: {
+      run_id: 'r',
+      version: 1,
+      adapter_path: '/a',
+      loss: 0.7,
+      grad_norm: 1,
+      tokens: 3,
+      seconds: 0.1,
+      reused: false,
+      retokenized: 0,
+      token_mismatch_rate: 0,
+      kl: 0.01,
+      clip_fraction: 0.1,
+      mean_ratio: 1.02,
+      ratio_tokens: 3,
+      entropy: 1.5,
+      denominator: 2048,
+      micro_batch: 4,
+    },
+    valid: true,
+  },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: 'Qwen/Qwen3-VL-8B-Instruct' }, valid: true },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: '' }, valid: false },
   { model: 'UpdateDpoInput', payload: { run_id: 'r', version: 1, batch_ref: 'x', base_model: 'tiny-random' }, valid: true },
@@ -171,7 +219,7 @@ for c in json.load(sys.stdin):
 print(json.dumps(out))
 `;
 
-describe('learner contract: zod (lib/learner-types.ts) = pydantic (halo_learner/payloads.py)', () => {
+describe('learner contract: zod (lib/learner-types.ts, lib/experience.ts) = pydantic (halo_learner/payloads.py)', () => {
   test('every model has the same fields, requiredness, types and defaults on both sides', async () => {
     const names = Object.keys(LEARNER_SCHEMAS);
     const py = (await python(PY_FIELDS, names)) as Record<string, { fields: Record<string, FieldInfo>; extra: string }>;
@@ -233,12 +281,7 @@ function screenshotPng(width = 320, height = 200): Buffer {
   ihdr.writeUInt32BE(height, 4);
   ihdr[8] = 8; // bit depth
   ihdr[9] = 2; // colour type: RGB
-  return Buffer.concat([
-    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    chunk('IHDR', ihdr),
-    chunk('IDAT', deflateSync(raw)),
-    chunk('IEND', Buffer.alloc(0)),
-  ]);
+  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
 }
 
 function crc32(buf: Buffer): number {
@@ -277,9 +320,7 @@ describe('learner contract: learnerContract workflow through the real gpu task q
         // The workflow writes its batches through activities on its own queue.
         activities: createLearnerBatchActivities(blobs),
       });
-      r = await worker.runUntil(
-        stack.client.workflow.execute(learnerContract, { taskQueue, workflowId: `learner-contract-${runId}`, args: [input] }),
-      );
+      r = await worker.runUntil(stack.client.workflow.execute(learnerContract, { taskQueue, workflowId: `learner-contract-${runId}`, args: [input] }));
     } finally {
       await connection.close();
     }
@@ -348,7 +389,7 @@ describe('learner contract: learnerContract workflow through the real gpu task q
     assert.equal(r.repeat.grad_norm, r.grpo.grad_norm);
     assert.equal(r.repeat.retokenized, r.grpo.retokenized);
 
-    // update_policy v3 from v2 with the sampler's own tokens: nothing retokenised.
+    // update_policy v3 from v2 with the sampler's own tokens, read by the learner from their blobs: nothing retokenised.
     assert.equal(r.tokens.version, 3);
     assert.equal(r.tokens.reused, false);
     assert.equal(r.tokens.retokenized, 0);
@@ -363,7 +404,11 @@ describe('learner contract: learnerContract workflow through the real gpu task q
     const dpoBatch = DpoBatchSchema.parse(await blobs.getJson(r.dpoBatchRef));
     assert.equal(dpoBatch.pairs[0].rejected, r.sample.completions[0].text);
     const tokenBatch = GrpoBatchSchema.parse(await blobs.getJson(r.tokenBatchRef));
-    assert.deepEqual(tokenBatch.items.map((it) => it.completion_token_ids), r.sample.completions.map((c) => c.token_ids));
+    assert.deepEqual(
+      tokenBatch.items.map((it) => it.tokens_ref),
+      r.stored.completions.map((c) => c.tokens_ref),
+    );
+    assert.ok(r.tokens.ratio_tokens! > 0, 'the sampler log-probs in the blobs were paired with their tokens');
 
     // Only references travel through Temporal: no payload in the history comes near the blobs' size.
     const history = await stack.client.workflow.getHandle(`learner-contract-${runId}`).fetchHistory();
@@ -376,13 +421,16 @@ describe('learner contract: learnerContract workflow through the real gpu task q
     const prompt = buildPrompt({ goal: 'g', url: 'u', axtree: '', step: 0, screenshotRef: IMG }, [], 0);
     const cases: [Promise<unknown>, RegExp][] = [
       [acts.writeGrpoBatch({ items: [{ prompt, completion: 'x', advantage: Number.NaN }] }), /items\.0\.advantage/],
-      [acts.writeGrpoBatch({ items: [{ prompt, completion: 'x', advantage: 1, completion_token_ids: [1], old_logprobs: [-1, -2] }] }), /items\.0\.old_logprobs: old_logprobs has 2 entries/],
+      [acts.writeGrpoBatch({ items: [{ prompt, completion: 'x', advantage: 1, tokens_ref: 'sha256:t' }] }), /items\.0\.tokens_ref: not a blob reference/],
       [acts.writeGrpoBatch({ items: [] }), /items: /],
       [acts.writeDpoBatch({ pairs: [{ prompt, chosen: 'a', rejected: 'b', ref_chosen_logprob: -1 }] }), /give both ref_chosen_logprob and ref_rejected_logprob/],
       [acts.writeDpoBatch({ pairs: [{ prompt_ref: `sha256:${'b'.repeat(64)}.json`, chosen: 'a', rejected: 'b' }] }), /pairs\.0\.prompt_ref: blob .* not found/],
     ];
     for (const [p, re] of cases) {
-      const err = await p.then(() => undefined, (e: unknown) => e);
+      const err = await p.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       assert.ok(err instanceof ApplicationFailure, String(err));
       assert.equal(err.nonRetryable, true);
       assert.match(err.message, re);

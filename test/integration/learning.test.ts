@@ -7,8 +7,8 @@ import { runEval } from '../../client/commands/eval';
 import { startOrAttachTrain } from '../../client/train';
 import { parseEvalConfig } from '../../lib/eval-config';
 import type { EvalEpisodeRecord } from '../../lib/eval-summary';
-import { parseMetricsJsonl } from '../../lib/run-metrics';
-import type { TrainResult } from '../../workflows/train-grpo';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
@@ -56,10 +56,13 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
     },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.equal(result.adapterVersion, ITERATIONS);
-  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'learn-test', 'metrics.jsonl'), 'utf8'));
-  assert.deepEqual(lines.map((l) => l.iteration), Array.from({ length: ITERATIONS }, (_, i) => i + 1));
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'learn-test', 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    Array.from({ length: ITERATIONS }, (_, i) => i + 1),
+  );
   for (const l of lines) assert.equal(l.action_validity, 1, 'constrained decoding: every sample is a valid action');
 
   const evalCfg = parseEvalConfig({
@@ -77,7 +80,10 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
   // The stack's home: the evaluation's records are read back from its blob store.
   const stackCfg = { ...cfg, stack: { ...cfg.stack, home: stack.home } };
   const run = await runEval(evalCfg, stack.client, { base: stackCfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
-  const episodes = readFileSync(run.files.episodes, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  const episodes = readFileSync(run.files.episodes, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
   const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
   for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
   const base = wins('qwen3vl_base');

@@ -8,11 +8,11 @@ import { Command } from 'commander';
 import { Worker } from '@temporalio/worker';
 import { parseConfig, type HaloConfig } from '../../lib/config';
 import { getNode } from '../../lib/mcts';
-import { parseMctsMetricsJsonl } from '../../activities/mcts-metrics';
+import { isMctsMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import { register as registerMcts, startOrAttachMcts } from '../../client/commands/mcts';
 import { temporalBinary } from '../../client/processes';
 import type { MctsPair, MctsProgress, MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
-import type { TrainMctsResult } from '../../workflows/train-mcts';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { BlobStore } from '../../blob/store';
 import { mctsParams } from '../../lib/mcts-params';
 import type { MctsSearchInput } from '../../workflows/mcts-search';
@@ -51,7 +51,10 @@ async function kill(p: ChildProcess): Promise<void> {
 async function waitForStarted(workflowId: string, types: string[], timeoutMs: number): Promise<string | false> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const d = await stack.client.workflow.getHandle(workflowId).describe().catch(() => undefined);
+    const d = await stack.client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .catch(() => undefined);
     const hit = (d?.raw.pendingActivities ?? []).find((a) => types.includes(a.activityType?.name ?? '') && a.state === 2 /* STARTED */);
     if (hit) return hit.activityType!.name!;
     if (d && d.status.name !== 'RUNNING' && d.status.name !== 'CONTINUED_AS_NEW') return false;
@@ -120,7 +123,7 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
   await kill(stack.workers.find((w) => alive(w) && isControl(w))!);
   await Promise.all([browserBack, stack.startWorker('control')]);
 
-  const result = (await handle.result()) as TrainMctsResult;
+  const result = (await handle.result()) as TrainingResult;
   const samples = await sampler.stop();
   assert.deepEqual(result, { runId, iterations: 1, adapterVersion: 1, stoppedEarly: false });
 
@@ -152,13 +155,16 @@ test('trainMcts with the colocated tiny-random policy survives SIGKILLed workers
     assert.equal(p.ref_chosen_logprob === null, p.ref_rejected_logprob === null);
   }
   assert.deepEqual(readdirSync(join(stack.checkpoints, runId)).sort(), ['v1']);
-  const lines = parseMctsMetricsJsonl(readFileSync(join(stack.home, runId, 'mcts-metrics.jsonl'), 'utf8'));
-  assert.deepEqual(lines.map((l) => l.iteration), [1]);
-  assert.equal(lines[0].pairs, search.pairs.count);
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8')).filter(isMctsMetrics);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    [1],
+  );
+  assert.equal(lines[0].mcts.pairs, search.pairs.count);
   assert.equal(lines[0].adapter_version, 1);
-  assert.equal(lines[0].simulations, 6);
-  assert.ok(lines[0].mean_abs_delta_q! >= 0.1 - 1e-9);
-  assert.ok(Number.isFinite(lines[0].dpo_loss));
+  assert.equal(lines[0].mcts.simulations, 6);
+  assert.ok(lines[0].mcts.mean_abs_delta_q! >= 0.1 - 1e-9);
+  assert.ok(Number.isFinite(lines[0].loss));
 
   // Every run of the search's continue-as-new chain replays against the current code; HALO_RECORD_MCTS_HISTORY=<dir>
   // records the first one (worker kills, root expansion, continue-as-new) as a fixture for test/integration/replay.test.ts.
@@ -222,7 +228,8 @@ async function waitForBrowserOnly(workflowId: string, sims: number, types: strin
       const d = await h.describe().catch(() => undefined);
       const pending = d?.raw.pendingActivities ?? [];
       const names = pending.map((a) => a.activityType?.name ?? '');
-      if (pending.some((a) => types.includes(a.activityType?.name ?? '') && a.state === 2) && names.every((n) => ['startSession', 'stepSession', 'closeSession'].includes(n))) return;
+      if (pending.some((a) => types.includes(a.activityType?.name ?? '') && a.state === 2) && names.every((n) => ['startSession', 'stepSession', 'closeSession'].includes(n)))
+        return;
     }
     await sleep(30);
   }

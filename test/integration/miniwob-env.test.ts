@@ -7,7 +7,8 @@ import { after, before, test } from 'node:test';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../../env/browser';
-import { DEFAULT_EPISODE_MAX_TIME_MS, MiniWobEnv, pngSize, toPlaywrightKeys } from '../../env/miniwob';
+import { DEFAULT_EPISODE_MAX_TIME_MS, MiniWobEnv, toPlaywrightKeys } from '../../env/miniwob';
+import { pngSize } from '../../host/png';
 import { findMiniwobHtml, startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../../env/miniwob-tasks';
 import { clickableElements } from '../helpers/axtree';
@@ -96,17 +97,25 @@ test('click-button seed 3 is solved by click_element', async () => {
 test('click_element on 24 click-test pages forked at once: every click lands and succeeds', { timeout: 300_000 }, async () => {
   const contexts: BrowserContext[] = [];
   try {
-    const outs = await Promise.all(Array.from({ length: 24 }, async (_, seed) => {
-      const ctx = await browser.newContext({ viewport: DEFAULT_VIEWPORT });
-      contexts.push(ctx);
-      const e = new MiniWobEnv({ page: await ctx.newPage(), baseUrl: server.baseUrl, blobs });
-      const obs = await e.reset({ env: 'miniwob', task: 'click-test', seed });
-      const button = clickableElements(obs.axtree).find((l) => l.role === 'button');
-      assert.ok(button, `no button in\n${obs.axtree}`);
-      return e.step({ type: 'click_element', id: button.id });
-    }));
-    assert.deepEqual(outs.map((o) => o.actionError ?? null), outs.map(() => null));
-    assert.deepEqual(outs.map((o) => o.success), outs.map(() => true));
+    const outs = await Promise.all(
+      Array.from({ length: 24 }, async (_, seed) => {
+        const ctx = await browser.newContext({ viewport: DEFAULT_VIEWPORT });
+        contexts.push(ctx);
+        const e = new MiniWobEnv({ page: await ctx.newPage(), baseUrl: server.baseUrl, blobs });
+        const obs = await e.reset({ env: 'miniwob', task: 'click-test', seed });
+        const button = clickableElements(obs.axtree).find((l) => l.role === 'button');
+        assert.ok(button, `no button in\n${obs.axtree}`);
+        return e.step({ type: 'click_element', id: button.id });
+      }),
+    );
+    assert.deepEqual(
+      outs.map((o) => o.actionError ?? null),
+      outs.map(() => null),
+    );
+    assert.deepEqual(
+      outs.map((o) => o.success),
+      outs.map(() => true),
+    );
   } finally {
     await Promise.all(contexts.map((c) => c.close().catch(() => undefined)));
   }

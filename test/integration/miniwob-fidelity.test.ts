@@ -13,6 +13,7 @@ import type { Browser, BrowserContext } from 'playwright-core';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium, resolveChromiumPath } from '../../env/browser';
 import { MiniWobEnv } from '../../env/miniwob';
+import type { ApplyResult } from '../../env/types';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -197,7 +198,7 @@ test('a correct click gives the official raw reward; partial credit is a failure
     const refs = (await env.page.evaluate(`(function () {\n${c.pick}\n})()`)) as number[];
     assert.deepEqual(refs, off.refs, `${k}: refs`);
     assert.ok(refs.length > 0, `${k}: nothing to click`);
-    let last;
+    let last: ApplyResult | undefined;
     for (const ref of refs) {
       const id = await env.page.evaluate(`document.querySelector('[data-wob_ref="${ref}"]').getAttribute('data-halo-id')`);
       assert.ok(id !== null, `${k}: ref ${ref} has no element id`);

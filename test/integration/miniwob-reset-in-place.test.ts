@@ -110,8 +110,7 @@ test('resetSession on the worker: the session answers as a new one at the replay
   const { parseRewardWeights } = await import('../../lib/rewards/weights');
   const manager = new SessionManager({ blobs, miniwobBaseUrl: server.baseUrl, miniwobTasks: ['click-button'], workerTaskQueue: 'reset-test', workerName: 'reset-test' });
   const rewardWeights = parseRewardWeights({});
-  const start = (seed: number, replay: Action[]) =>
-    manager.start({ spec: { env: 'miniwob', task: 'click-button', seed }, replay, episodeId: `fresh-${seed}`, rewardWeights });
+  const start = (seed: number, replay: Action[]) => manager.start({ spec: { env: 'miniwob', task: 'click-button', seed }, replay, episodeId: `fresh-${seed}`, rewardWeights });
   try {
     const first = await start(3, []);
     const wait: Action = { type: 'wait', seconds: 0 };
@@ -129,7 +128,10 @@ test('resetSession on the worker: the session answers as a new one at the replay
     // Its steps count from the replayed path: index 1 runs, a stale index 0 is a lost session.
     const stepped = await manager.step({ sessionId: reset.sessionId, index: 1, action: wait, rewardState: reset.rewardState });
     assert.equal(stepped.done, false);
-    await assert.rejects(manager.step({ sessionId: reset.sessionId, index: 0, action: wait, rewardState: reset.rewardState }), (e: Error & { type?: string }) => e.type === 'SessionLost');
+    await assert.rejects(
+      manager.step({ sessionId: reset.sessionId, index: 0, action: wait, rewardState: reset.rewardState }),
+      (e: Error & { type?: string }) => e.type === 'SessionLost',
+    );
 
     await manager.close(first.sessionId);
     await assert.rejects(

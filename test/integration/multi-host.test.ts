@@ -14,8 +14,7 @@ import { startOrAttachMcts } from '../../client/commands/mcts';
 import { blobStoreFor } from '../../blob/store';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
-import type { TrainResult } from '../../workflows/train-grpo';
-import type { TrainMctsResult } from '../../workflows/train-mcts';
+import type { TrainingResult } from '../../workflows/train-engine';
 import type { EpisodeResult } from '../../lib/episode-types';
 
 /**
@@ -62,7 +61,10 @@ before(async () => {
   client = new Client({ connection, namespace: 'default' });
   for (const r of Object.keys(homes) as Role[]) homes[r] = mkdtempSync(join(tmpdir(), `halo-mh-${r}-`));
   cfgFile = join(temporalHome, 'halo.yaml');
-  writeFileSync(cfgFile, ['temporal:', `  address: ${address}`, '  controlTaskQueue: halo-control', '  browserTaskQueue: halo-browser', 'stack:', '  browserWorkers: 1', ''].join('\n'));
+  writeFileSync(
+    cfgFile,
+    ['temporal:', `  address: ${address}`, '  controlTaskQueue: halo-control', '  browserTaskQueue: halo-browser', 'stack:', '  browserWorkers: 1', ''].join('\n'),
+  );
   await Promise.all((Object.keys(homes) as Role[]).map(upRole));
 });
 
@@ -79,7 +81,17 @@ function runConfig(): HaloConfig {
     temporal: { address, controlTaskQueue: 'halo-control', browserTaskQueue: 'halo-browser' },
     policy: { backend: 'colocated', model: 'tiny-random', temperature: 1, maxTokens: 24, timeoutMs: 120_000 },
     episode: { env: 'miniwob', maxSteps: 2, sessionStartTimeoutMs: 10_000, heartbeatTimeoutMs: 3_000 },
-    train: { runId: RUN, iterations: 2, episodesPerIteration: 1, parallelism: 1, tasks: ['click-button'], grouping: 'step', numGenerations: 2, learningRate: 1e-3, gpuTaskQueue: 'gpu' },
+    train: {
+      runId: RUN,
+      iterations: 2,
+      episodesPerIteration: 1,
+      parallelism: 1,
+      tasks: ['click-button'],
+      grouping: 'step',
+      numGenerations: 2,
+      learningRate: 1e-3,
+      gpuTaskQueue: 'gpu',
+    },
     mcts: {
       runId: MCTS_RUN,
       iterations: 1,
@@ -112,7 +124,8 @@ async function bucketAdapters(run: string): Promise<Record<string, { manifests: 
   for (const k of await bucketKeys(`${PREFIX}/checkpoints/${run}/`)) {
     const m = new RegExp(`^${PREFIX}/checkpoints/${run}/(v\\d+)/(.*)$`).exec(k);
     assert.ok(m, `unexpected key ${k}`);
-    const v = (out[m[1]] ??= { manifests: 0, weights: 0 });
+    out[m[1]] ??= { manifests: 0, weights: 0 };
+    const v = out[m[1]];
     if (m[2] === 'manifest.json') v.manifests++;
     if (/^files\/[0-9a-f]{64}-adapter_model\.safetensors$/.test(m[2])) v.weights++;
   }
@@ -122,7 +135,10 @@ async function bucketAdapters(run: string): Promise<Record<string, { manifests: 
 async function waitForStarted(workflowId: string, types: string[], timeoutMs: number): Promise<string | false> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const d = await client.workflow.getHandle(workflowId).describe().catch(() => undefined);
+    const d = await client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .catch(() => undefined);
     const hit = (d?.raw.pendingActivities ?? []).find((a) => types.includes(a.activityType?.name ?? '') && a.state === 2 /* STARTED */);
     if (hit) return hit.activityType!.name!;
     if (d && d.status.name !== 'RUNNING') return false;
@@ -145,7 +161,7 @@ test('GRPO across three hosts sharing only Temporal and the bucket; the browser 
   await upRole('browser');
   assert.notEqual(readPid(homes.browser, 'browser-worker-0'), pid);
 
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId: RUN, iterations: 2, adapterVersion: 2, stoppedEarly: false });
   // The browser activity that was running when the worker died was retried, or failed and its session was
   // rebuilt on the restarted worker.
@@ -173,14 +189,19 @@ test('GRPO across three hosts sharing only Temporal and the bucket; the browser 
   assert.ok(trajectory.steps.length >= 1);
   assert.ok((await bucketKeys(`${PREFIX}/blobs/`)).length > 5);
   // The control host wrote the run's metrics in its own home.
-  const metrics = readFileSync(join(homes.control, RUN, 'metrics.jsonl'), 'utf8').trim().split('\n');
+  const metrics = readFileSync(join(homes.control, RUN, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n');
   assert.equal(metrics.length, 2);
 });
 
 test('an MCTS search across the same three hosts: DPO pairs, adapter v1 once in the bucket', async () => {
   const { handle } = await startOrAttachMcts(client, runConfig());
-  const result = (await handle.result()) as TrainMctsResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId: MCTS_RUN, iterations: 1, adapterVersion: 1, stoppedEarly: false });
   assert.deepEqual(await bucketAdapters(MCTS_RUN), { v1: { manifests: 1, weights: 1 } });
-  assert.deepEqual(readdirSync(join(homes.learner, 'checkpoints', MCTS_RUN)).filter((d) => /^v\d+$/.test(d)), ['v1']);
+  assert.deepEqual(
+    readdirSync(join(homes.learner, 'checkpoints', MCTS_RUN)).filter((d) => /^v\d+$/.test(d)),
+    ['v1'],
+  );
 });

@@ -4,9 +4,9 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfigFile } from '../../host/config-file';
 import { parseConfig } from '../../lib/config';
-import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
-import type { TrainResult } from '../../workflows/train-grpo';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
 import { startTestStack, type TestStack } from '../../testing/stack';
@@ -84,7 +84,7 @@ test('grpo-real shape: every iteration samples the adapter it trained, through a
     }
     vllm.restart();
   })();
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   await restarted;
   assert.deepEqual(result, { runId: RUN, iterations: 3, adapterVersion: 3, stoppedEarly: false });
 
@@ -111,15 +111,23 @@ test('grpo-real shape: every iteration samples the adapter it trained, through a
   assert.ok(loads.filter((n) => n === `${RUN}-v1`).length >= 2, `v1 loaded again after the restart: ${loads}`);
 
   // Adapters v1..v3 exactly once, each a folder vLLM accepts.
-  const dirs = readdirSync(join(stack.checkpoints, RUN)).filter((d) => /^v\d+$/.test(d)).sort();
+  const dirs = readdirSync(join(stack.checkpoints, RUN))
+    .filter((d) => /^v\d+$/.test(d))
+    .sort();
   assert.deepEqual(dirs, ['v1', 'v2', 'v3']);
   for (const d of dirs) {
     assert.ok(existsSync(join(stack.checkpoints, RUN, d, 'adapter_config.json')));
     assert.ok(existsSync(join(stack.checkpoints, RUN, d, 'adapter_model.safetensors')));
   }
-  const lines = parseMetricsJsonl(readFileSync(join(stack.home, RUN, 'metrics.jsonl'), 'utf8'));
-  assert.deepEqual(lines.map((l) => l.iteration), [1, 2, 3]);
-  assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2, 3]);
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, RUN, 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    [1, 2, 3],
+  );
+  assert.deepEqual(
+    lines.map((l) => l.adapter_version),
+    [1, 2, 3],
+  );
   assert.equal(lines[1].eval?.episodes, 1, 'the greedy evaluation ran after iteration 2');
   // The learner trained on the sampler's own token ids: nothing was retokenised.
   for (const l of lines) {

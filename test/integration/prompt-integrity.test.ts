@@ -131,8 +131,7 @@ function episode() {
 const blobs = () => new BlobStore(join(stack.home, 'blobs'));
 /** The added tokens `text` spells, as they are (a neutralised spelling is not one). */
 const rawTokens = (text: string) => TOKENS.filter((t) => text.includes(t));
-const userTexts = (prompt: PromptMessage[]) =>
-  prompt.filter((m) => m.role === 'user').flatMap((m) => m.content.flatMap((p) => (p.type === 'text' ? [p.text] : [])));
+const userTexts = (prompt: PromptMessage[]) => prompt.filter((m) => m.role === 'user').flatMap((m) => m.content.flatMap((p) => (p.type === 'text' ? [p.text] : [])));
 /** The text parts of the user turns of OpenAI-format messages, as sent. */
 const sentUserTexts = (messages: unknown[]) =>
   (messages as { role: string; content: string | { type: string; text?: string }[] }[])
@@ -159,7 +158,10 @@ test('goal, page and typed text spelling every added token: both steps run, and 
     // What the server got: our system prompt as it is (its tool-call tags are meant), user text with no raw token,
     // the same text the learner gets.
     const sent = vllm.messages[i] as { role: string; content: unknown }[];
-    assert.deepEqual(sent.map((m) => m.role), ['system', 'user']);
+    assert.deepEqual(
+      sent.map((m) => m.role),
+      ['system', 'user'],
+    );
     assert.equal(sent[0].content, systemPrompt());
     const sentTexts = sentUserTexts(sent);
     for (const t of sentTexts) assert.deepEqual(rawTokens(t), [], `${where}: the text sent to the server spells added tokens`);
@@ -216,13 +218,17 @@ test("token for token: vLLM's encoding of each prompt is the learner's, with onl
       if (name !== undefined) counts[name] = (counts[name] ?? 0) + 1;
     }
     assert.equal(grids.length, 1, 'one screenshot');
-    assert.deepEqual(counts, {
-      '<|im_start|>': messages + 1,
-      '<|im_end|>': messages,
-      '<|vision_start|>': grids.length,
-      '<|vision_end|>': grids.length,
-      '<|image_pad|>': pads,
-    }, `${where}: added tokens in the encoded prompt`);
+    assert.deepEqual(
+      counts,
+      {
+        '<|im_start|>': messages + 1,
+        '<|im_end|>': messages,
+        '<|vision_start|>': grids.length,
+        '<|vision_end|>': grids.length,
+        '<|image_pad|>': pads,
+      },
+      `${where}: added tokens in the encoded prompt`,
+    );
   }
 });
 
@@ -237,17 +243,19 @@ test('the colocated learner samples on the step-2 prompt and answers (a spelled 
       taskQueue,
       workflowsPath: require.resolve('../test-workflows/sample-prompt'),
     });
-    const out = await worker.runUntil(
-      stack.client.workflow.execute(samplePrompt, {
-        taskQueue,
-        workflowId: taskQueue,
-        args: [{ runId: 'prompt-integrity', promptRef: steps[1].promptRef, gpuTaskQueue: stack.gpuQueue, timeout: `${SAMPLE_TIMEOUT_S}s` }],
-      }),
-    ).catch((err: unknown) => {
-      const causes: string[] = [];
-      for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) causes.push(String(e.message));
-      throw new Error(`sample_actions on the step-2 prompt did not answer within ${SAMPLE_TIMEOUT_S} s: ${causes.join(' <- ')}`);
-    });
+    const out = await worker
+      .runUntil(
+        stack.client.workflow.execute(samplePrompt, {
+          taskQueue,
+          workflowId: taskQueue,
+          args: [{ runId: 'prompt-integrity', promptRef: steps[1].promptRef, gpuTaskQueue: stack.gpuQueue, timeout: `${SAMPLE_TIMEOUT_S}s` }],
+        }),
+      )
+      .catch((err: unknown) => {
+        const causes: string[] = [];
+        for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) causes.push(String(e.message));
+        throw new Error(`sample_actions on the step-2 prompt did not answer within ${SAMPLE_TIMEOUT_S} s: ${causes.join(' <- ')}`);
+      });
     assert.equal(out.completions.length, 2);
     assert.equal(out.version, 0);
   } finally {

@@ -73,8 +73,25 @@ async function checkPins(version: string): Promise<PinCheck> {
         writeFileSync(reqFile, chunk.join('\n') + '\n');
         await exec(
           python,
-          ['-m', 'pip', 'install', '--dry-run', '--ignore-installed', '--disable-pip-version-check', '--quiet', '--report', report,
-            '--python-version', version, '--only-binary=:all:', '--no-deps', '--target', join(dir, `target-${i}`), '-r', reqFile],
+          [
+            '-m',
+            'pip',
+            'install',
+            '--dry-run',
+            '--ignore-installed',
+            '--disable-pip-version-check',
+            '--quiet',
+            '--report',
+            report,
+            '--python-version',
+            version,
+            '--only-binary=:all:',
+            '--no-deps',
+            '--target',
+            join(dir, `target-${i}`),
+            '-r',
+            reqFile,
+          ],
           { maxBuffer: 64 * 1024 * 1024 },
         ).then(
           () => {
@@ -82,7 +99,12 @@ async function checkPins(version: string): Promise<PinCheck> {
             resolved.push(...r.install.map((x) => `${x.metadata.name}==${x.metadata.version}`));
           },
           (err: { stderr?: string; message: string }) => {
-            failures.push((err.stderr ?? err.message).split('\n').filter((l) => l.trim() && !/^WARNING: Location/.test(l)).join('\n'));
+            failures.push(
+              (err.stderr ?? err.message)
+                .split('\n')
+                .filter((l) => l.trim() && !/^WARNING: Location/.test(l))
+                .join('\n'),
+            );
           },
         );
       }),
@@ -112,7 +134,11 @@ for (const version of VERSIONS) {
     assert.ok(c.pins.length > 20 && c.pins.every((p) => /^[A-Za-z0-9_.-]+==\S+$/.test(p)), `every line is an exact pin:\n${c.pins.join('\n')}`);
     assert.deepEqual(c.failures, [], `pip could not resolve the pins for Python ${version}:\n${c.failures.join('\n')}`);
     // A local build's version label (torch 2.13.0+cpu from the local index) is the pinned release.
-    const norm = (p: string) => p.toLowerCase().replace(/\+[a-z0-9.]+$/, '').replace(/[_.]/g, '-');
+    const norm = (p: string) =>
+      p
+        .toLowerCase()
+        .replace(/\+[a-z0-9.]+$/, '')
+        .replace(/[_.]/g, '-');
     assert.deepEqual(c.resolved.map(norm).sort(), c.pins.map(norm).sort(), 'one wheel per pin, at the pinned version');
   });
 }

@@ -41,9 +41,7 @@ before(async () => {
   // A WebSocket endpoint on the internal service: answers the handshake.
   internal.on('upgrade', (req, socket: Socket) => {
     internalHits.push(`ws ${req.url}`);
-    const accept = createHash('sha1')
-      .update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
-      .digest('base64');
+    const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   });
   await new Promise<void>((r) => internal.listen(0, '127.0.0.1', r));
@@ -62,7 +60,13 @@ before(async () => {
   env = new RealEnv({ context, blobs: new BlobStore(blobRoot), runId: 'egress', originOverride: () => `${site.origin}/`, settleMs: 50 });
   await env.reset({ env: 'real', task: 'gomail-18', seed: 0 });
   page = context.pages().find((p) => p.url().startsWith(site.origin) && !/\/(config|finish)/.test(p.url())) as Page;
-  assert.ok(page, `no agent page among ${context.pages().map((p) => p.url()).join(', ')}`);
+  assert.ok(
+    page,
+    `no agent page among ${context
+      .pages()
+      .map((p) => p.url())
+      .join(', ')}`,
+  );
 });
 
 after(async () => {

@@ -8,8 +8,10 @@ import { after, before, test } from 'node:test';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../../env/browser';
-import { pngSize } from '../../env/page-actions';
-import { checkSiteHealth, FinishStateError, RealEnv, SiteUnreachableError, type RealEnvOptions } from '../../env/real';
+import { pngSize } from '../../host/png';
+import { RealEnv, type RealEnvOptions } from '../../env/real';
+import { FinishStateError } from '../../env/real-finish';
+import { checkSiteHealth, SiteUnreachableError } from '../../env/real-site';
 import { evaluateFinalState, isSuccessOutput, UnscorableTaskError, type EvaluableTask } from '../../env/real-eval';
 import { getRealTask, UnknownRealTaskError } from '../../env/real-tasks';
 import { SiteLimiter } from '../../env/site-limits';
@@ -289,7 +291,10 @@ test('navigation off the task origin is blocked in the browser', async () => {
   assert.deepEqual(site.externalRequests, [], 'nothing reached the external origin');
   await new Promise((r) => setTimeout(r, 1_200));
   assert.deepEqual(
-    env.context.pages().map((p) => p.url()).sort(),
+    env.context
+      .pages()
+      .map((p) => p.url())
+      .sort(),
     [home, `${site.origin}/finish`].sort(),
     'popups are closed',
   );

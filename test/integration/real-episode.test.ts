@@ -88,7 +88,7 @@ test('an unscorable task and an unknown task fail at once with clear reasons', a
     await assert.rejects(run(task, 3), (err: unknown) => {
       assert.ok(err instanceof WorkflowFailedError);
       const msgs: string[] = [];
-      for (let e: any = err; e; e = e.cause) msgs.push(String(e.message));
+      for (let e: unknown = err; e instanceof Error; e = e.cause) msgs.push(e.message);
       assert.match(msgs.join(' <- '), pattern);
       return true;
     });

@@ -50,18 +50,18 @@ test('subresources and subframes to loopback, private and link-local addresses a
   const env = new RealEnv({ context, blobs: new BlobStore(blobRoot), runId: 'private-net', originOverride: () => `${site.origin}/`, settleMs: 50 });
   await env.reset({ env: 'real', task: 'gomail-18', seed: 0 });
   const page = context.pages().find((p) => p.url().startsWith(site.origin) && !/\/(config|finish)/.test(p.url())) as Page;
-  assert.ok(page, `no agent page among ${context.pages().map((p) => p.url()).join(', ')}`);
+  assert.ok(
+    page,
+    `no agent page among ${context
+      .pages()
+      .map((p) => p.url())
+      .join(', ')}`,
+  );
 
   const failed: { url: string; error: string }[] = [];
   context.on('requestfailed', (r) => failed.push({ url: r.url(), error: r.failure()?.errorText ?? '' }));
   const before = site.requests.length;
-  const targets = [
-    `${internalUrl}/img.png`,
-    'http://169.254.169.254/latest/meta-data/',
-    'http://10.11.12.13/x.js',
-    'http://[::1]:8001/x',
-    'http://localhost:8001/x',
-  ];
+  const targets = [`${internalUrl}/img.png`, 'http://169.254.169.254/latest/meta-data/', 'http://10.11.12.13/x.js', 'http://[::1]:8001/x', 'http://localhost:8001/x'];
   const results = await page.evaluate(
     async ({ targets, internalUrl }) => {
       const out: Record<string, string> = {};

@@ -10,7 +10,7 @@ import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
 import { parseMetricsJsonl } from '../../lib/run-metrics';
 import type { UpdatePolicyOutputWire } from '../../lib/learner-types';
-import type { TrainResult } from '../../workflows/train-grpo';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
 import { startTestStack, type TestStack } from '../../testing/stack';
@@ -100,10 +100,11 @@ async function stepsDone(workflowId: string): Promise<number> {
 }
 
 async function sessionWorkRunning(workflowId: string): Promise<boolean> {
-  const d = await stack.client.workflow.getHandle(workflowId).describe().catch(() => undefined);
-  return (d?.raw.pendingActivities ?? []).some(
-    (a) => ['startSession', 'stepSession'].includes(a.activityType?.name ?? '') && a.state === 2 /* STARTED */,
-  );
+  const d = await stack.client.workflow
+    .getHandle(workflowId)
+    .describe()
+    .catch(() => undefined);
+  return (d?.raw.pendingActivities ?? []).some((a) => ['startSession', 'stepSession'].includes(a.activityType?.name ?? '') && a.state === 2 /* STARTED */);
 }
 
 /**
@@ -116,9 +117,7 @@ async function waitForSecondStepGroup(episodes: string[], timeoutMs = 120_000): 
     for (const id of episodes) if ((await stepsDone(id)) >= 1 && (await sessionWorkRunning(id))) return id;
     await sleep(50);
   }
-  throw new Error(
-    `no episode of ${episodes.join(', ')} reached its second step group within ${timeoutMs / 1000}s (forks waiting for the site slot their own episode holds?)`,
-  );
+  throw new Error(`no episode of ${episodes.join(', ')} reached its second step group within ${timeoutMs / 1000}s (forks waiting for the site slot their own episode holds?)`);
 }
 
 test('REAL step groups with more forks than site slots complete; a browser worker SIGKILL mid-group leaks no slot', { timeout: 240_000 }, async () => {
@@ -152,7 +151,7 @@ test('REAL step groups with more forks than site slots complete; a browser worke
   await stack.startWorker('browser');
 
   // 2. The run completes: the episode caught by the kill, the one waiting for its slot and iteration 2's.
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId, iterations, adapterVersion: iterations, stoppedEarly: false });
   assert.deepEqual(updates, [1, 2], 'one update per iteration, none with a missing episode');
   for (let it = 1; it <= iterations; it++) {
@@ -170,7 +169,10 @@ test('REAL step groups with more forks than site slots complete; a browser worke
   assert.ok((rows.at(-1)?.fork_snapshots ?? 0) > 0, `forks counted in the metrics: ${JSON.stringify(rows.at(-1))}`);
   const samples = policy.requests.filter((r) => r.goal !== '');
   assert.ok(samples.length >= 2 * iterations * 2, 'one sampling request per step');
-  assert.ok(samples.every((r) => r.n === numGenerations), 'every step sampled its group');
+  assert.ok(
+    samples.every((r) => r.n === numGenerations),
+    'every step sampled its group',
+  );
 
   // 3. Nothing holds the site's only slot now: a new episode on the site starts at once (with a leaked slot its
   //    start would wait out HALO_SITE_SLOT_TIMEOUT_MS and fail).

@@ -40,7 +40,6 @@ after(async () => {
   if (blobRoot) await rm(blobRoot, { recursive: true, force: true });
 });
 
-
 const rewardWeights = parseRewardWeights({});
 
 function input(episodeId: string, replay: Action[], forkMode?: 'snapshot' | 'replay'): StartSessionInput {

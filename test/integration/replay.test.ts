@@ -10,7 +10,9 @@ import { Worker } from '@temporalio/worker';
 // File names are `<workflow id>.<what>.json`: the workflow id matters (trainGrpo checks it against its run id).
 const dir = join(__dirname, '..', 'fixtures', 'histories');
 
-for (const file of readdirSync(dir).filter((f) => f.endsWith('.json')).sort()) {
+for (const file of readdirSync(dir)
+  .filter((f) => f.endsWith('.json'))
+  .sort()) {
   test(`replays ${file}`, async () => {
     const history = JSON.parse(readFileSync(join(dir, file), 'utf8'));
     assert.ok(history.events.length > 10, 'a real history');

@@ -27,9 +27,7 @@ before(async () => {
         const right = buttons.find((b) => b.name === target);
         const wrong = buttons.find((b) => b.name !== target);
         if (!right || !wrong) return toolCall({ action: 'wait', time: 0 });
-        return choice === 0
-          ? toolCall({ action: 'left_click', coordinate: [wrong.x, wrong.y] })
-          : toolCall({ action: 'click_element', element_id: right.id });
+        return choice === 0 ? toolCall({ action: 'left_click', coordinate: [wrong.x, wrong.y] }) : toolCall({ action: 'click_element', element_id: right.id });
       },
     }),
     startFakeCriticServer({ kind: 'prefer', substring: 'click element', value: 0.5, outcomeValue: 0.6 }),

@@ -6,10 +6,10 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../../client/processes';
 import { curvesPython, syncCurves } from '../../host/curves';
-import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
-import type { TrainResult } from '../../workflows/train-grpo';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
@@ -39,15 +39,20 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
   assert.equal(first.attached, false);
   const again = await startOrAttachTrain(stack.client, cfg);
   assert.equal(again.attached, true, 'the same run id attaches instead of starting a second run');
-  const result = (await first.handle.result()) as TrainResult;
+  const result = (await first.handle.result()) as TrainingResult;
   assert.deepEqual(result, { runId: 'grpo-test', iterations: 2, adapterVersion: 2, stoppedEarly: false });
 
-  const adapters = readdirSync(join(stack.checkpoints, 'grpo-test')).filter((d) => /^v\d+$/.test(d)).sort();
+  const adapters = readdirSync(join(stack.checkpoints, 'grpo-test'))
+    .filter((d) => /^v\d+$/.test(d))
+    .sort();
   assert.deepEqual(adapters, ['v1', 'v2']);
   for (const v of adapters) assert.ok(existsSync(join(stack.checkpoints, 'grpo-test', v, 'adapter_model.safetensors')));
 
-  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'grpo-test', 'metrics.jsonl'), 'utf8'));
-  assert.deepEqual(lines.map((l) => l.iteration), [1, 2]);
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, 'grpo-test', 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    [1, 2],
+  );
   for (const l of lines) {
     assert.equal(l.num_groups > 0, true);
     assert.ok(Number.isFinite(l.loss ?? NaN));
@@ -55,7 +60,10 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
     // The colocated sampler's tokens (in blobs, by reference) reach the learner: nothing had to be retokenised.
     assert.equal(l.retokenized, 0, `iteration ${l.iteration} retokenised ${l.retokenized} completions`);
   }
-  assert.deepEqual(lines.map((l) => l.adapter_version), [1, 2]);
+  assert.deepEqual(
+    lines.map((l) => l.adapter_version),
+    [1, 2],
+  );
   assert.equal(lines[0].eval, undefined);
   assert.equal(lines[1].eval?.episodes, 1, 'greedy evaluation on the held-out task every 2 iterations');
 
@@ -68,11 +76,24 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
     if ((scalars['train/success_rate'] ?? []).length >= 2) break;
     await new Promise((r) => setTimeout(r, 500));
   }
-  for (const [tag, key] of [['train/success_rate', 'success_rate'], ['train/mean_reward', 'mean_reward'], ['train/action_validity', 'action_validity'], ['learner/loss', 'loss'], ['learner/grad_norm', 'grad_norm']] as const) {
-    assert.deepEqual(scalars[tag]?.map(([step]) => step), [1, 2], `${tag}: one value per iteration`);
+  for (const [tag, key] of [
+    ['train/success_rate', 'success_rate'],
+    ['train/mean_reward', 'mean_reward'],
+    ['train/action_validity', 'action_validity'],
+    ['learner/loss', 'loss'],
+    ['learner/grad_norm', 'grad_norm'],
+  ] as const) {
+    assert.deepEqual(
+      scalars[tag]?.map(([step]) => step),
+      [1, 2],
+      `${tag}: one value per iteration`,
+    );
     scalars[tag].forEach(([, v], i) => assert.ok(Math.abs(v - (lines[i][key] as number)) < 1e-5, `${tag} at iteration ${i + 1}: ${v}`));
   }
-  assert.deepEqual(scalars['eval/success_rate']?.map(([step]) => step), [2]);
+  assert.deepEqual(
+    scalars['eval/success_rate']?.map(([step]) => step),
+    [2],
+  );
   // A later sync (a retried activity, `halo report --tensorboard`) writes nothing again.
   assert.equal((await syncCurves(runDir)).tensorboard.written, 0);
 
@@ -86,7 +107,10 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
 
   // halo runs / halo episodes: found through the search attributes the workflows set.
   const listed = await listRuns(stack.client, { kind: 'train', mode: 'grpo' });
-  assert.deepEqual(listed.map((r) => [r.workflowId, r.status]), [['grpo-test', 'COMPLETED']]);
+  assert.deepEqual(
+    listed.map((r) => [r.workflowId, r.status]),
+    [['grpo-test', 'COMPLETED']],
+  );
   const eps = await listEpisodes(stack.client, 'grpo-test');
   assert.deepEqual(eps.map((e) => e.workflowId).sort(), ['grpo-test-it1-ep0', 'grpo-test-it2-ep0', 'grpo-test-it2-eval0']);
 });
@@ -97,8 +121,9 @@ test('an invalid config fails before anything starts, naming the field', async (
     workflowId: 'bad-config',
     args: [{ config: { train: { runId: 'bad-config', numGenerations: 1 } } }],
   });
-  await assert.rejects(handle.result(), (err: any) => {
-    assert.match(String(err.cause?.message), /train\.numGenerations/);
+  await assert.rejects(handle.result(), (err: unknown) => {
+    assert.ok(err instanceof Error);
+    assert.match(String((err.cause as Error | undefined)?.message), /train\.numGenerations/);
     return true;
   });
 });
@@ -119,7 +144,7 @@ test('pause holds the run between iterations, resume continues, stop ends it gra
   assert.equal((await status()).iteration, heldAt, 'no progress while paused');
   await handle.signal('resume');
   await handle.signal('stop');
-  const result = (await handle.result()) as TrainResult;
+  const result = (await handle.result()) as TrainingResult;
   assert.equal(result.stoppedEarly, true);
   assert.ok(result.iterations >= heldAt - 1 && result.iterations < 20);
   const adapters = readdirSync(join(stack.checkpoints, 'grpo-signals')).filter((d) => /^v\d+$/.test(d));
@@ -135,10 +160,26 @@ test("the README's `temporal workflow start --type trainGrpo` form starts a run"
       train: { runId: 'cli-grpo', iterations: 1, episodesPerIteration: 1, tasks: ['click-button'], numGenerations: 2, gpuTaskQueue: stack.gpuQueue },
     },
   });
-  const { stdout } = await promisify(execFile)(temporalBinary(), [
-    'workflow', 'execute', '--address', stack.address, '--type', 'trainGrpo', '--task-queue', stack.controlQueue,
-    '--workflow-id', 'cli-grpo', '--input', input, '--output', 'json',
-  ], { timeout: 240_000, maxBuffer: 1 << 24 });
+  const { stdout } = await promisify(execFile)(
+    temporalBinary(),
+    [
+      'workflow',
+      'execute',
+      '--address',
+      stack.address,
+      '--type',
+      'trainGrpo',
+      '--task-queue',
+      stack.controlQueue,
+      '--workflow-id',
+      'cli-grpo',
+      '--input',
+      input,
+      '--output',
+      'json',
+    ],
+    { timeout: 240_000, maxBuffer: 1 << 24 },
+  );
   assert.match(stdout, /"adapterVersion":\s*1/);
 });
 

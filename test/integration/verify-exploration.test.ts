@@ -17,8 +17,7 @@ before(async () => {
   stack = await startTestStack({ browserWorkers: 1 });
   policy = await startFakePolicyServer({
     kind: 'custom',
-    answer: ({ previous, temperature }) =>
-      temperature > 0 && previous.length >= 2 ? toolCall({ action: 'scroll', pixels: -100 }) : toolCall({ action: 'wait', time: 0 }),
+    answer: ({ previous, temperature }) => (temperature > 0 && previous.length >= 2 ? toolCall({ action: 'scroll', pixels: -100 }) : toolCall({ action: 'wait', time: 0 })),
   });
 });
 after(async () => {

@@ -13,7 +13,7 @@ import { captureViewport, executePageAction, readPageView, type PageAction, type
 import { actionKey, isValidAction, type AgentAction } from '../../lib/actions';
 import type { ObservationRef, StepResultBlob, TrajectoryInput, TrajectoryStepInput } from '../../lib/episode-types';
 import { parseAction } from '../../lib/parse';
-import { pngInfo } from '../../lib/png';
+import { pngInfo } from '../../host/png';
 import { buildPrompt } from '../../lib/prompt';
 import { computeReward, defaultRewardWeights, initialRewardState, stateKey, summarizeBreakdown } from '../../lib/rewards';
 import { rewardForUnparsedOutput } from '../../lib/rewards/shaping';
@@ -26,8 +26,8 @@ import { parseConfig } from '../../lib/config';
 import type { EpisodeResult } from '../../lib/episode-types';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
-import { NoMetricsError, writeRunReport } from '../../client/commands/report';
-import { REPORT_CHARTS } from '../../client/report-charts';
+import { NoMetricsError, resolveRunMetrics, writeRunReport } from '../../client/commands/report';
+import { MCTS_REPORT_CHARTS, REPORT_CHARTS } from '../../client/report-charts';
 
 // A small but real episode: a local page driven by the environment's own page script and action executor,
 // screenshots and accessibility trees into a real blob store, shaped rewards from the real calculator, and
@@ -133,7 +133,9 @@ async function recordEpisode(blobs: BlobStore): Promise<string> {
 
   for (const [i, completion] of completions.entries()) {
     const stepNo = i + 1;
-    const promptRef = await blobs.putJson(buildPrompt({ goal: GOAL, url: current.url, axtree: current.axtree, step: stepNo, screenshotRef: current.ref.screenshotRef }, history, 5));
+    const promptRef = await blobs.putJson(
+      buildPrompt({ goal: GOAL, url: current.url, axtree: current.axtree, step: stepNo, screenshotRef: current.ref.screenshotRef }, history, 5),
+    );
     const completionRef = await blobs.put(completion, 'txt');
     const action: AgentAction = parseAction(completion);
     if (!isValidAction(action)) {
@@ -273,7 +275,10 @@ test('the episode viewer shows every step with its screenshot, action overlay an
       assert.equal(s.viewBox, '0 0 640 360');
       // The reward breakdown: every term that fired, with its value, and the total.
       assert.ok(ts.shaped.terms.length > 0, `step ${s.step} has shaped terms`);
-      assert.deepEqual(s.terms, ts.shaped.terms.map((x) => ({ term: x.term, value: x.value })));
+      assert.deepEqual(
+        s.terms,
+        ts.shaped.terms.map((x) => ({ term: x.term, value: x.value })),
+      );
       assert.equal(s.total, ts.shaped.total);
       assert.equal(s.completion, ts.completion);
       assert.deepEqual(JSON.parse(s.action_json), ts.action);
@@ -327,6 +332,7 @@ function metricsLine(iteration: number, loss: number | null): MetricsLine {
     run_id: 'viewer-run',
     iteration,
     time: new Date(Date.UTC(2026, 10, 21, 12, iteration)).toISOString(),
+    algorithm: 'grpo',
     mean_reward: 0.5 + iteration * 0.75,
     reward_std: 0.3,
     frac_reward_zero_std: 0.5 - iteration * 0.1,
@@ -370,7 +376,10 @@ test('the run report draws the learning curve and the learner charts with Vega-L
     learner: ['loss', 'grad_norm', 'kl', 'clip_fraction', 'entropy'],
     signal: ['frac_reward_zero_std', 'reward_std'],
   };
-  assert.deepEqual(expected('loss').map(([i]) => i), [1, 2, 3]);
+  assert.deepEqual(
+    expected('loss').map(([i]) => i),
+    [1, 2, 3],
+  );
   assert.deepEqual(expected('eval.success_rate'), [[2, 0.75]]);
 
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
@@ -422,7 +431,10 @@ test('the run report draws the learning curve and the learner charts with Vega-L
     // Higher values are drawn higher (smaller y): mean_reward grows with the iteration.
     const mr = charts[0].points.filter((p) => p.label.includes('metric: mean_reward;')).map((p) => p.y);
     assert.equal(mr.length, 4);
-    assert.ok(mr.every((y, i) => i === 0 || y < mr[i - 1]), `mean_reward points rise: ${mr}`);
+    assert.ok(
+      mr.every((y, i) => i === 0 || y < mr[i - 1]),
+      `mean_reward points rise: ${mr}`,
+    );
   } finally {
     await page.close();
   }
@@ -435,6 +447,74 @@ test('the run report draws the learning curve and the learner charts with Vega-L
     assert.ok(info.width > 600 && info.height > 300, `${c.id}.png is ${info.width}x${info.height}`);
   }
   assert.ok(pngInfo(readFileSync(res.pngs.learning_curve)).width >= 1400, 'the learning curve PNG is rendered at twice its size');
+});
+
+test("an MCTS run's report, from the mcts-metrics.jsonl of a run from before too: its own charts and numbers", async () => {
+  const legacyLine = (iteration: number, pairs: number) =>
+    JSON.stringify({
+      run_id: 'mcts-old',
+      iteration,
+      time: '2026-11-21T12:00:00.000Z',
+      searches: 2,
+      simulations: 12,
+      nodes: 9,
+      best_path_success_rate: iteration / 4,
+      pairs,
+      mean_abs_delta_q: 0.3,
+      pairs_with_ref_logprobs: 0,
+      dpo_loss: 0.69 - iteration * 0.1,
+      reward_margin: 0.1,
+      accuracy: 0.5,
+      grad_norm: 1,
+      adapter_version: iteration,
+      update_skipped: false,
+      candidates: 6,
+      invalid_candidates: 1,
+      critic_calls: 2,
+      critic_failures: 0,
+      session_rebuilds: 0,
+      eval_success_rate: null,
+      seconds: { search: 5 },
+    }) + '\n';
+  const runDir = join(work, 'runs', 'mcts-old');
+  mkdirSync(runDir, { recursive: true });
+  writeFileSync(join(runDir, 'mcts-metrics.jsonl'), legacyLine(1, 3) + legacyLine(2, 5));
+  const { runId, metricsPath } = resolveRunMetrics(parseConfig({}), runDir);
+  assert.deepEqual([runId, metricsPath], ['mcts-old', join(runDir, 'mcts-metrics.jsonl')]);
+  const res = await writeRunReport({ runId, metricsPath, png: false });
+  assert.equal(res.iterations, 2);
+  const html = readFileSync(res.html, 'utf8');
+  assert.deepEqual(
+    [...html.matchAll(/<figure class="chart" id="chart-([a-z_]+)"/g)].map((m) => m[1]),
+    MCTS_REPORT_CHARTS.map((c) => c.id),
+  );
+  assert.match(html, /MCTS · 2 iterations/);
+  assert.match(html, /<b data-metric="mcts\.pairs">3 → 5<\/b>/);
+  assert.match(html, /<b data-metric="success_rate">25\.0% → 50\.0%<\/b>/);
+  const specs = [...html.matchAll(/<script type="application\/vnd\.vegalite\+json" class="vega-lite-spec" data-chart="([a-z_]+)">(.*?)<\/script>/g)];
+  const values = (chart: string, metric: string) => {
+    const spec = JSON.parse(specs.find((m) => m[1] === chart)![2]);
+    const panels: { data: { values: { iteration: number; metric: string; value: number | null }[] } }[] = spec.concat ?? [spec];
+    return panels
+      .flatMap((p) => p.data.values)
+      .filter((v) => v.metric === metric)
+      .map((v) => [v.iteration, v.value]);
+  };
+  assert.deepEqual(values('search', 'mcts.pairs'), [
+    [1, 3],
+    [2, 5],
+  ]);
+  assert.deepEqual(
+    values('learner', 'loss').map(([i, v]) => [i, Number(v!.toFixed(2))]),
+    [
+      [1, 0.59],
+      [2, 0.49],
+    ],
+  );
+  assert.deepEqual(values('learning_curve', 'success_rate'), [
+    [1, 0.25],
+    [2, 0.5],
+  ]);
 });
 
 test('a run without a metrics file gets a clear error', async () => {
@@ -490,7 +570,10 @@ describe('halo view by workflow id, on a real Temporal stack', () => {
         })),
       );
       assert.equal(steps.length, result.steps);
-      assert.ok(steps.every((s) => s.width === 1280), 'MiniWoB screenshots are 1280 wide');
+      assert.ok(
+        steps.every((s) => s.width === 1280),
+        'MiniWoB screenshots are 1280 wide',
+      );
       assert.ok(steps[0].marker, 'the click is drawn');
       assert.ok(steps[steps.length - 1].terms.includes('task_success'));
     } finally {

@@ -42,7 +42,10 @@ describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
     );
     assert.deepEqual([...vllm.adapters.keys()], ['run-a-v2', 'run-a-v3']);
     const models = await listLoadedAdapters({ base_url: vllm.url });
-    assert.deepEqual(models.map((m) => m.id), [vllm.baseModel, 'run-a-v2', 'run-a-v3']);
+    assert.deepEqual(
+      models.map((m) => m.id),
+      [vllm.baseModel, 'run-a-v2', 'run-a-v3'],
+    );
     assert.equal(models[2].root, join(root, 'run-a', 'v3'));
     assert.equal(models[2].parent, vllm.baseModel);
   });
@@ -119,10 +122,15 @@ describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
 });
 
 describe('ensureAdapterLoaded / ensureAdapters: what a restarted vLLM forgot', () => {
-  test('the fake keeps vLLM\'s contract: both names needed, a folder with both files, one load per name', async () => {
+  test("the fake keeps vLLM's contract: both names needed, a folder with both files, one load per name", async () => {
     const post = (path: string, body: unknown) =>
-      fetch(`${vllm.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(async (r) => [r.status, await r.text()] as const);
-    assert.deepEqual(await post('/v1/load_lora_adapter', { lora_name: 'x' }), [400, JSON.stringify({ error: { message: "Both 'lora_name' and 'lora_path' must be provided.", type: 'InvalidUserInput', param: null, code: 400 } })]);
+      fetch(`${vllm.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(
+        async (r) => [r.status, await r.text()] as const,
+      );
+    assert.deepEqual(await post('/v1/load_lora_adapter', { lora_name: 'x' }), [
+      400,
+      JSON.stringify({ error: { message: "Both 'lora_name' and 'lora_path' must be provided.", type: 'InvalidUserInput', param: null, code: 400 } }),
+    ]);
     const [s404, b404] = await post('/v1/load_lora_adapter', { lora_name: 'x', lora_path: join(root, 'nowhere') });
     assert.equal(s404, 404);
     assert.match(b404, /No adapter found for .*nowhere/);
@@ -155,7 +163,10 @@ describe('ensureAdapterLoaded / ensureAdapters: what a restarted vLLM forgot', (
     const r = await ensureAdapters({ base_url: vllm.url, adapters });
     assert.deepEqual(r.loaded, ['run-k-v2']);
     assert.deepEqual(r.present, ['run-m-v3']);
-    assert.deepEqual(r.failed.map((f) => f.lora_name), ['run-gone-v1']);
+    assert.deepEqual(
+      r.failed.map((f) => f.lora_name),
+      ['run-gone-v1'],
+    );
     assert.match(r.failed[0].message, /No adapter found for/);
     assert.deepEqual([...vllm.adapters.keys()].sort(), ['run-k-v2', 'run-m-v3']);
 

@@ -74,7 +74,10 @@ describe('samplePolicy: exact tokens', () => {
       // By reference: the ids and log-probs are a blob, so histories stay small.
       const t = await tokensOf(c);
       assert.deepEqual(t.token_ids, fakeTokenIds(text, 'stop'));
-      assert.deepEqual(t.logprobs, t.token_ids.map((id, i) => fakeLogprob(id, i)));
+      assert.deepEqual(
+        t.logprobs,
+        t.token_ids.map((id, i) => fakeLogprob(id, i)),
+      );
     }
     assert.equal(res.adapterLoad, undefined, 'no adapter, no load');
   });
@@ -112,7 +115,10 @@ describe('samplePolicy: adapters survive a vLLM restart', () => {
     const before = vllm.requests.length;
     const warm = await control.samplePolicy(input('run-r-v2', { adapter: adapter(2) }));
     assert.equal(warm.adapterLoad, undefined);
-    assert.deepEqual(vllm.requests.slice(before).map((r) => r.path), ['/v1/chat/completions']);
+    assert.deepEqual(
+      vllm.requests.slice(before).map((r) => r.path),
+      ['/v1/chat/completions'],
+    );
 
     vllm.restart();
     assert.equal(vllm.adapters.size, 0);
@@ -137,7 +143,10 @@ describe('samplePolicy: adapters survive a vLLM restart', () => {
     const mark = vllm.requests.length;
     const a = { base_url: vllm.url, lora_name: 'run-s-v1', lora_path: join(root, 'checkpoints', 'run-s', 'v1') };
     const res = await control.samplePolicy(input('run-s-v1', { adapter: a }));
-    assert.deepEqual(vllm.requests.slice(mark).map((r) => r.path), ['/v1/load_lora_adapter', '/v1/chat/completions']);
+    assert.deepEqual(
+      vllm.requests.slice(mark).map((r) => r.path),
+      ['/v1/load_lora_adapter', '/v1/chat/completions'],
+    );
     assert.deepEqual(res.adapterLoad && [res.adapterLoad.requests, res.adapterLoad.reloaded], [1, false]);
     // Another name loaded elsewhere (e.g. another worker): "already loaded" is success.
     vllm.adapters.set('run-s-v9', adapterDir('run-s', 9));
@@ -145,13 +154,17 @@ describe('samplePolicy: adapters survive a vLLM restart', () => {
     assert.equal(res9.candidates.length, 2);
   });
 
-  test('a model that is not this run\'s adapter stays a non-retryable rejection with vLLM\'s message', async () => {
+  test("a model that is not this run's adapter stays a non-retryable rejection with vLLM's message", async () => {
     const mark = vllm.requests.length;
     const f = await failureOf(control.samplePolicy(input('no-such-model')));
     assert.equal(f.nonRetryable, true);
     assert.equal(f.type, 'PolicyRequestRejected');
     assert.match(f.message, /HTTP 404: 404 The model `no-such-model` does not exist\./);
-    assert.deepEqual(vllm.requests.slice(mark).map((r) => r.path), ['/v1/chat/completions'], 'nothing loaded, not repeated');
+    assert.deepEqual(
+      vllm.requests.slice(mark).map((r) => r.path),
+      ['/v1/chat/completions'],
+      'nothing loaded, not repeated',
+    );
     // An older run's adapter with no folder given: the same.
     vllm.restart();
     const g = await failureOf(control.samplePolicy(input('run-r-v1')));

@@ -34,7 +34,7 @@ export interface LearnerContractResult {
   dpo: UpdateDpoOutput;
   /** update_policy v1 again: must be `reused`, no gradients applied twice. */
   repeat: UpdatePolicyOutput;
-  /** update_policy v3 from v2 with the sampled token ids and sampler log-probs (no retokenisation). */
+  /** update_policy v3 from v2 with the sampler's tokens by reference (no retokenisation). */
   tokens: UpdatePolicyOutput;
 }
 
@@ -109,18 +109,18 @@ export async function learnerContract(input: LearnerContractInput): Promise<Lear
   // 6. A retried (or repeated) update of an existing version returns the adapter already written.
   const repeat = await learner.updatePolicy({ run_id: runId, version: 1, batch_ref: grpoBatchRef });
 
-  // 7. GRPO from the sampler's own tokens and log-probs, as a colocated run sends them.
-  const inline = sample.completions.map((c) => ({ ...c, token_ids: c.token_ids ?? [], logprobs: c.logprobs ?? [] }));
-  const mean = inline.reduce((s, c) => s + c.logprobs.reduce((a, b) => a + b, 0), 0) / Math.max(1, sample.completions.length);
+  // 7. GRPO from the sampler's own tokens and log-probs, by reference as a colocated run sends them: the learner
+  // reads each completion's token blob itself.
+  const sums = stored.completions.map((c) => c.logprob_sum ?? 0);
+  const mean = sums.reduce((a, b) => a + b, 0) / Math.max(1, sums.length);
   const tokenBatchRef = await batches.writeGrpoBatch({
-    items: inline.map((c) => ({
+    items: stored.completions.map((c, i) => ({
       prompt_ref: promptRef,
       completion: c.text,
-      completion_token_ids: c.token_ids,
-      old_logprobs: c.logprobs,
+      tokens_ref: c.tokens_ref,
       finish_reason: c.finish_reason,
       // Any zero-mean signal will do for the contract: sequence log-prob relative to the group mean.
-      advantage: Math.round((c.logprobs.reduce((a, b) => a + b, 0) - mean) * 1e6) / 1e6,
+      advantage: Math.round((sums[i] - mean) * 1e6) / 1e6,
     })),
     max_completion_len: input.maxTokens ?? 16,
   });

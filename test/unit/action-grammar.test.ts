@@ -12,7 +12,9 @@ const TREE = '[3] text "Click the button." @(200,111)\n[5] button "Click Me!" @(
 function xgrammarJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(xgrammarJson).join(', ')}]`;
   if (value && typeof value === 'object') {
-    return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}: ${xgrammarJson(v)}`).join(', ')}}`;
+    return `{${Object.entries(value)
+      .map(([k, v]) => `${JSON.stringify(k)}: ${xgrammarJson(v)}`)
+      .join(', ')}}`;
   }
   return JSON.stringify(value);
 }
@@ -28,10 +30,13 @@ test('the learner tests compile the same schema the builder writes', () => {
   assert.deepEqual(fixture, actionGrammar(TREE, 128).schema);
 });
 
+/** The JSON schema's tool-call variants, one per kind of action (the fields these tests read). */
+type Variant = { properties: Record<string, { const?: string; enum?: unknown[] }>; required: string[]; additionalProperties: boolean };
+const variantsOf = (schema: unknown) => (schema as { properties: { arguments: { anyOf: Variant[] } } }).properties.arguments.anyOf;
+
 test('every variant has its fields in a fixed order, all required, nothing else allowed', () => {
-  const { schema } = actionGrammar(TREE, 256);
-  const args = (schema as any).properties.arguments.anyOf as any[];
-  const kinds = args.map((v) => v.properties.action.const ?? v.properties.action.enum.join('|'));
+  const args = variantsOf(actionGrammar(TREE, 256).schema);
+  const kinds = args.map((v) => v.properties.action.const ?? v.properties.action.enum?.join('|'));
   assert.deepEqual(kinds, ['click_element', 'type', 'left_click|double_click|right_click|mouse_move', 'key', 'scroll', 'wait', 'answer']);
   for (const v of args) {
     assert.equal(v.additionalProperties, false);
@@ -41,7 +46,7 @@ test('every variant has its fields in a fixed order, all required, nothing else 
 });
 
 test('a page without element ids offers no element actions', () => {
-  const args = (actionGrammar('', 256).schema as any).properties.arguments.anyOf as any[];
+  const args = variantsOf(actionGrammar('', 256).schema);
   assert.ok(args.every((v) => !('element_id' in v.properties)));
 });
 
@@ -68,7 +73,9 @@ test('free text shrinks to fit the token budget; too small a budget names the va
 
 test("free text cannot spell a tokenizer token: every added token starts with '<', which no text pattern admits", () => {
   const g = actionGrammar('[3] textbox "Name" @(10,10)', 128);
-  const patterns = JSON.stringify(g.schema).match(/"pattern":"([^"]+)"/g)!.map((p) => new RegExp(JSON.parse(`{${p}}`).pattern));
+  const patterns = JSON.stringify(g.schema)
+    .match(/"pattern":"([^"]+)"/g)!
+    .map((p) => new RegExp(JSON.parse(`{${p}}`).pattern));
   const textPatterns = patterns.filter((p) => p.test('hello world'));
   assert.ok(textPatterns.length >= 2, 'type and answer texts');
   for (const p of textPatterns) {

@@ -8,11 +8,7 @@ const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 test('activity summaries carry clipped page URLs: no query, no fragment, bounded length', () => {
   const url = `https://shop.example/${'p/'.repeat(400)}item?session=SECRET-TOKEN&q=${'x'.repeat(5000)}#frag`;
   const summary = `step 3: click [12] "Buy" on ${url}`;
-  for (const opts of [
-    profiles.modelCall(60_000, 3, summary),
-    profiles.sessionOpen('q', 10_000, summary),
-    profiles.onSession('q', 10_000, 10_000, summary),
-  ]) {
+  for (const opts of [profiles.modelCall(60_000, 3, summary), profiles.sessionOpen('q', 10_000, summary), profiles.onSession('q', 10_000, 10_000, summary)]) {
     const s = opts.summary as string;
     assert.ok(bytes(s) <= SUMMARY_MAX_BYTES, `${bytes(s)} bytes`);
     assert.ok(s.startsWith('step 3: click [12] "Buy" on https://shop.example/p/'), s);

@@ -1,8 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { anchorGroupAdvantages, discountedReturns, mergeAnchorStats, type AnchorRollout } from '../../lib/anchor-groups';
-import { iterationMetrics } from '../../lib/grpo';
-import { IterationMetricsSchema } from '../../lib/run-metrics';
+import { anchorGroupAdvantages, anchorRollout, discountedReturns, mergeAnchorStats, type AnchorRollout } from '../../lib/anchor-groups';
+import { AnchorRolloutSchema } from '../../lib/experience';
+import { TrainingMetricsSchema } from '../../lib/run-metrics';
+import { iterationMetrics } from '../../lib/training-metrics';
 
 function close(actual: number[][], expected: number[][], tol = 1e-8): void {
   assert.equal(actual.length, expected.length);
@@ -133,6 +134,15 @@ test('a step with no state key is never grouped; equal returns give zeros', () =
   assert.deepEqual(r.stats, { anchor_groups: 1, anchor_group_size_mean: 2, anchor_group_size_max: 2, step_signal_share: 0.5 });
 });
 
+test('a recorded trajectory is read as a rollout: shaped rewards and the state keys the steps acted from', () => {
+  const obs = (stateKey?: string) => ({ url: 'u', step: 0, screenshotRef: 's', axtreeRef: 'a', ...(stateKey ? { stateKey } : {}) });
+  const step = (total: number, stateKey?: string) => ({ shaped: { total, terms: [] }, observation: obs(stateKey) });
+  const r = anchorRollout({ steps: [step(0.1, 's0'), step(-0.5), step(10, 's2')] });
+  assert.deepEqual(r, { rewards: [0.1, -0.5, 10], stateKeys: ['s0', undefined, 's2'] });
+  assert.equal(AnchorRolloutSchema.safeParse(r).success, true);
+  assert.equal(AnchorRolloutSchema.safeParse({ rewards: [Number.NaN], stateKeys: ['s0'] }).success, false);
+});
+
 test('bad parameters and mismatched rollouts are rejected', () => {
   const ok = { episodeWeight: 1, stepWeight: 1, discount: 0.95 };
   assert.throws(() => anchorGroupAdvantages(parted, { ...ok, discount: 1.5 }), RangeError);
@@ -160,7 +170,7 @@ test('the metrics row carries the anchor stats and the metrics schema keeps them
     phaseSeconds: {},
     anchor,
   });
-  const parsed = IterationMetricsSchema.parse(m);
+  const parsed = TrainingMetricsSchema.parse(m);
   for (const [k, v] of Object.entries(anchor)) assert.equal((parsed as Record<string, unknown>)[k], v, k);
   // Other groupings do not write the keys.
   const plain = iterationMetrics({ groups: [{ rewards: [1, 0] }], episodes: [], phaseSeconds: {} });

@@ -236,7 +236,11 @@ test("ages are measured on the store's clock: a host whose clock runs ahead does
     const r = await collectBlobGarbage({ store: blobs });
     assert.deepEqual([r.removedRefs, r.young], [[old], 1]);
     assert.ok(await blobs.exists(young), 'a young blob was swept by a clock that runs ahead');
-    assert.deepEqual(readdirSync(blobsDir).filter((f) => f.startsWith('.')), [], 'the clock probe was left behind');
+    assert.deepEqual(
+      readdirSync(blobsDir).filter((f) => f.startsWith('.')),
+      [],
+      'the clock probe was left behind',
+    );
   } finally {
     Date.now = realNow;
     rmSync(home, { recursive: true, force: true });
@@ -263,7 +267,18 @@ test('open workflows name the adapter versions retention must keep: a training r
   const sa = (runId?: string) => ({ getAll: () => (runId ? [{ key: { name: 'HaloRunId' }, value: runId }] : []) });
   const open: { workflowId: string; runId: string; type: string; input?: unknown; fail?: number; haloRunId?: string }[] = [
     { workflowId: 'grpo-a', runId: 'r1', type: 'trainGrpo', input: { state: { adapterVersion: 7, adapterPath: '/ck/grpo-a/v7' } }, haloRunId: 'grpo-a' },
-    { workflowId: 'eval-1', runId: 'r2', type: 'evaluate', haloRunId: 'eval-1', input: { modes: [{ runId: 'grpo-a', adapterVersion: 3 }, { runId: 'grpo-b', adapterVersion: 5 }] } },
+    {
+      workflowId: 'eval-1',
+      runId: 'r2',
+      type: 'evaluate',
+      haloRunId: 'eval-1',
+      input: {
+        modes: [
+          { runId: 'grpo-a', adapterVersion: 3 },
+          { runId: 'grpo-b', adapterVersion: 5 },
+        ],
+      },
+    },
     { workflowId: 'ep-1', runId: 'r3', type: 'episode', haloRunId: 'grpo-a', input: { adapterVersion: 4, run: { runId: 'grpo-a' } } },
     { workflowId: 'ep-2', runId: 'r4', type: 'episode', haloRunId: 'grpo-b', input: { adapterVersion: 9 } },
     { workflowId: 'serve', runId: 'r5', type: 'other', input: { model: 'grpo-a-v2', other: 'grpo-a-v2x grpo-ab-v11 xgrpo-a-v12' } },
@@ -294,7 +309,12 @@ test('open workflows name the adapter versions retention must keep: a training r
   assert.deepEqual([needs.versions, needs.from], [[2, 3, 4, 7], 6]);
   assert.equal(needs.reasons.length, 5); // the run (its floor, and v7 by its adapterPath), the evaluation, the episode, the served name
   const fresh = await openRunNeeds(
-    { ...client(), workflowService: { getWorkflowExecutionHistory: async () => ({ history: { events: [{ workflowExecutionStartedEventAttributes: { input: { payloads: [payload({ config: {} })] } } }] } }) } } as unknown as Client,
+    {
+      ...client(),
+      workflowService: {
+        getWorkflowExecutionHistory: async () => ({ history: { events: [{ workflowExecutionStartedEventAttributes: { input: { payloads: [payload({ config: {} })] } } }] } }),
+      },
+    } as unknown as Client,
     'grpo-a',
   );
   assert.equal(fresh.from, 1, 'a run in its first iteration keeps every version');
@@ -302,6 +322,26 @@ test('open workflows name the adapter versions retention must keep: a training r
 
   // Passed to the learner's retention; --keep-last 0 is refused before anything runs.
   const base = { run: 'grpo-a', keepLast: '3', keepEvery: '10', need: ['1', '3'], delete: true };
-  assert.deepEqual(retentionArgs(base, needs).slice(2), ['--run', 'grpo-a', '--keep-last', '3', '--keep-every', '10', '--need', '1', '--need', '2', '--need', '3', '--need', '4', '--need', '7', '--need-from', '6', '--delete']);
+  assert.deepEqual(retentionArgs(base, needs).slice(2), [
+    '--run',
+    'grpo-a',
+    '--keep-last',
+    '3',
+    '--keep-every',
+    '10',
+    '--need',
+    '1',
+    '--need',
+    '2',
+    '--need',
+    '3',
+    '--need',
+    '4',
+    '--need',
+    '7',
+    '--need-from',
+    '6',
+    '--delete',
+  ]);
   for (const k of ['0', '-1', 'x', '']) assert.throws(() => retentionArgs({ ...base, keepLast: k }, needs), /--keep-last .*1 or more/);
 });

@@ -21,11 +21,7 @@ test('an eval script sees PATH, HOME, the locale and PYTHON* settings, and none 
     const dir = mkdtempSync(join(tmpdir(), 'halo-child-env-'));
     const path = join(dir, 'env_probe.py');
     writeFileSync(path, 'import json, os\nprint(json.dumps(dict(os.environ)))\n');
-    const res = await evaluateFinalState(
-      { id: 'probe', evalScript: 'env_probe.py', evalScriptPath: path, evalSha256: null, scorable: true },
-      {},
-      { maxOutputChars: 1_000_000 },
-    );
+    const res = await evaluateFinalState({ id: 'probe', evalScript: 'env_probe.py', evalScriptPath: path, evalSha256: null, scorable: true }, {}, { maxOutputChars: 1_000_000 });
     assert.equal(res.error, undefined, res.stderr);
     const seen = JSON.parse(res.output) as Record<string, string>;
     for (const [name, value] of Object.entries(SECRETS)) {
@@ -43,6 +39,9 @@ test('an eval script sees PATH, HOME, the locale and PYTHON* settings, and none 
 });
 
 test('minimalChildEnv keeps only the names an interpreter needs', () => {
-  const env = minimalChildEnv({ PATH: '/bin', HOME: '/h', LANG: 'C', OPENAI_API_KEY: 'x', PYTHONHOME: '/p', LC_CTYPE: 'C', SECRET: 'y', TEMPORAL_ADDRESS: 'a' }, { PYTHONIOENCODING: 'utf-8' });
+  const env = minimalChildEnv(
+    { PATH: '/bin', HOME: '/h', LANG: 'C', OPENAI_API_KEY: 'x', PYTHONHOME: '/p', LC_CTYPE: 'C', SECRET: 'y', TEMPORAL_ADDRESS: 'a' },
+    { PYTHONIOENCODING: 'utf-8' },
+  );
   assert.deepEqual(env, { PATH: '/bin', HOME: '/h', LANG: 'C', PYTHONHOME: '/p', LC_CTYPE: 'C', PYTHONIOENCODING: 'utf-8' });
 });

@@ -140,7 +140,8 @@ test('the services of one GPU machine are all there, and every depends_on names 
     if (s.depends_on && !Array.isArray(s.depends_on)) {
       for (const [d, c] of Object.entries(s.depends_on)) {
         if (c.condition === 'service_completed_successfully') assert.ok(ONE_SHOTS.includes(d), `${name} waits for ${d} to complete, but ${d} is not a one-shot`);
-        if (c.condition === 'service_healthy') assert.ok((services[d] as { healthcheck?: unknown }).healthcheck, `${name} waits for ${d} to be healthy, but ${d} has no healthcheck`);
+        if (c.condition === 'service_healthy')
+          assert.ok((services[d] as { healthcheck?: unknown }).healthcheck, `${name} waits for ${d} to be healthy, but ${d} has no healthcheck`);
       }
     }
   }
@@ -199,7 +200,11 @@ test('ports are valid mappings, unique on the host, with the UI on 8233 and gRPC
     for (const p of s.ports ?? []) {
       const { ip, host, container } = parsePort(p);
       for (const n of [host, container]) assert.ok(Number.isInteger(n) && n >= 1 && n <= 65535, `${name}: port ${n} out of range`);
-      if (ip) assert.ok(ip.split('.').every((o) => Number(o) <= 255), `${name}: bad address ${ip}`);
+      if (ip)
+        assert.ok(
+          ip.split('.').every((o) => Number(o) <= 255),
+          `${name}: bad address ${ip}`,
+        );
       assert.ok(!hostPorts.has(host), `host port ${host} used by ${hostPorts.get(host)} and ${name}`);
       hostPorts.set(host, name);
     }
@@ -260,7 +265,7 @@ test('every variable a worker gets is one its code reads, and every variable it 
   assert.ok(ck && !ck.readOnly, 'the learner writes adapters into a mounted folder');
 });
 
-test('vLLM serves the learner\'s model with runtime LoRA loading, and sees adapters at the learner\'s path', () => {
+test("vLLM serves the learner's model with runtime LoRA loading, and sees adapters at the learner's path", () => {
   const v = services.vllm;
   const args = [...argv(v.entrypoint), ...argv(v.command)];
   const flag = (name: string) => {
@@ -296,14 +301,20 @@ test('named volumes are declared; restart policies bring everything back after a
   for (const [name, s] of Object.entries(services)) {
     for (const m of mounts(s).filter((x) => !x.bind)) assert.ok(declared.has(m.source), `${name} uses undeclared volume ${m.source}`);
   }
-  assert.ok(mounts(services.postgres).some((m) => !m.bind && m.target === '/var/lib/postgresql/data'), "Temporal's database is on a volume");
+  assert.ok(
+    mounts(services.postgres).some((m) => !m.bind && m.target === '/var/lib/postgresql/data'),
+    "Temporal's database is on a volume",
+  );
   for (const [name, s] of Object.entries(services)) {
     if (ONE_SHOTS.includes(name)) assert.match(s.restart ?? '', /^on-failure/, `${name} (one-shot) restarts on failure`);
     else assert.ok(['unless-stopped', 'always'].includes(s.restart ?? ''), `${name} restart policy is ${s.restart}`);
   }
   for (const name of ['vllm', 'learner']) {
     const devices = services[name].deploy?.resources?.reservations?.devices ?? [];
-    assert.ok(devices.some((d) => d.driver === 'nvidia' && (d.capabilities ?? []).includes('gpu')), `${name} reserves no GPU`);
+    assert.ok(
+      devices.some((d) => d.driver === 'nvidia' && (d.capabilities ?? []).includes('gpu')),
+      `${name} reserves no GPU`,
+    );
   }
   for (const name of ['control-worker', 'browser-worker', 'temporal', 'postgres']) {
     assert.equal(services[name].deploy?.resources?.reservations?.devices, undefined, `${name} needs no GPU`);
@@ -379,7 +390,10 @@ test('vLLM requires the API key the control worker sends, and no browser origin 
   const critic = loadConfigFile(join(REPO_ROOT, 'docker/compose-config.yaml')).mcts.critic;
   assert.equal(critic.backend === 'openai' ? DEFAULT_CREDENTIAL_ENV[critic.credential] : DEFAULT_CREDENTIAL_ENV.policy, DEFAULT_CREDENTIAL_ENV.policy);
   // Plain http to vllm is allowed by name on the worker, and only that host.
-  assert.deepEqual(control[INSECURE_HOSTS_ENV]?.split(',').map((h) => h.trim()), ['vllm']);
+  assert.deepEqual(
+    control[INSECURE_HOSTS_ENV]?.split(',').map((h) => h.trim()),
+    ['vllm'],
+  );
   assert.equal(env(services['browser-worker'])[DEFAULT_CREDENTIAL_ENV.policy], undefined, 'the browser worker holds no key');
   const origins = args[args.indexOf('--allowed-origins') + 1];
   assert.ok(args.includes('--allowed-origins'), '--allowed-origins is not set: vLLM allows every origin by default');
@@ -395,12 +409,18 @@ test('the browser worker reaches only Temporal and its own way out; vLLM, Postgr
     for (const n of nets) assert.ok(n in declared, `${name} uses undeclared network ${n}`);
   }
   const browserNets = networksOf(services['browser-worker']);
-  const members = (net: string) => Object.entries(services).filter(([, s]) => networksOf(s).includes(net)).map(([n]) => n);
+  const members = (net: string) =>
+    Object.entries(services)
+      .filter(([, s]) => networksOf(s).includes(net))
+      .map(([n]) => n);
   for (const other of ['vllm', 'postgres', 'temporal-ui']) {
     const shared = networksOf(services[other]).filter((n) => browserNets.includes(n));
     assert.deepEqual(shared, [], `browser-worker shares ${shared.join(', ')} with ${other}`);
   }
-  assert.ok(networksOf(services.temporal).some((n) => browserNets.includes(n)), 'the browser worker cannot reach Temporal');
+  assert.ok(
+    networksOf(services.temporal).some((n) => browserNets.includes(n)),
+    'the browser worker cannot reach Temporal',
+  );
   for (const n of browserNets) {
     const internal = declared[n]?.internal === true;
     // A network with a way out is the browser's alone; the ones it shares have no way out.
@@ -431,17 +451,26 @@ test('Chromium runs as a non-root user with its sandbox on', () => {
 });
 
 test('every .dockerignore keeps environment files, keys and certificates out of the images', () => {
-  const files = [join(REPO_ROOT, '.dockerignore'), ...readdirSync(join(REPO_ROOT, 'docker')).filter((f) => f.endsWith('.dockerignore')).map((f) => join(REPO_ROOT, 'docker', f))];
+  const files = [
+    join(REPO_ROOT, '.dockerignore'),
+    ...readdirSync(join(REPO_ROOT, 'docker'))
+      .filter((f) => f.endsWith('.dockerignore'))
+      .map((f) => join(REPO_ROOT, 'docker', f)),
+  ];
   assert.ok(files.length >= 3);
   for (const f of files) {
-    const lines = new Set(readFileSync(f, 'utf8').split('\n').map((l) => l.trim()));
+    const lines = new Set(
+      readFileSync(f, 'utf8')
+        .split('\n')
+        .map((l) => l.trim()),
+    );
     for (const p of ['.env*', '**/.env*', '**/*.pem', '**/*.key', '**/*.crt', '**/*.p12']) assert.ok(lines.has(p), `${f} lacks ${p}`);
     // A later "!" rule must not bring them back.
     for (const l of lines) assert.ok(!/^!.*(\.env|\.pem|\.key|\.crt)/.test(l), `${f}: ${l} re-includes secrets`);
   }
 });
 
-test('docker/compose-real.yaml: configs/grpo-real.yaml\'s training settings, with every URL on the vllm service', () => {
+test("docker/compose-real.yaml: configs/grpo-real.yaml's training settings, with every URL on the vllm service", () => {
   const real = loadConfigFile(join(REPO_ROOT, 'docker/compose-real.yaml'));
   const seed = loadConfigFile(join(REPO_ROOT, 'configs/grpo-real.yaml'));
   const vllmPort = parsePort(services.vllm.ports![0]).container;
@@ -469,13 +498,22 @@ test('docker/compose-real.yaml: configs/grpo-real.yaml\'s training settings, wit
   for (const url of urls) assert.equal(new URL(url).hostname, 'vllm', `${url} is not reachable from the workers`);
 });
 
-test('.venv-vllm and .venv-miniwob-official (the setup\'s other venvs) are git-ignored and kept out of every build context', () => {
+test(".venv-vllm and .venv-miniwob-official (the setup's other venvs) are git-ignored and kept out of every build context", () => {
   for (const venv of ['.venv-vllm', '.venv-miniwob-official']) {
     const git = spawnSync('git', ['check-ignore', '-q', `${venv}/bin/python`], { cwd: REPO_ROOT });
     assert.equal(git.status, 0, `${venv}/ is not git-ignored`);
   }
   // Docker's rules: the last matching line decides; `!` re-includes; `*` stays in one path segment, `**` spans them.
-  const glob = (p: string) => new RegExp(`^${p.replace(/^\/+/, '').replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*\*\/?/g, '\u0000').replace(/\*/g, '[^/]*').replace(/\?/g, '[^/]').replace(/\u0000/g, '.*')}(/.*)?$`);
+  const glob = (p: string) =>
+    new RegExp(
+      `^${p
+        .replace(/^\/+/, '')
+        .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+        .replace(/\*\*\/?/g, '\u0000')
+        .replace(/\*/g, '[^/]*')
+        .replace(/\?/g, '[^/]')
+        .replaceAll('\u0000', '.*')}(/.*)?$`,
+    );
   const ignored = (rules: string[], path: string) => {
     let out = false;
     for (const r of rules) {
@@ -484,10 +522,18 @@ test('.venv-vllm and .venv-miniwob-official (the setup\'s other venvs) are git-i
     }
     return out;
   };
-  const files = ['.dockerignore', ...readdirSync(join(REPO_ROOT, 'docker')).filter((f) => f.endsWith('.dockerignore')).map((f) => `docker/${f}`)];
+  const files = [
+    '.dockerignore',
+    ...readdirSync(join(REPO_ROOT, 'docker'))
+      .filter((f) => f.endsWith('.dockerignore'))
+      .map((f) => `docker/${f}`),
+  ];
   assert.ok(files.length >= 3);
   for (const f of files) {
-    const rules = readFileSync(join(REPO_ROOT, f), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    const rules = readFileSync(join(REPO_ROOT, f), 'utf8')
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith('#'));
     for (const venv of ['.venv', '.venv-vllm', '.venv-miniwob-official']) {
       assert.ok(ignored(rules, `${venv}/bin/python`), `${f} lets ${venv}/ into the build context`);
       assert.ok(rules.includes(venv), `${f} does not name ${venv}`);

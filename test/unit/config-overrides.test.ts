@@ -34,13 +34,22 @@ const sites: Record<string, SiteTask[]> = {
 };
 const ctx = { realSites: () => sites };
 
-const halo = (o: Overridden): HaloConfig => parseWithFlags(o, (r) => configSchema.safeParse(r), (r) => parseConfig(r, 'test config'));
+const halo = (o: Overridden): HaloConfig =>
+  parseWithFlags(
+    o,
+    (r) => configSchema.safeParse(r),
+    (r) => parseConfig(r, 'test config'),
+  );
 const train = (flags: OverrideFlags, file: unknown = {}) => halo(applyRunOverrides('train', file, flags, ctx));
 const mcts = (flags: OverrideFlags, file: unknown = {}) => halo(applyRunOverrides('mcts', file, flags, ctx));
 const evalOf = (flags: OverrideFlags, file: unknown = { modes: [{ name: 'qwen3vl_base' }, { name: 'qwen3vl_mcts' }] }) => {
   const o = applyEvalOverrides(file, {}, flags, ctx);
   return {
-    cfg: parseWithFlags(o.eval, (r) => evalConfigSchema.safeParse(r), (r) => parseEvalConfig(r, 'test eval config')) as EvalConfig,
+    cfg: parseWithFlags(
+      o.eval,
+      (r) => evalConfigSchema.safeParse(r),
+      (r) => parseEvalConfig(r, 'test eval config'),
+    ) as EvalConfig,
     base: halo(o.halo),
   };
 };
@@ -71,7 +80,10 @@ test('a REAL task or site implies --env real; --domain takes the scorable tasks 
   assert.equal(one.episode.env, 'real');
   assert.deepEqual(one.train.tasks, ['omnizon-3'], 'the v2. prefix is dropped');
   const o = applyRunOverrides('train', {}, { domain: 'gomail' }, ctx);
-  assert.ok(o.notes.some((n) => /gomail-3 \(unscorable\)/.test(n)), o.notes.join('\n'));
+  assert.ok(
+    o.notes.some((n) => /gomail-3 \(unscorable\)/.test(n)),
+    o.notes.join('\n'),
+  );
   const site = halo(o);
   assert.deepEqual([site.episode.env, site.train.tasks], ['real', ['gomail-1', 'gomail-2']]);
   assert.deepEqual(train({ domain: 'gomail,omnizon' }).train.tasks, ['gomail-1', 'gomail-2', 'omnizon-3']);
@@ -81,7 +93,17 @@ test('a REAL task or site implies --env real; --domain takes the scorable tasks 
 });
 
 test('every mcts flag lands at its config path', () => {
-  const c = mcts({ tasks: 'click-button,click-link', env: 'miniwob', iterations: '2', numGenerations: '3', lr: '1e-4', temperature: '0.9', simulations: '12', ucbC: '2.5', seed: '4' });
+  const c = mcts({
+    tasks: 'click-button,click-link',
+    env: 'miniwob',
+    iterations: '2',
+    numGenerations: '3',
+    lr: '1e-4',
+    temperature: '0.9',
+    simulations: '12',
+    ucbC: '2.5',
+    seed: '4',
+  });
   assert.deepEqual(c.mcts.tasks, ['click-button', 'click-link']);
   assert.deepEqual(
     [c.episode.env, c.mcts.iterations, c.mcts.maxChildren, c.mcts.learningRate, c.mcts.temperature, c.mcts.numSimulations, c.mcts.ucbConstant, c.mcts.seed],
@@ -158,7 +180,10 @@ test('a wrong value is an error naming the flag', () => {
   for (const c of ['train', 'mcts', 'eval'] as const) {
     for (const f of flagsOf(c)) {
       if (f.key === 'task') continue;
-      assert.ok(bad.some(([cmd, flags]) => cmd === c && f.key in flags), `${c} ${f.flag} has a wrong-value case`);
+      assert.ok(
+        bad.some(([cmd, flags]) => cmd === c && f.key in flags),
+        `${c} ${f.flag} has a wrong-value case`,
+      );
     }
   }
   assert.ok(OVERRIDE_FLAGS.length >= 13);
@@ -188,7 +213,10 @@ test('a sample keeps the list order and depends on the seed', () => {
   const list = Array.from({ length: 20 }, (_, i) => `t${i}`);
   const a = sampleTasks(list, 5, 1);
   assert.equal(a.length, 5);
-  assert.deepEqual(a, [...a].sort((x, y) => list.indexOf(x) - list.indexOf(y)));
+  assert.deepEqual(
+    a,
+    [...a].sort((x, y) => list.indexOf(x) - list.indexOf(y)),
+  );
   assert.notDeepEqual(sampleTasks(list, 5, 2), a);
 });
 
@@ -223,10 +251,46 @@ test("the seeds' spellings: --policy_url / --policy-url, --loss_type / --loss-ty
   for (const c of ['train', 'mcts', 'eval'] as const) addOverrideOptions(program.command(c), c, () => ({ file: 'x.yaml', values: {} }));
   program.command('episode').option('--policy-url <url>').option('--max-steps <n>');
   const known = knownLongFlags(program);
-  const argv = ['node', 'halo', 'train', '--policy_url', 'http://h:8000/v1', '--loss_type=dr_grpo', '--num_generations', '8', '--sample_size', '3',
-    '--task_registry', 'snap_file.json', '--tasks', 'click_button', '--not_a_flag', '1', '--', '--num_generations'];
-  assert.deepEqual(normalizeFlagSpellings(argv, known), ['node', 'halo', 'train', '--policy-url', 'http://h:8000/v1', '--loss-type=dr_grpo', '--num-generations', '8',
-    '--sample-size', '3', '--task-registry', 'snap_file.json', '--tasks', 'click_button', '--not_a_flag', '1', '--', '--num_generations']);
+  const argv = [
+    'node',
+    'halo',
+    'train',
+    '--policy_url',
+    'http://h:8000/v1',
+    '--loss_type=dr_grpo',
+    '--num_generations',
+    '8',
+    '--sample_size',
+    '3',
+    '--task_registry',
+    'snap_file.json',
+    '--tasks',
+    'click_button',
+    '--not_a_flag',
+    '1',
+    '--',
+    '--num_generations',
+  ];
+  assert.deepEqual(normalizeFlagSpellings(argv, known), [
+    'node',
+    'halo',
+    'train',
+    '--policy-url',
+    'http://h:8000/v1',
+    '--loss-type=dr_grpo',
+    '--num-generations',
+    '8',
+    '--sample-size',
+    '3',
+    '--task-registry',
+    'snap_file.json',
+    '--tasks',
+    'click_button',
+    '--not_a_flag',
+    '1',
+    '--',
+    '--num_generations',
+  ]);
   assert.deepEqual(normalizeFlagSpellings(['mcts', '--ucb_c', '2', '--episodes', '9'], known), ['mcts', '--ucb-c', '2', '--episodes', '9']);
   assert.deepEqual(normalizeFlagSpellings(['episode', '--max_steps', '3', '--policy_url=u'], known), ['episode', '--max-steps', '3', '--policy-url=u']);
   // Parsed by commander as the hyphenated flags, into the override flags.
@@ -256,7 +320,10 @@ test('--policy-url: policy.baseUrl on an OpenAI-compatible server, adapters load
 test('halo mcts --episodes n: one search per task per iteration, never more than n searches', () => {
   const o = applyRunOverrides('mcts', { mcts: { tasks: ['a', 'b', 'c'] } }, { episodes: '20' }, ctx);
   assert.equal(halo(o).mcts.iterations, 6);
-  assert.ok(o.notes.some((n) => /--episodes 20: 6 iterations × 3 tasks = 18 searches \(2 left over/.test(n)), o.notes.join('\n'));
+  assert.ok(
+    o.notes.some((n) => /--episodes 20: 6 iterations × 3 tasks = 18 searches \(2 left over/.test(n)),
+    o.notes.join('\n'),
+  );
   assert.equal(mcts({ episodes: '4' }).mcts.iterations, 4, 'the default task list has one task');
   assert.equal(mcts({ tasks: 'a,b', episodes: '7' }).mcts.iterations, 3);
   assert.throws(() => mcts({ episodes: '4', iterations: '2' }), /--episodes and --iterations: give one of them/);
@@ -269,7 +336,10 @@ test('a REAL task flag on the local tiny-random config is an error naming the RE
     () => applyRunOverrides('train', local, { domain: 'gomail' }, ctxFile),
     /^ConfigError: --domain gomail: configs\/default\.yaml is not a REAL config: it would train the local tiny-random test model .*--config configs\/grpo-real\.yaml/,
   );
-  assert.throws(() => applyRunOverrides('train', local, { task: 'v2.gomail-1' }, ctx), /^ConfigError: --task v2\.gomail-1: the config is not a REAL config.*configs\/grpo-real\.yaml/);
+  assert.throws(
+    () => applyRunOverrides('train', local, { task: 'v2.gomail-1' }, ctx),
+    /^ConfigError: --task v2\.gomail-1: the config is not a REAL config.*configs\/grpo-real\.yaml/,
+  );
   assert.throws(() => applyRunOverrides('train', local, { env: 'real' }, ctx), /^ConfigError: --env real: .*configs\/grpo-real\.yaml/);
   assert.throws(() => applyRunOverrides('mcts', local, { domain: 'gomail' }, ctx), /--config configs\/mcts-real\.yaml/);
   // A REAL config, a served model, or a policy URL: the flags apply as before.
@@ -285,7 +355,10 @@ test('halo train refuses greedy sampling of N identical candidates, naming polic
   const file = join(dir, 'greedy.yaml');
   writeFileSync(file, 'policy:\n  temperature: 0\ntrain:\n  numGenerations: 4\n');
   assert.throws(() => runConfigFromFlags('train', file, '/nonexistent.yaml', {}), /^ConfigError: policy\.temperature 0 \(greedy\) with train\.numGenerations 4: .*identical/);
-  assert.throws(() => runConfigFromFlags('train', undefined, '/nonexistent.yaml', { temperature: '0' }), /^ConfigError: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8/);
+  assert.throws(
+    () => runConfigFromFlags('train', undefined, '/nonexistent.yaml', { temperature: '0' }),
+    /^ConfigError: --temperature: policy\.temperature 0 \(greedy\) with train\.numGenerations 8/,
+  );
   assert.equal(runConfigFromFlags('train', file, '/nonexistent.yaml', { temperature: '0.7' }).cfg.policy.temperature, 0.7);
   // MCTS samples expansions at mcts.temperature: policy.temperature 0 is no problem there.
   assert.equal(runConfigFromFlags('mcts', file, '/nonexistent.yaml', {}).cfg.policy.temperature, 0);

@@ -27,10 +27,19 @@ test('a typo in a section is an error naming its full path and the closest valid
   const msg = configErrorOf(() => parseConfig({ train: { iteratons: 5 }, mcts: { numSimulatons: 5 } }));
   assert.match(msg, /train\.iteratons: unknown key; did you mean train\.iterations\?/);
   assert.match(msg, /mcts\.numSimulatons: unknown key; did you mean mcts\.numSimulations\?/);
-  assert.match(configErrorOf(() => parseConfig({ mcts: { critic: { tempertaure: 0 } } })), /mcts\.critic\.tempertaure: unknown key; did you mean mcts\.critic\.temperature\?/);
-  assert.match(configErrorOf(() => parseConfig({ polcy: {} })), /polcy: unknown key; did you mean policy\?/);
+  assert.match(
+    configErrorOf(() => parseConfig({ mcts: { critic: { tempertaure: 0 } } })),
+    /mcts\.critic\.tempertaure: unknown key; did you mean mcts\.critic\.temperature\?/,
+  );
+  assert.match(
+    configErrorOf(() => parseConfig({ polcy: {} })),
+    /polcy: unknown key; did you mean policy\?/,
+  );
   // Nothing close: the valid keys are listed instead.
-  assert.match(configErrorOf(() => parseConfig({ episode: { zzzzzzzz: 1 } })), /episode\.zzzzzzzz: unknown key \(valid keys here: env, task, seed/);
+  assert.match(
+    configErrorOf(() => parseConfig({ episode: { zzzzzzzz: 1 } })),
+    /episode\.zzzzzzzz: unknown key \(valid keys here: env, task, seed/,
+  );
 });
 
 test('every section, nested ones included, rejects an unknown key', () => {
@@ -40,24 +49,47 @@ test('every section, nested ones included, rejects an unknown key', () => {
   for (const path of sections) {
     const raw: Record<string, unknown> = {};
     let at = raw;
-    for (const seg of path) at = (at[seg] = {}) as Record<string, unknown>;
+    for (const seg of path) {
+      const next: Record<string, unknown> = {};
+      at[seg] = next;
+      at = next;
+    }
     at.notAKey = 1;
     const where = [...path, 'notAKey'].join('.');
-    assert.throws(() => parseConfig(raw), (err: Error) => err.message.includes(`${where}: unknown key`), `${where} was accepted`);
+    assert.throws(
+      () => parseConfig(raw),
+      (err: Error) => err.message.includes(`${where}: unknown key`),
+      `${where} was accepted`,
+    );
   }
 });
 
 test('eval configs and reward weights name the closest valid key too', () => {
   const msg = configErrorOf(() =>
-    parseEvalConfig({ seed: [1], modes: [{ name: 'qwen3vl_mcts', testTimeMcts: { simulatons: 3 } }, { name: 'qwen3vl_base', adapter: { run: 'a', versoin: 1 } }] }),
+    parseEvalConfig({
+      seed: [1],
+      modes: [
+        { name: 'qwen3vl_mcts', testTimeMcts: { simulatons: 3 } },
+        { name: 'qwen3vl_base', adapter: { run: 'a', versoin: 1 } },
+      ],
+    }),
   );
   assert.match(msg, /^ {2}seed: unknown key; did you mean seeds\?/m);
   assert.match(msg, /modes\.0\.testTimeMcts\.simulatons: unknown key; did you mean modes\.0\.testTimeMcts\.simulations\?/);
   assert.match(msg, /modes\.1\.adapter\.versoin: unknown key; did you mean modes\.1\.adapter\.version\?/);
   // The keys of the mode named, not of every mode: the baseline has no adapter.
-  assert.match(configErrorOf(() => parseEvalConfig({ modes: [{ name: 'openai_baseline', adapter: { run: 'x' } }] })), /modes\.0\.adapter: unknown key \(valid keys here: name, label, model/);
-  assert.match(configErrorOf(() => parseRewardWeights({ general: { valid_actoin: 1 } })), /general\.valid_actoin: unknown general weight .*did you mean general\.valid_action\?/);
-  assert.match(configErrorOf(() => parseConfig({ rewards: { sites: { gomail: { compose_openned: 1 } } } })), /rewards\.sites\.gomail\.compose_openned: .*did you mean rewards\.sites\.gomail\.compose_opened\?/);
+  assert.match(
+    configErrorOf(() => parseEvalConfig({ modes: [{ name: 'openai_baseline', adapter: { run: 'x' } }] })),
+    /modes\.0\.adapter: unknown key \(valid keys here: name, label, model/,
+  );
+  assert.match(
+    configErrorOf(() => parseRewardWeights({ general: { valid_actoin: 1 } })),
+    /general\.valid_actoin: unknown general weight .*did you mean general\.valid_action\?/,
+  );
+  assert.match(
+    configErrorOf(() => parseConfig({ rewards: { sites: { gomail: { compose_openned: 1 } } } })),
+    /rewards\.sites\.gomail\.compose_openned: .*did you mean rewards\.sites\.gomail\.compose_opened\?/,
+  );
 });
 
 test('closestKey: case, a letter or two, snake_case; nothing for a word far from every key', () => {
@@ -92,7 +124,11 @@ test('every number of every YAML-loaded schema has an upper bound; 1e15 ms is re
     const raw: Record<string, unknown> = {};
     const segs = path.split('.');
     let at = raw;
-    for (const seg of segs.slice(0, -1)) at = (at[seg] = {}) as Record<string, unknown>;
+    for (const seg of segs.slice(0, -1)) {
+      const next: Record<string, unknown> = {};
+      at[seg] = next;
+      at = next;
+    }
     at[segs[segs.length - 1]] = 1e15;
     assert.throws(() => parseConfig(raw), new RegExp(`${path.replace(/\./g, '\\.')}: Too big`), `${path}: 1e15 accepted`);
   }

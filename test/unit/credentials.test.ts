@@ -31,7 +31,15 @@ before(async () => {
       seen.push({ url: req.url ?? '', headers: req.headers, body });
       res.setHeader('content-type', 'application/json');
       if (req.url?.endsWith('/chat/completions')) {
-        res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }] }));
+        res.end(
+          JSON.stringify({
+            id: 'x',
+            object: 'chat.completion',
+            created: 0,
+            model: 'm',
+            choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }],
+          }),
+        );
       } else if (req.url?.endsWith('/models')) {
         res.end(JSON.stringify({ object: 'list', data: [{ id: 'm' }] }));
       } else {
@@ -123,11 +131,15 @@ test('a key is never sent over plain http to a host that is not loopback', async
 const foreign = () => base.replace('127.0.0.1', '0.0.0.0');
 const withEnv = async (vars: Record<string, string | undefined>, f: () => Promise<void>) => {
   const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  for (const [k, v] of Object.entries(vars)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+  for (const [k, v] of Object.entries(vars))
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
   try {
     await f();
   } finally {
-    for (const [k, v] of Object.entries(before)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+    for (const [k, v] of Object.entries(before))
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
   }
 };
 

@@ -5,10 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCurvesSink, syncCurves, CurvesSyncError } from '../../host/curves';
 import { createMetricsActivities } from '../../activities/metrics';
-import { createMctsMetricsActivities } from '../../activities/mcts-metrics';
 import { wandbOf } from '../../lib/curves';
 import { parseConfig } from '../../lib/config';
-import type { IterationMetrics } from '../../lib/grpo';
+import type { TrainingMetrics } from '../../lib/run-metrics';
 
 // The metrics activities hand every append to the curves sink; the sink runs `python -m halo_learner.curves`
 // (here a stand-in interpreter that records its arguments) one run at a time, in the background.
@@ -32,15 +31,34 @@ exit ${exitCode}
   chmodSync(path, 0o755);
   return {
     path,
-    calls: () => (existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' ')) : []),
+    calls: () =>
+      existsSync(log)
+        ? readFileSync(log, 'utf8')
+            .trim()
+            .split('\n')
+            .map((l) => l.split(' '))
+        : [],
     open: () => writeFileSync(gate, ''),
   };
 }
 
-function metrics(): IterationMetrics {
+function metrics(): TrainingMetrics {
   return {
-    mean_reward: 0.5, reward_std: 0.1, frac_reward_zero_std: 0, episode_length: 2, success_rate: 0.5, mean_return: 1, action_validity: 1,
-    loss: 0.1, grad_norm: 0.2, adapter_version: 1, tokens: 10, seconds: { rollout: 1 }, num_groups: 1, num_episodes: 1,
+    algorithm: 'grpo',
+    mean_reward: 0.5,
+    reward_std: 0.1,
+    frac_reward_zero_std: 0,
+    episode_length: 2,
+    success_rate: 0.5,
+    mean_return: 1,
+    action_validity: 1,
+    loss: 0.1,
+    grad_norm: 0.2,
+    adapter_version: 1,
+    tokens: 10,
+    seconds: { rollout: 1 },
+    num_groups: 1,
+    num_episodes: 1,
   };
 }
 
@@ -59,20 +77,43 @@ test('every metrics append (a retry too) syncs the run curves, one sync at a tim
   await sink.idle();
   const calls = py.calls();
   assert.equal(calls.length, 2, `two syncs: ${JSON.stringify(calls)}`);
-  assert.deepEqual(calls[0], ['-m', 'halo_learner.curves', '--run-dir', join(dir, 'runs', 'run-1'), '--kind', 'grpo']);
-  assert.deepEqual(calls[1].slice(-5), ['grpo', '--wandb-project', 'halo', '--wandb-mode', 'offline'], 'the latest request wins');
+  assert.deepEqual(calls[0], ['-m', 'halo_learner.curves', '--run-dir', join(dir, 'runs', 'run-1')]);
+  assert.deepEqual(calls[1].slice(-5), [join(dir, 'runs', 'run-1'), '--wandb-project', 'halo', '--wandb-mode', 'offline'], 'the latest request wins');
 
-  const mcts = createMctsMetricsActivities(join(dir, 'runs'), sink);
-  await mcts.appendMctsMetrics({
-    run_id: 'mcts-1', iteration: 1, time: t,
+  // An MCTS run's rows go through the same activity, file and sync.
+  await acts.appendIterationMetrics({
+    run_id: 'mcts-1',
+    iteration: 1,
+    time: t,
     metrics: {
-      searches: 1, simulations: 2, nodes: 3, best_path_success_rate: 0, pairs: 0, mean_abs_delta_q: null, pairs_with_ref_logprobs: 0, dpo_loss: null,
-      reward_margin: null, accuracy: null, grad_norm: null, adapter_version: 0, update_skipped: true, candidates: 2, invalid_candidates: 0,
-      critic_calls: 0, critic_failures: 0, session_rebuilds: 0, eval_success_rate: null, seconds: { search: 1 },
+      algorithm: 'mcts',
+      success_rate: 0,
+      mean_return: 0,
+      loss: null,
+      grad_norm: null,
+      adapter_version: null,
+      num_episodes: 1,
+      seconds: { search: 1 },
+      mcts: {
+        simulations: 2,
+        nodes: 3,
+        pairs: 0,
+        mean_abs_delta_q: null,
+        pairs_with_ref_logprobs: 0,
+        reward_margin: null,
+        accuracy: null,
+        update_skipped: true,
+        candidates: 2,
+        invalid_candidates: 0,
+        critic_calls: 0,
+        critic_failures: 0,
+        session_rebuilds: 0,
+      },
     },
   });
   await sink.idle();
-  assert.deepEqual(py.calls()[2].slice(-3), [join(dir, 'runs', 'mcts-1'), '--kind', 'mcts']);
+  assert.deepEqual(py.calls()[2], ['-m', 'halo_learner.curves', '--run-dir', join(dir, 'runs', 'mcts-1')]);
+  assert.match(readFileSync(join(dir, 'runs', 'mcts-1', 'metrics.jsonl'), 'utf8'), /"algorithm":"mcts"/);
   // The metrics line itself never carries the W&B target.
   assert.doesNotMatch(readFileSync(join(dir, 'runs', 'run-1', 'metrics.jsonl'), 'utf8'), /wandb/);
 });

@@ -1,14 +1,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { PROBE_PNG_DATA_URL, formatDoctor, learnerDetail, learnerWatchdogCheck, vllmChecks } from '../../client/doctor';
+import { formatDoctor } from '../../client/doctor';
+import { PROBE_PNG_DATA_URL, vllmChecks } from '../../client/doctor-vllm';
+import { learnerDetail, learnerWatchdogCheck } from '../../client/doctor-workers';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseConfig } from '../../lib/config';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 
-const realCfg = (url: string, model = 'Qwen/Qwen3-VL-8B-Instruct') =>
-  parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model }, train: { vllmBaseUrl: url } });
+const realCfg = (url: string, model = 'Qwen/Qwen3-VL-8B-Instruct') => parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model }, train: { vllmBaseUrl: url } });
 
 test('doctor, vLLM: served model and runtime LoRA updating pass; without runtime updating, that check fails and names the fix', async () => {
   for (const runtimeLoraUpdating of [true, false]) {
@@ -42,7 +43,10 @@ test('doctor, vLLM: a model the server does not serve fails; an unreachable serv
   assert.equal(down.status, 'fail');
   assert.match(down.fix ?? '', /launch\.sh gpu/);
   const colocated = await vllmChecks(parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } }), {}, 1000);
-  assert.deepEqual(colocated.map((c) => c.status), ['skip']);
+  assert.deepEqual(
+    colocated.map((c) => c.status),
+    ['skip'],
+  );
 });
 
 test('doctor, learner: model and device from the worker identity; an 8B model on the CPU is a warning, another model a failure', () => {
@@ -57,7 +61,10 @@ test('doctor, learner: model and device from the worker identity; an 8B model on
   const other = learnerDetail({ ...base, identities: ['12@box halo-learner model=tiny-random device=cpu'] }, cfg);
   assert.equal(other.status, 'fail');
   assert.match(other.fix ?? '', /HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct/);
-  const tiny = learnerDetail({ ...base, identities: ['12@box halo-learner model=tiny-random device=cpu'] }, parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } }));
+  const tiny = learnerDetail(
+    { ...base, identities: ['12@box halo-learner model=tiny-random device=cpu'] },
+    parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } }),
+  );
   assert.equal(tiny.status, 'pass');
   const old = learnerDetail({ ...base, identities: ['12@box'] }, cfg);
   assert.equal(old.status, 'pass');
@@ -105,7 +112,10 @@ test('doctor, vLLM image input: one chat completion with a tiny PNG data URL and
     assert.equal(chat.model, 'Qwen/Qwen3-VL-8B-Instruct');
     assert.equal(chat.max_tokens, 1);
     const parts = (vllm.messages[0][0] as { content: { type: string; image_url?: { url: string } }[] }).content;
-    assert.deepEqual(parts.filter((p) => p.type === 'image_url').map((p) => p.image_url!.url), [PROBE_PNG_DATA_URL]);
+    assert.deepEqual(
+      parts.filter((p) => p.type === 'image_url').map((p) => p.image_url!.url),
+      [PROBE_PNG_DATA_URL],
+    );
     assert.equal(vllm.adapters.size, 0, 'the probe loads nothing');
   } finally {
     await vllm.close();
@@ -141,7 +151,19 @@ test('fake vLLM: an image whose bytes decode to nothing is refused as vLLM refus
       fetch(`${vllm.url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: vllm.baseModel, max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }, { type: 'text', text: 'hi' }] }] }),
+        body: JSON.stringify({
+          model: vllm.baseModel,
+          max_tokens: 1,
+          messages: [
+            {
+              role: 'user',
+              content: [
+                { type: 'image_url', image_url: { url } },
+                { type: 'text', text: 'hi' },
+              ],
+            },
+          ],
+        }),
       });
     const bad = await ask(`data:image/png;base64,${Buffer.from('not a png').toString('base64')}`);
     assert.equal(bad.status, 400);
@@ -200,7 +222,10 @@ test('doctor, vLLM key: the legacy policy.apiKeyEnv no longer picks the variable
     const checks = await vllmChecks(foreign, allowed, 5000);
     assert.equal(checks[0].status, 'pass', checks[0].detail);
     assert.ok(s.auth.length > 0);
-    assert.ok(s.auth.every((a) => a === undefined), `doctor sent ${s.auth.join(', ')}`);
+    assert.ok(
+      s.auth.every((a) => a === undefined),
+      `doctor sent ${s.auth.join(', ')}`,
+    );
     // Loopback: the credential's own key, mapped as the workers map it.
     s.auth.length = 0;
     await vllmChecks(parseConfig({ policy: { backend: 'openai', baseUrl: `http://127.0.0.1:${s.port}/v1`, model: 'm' } }), env, 5000);

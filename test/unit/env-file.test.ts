@@ -35,7 +35,10 @@ test('.env fills in what the environment does not set, and never overrides a set
   const dir = mkdtempSync(join(tmpdir(), 'halo-envfile-'));
   try {
     const file = join(dir, '.env');
-    writeFileSync(file, ['# keys', 'OPENAI_API_KEY=sk-from-file', 'export HALO_LOG_LEVEL=debug', 'EMPTY_SET=from-file', 'QUOTED="a b # not a comment"', 'HALO_X=1 # a comment', ''].join('\n'));
+    writeFileSync(
+      file,
+      ['# keys', 'OPENAI_API_KEY=sk-from-file', 'export HALO_LOG_LEVEL=debug', 'EMPTY_SET=from-file', 'QUOTED="a b # not a comment"', 'HALO_X=1 # a comment', ''].join('\n'),
+    );
     const env: NodeJS.ProcessEnv = { HALO_LOG_LEVEL: 'warn', EMPTY_SET: '' };
     const set = loadDotEnv(env, file);
     assert.deepEqual(set.sort(), ['HALO_X', 'OPENAI_API_KEY', 'QUOTED']);
@@ -59,7 +62,9 @@ test('.env is never committed, and the CLI and every worker read it first', () =
   const ignored = execFileSync('git', ['check-ignore', '.env'], { cwd: ROOT, encoding: 'utf8' }).trim();
   assert.equal(ignored, '.env');
   for (const f of ['client/cli.ts', 'workers/control.ts', 'workers/browser.ts']) {
-    const first = readFileSync(join(ROOT, f), 'utf8').split('\n').find((l) => l.startsWith('import '));
+    const first = readFileSync(join(ROOT, f), 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('import '));
     assert.match(first ?? '', /^import '\.\.\/host\/load-env';/, `${f} loads .env before any other import`);
   }
   assert.match(readFileSync(join(ROOT, 'workers/learner/halo_learner/worker.py'), 'utf8'), /def main\(\) -> int:\n\s+load_dotenv\(\)/);

@@ -6,15 +6,7 @@ import { mctsParams } from '../../lib/mcts-params';
 import { ConfigError } from '../../lib/config-error';
 import { adapterFromPath, baselineSkipReason, parseEvalConfig } from '../../lib/eval-config';
 import { loadEvalConfigFile, resolveEvalPlanOnHost as resolveEvalPlan } from '../../host/eval-config-file';
-import {
-  formatSuccess,
-  median,
-  summarizeEval,
-  summaryJson,
-  summaryMarkdown,
-  wilsonInterval,
-  type EvalEpisodeRecord,
-} from '../../lib/eval-summary';
+import { formatSuccess, median, summarizeEval, summaryJson, summaryMarkdown, wilsonInterval, type EvalEpisodeRecord } from '../../lib/eval-summary';
 import { evalEpisodeId } from '../../workflows/evaluate';
 
 const close = (a: number, b: number, eps = 5e-5) => assert.ok(Math.abs(a - b) < eps, `${a} ≉ ${b}`);
@@ -28,10 +20,10 @@ test('Wilson 95% interval: hand-computed values', () => {
   // 0/10: [0, z²/n / (1 + z²/n)] = [0, 0.384146/1.384146].
   w = wilsonInterval(0, 10);
   assert.equal(w.low, 0);
-  close(w.high, 0.277530);
+  close(w.high, 0.27753);
   // 10/10 mirrors 0/10.
   w = wilsonInterval(10, 10);
-  close(w.low, 0.722470);
+  close(w.low, 0.72247);
   assert.equal(w.high, 1);
   // 1/2: centre (0.5 + 0.960365)/2.920730 = 0.5; half = 1.959964/2.920730 · sqrt(0.125 + 0.240091) = 0.405465.
   w = wilsonInterval(1, 2);
@@ -160,7 +152,10 @@ const base = parseConfig({ policy: { model: 'tiny-random', maxTokens: 48 }, trai
 test('eval config: defaults, and configs/eval-default.yaml is valid', () => {
   const c = parseEvalConfig({});
   assert.equal(c.runId, 'eval-local');
-  assert.deepEqual(c.modes.map((m) => m.name), ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline']);
+  assert.deepEqual(
+    c.modes.map((m) => m.name),
+    ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline'],
+  );
   const { config, haloConfigPath } = loadEvalConfigFile(join(__dirname, '..', '..', 'configs', 'eval-default.yaml'));
   assert.equal(config.env, 'miniwob');
   assert.equal(config.maxSteps, 5);
@@ -187,7 +182,15 @@ test('eval config: errors name every bad field', () => {
       }),
     (err: Error) => {
       assert.ok(err instanceof ConfigError);
-      for (const re of [/env:/, /seeds\.1: seed 1 is listed twice/, /modes\.0\.adapter\.version/, /modes\.1\.name: name must be one of/, /modes\.2\.adapter\.path/, /modes\.4\.baseUrl/, /modes\.5.*testTimeMcts/]) {
+      for (const re of [
+        /env:/,
+        /seeds\.1: seed 1 is listed twice/,
+        /modes\.0\.adapter\.version/,
+        /modes\.1\.name: name must be one of/,
+        /modes\.2\.adapter\.path/,
+        /modes\.4\.baseUrl/,
+        /modes\.5.*testTimeMcts/,
+      ]) {
         assert.match(err.message, re);
       }
       return true;
@@ -233,7 +236,10 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   assert.deepEqual([by.qwen3vl_grpo.adapterVersion, by.qwen3vl_grpo.runId], [5, 'grpo-local']);
   assert.deepEqual([by.qwen3vl_mcts.adapterVersion, by.qwen3vl_mcts.runId], [2, 'mcts-a']);
   assert.deepEqual([by.grpo_vllm.policy.backend, by.grpo_vllm.policy.model, by.grpo_vllm.policy.baseUrl], ['openai', 'grpo-local-v4', 'http://10.0.0.2:8000/v1']);
-  assert.deepEqual([by.local_compat.policy.model, by.local_compat.policy.credential, by.local_compat.policy.apiKeyEnv, by.local_compat.policy.maxTokens], ['fake', 'baseline', undefined, 512]);
+  assert.deepEqual(
+    [by.local_compat.policy.model, by.local_compat.policy.credential, by.local_compat.policy.apiKeyEnv, by.local_compat.policy.maxTokens],
+    ['fake', 'baseline', undefined, 512],
+  );
   assert.equal(by.with_key.policy.credential, 'critic');
   assert.equal(by.with_key.policy.baseUrl, 'https://api.openai.com/v1');
   assert.equal(plan.skipped.length, 1);
@@ -256,11 +262,9 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
     train: { gpuTaskQueue: 'gpu-x' },
     mcts: { maxChildren: 3, critic: { backend: 'openai', baseUrl: 'http://127.0.0.1:8000/v1', model: 'Qwen/Qwen3-VL-8B-Instruct' } },
   });
-  const tt = resolveEvalPlan(
-    parseEvalConfig({ modes: [{ name: 'qwen3vl_mcts', adapter: { run: 'm', version: 1 }, testTimeMcts: { simulations: 4, maxDepth: 2 } }] }),
-    withCritic,
-    { env: {} },
-  );
+  const tt = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_mcts', adapter: { run: 'm', version: 1 }, testTimeMcts: { simulations: 4, maxDepth: 2 } }] }), withCritic, {
+    env: {},
+  });
   assert.deepEqual(
     [tt.modes[0].search?.numSimulations, tt.modes[0].search?.maxChildren, tt.modes[0].search?.maxDepth, tt.modes[0].search?.critic?.model],
     [4, 3, 2, 'Qwen/Qwen3-VL-8B-Instruct'],
@@ -282,7 +286,10 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   assert.equal(empty.modes[0].adapterVersion, 0);
   assert.match(empty.notes[0].note, /^MiniWoB\+\+ settings: time limit raised \(1000000 ms.*reward raw.*success = raw reward 1/);
   assert.match(empty.notes[1].note, /has no adapter .*evaluated version 0/);
-  const official = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), parseConfig({ miniwob: { timeLimit: 'official', reward: 'official' } }), { env: {}, listAdapterVersions: () => [] });
+  const official = resolveEvalPlan(parseEvalConfig({ modes: [{ name: 'qwen3vl_grpo' }] }), parseConfig({ miniwob: { timeLimit: 'official', reward: 'official' } }), {
+    env: {},
+    listAdapterVersions: () => [],
+  });
   assert.match(official.notes[0].note, /time limit official .*; reward official \(time-scaled\)/);
   assert.deepEqual(official.run.envOptions, { realRunId: '0', realForkMode: 'snapshot', evaluateAtCap: false, miniwobTimeLimit: 'official', miniwobReward: 'official' });
 
@@ -292,7 +299,10 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
     /tasks\.0: unknown MiniWoB task "click-buton"/,
   );
   assert.deepEqual(adapterFromPath('checkpoints/grpo-local/v12/'), { run: 'grpo-local', version: 12 });
-  assert.equal(baselineSkipReason(parseEvalConfig({ modes: [{ name: 'openai_baseline', baseUrl: 'https://api.openai.com/v1/' }] }).modes[0] as never, {})?.startsWith('no API key'), true);
+  assert.equal(
+    baselineSkipReason(parseEvalConfig({ modes: [{ name: 'openai_baseline', baseUrl: 'https://api.openai.com/v1/' }] }).modes[0] as never, {})?.startsWith('no API key'),
+    true,
+  );
 });
 
 test('plan: REAL sites expand into their scorable tasks; ids keep their site', () => {

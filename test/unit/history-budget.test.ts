@@ -33,7 +33,10 @@ test('each limit names the values to lower', () => {
   assert.match(payload, /one sampling call answers up to 4\.0 MiB .* payload limit: lower policy\.maxTokens or train\.numGenerations$/);
   // 6 × (6 + 200 × (3 + 3 × 64)) = 234036 events.
   const events = episodeHistoryProblems({ n: 64, forks: true, maxSteps: 200, maxTokens: 16 }, KEYS);
-  assert.ok(events.some((p) => /history reaches 234036 events, over Temporal's 51200: lower episode\.maxSteps or train\.numGenerations$/.test(p)), events.join('\n'));
+  assert.ok(
+    events.some((p) => /history reaches 234036 events, over Temporal's 51200: lower episode\.maxSteps or train\.numGenerations$/.test(p)),
+    events.join('\n'),
+  );
   // The same length without forks (episode grouping runs one candidate per state) fits the event limit.
   assert.ok(!episodeHistoryProblems({ n: 1, forks: false, maxSteps: 200, maxTokens: 16 }, KEYS).some((p) => /events/.test(p)));
   // Long completions over many steps fill the history's bytes; one candidate: only maxTokens or maxSteps to lower.
@@ -45,12 +48,21 @@ test('each limit names the values to lower', () => {
 
 test('halo refuses a config whose episodes would pass a limit; a run already under way still loads', () => {
   const raw = { policy: { maxTokens: 4096 }, episode: { maxSteps: 50 }, train: { grouping: 'step', numGenerations: 64 } };
-  assert.throws(() => parseConfig(raw), (err: unknown) => {
-    assert.ok(err instanceof ConfigError);
-    assert.match(err.message, /^invalid config:\n {2}train\.numGenerations 64 × policy\.maxTokens 4096: one sampling call .*\n {2}train\.numGenerations 64 × episode\.maxSteps 50 × policy\.maxTokens 4096: an episode.s history reaches 58536 events/);
-    return true;
-  });
+  assert.throws(
+    () => parseConfig(raw),
+    (err: unknown) => {
+      assert.ok(err instanceof ConfigError);
+      assert.match(
+        err.message,
+        /^invalid config:\n {2}train\.numGenerations 64 × policy\.maxTokens 4096: one sampling call .*\n {2}train\.numGenerations 64 × episode\.maxSteps 50 × policy\.maxTokens 4096: an episode.s history reaches 58536 events/,
+      );
+      return true;
+    },
+  );
   // An MCTS expansion samples maxChildren completions in one call.
-  assert.throws(() => parseConfig({ policy: { maxTokens: 8192 }, mcts: { maxChildren: 32 } }), /mcts\.maxChildren 32 × policy\.maxTokens 8192: .* lower policy\.maxTokens or mcts\.maxChildren/);
+  assert.throws(
+    () => parseConfig({ policy: { maxTokens: 8192 }, mcts: { maxChildren: 32 } }),
+    /mcts\.maxChildren 32 × policy\.maxTokens 8192: .* lower policy\.maxTokens or mcts\.maxChildren/,
+  );
   assert.equal(parseStoredConfig(raw).cfg.train.numGenerations, 64);
 });

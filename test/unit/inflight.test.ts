@@ -22,10 +22,13 @@ test('the ledger holds exactly the running attempts and disappears when none run
   const b = ledger.begin(info([4, 5], 'startSession'));
   const onDisk = JSON.parse(readFileSync(ledger.file, 'utf8'));
   assert.equal(onDisk.pid, process.pid);
-  assert.deepEqual(onDisk.running.map((e: { token: string; type: string }) => [Buffer.from(e.token, 'base64').toJSON().data, e.type]), [
-    [[1, 2, 3], 'stepSession'],
-    [[4, 5], 'startSession'],
-  ]);
+  assert.deepEqual(
+    onDisk.running.map((e: { token: string; type: string }) => [Buffer.from(e.token, 'base64').toJSON().data, e.type]),
+    [
+      [[1, 2, 3], 'stepSession'],
+      [[4, 5], 'startSession'],
+    ],
+  );
   ledger.end(a);
   assert.equal(JSON.parse(readFileSync(ledger.file, 'utf8')).running.length, 1);
   ledger.end(b);

@@ -4,7 +4,8 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMetricsActivities } from '../../activities/metrics';
-import { iterationMetrics, type IterationMetrics } from '../../lib/grpo';
+import type { TrainingMetrics } from '../../lib/run-metrics';
+import { iterationMetrics } from '../../lib/training-metrics';
 
 const TIME = '2025-01-02T03:04:05.000Z';
 
@@ -16,9 +17,12 @@ test("a metrics object carrying run_id, iteration or time cannot override the li
     run_id: 'other-run',
     iteration: 99,
     time: '1999-01-01T00:00:00.000Z',
-  } as unknown as IterationMetrics;
+  } as unknown as TrainingMetrics;
   assert.deepEqual(await acts.appendIterationMetrics({ run_id: 'run-a', iteration: 2, time: TIME, metrics }), { appended: true });
-  const lines = readFileSync(join(root, 'run-a', 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const lines = readFileSync(join(root, 'run-a', 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   assert.equal(lines.length, 1);
   assert.equal(lines[0].run_id, 'run-a');
   assert.equal(lines[0].iteration, 2);
@@ -26,5 +30,8 @@ test("a metrics object carrying run_id, iteration or time cannot override the li
   assert.equal(existsSync(join(root, 'other-run')), false);
   // The exactly-once check keys on the real iteration: the same call again appends nothing.
   assert.deepEqual(await acts.appendIterationMetrics({ run_id: 'run-a', iteration: 2, time: TIME, metrics }), { appended: false });
-  assert.deepEqual((await acts.readRunMetrics({ run_id: 'run-a' })).map((l) => [l.run_id, l.iteration]), [['run-a', 2]]);
+  assert.deepEqual(
+    (await acts.readRunMetrics({ run_id: 'run-a' })).map((l) => [l.run_id, l.iteration]),
+    [['run-a', 2]],
+  );
 });

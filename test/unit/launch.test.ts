@@ -136,7 +136,10 @@ test('./launch.sh gpu --dry-run on Python 3.10 only (Ubuntu 22.04, no newer Pyth
 test('./launch.sh gpu --dry-run on Python 3.10 with python3.11-venv in apt: installs it and takes vLLM 0.33.0 on 3.11', () => {
   const out = gpuPlan({ python3: '3.10.12' }, {}, { 'apt-cache': APT_CACHE_311 });
   assert.match(lineWith(out, /^# vLLM/), /needs Python 3\.11-3\.14 and none is on PATH: installing apt's python3\.11 python3\.11-venv python3\.11-dev/);
-  assert.match(lineWith(out, /apt-get install/), /^command -v python3\.11 >\/dev\/null \|\| \{ (sudo )?apt-get update -qq && DEBIAN_FRONTEND=noninteractive (sudo )?apt-get install -y -qq python3\.11 python3\.11-venv python3\.11-dev; \}$/);
+  assert.match(
+    lineWith(out, /apt-get install/),
+    /^command -v python3\.11 >\/dev\/null \|\| \{ (sudo )?apt-get update -qq && DEBIAN_FRONTEND=noninteractive (sudo )?apt-get install -y -qq python3\.11 python3\.11-venv python3\.11-dev; \}$/,
+  );
   assert.match(lineWith(out, /-m venv/), /\(3, 11\)\)'; \} \|\| python3\.11 -m venv --clear \.venv-vllm$/);
   assert.match(lineWith(out, /pip install/), /vllm==0\.33\.0$/);
   const order = [/apt-get install/, /-m venv/, /pip install/].map((re) => out.split('\n').findIndex((l) => re.test(l)));
@@ -161,7 +164,10 @@ test('./launch.sh gpu --dry-run on Python 3.11 and 3.12: vLLM 0.33.0 on the syst
 });
 
 test('./launch.sh gpu --dry-run: a HALO_VLLM_VERSION the Python cannot install, or no Python at all, stops with what to install', () => {
-  assert.throws(() => gpuPlan({ python3: '3.10.12' }, { HALO_VLLM_VERSION: '0.33.0' }), /vLLM 0\.33\.0 needs Python 3\.11-3\.14; python3 is Python 3\.10 \(install python3\.12 or python3\.11/);
+  assert.throws(
+    () => gpuPlan({ python3: '3.10.12' }, { HALO_VLLM_VERSION: '0.33.0' }),
+    /vLLM 0\.33\.0 needs Python 3\.11-3\.14; python3 is Python 3\.10 \(install python3\.12 or python3\.11/,
+  );
   assert.match(lineWith(gpuPlan({ python3: '3.10.12' }, { HALO_VLLM_VERSION: '0.30.0' }), /pip install/), /vllm==0\.30\.0$/);
   assert.throws(() => gpuPlan({}), /no Python for vLLM's venv/);
 });
@@ -180,7 +186,10 @@ test("vLLM's key: read from .env when the environment lacks it, handed over as V
         env: { ...base, HALO_LORA_RANK: '', HALO_ENV_FILE: envFile, HALO_LAUNCH_STATE: join(dir, 'state.env'), ...extraEnv } as NodeJS.ProcessEnv,
         encoding: 'utf8',
       });
-    for (const args of [['--skip-setup', 'gpu', '--dry-run'], ['resume', '--dry-run']]) {
+    for (const args of [
+      ['--skip-setup', 'gpu', '--dry-run'],
+      ['resume', '--dry-run'],
+    ]) {
       writeFileSync(join(dir, 'state.env'), 'HALO_LAUNCH_MODE=gpu\n');
       const out = run(args);
       assert.doesNotMatch(out, /sk-from-dotenv/, 'the value is never printed');
@@ -199,7 +208,9 @@ test("vLLM's key: read from .env when the environment lacks it, handed over as V
     const fake = join(dir, 'vllm');
     writeFileSync(fake, `#!/bin/sh\necho "key=$VLLM_API_KEY args=$*" > ${join(dir, 'seen')}\n`, { mode: 0o755 });
     writeFileSync(envFile, 'HALO_POLICY_API_KEY=sk-run-456\n');
-    const serve = lineWith(run(['--skip-setup', 'gpu', '--dry-run']), /vllm serve/).match(/\( (VLLM_API_KEY=.*) > runs\/logs/)![1].replace('.venv-vllm/bin/vllm', fake);
+    const serve = lineWith(run(['--skip-setup', 'gpu', '--dry-run']), /vllm serve/)
+      .match(/\( (VLLM_API_KEY=.*) > runs\/logs/)![1]
+      .replace('.venv-vllm/bin/vllm', fake);
     execFileSync('bash', ['-c', serve], { env: { ...base, HALO_POLICY_API_KEY: 'sk-run-456' } as NodeJS.ProcessEnv });
     for (let i = 0; i < 50 && !existsSync(join(dir, 'seen')); i++) spawnSync('sleep', ['0.1']);
     const seen = execFileSync('cat', [join(dir, 'seen')], { encoding: 'utf8' });
@@ -230,8 +241,11 @@ test('./launch.sh (the local default job) on an NVIDIA machine first says, in on
     const lines = run('echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)"');
     const hint = lines.findIndex((l) => /the seed's job is \.\/launch\.sh gpu/.test(l));
     assert.ok(hint >= 0, lines.join('\n'));
-    assert.match(lines[hint], /NVIDIA GPU here \(GPU 0: NVIDIA H100 80GB HBM3\).*vLLM serving Qwen\/Qwen3-VL-8B-Instruct.*configs\/grpo-real\.yaml.*running the local default job now/);
-    assert.ok(hint < lines.findIndex((l) => l === 'ran: npx halo up'), 'said before the local job starts');
+    assert.match(
+      lines[hint],
+      /NVIDIA GPU here \(GPU 0: NVIDIA H100 80GB HBM3\).*vLLM serving Qwen\/Qwen3-VL-8B-Instruct.*configs\/grpo-real\.yaml.*running the local default job now/,
+    );
+    assert.ok(hint < lines.indexOf('ran: npx halo up'), 'said before the local job starts');
     lines.find((l) => l === 'ran: npx halo train --config configs/default.yaml') ?? assert.fail('the local default job still runs');
     // No GPU (nvidia-smi without a driver fails): no such line.
     assert.ok(!run('echo "NVIDIA-SMI has failed" >&2; exit 9').some((l) => /launch\.sh gpu/.test(l)));

@@ -2,11 +2,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
-import { checkLayering, importsOf, MAX_WORKFLOW_LINES, type Rule } from '../helpers/layering';
+import { checkLayering, importsOf, MAX_SOURCE_LINES, type Rule } from '../helpers/layering';
 
 const ROOT = join(__dirname, '..', '..');
-/** Not ours, or not TypeScript source. */
-const SKIP = new Set(['node_modules', 'checkpoints', 'runs', 'dist', 'docs', 'configs', 'docker']);
+/** Not ours, or not source. */
+const SKIP = new Set(['node_modules', 'checkpoints', 'runs', 'dist', 'docs', 'configs', '__pycache__']);
+/** Source files: TypeScript for the import rules, every kind for the length rule. */
+const SOURCE = /\.(ts|py|sh|js|cjs|mjs)$|^(launch\.sh|teardown\.sh|run|Dockerfile.*)$/;
 
 function repoSources(): Map<string, string> {
   const out = new Map<string, string>();
@@ -15,7 +17,7 @@ function repoSources(): Map<string, string> {
       if (e.name.startsWith('.') || SKIP.has(e.name)) continue;
       const path = join(dir, e.name);
       if (e.isDirectory()) walk(path);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.d.ts')) out.set(relative(ROOT, path).split(sep).join('/'), readFileSync(path, 'utf8'));
+      else if (SOURCE.test(e.name) && !e.name.endsWith('.d.ts')) out.set(relative(ROOT, path).split(sep).join('/'), readFileSync(path, 'utf8'));
     }
   };
   walk(ROOT);
@@ -24,7 +26,10 @@ function repoSources(): Map<string, string> {
 
 test('the repository keeps its layers', () => {
   const sources = repoSources();
-  assert.ok(sources.has('lib/config.ts') && sources.has('workflows/index.ts'), 'the walk found the source tree');
+  assert.ok(
+    sources.has('lib/config.ts') && sources.has('workflows/index.ts') && sources.has('workers/learner/halo_learner/grpo.py') && sources.has('launch.sh'),
+    'the walk found the source tree',
+  );
   const violations = checkLayering(sources);
   assert.deepEqual(
     violations.map((v) => v.message),
@@ -38,7 +43,7 @@ const broken = (files: Record<string, string>): Rule[] => [...new Set(checkLayer
 
 test('each rule can fail', () => {
   const lib = { 'lib/a.ts': 'export const a = 1;\n' };
-  const activity = { 'activities/act.ts': "export async function act() { return 1; }\nexport type Acts = { act: typeof act };\n" };
+  const activity = { 'activities/act.ts': 'export async function act() { return 1; }\nexport type Acts = { act: typeof act };\n' };
   const cases: [Rule, Record<string, string>][] = [
     ['lib-node-import', { 'lib/x.ts': "import { readFileSync } from 'node:fs';\n" }],
     ['lib-node-import', { 'lib/x.ts': "import * as fs from 'fs';\n" }],
@@ -58,9 +63,25 @@ test('each rule can fail', () => {
     ['workers-imports-client', { 'client/c.ts': 'export const c = 1;\n', 'workers/x.ts': "import type { c } from '../client/c';\n" }],
     ['bench-imports-test', { 'test/helpers/s.ts': 'export const s = 1;\n', 'bench/x.ts': "import { s } from '../test/helpers/s';\n" }],
     ['bench-imports-test', { 'test/helpers/s.ts': 'export const s = 1;\n', 'testing/x.ts': "import { s } from '../test/helpers/s';\n" }],
-    ['import-cycle', { 'lib/p.ts': "import { q } from './q';\nexport const p = 1;\n", 'lib/q.ts': "import { r } from './r';\nexport const q = 1;\n", 'lib/r.ts': "export { p as r } from './p';\n" }],
+    [
+      'import-cycle',
+      {
+        'lib/p.ts': "import { q } from './q';\nexport const p = 1;\n",
+        'lib/q.ts': "import { r } from './r';\nexport const q = 1;\n",
+        'lib/r.ts': "export { p as r } from './p';\n",
+      },
+    ],
     ['import-cycle', { 'env/self.ts': "import './self';\n" }],
-    ['workflow-file-too-long', { 'workflows/big.ts': 'export const x = 1;\n'.repeat(MAX_WORKFLOW_LINES + 1) }],
+    ['file-too-long', { 'workflows/big.ts': 'export const x = 1;\n'.repeat(MAX_SOURCE_LINES + 1) }],
+    ['file-too-long', { 'env/big.ts': 'export const x = 1;\n'.repeat(MAX_SOURCE_LINES + 1) }],
+    ['file-too-long', { 'workers/learner/halo_learner/big.py': 'x = 1\n'.repeat(MAX_SOURCE_LINES + 1) }],
+    [
+      'iteration-loop-twice',
+      {
+        'workflows/loop-a.ts': 'await executeChild(episode, {});\nawait learner.updatePolicy({});\nawait control.loadAdapterIntoVllm({});\n',
+        'workflows/loop-b.ts': 'await algorithm.collect(scope);\nawait algorithm.update(scope);\nawait control.loadAdapterIntoVllm({});\n',
+      },
+    ],
   ];
   for (const [rule, files] of cases) assert.deepEqual(broken({ ...lib, ...files }), [rule], `${rule}: ${Object.keys(files).join(', ')}`);
 });
@@ -71,13 +92,19 @@ test('what the rules allow', () => {
     'lib/b.ts': "import { a } from './a';\nexport const b = a;\n",
     'host/h.ts': "import { readFileSync } from 'node:fs';\nimport { b } from '../lib/b';\nexport const h = b;\n",
     'activities/act.ts': "import { h } from '../host/h';\nexport async function act() { return h; }\n",
-    'workflows/w.ts': "import type { h } from '../host/h';\nimport type { act } from '../activities/act';\nimport { type act as Act2 } from '../activities/act';\nexport type W = typeof import('../activities/act');\n",
+    'workflows/w.ts':
+      "import type { h } from '../host/h';\nimport type { act } from '../activities/act';\nimport { type act as Act2 } from '../activities/act';\nexport type W = typeof import('../activities/act');\n",
     'workers/k.ts': "import { h } from '../host/h';\nimport * as acts from '../activities/act';\nexport const k = require.resolve('../workflows/w');\n",
     'client/c.ts': "import { k } from '../workers/k';\n",
     // Type-only imports both ways are no cycle: nothing of either runs when the other loads.
     'lib/t1.ts': "import type { T2 } from './t2';\nexport type T1 = { next?: T2 };\n",
     'lib/t2.ts': "import type { T1 } from './t1';\nexport type T2 = { prev?: T1 };\n",
-    'workflows/long.ts': 'export const x = 1;\n'.repeat(MAX_WORKFLOW_LINES),
+    'workflows/long.ts': 'export const x = 1;\n'.repeat(MAX_SOURCE_LINES),
+    'test/unit/long.test.ts': 'export const x = 1;\n'.repeat(MAX_SOURCE_LINES + 1),
+    'workers/learner/tests/test_long.py': 'x = 1\n'.repeat(MAX_SOURCE_LINES + 1),
+    // Collecting and updating without serving (a search, an evaluation) is no iteration loop; one loop is fine.
+    'workflows/loop-a.ts': 'await executeChild(episode, {});\nawait learner.updatePolicy({});\nawait control.loadAdapterIntoVllm({});\n',
+    'workflows/search.ts': 'await executeChild(episode, {});\nawait learner.updateDpo({});\n',
     'testing/fake.ts': "import { c } from '../client/c';\nexport const fake = c;\n",
     'bench/b.ts': "import { b } from '../lib/b';\nimport { fake } from '../testing/fake';\n",
     'test/unit/t.test.ts': "import { c } from '../../client/c';\n",

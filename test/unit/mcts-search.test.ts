@@ -11,7 +11,8 @@ import { parseConfig } from '../../lib/config';
 import { loadConfigFile } from '../../host/config-file';
 import { backpropagate, expand, markTerminal, newTree, select, setCriticValue, type Tree } from '../../lib/mcts';
 import { parseAction } from '../../lib/parse';
-import { MctsIterationMetricsSchema } from '../../lib/mcts-metrics';
+import { TrainingMetricsSchema } from '../../lib/run-metrics';
+import { mctsIterationMetrics } from '../../lib/training-metrics';
 import { renderTree } from '../../client/commands/mcts';
 import {
   asTreeAction,
@@ -24,7 +25,6 @@ import {
   joinSnapshot,
   snapshotChunks,
   type MctsSnapshot,
-  mctsIterationMetrics,
   meanAbsDeltaQ,
   pairsSummary,
   refLogprob,
@@ -121,7 +121,10 @@ test('unparseable candidates: terminal children with reward 0; selection visits 
   assert.equal(meanAbsDeltaQ([]), null);
   // A pair whose texts or prompt are unknown is left out.
   assert.equal(collectPairs(withData(tree, 0, {}), 0.5, 0.1).length, 0);
-  assert.deepEqual(collectPairs(withData(tree, b, {}), 0.5, 0.1).map((p) => [p.chosen, p.rejected]), [[a, c]]);
+  assert.deepEqual(
+    collectPairs(withData(tree, b, {}), 0.5, 0.1).map((p) => [p.chosen, p.rejected]),
+    [[a, c]],
+  );
 });
 
 test('best path view: success only at a terminal node with reward 1', () => {
@@ -187,7 +190,10 @@ test('config: the mcts section, its defaults, the critic switch and the shipped 
   assert.equal(mctsParams(parseConfig({ mcts: { critic: { backend: 'none' } } })).critic, null);
   assert.throws(() => parseConfig({ mcts: { valueMode: 'critic', critic: { backend: 'none' } } }), /mcts\.valueMode: valueMode critic needs a critic/);
   assert.throws(() => parseConfig({ mcts: { tasks: ['a', 'a'] } }), /mcts\.tasks/);
-  assert.throws(() => parseConfig({ mcts: { maxChildren: 0, alpha: 2 } }), (err: Error) => /mcts\.maxChildren/.test(err.message) && /mcts\.alpha/.test(err.message));
+  assert.throws(
+    () => parseConfig({ mcts: { maxChildren: 0, alpha: 2 } }),
+    (err: Error) => /mcts\.maxChildren/.test(err.message) && /mcts\.alpha/.test(err.message),
+  );
   const local = loadConfigFile(join(__dirname, '..', '..', 'configs', 'mcts-default.yaml'));
   assert.equal(local.policy.backend, 'colocated');
   assert.equal(local.mcts.critic.backend, 'none');
@@ -210,26 +216,33 @@ test('iteration metrics fit the metrics line schema', () => {
   markTerminal(tree, ids[0], 1);
   const pairs = collectPairs(tree, 0.5, 0.1);
   const counters = { ...emptyCounters(), candidates: 4, invalidCandidates: 2, criticCalls: 1 };
-  const search = { simulations: 3, stats: { nodes: 4, maxDepth: 1, totalVisits: 3, leaves: 3, terminalNodes: 3 }, bestPath: bestPathView(tree, 0.5), pairs: pairsSummary(pairs, 'sha256:x'), counters };
+  const search = {
+    simulations: 3,
+    stats: { nodes: 4, maxDepth: 1, totalVisits: 3, leaves: 3, terminalNodes: 3 },
+    bestPath: bestPathView(tree, 0.5),
+    pairs: pairsSummary(pairs, 'sha256:x'),
+    counters,
+  };
   const m = mctsIterationMetrics({
-    searches: [search, { ...search, bestPath: { ...search.bestPath, success: false }, pairs: pairsSummary([], null) }],
+    searches: [search, { ...search, bestPath: { ...search.bestPath, success: false, reward: 0 }, pairs: pairsSummary([], null) }],
     update: { loss: 0.69, reward_margin: 0.1, accuracy: 0.5, grad_norm: 2 },
     adapterVersion: 1,
-    evalSuccessRate: null,
     seconds: { search: 3 },
   });
-  assert.equal(MctsIterationMetricsSchema.safeParse(m).success, true);
-  assert.equal(m.searches, 2);
-  assert.equal(m.simulations, 6);
-  assert.equal(m.best_path_success_rate, 0.5);
-  assert.equal(m.pairs, pairs.length);
-  close(m.mean_abs_delta_q!, meanAbsDeltaQ(pairs)!);
-  assert.equal(m.pairs_with_ref_logprobs, 1);
-  assert.equal(m.invalid_candidates, 4);
-  assert.equal(m.update_skipped, false);
-  const skipped = mctsIterationMetrics({ searches: [], update: null, adapterVersion: 0, evalSuccessRate: null, seconds: {} });
-  assert.equal(MctsIterationMetricsSchema.safeParse(skipped).success, true);
-  assert.deepEqual([skipped.update_skipped, skipped.dpo_loss, skipped.mean_abs_delta_q, skipped.best_path_success_rate], [true, null, null, 0]);
+  assert.equal(TrainingMetricsSchema.safeParse(m).success, true);
+  assert.equal(m.algorithm, 'mcts');
+  assert.equal(m.num_episodes, 2);
+  assert.equal(m.mcts.simulations, 6);
+  assert.equal(m.success_rate, 0.5);
+  assert.equal(m.mean_return, 0.5); // best paths ending in rewards 1 and 0
+  assert.equal(m.mcts.pairs, pairs.length);
+  close(m.mcts.mean_abs_delta_q!, meanAbsDeltaQ(pairs)!);
+  assert.equal(m.mcts.pairs_with_ref_logprobs, 1);
+  assert.equal(m.mcts.invalid_candidates, 4);
+  assert.deepEqual([m.loss, m.grad_norm, m.adapter_version, m.mcts.update_skipped], [0.69, 2, 1, false]);
+  const skipped = mctsIterationMetrics({ searches: [], update: null, adapterVersion: 0, seconds: {} });
+  assert.equal(TrainingMetricsSchema.safeParse(skipped).success, true);
+  assert.deepEqual([skipped.mcts.update_skipped, skipped.loss, skipped.adapter_version, skipped.mcts.mean_abs_delta_q, skipped.success_rate], [true, null, null, null, 0]);
 });
 
 test('halo mcts tree: text rendering marks the best path and terminal outcomes', () => {
@@ -271,16 +284,26 @@ test('tree snapshots: chunks of nodes that join back to the same tree; a gap or 
   for (let i = 0; i < 3; i++) expand(tree, 1, [{ action: el(10 + i), prior: 1 - i / 4, data: { preview: `p${i}` } }], 5);
   assert.equal(tree.nodes.length, 7);
   const chunks = snapshotChunks(tree, 3);
-  assert.deepEqual(chunks.map((c) => [c.from, c.nodes.length]), [[0, 3], [3, 3], [6, 1]]);
+  assert.deepEqual(
+    chunks.map((c) => [c.from, c.nodes.length]),
+    [
+      [0, 3],
+      [3, 3],
+      [6, 1],
+    ],
+  );
   const back = joinSnapshot({ nodeCount: 7, nextId: 7 }, JSON.parse(JSON.stringify(chunks)));
   assert.deepEqual(back, JSON.parse(JSON.stringify(tree)));
   assert.equal(back.nodes[6].data.preview, 'p2', 'node data travels with its node');
   assert.throws(() => joinSnapshot({ nodeCount: 7, nextId: 7 }, [chunks[0], chunks[2]]), /does not follow/);
   assert.throws(() => joinSnapshot({ nodeCount: 8, nextId: 8 }, chunks), /inconsistent/);
-  assert.deepEqual(snapshotChunks(newTree()).map((c) => c.nodes.length), [1]);
+  assert.deepEqual(
+    snapshotChunks(newTree()).map((c) => c.nodes.length),
+    [1],
+  );
 });
 
-test('tree snapshots written before node data moved into the nodes: their meta arrays become the nodes\' data', () => {
+test("tree snapshots written before node data moved into the nodes: their meta arrays become the nodes' data", () => {
   const { tree } = searchTree();
   // The old format: nodes without data, their data in a parallel `meta` array per chunk.
   const legacy: MctsSnapshotChunk[] = snapshotChunks(tree, 2).map((c) => ({
@@ -333,7 +356,10 @@ test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one lear
   const batch = await blobs.getJson<{ pairs: { prompt: unknown; chosen: string; rejected: string; ref_chosen_logprob: number | null }[] }>(batch_ref);
   assert.equal(batch.pairs.length, 6);
   assert.equal(batch.pairs[0].chosen, 'completion 0');
-  assert.deepEqual(batch.pairs.map((p) => p.ref_chosen_logprob), [null, -3, null, null, -3, null]);
+  assert.deepEqual(
+    batch.pairs.map((p) => p.ref_chosen_logprob),
+    [null, -3, null, null, -3, null],
+  );
   // A tree snapshot that is not one fails for good, naming the reference.
   await assert.rejects(acts.collectMctsPairs({ snapshot_ref: tree.nodes[0].data.promptRef! }), /not an MCTS tree snapshot/);
 });

@@ -27,14 +27,28 @@ const el = (id: number): Action => ({ type: 'click_element', id });
 const obs = (n: number) => ({ screenshotRef: `sha256:${'a'.repeat(64)}.png`, axtreeRef: `sha256:${'b'.repeat(64)}.txt`, url: `http://x/${n}`, stateKey: `s${n}` });
 
 function node(partial: Partial<MctsNode>): MctsNode {
-  return { id: 1, parent: 0, action: el(1), actionKey: null, depth: 1, visits: 0, valueSum: 0, prior: 0, criticValue: null, terminal: false, reward: null, children: [], data: {}, ...partial };
+  return {
+    id: 1,
+    parent: 0,
+    action: el(1),
+    actionKey: null,
+    depth: 1,
+    visits: 0,
+    valueSum: 0,
+    prior: 0,
+    criticValue: null,
+    terminal: false,
+    reward: null,
+    children: [],
+    data: {},
+    ...partial,
+  };
 }
 
 /** The search parameters' defaults, from the config schema. */
 const defaults = parseConfig({}).mcts;
 
-const close = (actual: number, expected: number, eps = 1e-12) =>
-  assert.ok(Math.abs(actual - expected) <= eps, `expected ${expected}, got ${actual}`);
+const close = (actual: number, expected: number, eps = 1e-12) => assert.ok(Math.abs(actual - expected) <= eps, `expected ${expected}, got ${actual}`);
 
 /** Sets visit statistics directly (as if that many backpropagations had happened below). */
 function setStats(tree: Tree, id: number, visits: number, valueSum: number): void {
@@ -75,10 +89,22 @@ test('selection: unvisited children by prior, then lowest id; then UCB1 (hand-co
   const t = newTree(obs(0));
   assert.equal(select(t, 1.414, 0.5), 0, 'a fresh tree selects its root');
   // Candidates out of prior order: new ids follow the prior order (highest first).
-  const ids = expand(t, 0, [{ action: el(3), prior: 0 }, { action: el(1), prior: 1 }, { action: el(2), prior: 0.5 }], 5);
+  const ids = expand(
+    t,
+    0,
+    [
+      { action: el(3), prior: 0 },
+      { action: el(1), prior: 1 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
   assert.deepEqual(ids, [1, 2, 3]);
   const [A, B, C] = ids;
-  assert.deepEqual([A, B, C].map((id) => t.nodes[id].prior), [1, 0.5, 0]);
+  assert.deepEqual(
+    [A, B, C].map((id) => t.nodes[id].prior),
+    [1, 0.5, 0],
+  );
 
   assert.equal(select(t, 1.414, 0.5), A, 'unvisited, highest prior');
   backpropagate(t, A, 0);
@@ -101,7 +127,15 @@ test('selection: unvisited children by prior, then lowest id; then UCB1 (hand-co
   assert.equal(select(t, 0, 0), A);
 
   // Expanding B: selection now descends through B to B's best unvisited child.
-  const [B1, B2] = expand(t, B, [{ action: el(7), prior: 0.5 }, { action: el(8), prior: 0.5 }], 5);
+  const [B1, B2] = expand(
+    t,
+    B,
+    [
+      { action: el(7), prior: 0.5 },
+      { action: el(8), prior: 0.5 },
+    ],
+    5,
+  );
   assert.equal(select(t, 1.414, 0.5), B1, 'equal priors: lowest id first');
   backpropagate(t, B1, 1);
   // Root N = 4. bonus(n=1) = 1.414·sqrt(ln 4) = 1.414·1.177410 = 1.6648577; bonus(n=2) = 1.1772322
@@ -131,7 +165,15 @@ test('selection stops at a terminal node; terminal nodes are never expanded', ()
 
 test('backpropagation updates the node and all its ancestors only', () => {
   const t = newTree();
-  const [A, B] = expand(t, 0, [{ action: el(1), prior: 1 }, { action: el(2), prior: 0.5 }], 5);
+  const [A, B] = expand(
+    t,
+    0,
+    [
+      { action: el(1), prior: 1 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
   const [A1] = expand(t, A, [{ action: el(3), prior: 1 }], 5);
   backpropagate(t, A1, 1);
   backpropagate(t, A, 0.5);
@@ -167,28 +209,71 @@ test('expansion dedupes equivalent actions (within the candidates and against ex
     5,
   );
   assert.equal(ids.length, 2);
-  assert.deepEqual(ids.map((id) => [t.nodes[id].actionKey, t.nodes[id].prior]), [
-    [JSON.stringify(click(10, 20), ['button', 'count', 'type', 'x', 'y']), 0.9],
-    ['{"id":4,"type":"click_element"}', 0.5],
-  ]);
+  assert.deepEqual(
+    ids.map((id) => [t.nodes[id].actionKey, t.nodes[id].prior]),
+    [
+      [JSON.stringify(click(10, 20), ['button', 'count', 'type', 'x', 'y']), 0.9],
+      ['{"id":4,"type":"click_element"}', 0.5],
+    ],
+  );
   // Against existing children: el(4) and the click are already there; only el(5) is new.
-  const more = expand(t, 0, [{ action: el(4), prior: 1 }, { action: click(10, 20), prior: 1 }, { action: el(5), prior: 0.1 }], 5);
-  assert.deepEqual(more.map((id) => t.nodes[id].action), [el(5)]);
+  const more = expand(
+    t,
+    0,
+    [
+      { action: el(4), prior: 1 },
+      { action: click(10, 20), prior: 1 },
+      { action: el(5), prior: 0.1 },
+    ],
+    5,
+  );
+  assert.deepEqual(
+    more.map((id) => t.nodes[id].action),
+    [el(5)],
+  );
   assert.equal(t.nodes[0].children.length, 3);
   // Priors are clamped into [0, 1].
-  const [x, y, z] = expand(t, 0, [{ action: el(6), prior: 7 }, { action: el(7), prior: -1 }, { action: el(8), prior: NaN }], 10);
+  const [x, y, z] = expand(
+    t,
+    0,
+    [
+      { action: el(6), prior: 7 },
+      { action: el(7), prior: -1 },
+      { action: el(8), prior: NaN },
+    ],
+    10,
+  );
   assert.deepEqual([t.nodes[x].prior, t.nodes[y].prior, t.nodes[z].prior], [1, 0, 0]);
 });
 
 test('expansion keeps at most maxChildren, the highest priors, counting existing children', () => {
   const t = newTree();
   const priors = [0.1, 0.7, 0.3, 0.9, 0.5, 0.2, 0.8];
-  const ids = expand(t, 0, priors.map((p, i) => ({ action: el(i), prior: p })), 5);
+  const ids = expand(
+    t,
+    0,
+    priors.map((p, i) => ({ action: el(i), prior: p })),
+    5,
+  );
   // Top 5 by prior: 0.9 (el 3), 0.8 (el 6), 0.7 (el 1), 0.5 (el 4), 0.3 (el 2); new ids in that order.
   assert.deepEqual(ids, [1, 2, 3, 4, 5]);
-  assert.deepEqual(ids.map((id) => (t.nodes[id].action as { id: number }).id), [3, 6, 1, 4, 2]);
+  assert.deepEqual(
+    ids.map((id) => (t.nodes[id].action as { id: number }).id),
+    [3, 6, 1, 4, 2],
+  );
   assert.deepEqual(expand(t, 0, [{ action: el(20), prior: 1 }], 5), [], 'already full');
-  assert.deepEqual(expand(t, 0, [{ action: el(20), prior: 0.1 }, { action: el(21), prior: 0.2 }], 6), [6]);
+  assert.deepEqual(
+    expand(
+      t,
+      0,
+      [
+        { action: el(20), prior: 0.1 },
+        { action: el(21), prior: 0.2 },
+      ],
+      6,
+    ),
+    [6],
+  );
   assert.equal((t.nodes[6].action as { id: number }).id, 21);
   assert.equal(t.nextId, 7);
   assert.deepEqual(expand(t, 0, [], 10), []);
@@ -196,7 +281,16 @@ test('expansion keeps at most maxChildren, the highest priors, counting existing
 
 test('best path follows visits, ties broken by composite Q (hand-computed)', () => {
   const t = newTree();
-  const [A, B, C] = expand(t, 0, [{ action: el(1), prior: 1 }, { action: el(2), prior: 0.5 }, { action: el(3), prior: 0 }], 5);
+  const [A, B, C] = expand(
+    t,
+    0,
+    [
+      { action: el(1), prior: 1 },
+      { action: el(2), prior: 0.5 },
+      { action: el(3), prior: 0 },
+    ],
+    5,
+  );
   const [A1] = expand(t, A, [{ action: el(11), prior: 0 }], 5);
   const [A2] = expand(t, A, [{ action: el(12), prior: 1 }], 5);
   setStats(t, 0, 7, 3);
@@ -214,7 +308,15 @@ test('best path follows visits, ties broken by composite Q (hand-computed)', () 
   assert.deepEqual(bestPath(newTree(), 0.5), []);
   // Full tie (visits and Q): lowest id.
   const u = newTree();
-  const [P, Q] = expand(u, 0, [{ action: el(1), prior: 0.5 }, { action: el(2), prior: 0.5 }], 5);
+  const [P, Q] = expand(
+    u,
+    0,
+    [
+      { action: el(1), prior: 0.5 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
   assert.deepEqual(bestPath(u, 0.5), [P]);
   assert.ok(Q > P);
 });
@@ -224,7 +326,12 @@ test('DPO pairs from explored siblings whose composite Q differ by at least θ (
   const [A, B, D, C] = expand(
     t,
     0,
-    [{ action: el(1), prior: 1 }, { action: el(2), prior: 0.5 }, { action: el(4), prior: 0.25 }, { action: el(3), prior: 0 }],
+    [
+      { action: el(1), prior: 1 },
+      { action: el(2), prior: 0.5 },
+      { action: el(4), prior: 0.25 },
+      { action: el(3), prior: 0 },
+    ],
     5,
   );
   // α = 0.5:
@@ -238,7 +345,15 @@ test('DPO pairs from explored siblings whose composite Q differ by at least θ (
   setStats(t, 0, 5, 3);
   // Under B: B1 and B2 with critic values 0.6 and 0.5 and no search signal at α = 0: ΔQ = 0.6 − 0.5,
   // which is 0.09999999999999998 in floating point; θ = 0.1 must still accept it.
-  const [B1, B2] = expand(t, B, [{ action: el(5), prior: 1 }, { action: el(6), prior: 0 }], 5);
+  const [B1, B2] = expand(
+    t,
+    B,
+    [
+      { action: el(5), prior: 1 },
+      { action: el(6), prior: 0 },
+    ],
+    5,
+  );
   setStats(t, B1, 1, 1);
   setStats(t, B2, 1, 0);
   setCriticValue(t, B1, 0.6);
@@ -246,29 +361,46 @@ test('DPO pairs from explored siblings whose composite Q differ by at least θ (
 
   // θ = 0.5 at α = 0.5: pairs (A,C) Δ 1.0, (A,B) Δ 0.5, (B,C) Δ 0.5. Under B at α = 0.5:
   // B1: 0.5·1 + 0.5·0.6 = 0.8, B2: 0.5·0 + 0.5·0.5 = 0.25 → Δ 0.55.
-  assert.deepEqual(dpoPairs(t, 0.5, 0.5), [
-    { parentId: 0, chosenId: A, rejectedId: C, chosenQ: 1, rejectedQ: 0, deltaQ: 1 },
-    { parentId: 0, chosenId: A, rejectedId: B, chosenQ: 1, rejectedQ: 0.5, deltaQ: 0.5 },
-    { parentId: 0, chosenId: B, rejectedId: C, chosenQ: 0.5, rejectedQ: 0, deltaQ: 0.5 },
-    { parentId: B, chosenId: B1, rejectedId: B2, chosenQ: 0.8, rejectedQ: 0.25, deltaQ: 0.55 },
-  ].map((p) => ({ ...p, deltaQ: p.chosenQ - p.rejectedQ })));
+  assert.deepEqual(
+    dpoPairs(t, 0.5, 0.5),
+    [
+      { parentId: 0, chosenId: A, rejectedId: C, chosenQ: 1, rejectedQ: 0, deltaQ: 1 },
+      { parentId: 0, chosenId: A, rejectedId: B, chosenQ: 1, rejectedQ: 0.5, deltaQ: 0.5 },
+      { parentId: 0, chosenId: B, rejectedId: C, chosenQ: 0.5, rejectedQ: 0, deltaQ: 0.5 },
+      { parentId: B, chosenId: B1, rejectedId: B2, chosenQ: 0.8, rejectedQ: 0.25, deltaQ: 0.55 },
+    ].map((p) => ({ ...p, deltaQ: p.chosenQ - p.rejectedQ })),
+  );
   // θ = 0.6: only (A, C).
-  assert.deepEqual(dpoPairs(t, 0.5, 0.6).map((p) => [p.chosenId, p.rejectedId]), [[A, C]]);
+  assert.deepEqual(
+    dpoPairs(t, 0.5, 0.6).map((p) => [p.chosenId, p.rejectedId]),
+    [[A, C]],
+  );
   // α = 0 (critic only), θ = 0.1: root: A 1, B 0.5, C 0 → all three; under B: 0.6 vs 0.5 → kept at θ = 0.1.
   const pairs = dpoPairs(t, 0, 0.1);
-  assert.deepEqual(pairs.map((p) => [p.parentId, p.chosenId, p.rejectedId]), [
-    [0, A, C],
-    [0, A, B],
-    [0, B, C],
-    [B, B1, B2],
-  ]);
+  assert.deepEqual(
+    pairs.map((p) => [p.parentId, p.chosenId, p.rejectedId]),
+    [
+      [0, A, C],
+      [0, A, B],
+      [0, B, C],
+      [B, B1, B2],
+    ],
+  );
   close(pairs[3].deltaQ, 0.1, 1e-12);
   assert.ok(!pairs.some((p) => p.chosenId === D || p.rejectedId === D));
   // θ = 0.11: the B1/B2 pair drops out.
   assert.equal(dpoPairs(t, 0, 0.11).filter((p) => p.parentId === B).length, 0);
   // Equal Q never makes a pair, even at θ = 0.
   const u = newTree();
-  const [P, Q] = expand(u, 0, [{ action: el(1), prior: 0.5 }, { action: el(2), prior: 0.5 }], 5);
+  const [P, Q] = expand(
+    u,
+    0,
+    [
+      { action: el(1), prior: 0.5 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
   setStats(u, P, 1, 1);
   setStats(u, Q, 1, 1);
   assert.deepEqual(dpoPairs(u, 0.5, 0), []);
@@ -280,7 +412,15 @@ test('DPO pairs from explored siblings whose composite Q differ by at least θ (
 test('tree stats', () => {
   const t = newTree();
   assert.deepEqual(treeStats(t), { nodes: 1, maxDepth: 0, totalVisits: 0, leaves: 1, terminalNodes: 0 });
-  const [A, B] = expand(t, 0, [{ action: el(1), prior: 1 }, { action: el(2), prior: 0.5 }], 5);
+  const [A, B] = expand(
+    t,
+    0,
+    [
+      { action: el(1), prior: 1 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
   const [A1] = expand(t, A, [{ action: { type: 'answer', text: 'x' }, prior: 1 }], 5);
   markTerminal(t, A1, 0);
   backpropagate(t, A1, 0);

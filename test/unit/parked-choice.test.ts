@@ -9,7 +9,15 @@ const el = (id: number): Action => ({ type: 'click_element', id });
 /** root 0 → 1 (el 1), 2 (el 2); 1 → 3 (el 3); 3 → 4 (el 4); 4 → 5 (el 5). */
 function chain(): Tree {
   const tree = newTree();
-  expand(tree, 0, [{ action: el(1), prior: 0.9 }, { action: el(2), prior: 0.1 }], 5);
+  expand(
+    tree,
+    0,
+    [
+      { action: el(1), prior: 0.9 },
+      { action: el(2), prior: 0.1 },
+    ],
+    5,
+  );
   expand(tree, 1, [{ action: el(3), prior: 1 }], 5);
   expand(tree, 3, [{ action: el(4), prior: 1 }], 5);
   expand(tree, 4, [{ action: el(5), prior: 1 }], 5);

@@ -49,7 +49,11 @@ describe('parseAction: Qwen3-VL tool calls', () => {
 
   it('accepts the browser_use tool name', () => {
     assert.deepEqual(parseValid(toolCall({ action: 'left_click', coordinate: [1, 2] }, 'browser_use')), {
-      type: 'click', x: 1, y: 2, button: 'left', count: 1,
+      type: 'click',
+      x: 1,
+      y: 2,
+      button: 'left',
+      count: 1,
     });
   });
 
@@ -75,7 +79,11 @@ describe('parseAction: Qwen3-VL tool calls', () => {
 
   it('rounds float coordinates to integers', () => {
     assert.deepEqual(parseValid(toolCall({ action: 'left_click', coordinate: [10.4, 20.6] })), {
-      type: 'click', x: 10, y: 21, button: 'left', count: 1,
+      type: 'click',
+      x: 10,
+      y: 21,
+      button: 'left',
+      count: 1,
     });
   });
 
@@ -99,7 +107,11 @@ describe('parseAction: plain JSON', () => {
     assert.deepEqual(parseValid('{"type": "click_element", "id": 3}'), { type: 'click_element', id: 3 });
     assert.deepEqual(parseValid('{"type": "scroll", "direction": "down", "amount": 600}'), { type: 'scroll', direction: 'down', amount: 600 });
     assert.deepEqual(parseValid('{"type": "click", "x": 1, "y": 2, "button": "right", "count": 2}'), {
-      type: 'click', x: 1, y: 2, button: 'right', count: 2,
+      type: 'click',
+      x: 1,
+      y: 2,
+      button: 'right',
+      count: 2,
     });
     assert.deepEqual(parseValid('{"type": "wait", "seconds": 3}'), { type: 'wait', seconds: 3 });
     assert.deepEqual(parseValid('{"type": "double_click", "x": 5, "y": 6}'), { type: 'double_click', x: 5, y: 6 });
@@ -132,8 +144,26 @@ describe('parseAction: plain JSON', () => {
   });
 
   it('exposes the accepted action names', () => {
-    for (const name of ['left_click', 'right_click', 'middle_click', 'double_click', 'triple_click', 'mouse_move', 'type', 'key',
-      'scroll', 'hscroll', 'wait', 'answer', 'terminate', 'click_element', 'goto', 'navigate', 'click', 'move']) {
+    for (const name of [
+      'left_click',
+      'right_click',
+      'middle_click',
+      'double_click',
+      'triple_click',
+      'mouse_move',
+      'type',
+      'key',
+      'scroll',
+      'hscroll',
+      'wait',
+      'answer',
+      'terminate',
+      'click_element',
+      'goto',
+      'navigate',
+      'click',
+      'move',
+    ]) {
       assert.ok(ACCEPTED_ACTION_NAMES.includes(name), name);
     }
     assert.ok(!ACCEPTED_ACTION_NAMES.includes('left_click_drag'));
@@ -181,7 +211,11 @@ describe('parseAction: malformed and edge-case input', () => {
     ['missing arguments', '<tool_call>{"name": "computer_use"}</tool_call>', /has no "arguments"/],
     ['arguments is an array', '<tool_call>{"name": "computer_use", "arguments": ["left_click", 1, 2]}</tool_call>', /^arguments: must be an object \(got array\)/],
     ['arguments is null', '<tool_call>{"name": "computer_use", "arguments": null}</tool_call>', /^arguments: must be an object \(got null\)/],
-    ['nested JSON string as arguments', '<tool_call>{"name": "computer_use", "arguments": "{\\"action\\": \\"left_click\\", \\"coordinate\\": [1, 2]}"}</tool_call>', /^arguments: must be an object \(got string\)/],
+    [
+      'nested JSON string as arguments',
+      '<tool_call>{"name": "computer_use", "arguments": "{\\"action\\": \\"left_click\\", \\"coordinate\\": [1, 2]}"}</tool_call>',
+      /^arguments: must be an object \(got string\)/,
+    ],
     // Action names
     ['missing action field', qwen({ coordinate: [1, 2] }), /missing "action" field/],
     ['flat object without action', '{"x": 1, "y": 2}', /missing "action" field/],
@@ -240,7 +274,7 @@ describe('parseAction: malformed and edge-case input', () => {
 
   for (const [name, input, reason] of cases) {
     it(`rejects: ${name}`, () => {
-      const action = parseAction(input as any);
+      const action = parseAction(input as never);
       assert.equal(action.type, 'invalid', `expected invalid, got ${JSON.stringify(action)}`);
       if (action.type !== 'invalid') return;
       assert.match(action.reason, reason);

@@ -37,7 +37,7 @@ test('token ids come from token_ids, else from "token_id:N" strings; log-probs p
   assert.ok(kept.every((x, i) => String(x).length < String(f32[i]).length));
 });
 
-test('tokenIds: auto asks every server but OpenAI\'s own API; on and off are what they say', () => {
+test("tokenIds: auto asks every server but OpenAI's own API; on and off are what they say", () => {
   assert.equal(wantsTokenIds(policyAt('http://127.0.0.1:8000/v1')), true);
   assert.equal(wantsTokenIds(policyAt('http://vllm:8000/v1')), true);
   assert.equal(wantsTokenIds(policyAt('https://api.openai.com/v1')), false);
@@ -50,7 +50,7 @@ test('tokenIds: auto asks every server but OpenAI\'s own API; on and off are wha
   assert.equal(parseConfig({}).policy.tokenIds, 'auto');
 });
 
-test('with tokens the request carries vLLM\'s fields and the completions the sampled ids and log-probs', async () => {
+test("with tokens the request carries vLLM's fields and the completions the sampled ids and log-probs", async () => {
   const before = fake.requests.length;
   const res = await chatCompletions(policyAt(fake.url), 2, user, undefined, { tokens: true });
   const req = fake.requests[before];
@@ -60,7 +60,10 @@ test('with tokens the request carries vLLM\'s fields and the completions the sam
     assert.equal(c.text, `answer ${i}`);
     assert.equal(c.finishReason, 'stop');
     assert.deepEqual(c.tokenIds, fakeTokenIds(c.text, 'stop'));
-    assert.deepEqual(c.logprobs, c.tokenIds!.map((id, t) => fakeLogprob(id, t)));
+    assert.deepEqual(
+      c.logprobs,
+      c.tokenIds!.map((id, t) => fakeLogprob(id, t)),
+    );
   }
 });
 
@@ -106,7 +109,10 @@ test('auto: a server that refuses the fields is asked again without them, and no
     const res = await chatCompletions(policy, 1, user, undefined, { tokens: wantsTokenIds(policy) });
     assert.equal(res.completions[0].text, 'ok');
     assert.equal(res.askedForTokens, false);
-    assert.deepEqual(strict.bodies.map((b) => 'return_token_ids' in b), [true, false]);
+    assert.deepEqual(
+      strict.bodies.map((b) => 'return_token_ids' in b),
+      [true, false],
+    );
     assert.equal(wantsTokenIds(policy), false, 'remembered for this server');
     // on: the refusal is the user's to see (non-retryable, with the server's words).
     const err = await chatCompletions(policyAt(strict.url, { tokenIds: 'on' }), 1, user, undefined, { tokens: true }).catch((e: unknown) => e);

@@ -9,7 +9,13 @@ import { parseAction } from '../../lib/parse';
 import { actionValidity } from '../../lib/episode-stats';
 import { describeAction } from '../../lib/actions';
 
-const obs = { goal: 'Click on the "OK" button.', url: 'http://x/miniwob/click-button.html', axtree: '[1] button "OK" @(100,200)', step: 2, screenshotRef: 'sha256:' + 'a'.repeat(64) + '.png' };
+const obs = {
+  goal: 'Click on the "OK" button.',
+  url: 'http://x/miniwob/click-button.html',
+  axtree: '[1] button "OK" @(100,200)',
+  step: 2,
+  screenshotRef: 'sha256:' + 'a'.repeat(64) + '.png',
+};
 
 test('the prompt has the image reference, goal, tree and only the recent history', () => {
   const history = Array.from({ length: 8 }, (_, i) => ({ step: i + 1, action: `wait ${i}s` }));

@@ -47,7 +47,10 @@ test("the critic's prompt neutralises the candidates it lists too", () => {
 test('an action whose free text spells a token is refused with a clear reason', () => {
   const call = (args: object) => `<tool_call>\n${JSON.stringify({ name: 'computer_use', arguments: args })}\n</tool_call>`;
   for (const tok of QWEN3_VL_ADDED_TOKENS) {
-    for (const args of [{ action: 'type', element_id: 3, text: `a${tok}b` }, { action: 'answer', text: tok }]) {
+    for (const args of [
+      { action: 'type', element_id: 3, text: `a${tok}b` },
+      { action: 'answer', text: tok },
+    ]) {
       const a = parseAction(call(args));
       assert.equal(a.type, 'invalid', `${JSON.stringify(args)} was accepted`);
       // Tool-call and thinking tags inside the text already break the call's structure; the others get this reason.
@@ -58,17 +61,39 @@ test('an action whose free text spells a token is refused with a clear reason', 
 });
 
 test('an activity that throws an unreadable value still fails with an ApplicationFailure', async () => {
-  const hostile = new Proxy({}, { get: () => { throw new Error('no reading me'); } });
+  const hostile = new Proxy(
+    {},
+    {
+      get: () => {
+        throw new Error('no reading me');
+      },
+    },
+  );
   // The gap: the SDK's own conversion reads the value and throws, so the attempt could never be completed.
   assert.throws(() => ensureApplicationFailure(hostile), /no reading me/);
   const env = new MockActivityEnvironment(undefined, { interceptors: [activityErrorsInterceptor()] });
-  await assert.rejects(env.run(async () => { throw hostile; }), (err: unknown) => {
-    assert.ok(err instanceof ApplicationFailure);
-    assert.equal(err.type, 'NonErrorThrown');
-    assert.equal(err.nonRetryable, false);
-    return true;
-  });
+  await assert.rejects(
+    env.run(async () => {
+      throw hostile;
+    }),
+    (err: unknown) => {
+      assert.ok(err instanceof ApplicationFailure);
+      assert.equal(err.type, 'NonErrorThrown');
+      assert.equal(err.nonRetryable, false);
+      return true;
+    },
+  );
   const plain = ApplicationFailure.nonRetryable('stays as it is', 'ConfigError');
-  await assert.rejects(env.run(async () => { throw plain; }), (err: unknown) => err === plain);
-  await assert.rejects(env.run(async () => { throw 'a string'; }), /not an Error: a string/);
+  await assert.rejects(
+    env.run(async () => {
+      throw plain;
+    }),
+    (err: unknown) => err === plain,
+  );
+  await assert.rejects(
+    env.run(async () => {
+      throw 'a string';
+    }),
+    /not an Error: a string/,
+  );
 });

@@ -131,8 +131,14 @@ test('getRealTask accepts canonical ids and rejects unknown ones with suggestion
     },
   );
   assert.throws(() => getRealTask('gomial-1'), /unknown REAL task "gomial-1".*did you mean "gomail-1"/);
-  assert.throws(() => getRealTask('flyunified-1'), (err: unknown) => err instanceof UnknownRealTaskError);
-  assert.throws(() => getRealTask('zzzzzzzzzzzzzzzz'), (err: unknown) => err instanceof UnknownRealTaskError && !/did you mean/.test(err.message));
+  assert.throws(
+    () => getRealTask('flyunified-1'),
+    (err: unknown) => err instanceof UnknownRealTaskError,
+  );
+  assert.throws(
+    () => getRealTask('zzzzzzzzzzzzzzzz'),
+    (err: unknown) => err instanceof UnknownRealTaskError && !/did you mean/.test(err.message),
+  );
   assert.deepEqual(closeRealTaskIds('udriver-100', ['udriver-10', 'udriver-1', 'gomail-1']).slice(0, 1), ['udriver-10']);
 });
 
@@ -156,8 +162,14 @@ test('site limiter: a per-origin cap with FIFO waiters, timeouts and per-site li
   const a2 = await limiter.acquire('https://a.test/x');
   assert.deepEqual(limiter.stats('https://a.test'), { active: 2, waiting: 0, limit: 2 });
   const order: number[] = [];
-  const w3 = limiter.acquire('https://a.test').then((r) => (order.push(3), r));
-  const w4 = limiter.acquire('https://a.test').then((r) => (order.push(4), r));
+  const w3 = limiter.acquire('https://a.test').then((r) => {
+    order.push(3);
+    return r;
+  });
+  const w4 = limiter.acquire('https://a.test').then((r) => {
+    order.push(4);
+    return r;
+  });
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(limiter.stats('https://a.test'), { active: 2, waiting: 2, limit: 2 });
   // Another origin is not held up.

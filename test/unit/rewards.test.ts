@@ -141,7 +141,11 @@ test('gomail: look-alikes do not fire', () => {
   const draftOnly = { differences: { emails: { added: [{ ...SENT_EMAIL, sent: false, draft: true }], updated: [{ id: 3, trash: true }] } } };
   silent('gomail', 'sent_confirmation', view(MAIL, INBOX, draftOnly));
   silent('gomail', 'send_visible', view(MAIL, INBOX, draftOnly));
-  silent('gomail', 'sent_confirmation', view(MAIL, INBOX, { initialfinaldiff: { updated: { ui: { snackbar: { message: '4 conversations moved to trash' } }, email: { emails: { '3': { trash: true } } } } } }));
+  silent(
+    'gomail',
+    'sent_confirmation',
+    view(MAIL, INBOX, { initialfinaldiff: { updated: { ui: { snackbar: { message: '4 conversations moved to trash' } }, email: { emails: { '3': { trash: true } } } } } }),
+  );
   silent('gomail', 'sent_confirmation', view(MAIL, INBOX, { initialfinaldiff: { updated: { ui: { snackbar: { message: 'Message not sent' } } } } }));
   // The same compose window on a page the agent wrote itself (goto data:...) earns nothing.
   silent('gomail', 'compose_opened', view('data:text/html,<dialog>New Message</dialog>', COMPOSE('', '')));
@@ -188,13 +192,18 @@ test('gocalendar: each milestone fires on its evidence', () => {
   fires('gocalendar', 'save_clicked', view(CAL, [...CAL_MAIN, '[40] button "Buy gym clothes, 8am" @(400,350)']), view(CAL, EDITOR('Buy gym clothes')));
   fires('gocalendar', 'save_clicked', view(CAL, [...CAL_MAIN, '[41] status "Event saved" @(100,690)']), view(CAL, EDITOR('x')));
   fires('gocalendar', 'event_created', view(CAL, CAL_MAIN, { differences: { events: { added: { e1: NEW_EVENT }, deleted: {}, updated: {} } } }));
-  fires('gocalendar', 'event_created', view(CAL, CAL_MAIN, { initialfinaldiff: { added: { calendar: { myTasks: { t1: { title: 'Email Ashley', start: '2024-07-22T15:00:00Z' } } } } } }));
+  fires(
+    'gocalendar',
+    'event_created',
+    view(CAL, CAL_MAIN, { initialfinaldiff: { added: { calendar: { myTasks: { t1: { title: 'Email Ashley', start: '2024-07-22T15:00:00Z' } } } } } }),
+  );
   fires('gocalendar', 'event_created', view(CAL, [...CAL_MAIN, '[42] alert "Event created" @(100,690)']));
 });
 
 test('gocalendar: look-alikes do not fire', () => {
   // The main view has "Create" buttons and a filled search box: no editor, no title.
-  for (const name of ['create_event_clicked', 'title_entered', 'datetime_set', 'save_clicked', 'event_created']) silent('gocalendar', name, view(CAL, CAL_MAIN), view(CAL, CAL_MAIN));
+  for (const name of ['create_event_clicked', 'title_entered', 'datetime_set', 'save_clicked', 'event_created'])
+    silent('gocalendar', name, view(CAL, CAL_MAIN), view(CAL, CAL_MAIN));
   silent('gocalendar', 'title_entered', view(CAL, EDITOR('')));
   // Opening the editor shows default dates: not a date the agent set. Typing a title is not either.
   silent('gocalendar', 'datetime_set', view(CAL, EDITOR('')), view(CAL, CAL_MAIN));
@@ -228,7 +237,12 @@ const SHOP_HOME = (typed = '', cart = 0) => [
   '[4] link "Today\'s Deals" @(100,80)',
   '[5] text "Cart" @(960,60)',
 ];
-const ORDER = { initialfinaldiff: { added: { order: { orders: { o1: { id: 'o1', items: [{ id: '212', price: 39.99, quantity: 1 }], total: 39.99 } } } }, updated: { router: { location: { pathname: '/confirmation' } } } } };
+const ORDER = {
+  initialfinaldiff: {
+    added: { order: { orders: { o1: { id: 'o1', items: [{ id: '212', price: 39.99, quantity: 1 }], total: 39.99 } } } },
+    updated: { router: { location: { pathname: '/confirmation' } } },
+  },
+};
 
 test('omnizon: each milestone fires on its evidence', () => {
   fires('omnizon', 'search_results', view(`${SHOP}/search?q=cooking+pot`, SHOP_HOME('cooking pot')));
@@ -281,7 +295,18 @@ const Z_RESULTS = (maxPrice = 'No max', extra: string[] = []) => [
   '[13] link "$450,000 3 bds 2 ba 1,200 sqft 12 Elm St, Boston, MA 02108" @(300,300)',
   ...extra,
 ];
-const TOUR = { differences: { requestTours: { added: { '0': { id: 'r1', requestTourData: { formValues: { name: 'A', email: 'a@b.c', phone: '1', message: 'I am interested in 12 Elm St' }, options: [{ date: '2024-07-19', time: '1:00 PM' }] } } } } } };
+const TOUR = {
+  differences: {
+    requestTours: {
+      added: {
+        '0': {
+          id: 'r1',
+          requestTourData: { formValues: { name: 'A', email: 'a@b.c', phone: '1', message: 'I am interested in 12 Elm St' }, options: [{ date: '2024-07-19', time: '1:00 PM' }] },
+        },
+      },
+    },
+  },
+};
 
 test('zilloft: each milestone fires on its evidence', () => {
   fires('zilloft', 'search_performed', view(`${HOMES}/search?location=Boston%2C%20MA`, Z_RESULTS()));
@@ -291,16 +316,27 @@ test('zilloft: each milestone fires on its evidence', () => {
   fires('zilloft', 'filters_applied', view(`${HOMES}/search`, Z_RESULTS('$500,000')), view(`${HOMES}/search`, Z_RESULTS('No max')));
   const renamed = Z_RESULTS().map((l) => (l.startsWith('[11] ') ? '[11] button "3+ bd, 2+ ba" @(550,100)' : l));
   fires('zilloft', 'filters_applied', view(`${HOMES}/search`, renamed), view(`${HOMES}/search`, Z_RESULTS()));
-  fires('zilloft', 'filters_applied', view(`${HOMES}/search`, Z_RESULTS('No max', ['[22] radio "3+" checked @(1,1)'])), view(`${HOMES}/search`, Z_RESULTS('No max', ['[22] radio "3+" unchecked @(1,1)'])));
+  fires(
+    'zilloft',
+    'filters_applied',
+    view(`${HOMES}/search`, Z_RESULTS('No max', ['[22] radio "3+" checked @(1,1)'])),
+    view(`${HOMES}/search`, Z_RESULTS('No max', ['[22] radio "3+" unchecked @(1,1)'])),
+  );
   fires('zilloft', 'filters_applied', view(`${HOMES}/search`, Z_RESULTS(), { initialfinaldiff: { updated: { filters: { maxPrice: 500000, minBedrooms: 2 } } } }));
   fires('zilloft', 'listing_viewed', view(`${HOMES}/homedetails/12-elm-st-boston-ma/2077`, Z_HOME()));
   fires('zilloft', 'listing_viewed', view(`${HOMES}/search`, [...Z_RESULTS(), '[30] button "Request a tour" @(900,200)']));
   fires('zilloft', 'listing_viewed', view(`${HOMES}/`, Z_HOME(), TOUR));
-  fires('zilloft', 'listing_viewed', view(`${HOMES}/`, Z_HOME(), { initialfinaldiff: { added: { tourRequests: { contactAgentList: { '0': { contactAgentData: { formValues: { name: 'A' } } } } } } } }));
+  fires(
+    'zilloft',
+    'listing_viewed',
+    view(`${HOMES}/`, Z_HOME(), { initialfinaldiff: { added: { tourRequests: { contactAgentList: { '0': { contactAgentData: { formValues: { name: 'A' } } } } } } } }),
+  );
 });
 
 test('zilloft: look-alikes do not fire', () => {
-  const home = view(`${HOMES}/`, Z_HOME(), { initialfinaldiff: { added: { config: { zilloft: { run_id: '0', location: 'x' } } }, updated: { router: { location: { pathname: '/', search: '?q=1' } } } } });
+  const home = view(`${HOMES}/`, Z_HOME(), {
+    initialfinaldiff: { added: { config: { zilloft: { run_id: '0', location: 'x' } } }, updated: { router: { location: { pathname: '/', search: '?q=1' } } } },
+  });
   for (const name of ['search_performed', 'filters_applied', 'listing_viewed']) silent('zilloft', name, home, home);
   // A place typed into the box and not submitted.
   silent('zilloft', 'search_performed', view(`${HOMES}/`, Z_HOME('Boston, MA'), { initialfinaldiff: { updated: { search: { searchInputValue: 'Boston, MA' } } } }));
@@ -350,10 +386,26 @@ test('summary and terms of a compose step (the Temporal UI line)', () => {
   assert.equal(breakdown.total, 0.8);
   assert.equal(summarizeBreakdown(breakdown), '+0.1 valid, +0.2 new state, +0.3 gomail.compose_opened, +0.2 gomail.send_visible = 0.8');
   assert.equal(
-    summarizeBreakdown({ total: 0.6, terms: [{ term: 'valid_action', value: 0.1 }, { term: 'new_state', value: 0.2 }, { term: 'milestone:gomail.compose_opened', value: 0.3 }] }),
+    summarizeBreakdown({
+      total: 0.6,
+      terms: [
+        { term: 'valid_action', value: 0.1 },
+        { term: 'new_state', value: 0.2 },
+        { term: 'milestone:gomail.compose_opened', value: 0.3 },
+      ],
+    }),
     '+0.1 valid, +0.2 new state, +0.3 gomail.compose_opened = 0.6',
   );
-  assert.equal(summarizeBreakdown({ total: -1.5, terms: [{ term: 'invalid_action', value: -0.5 }, { term: 'loop', value: -1 }] }), '-0.5 invalid, -1 loop = -1.5');
+  assert.equal(
+    summarizeBreakdown({
+      total: -1.5,
+      terms: [
+        { term: 'invalid_action', value: -0.5 },
+        { term: 'loop', value: -1 },
+      ],
+    }),
+    '-0.5 invalid, -1 loop = -1.5',
+  );
   assert.equal(summarizeBreakdown(null as never), 'no terms = 0');
 });
 
@@ -436,12 +488,20 @@ test('an invalid action gets -0.5 and nothing from the page', () => {
   assert.deepEqual(termNames(i2.breakdown), ['invalid_action', 'loop']);
   assert.equal(i2.breakdown.total, -1.5);
   // Unparseable output twice is not a loop (there is no action to repeat).
-  const u2 = computeReward(step({ valid: false, actionKey: null, before: A, after: A }), computeReward(step({ valid: false, actionKey: null, before: A, after: A }), s0, W).state, W);
+  const u2 = computeReward(
+    step({ valid: false, actionKey: null, before: A, after: A }),
+    computeReward(step({ valid: false, actionKey: null, before: A, after: A }), s0, W).state,
+    W,
+  );
   assert.deepEqual(termNames(u2.breakdown), ['invalid_action']);
 });
 
 test('MiniWoB (site null): general shaping plus the environment reward; task success +10', () => {
-  const before = view('http://127.0.0.1:8765/miniwob/click-button.html', ['[1] text "Click on the OK button." @(80,30)', '[2] button "OK" @(60,120)', '[3] button "Cancel" @(60,160)']);
+  const before = view('http://127.0.0.1:8765/miniwob/click-button.html', [
+    '[1] text "Click on the OK button." @(80,30)',
+    '[2] button "OK" @(60,120)',
+    '[3] button "Cancel" @(60,160)',
+  ]);
   const after = view('http://127.0.0.1:8765/miniwob/click-button.html', ['[1] text "Click on the OK button." @(80,30)']);
   const r = computeReward(step({ before, after, envReward: 0.83, taskSuccess: true }), initialRewardState(before), W);
   assert.deepEqual(termNames(r.breakdown), ['valid_action', 'new_state', 'env_reward', 'task_success']);
@@ -497,7 +557,15 @@ test('breakdown total equals the sum of its terms; inputs are not mutated', () =
   for (let i = 0; i < 60; i++) {
     const before = views[i % views.length];
     const after = views[(i * 7 + 3) % views.length];
-    const input = step({ site: i % 3 === 0 ? null : 'gomail', valid: i % 5 !== 0, actionKey: i % 4 === 0 ? null : `a${i % 3}`, before, after, envReward: i % 6 === 0 ? 0.3 : 0, taskSuccess: i % 13 === 0 ? true : null });
+    const input = step({
+      site: i % 3 === 0 ? null : 'gomail',
+      valid: i % 5 !== 0,
+      actionKey: i % 4 === 0 ? null : `a${i % 3}`,
+      before,
+      after,
+      envReward: i % 6 === 0 ? 0.3 : 0,
+      taskSuccess: i % 13 === 0 ? true : null,
+    });
     const frozenState = JSON.stringify(s);
     const frozenInput = JSON.stringify(input);
     const r = computeReward(input, s, W);
@@ -607,8 +675,18 @@ test('detectors and shaping never throw on garbage', () => {
     { url: 'https://a.b/', axtree: '', clientState: cyclic },
     { url: 'https://a.b/', axtree: '', clientState: cyclicDiff },
     { url: 'https://a.b/', axtree: '', clientState: hostile },
-    { url: 'https://a.b/', axtree: '', clientState: { initialfinaldiff: { added: [1, 2], updated: 'x' }, differences: { emails: { added: 'x' }, events: { added: [null] }, requestTours: { added: 7 } } } },
-    { url: 'https://a.b/', axtree: '', clientState: { initialfinaldiff: { added: { email: { emails: { a: { to: 5, subject: {}, sent: 'yes', replies: 9 } } }, order: { orders: { x: { items: 'none' } } }, cart: null } } } },
+    {
+      url: 'https://a.b/',
+      axtree: '',
+      clientState: { initialfinaldiff: { added: [1, 2], updated: 'x' }, differences: { emails: { added: 'x' }, events: { added: [null] }, requestTours: { added: 7 } } },
+    },
+    {
+      url: 'https://a.b/',
+      axtree: '',
+      clientState: {
+        initialfinaldiff: { added: { email: { emails: { a: { to: 5, subject: {}, sent: 'yes', replies: 9 } } }, order: { orders: { x: { items: 'none' } } }, cart: null } },
+      },
+    },
     { url: '%E0%A4%A?q=%E0%A4%A&maxPrice=%ZZ', axtree: '[1] link "x" @(a,b)' },
   ];
   const started = Date.now();
@@ -625,11 +703,7 @@ test('detectors and shaping never throw on garbage', () => {
   for (const v of garbage) {
     assert.doesNotThrow(() => stateKey(v as RewardView));
     for (const site of [null, 'gomail', 'gocalendar', 'omnizon', 'zilloft', 'nope']) {
-      const r = computeReward(
-        { site, valid: true, actionKey: 'k', before: v as RewardView, after: v as RewardView, taskSuccess: null, envReward: 0 },
-        v as RewardState,
-        W,
-      );
+      const r = computeReward({ site, valid: true, actionKey: 'k', before: v as RewardView, after: v as RewardView, taskSuccess: null, envReward: 0 }, v as RewardState, W);
       assert.equal(typeof r.breakdown.total, 'number');
       assert.doesNotThrow(() => initialRewardState(v as RewardView, site));
     }

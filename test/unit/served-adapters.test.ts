@@ -22,13 +22,15 @@ function clientWith(servedAdapter: Record<string, unknown>): Client {
 
 async function withEnv(vars: Record<string, string | undefined>, f: () => Promise<void>): Promise<void> {
   const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  for (const [k, v] of Object.entries(vars)) if (v === undefined) delete process.env[k];
-  else process.env[k] = v;
+  for (const [k, v] of Object.entries(vars))
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
   try {
     await f();
   } finally {
-    for (const [k, v] of Object.entries(before)) if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
+    for (const [k, v] of Object.entries(before))
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
   }
 }
 
@@ -49,25 +51,33 @@ test('halo up: an adapter URL from a run status gets no key unless its origin is
   const adapter = { base_url: foreign, lora_name: 'run-a-v3', lora_path: '/tmp/run-a/v3' };
   const said: string[] = [];
   try {
-    await withEnv({ HALO_POLICY_API_KEY: 'policy-key-up', HALO_CREDENTIAL_POLICY_ENV: undefined, HALO_CREDENTIAL_POLICY_ORIGINS: undefined, HALO_CREDENTIAL_HTTP_HOSTS: undefined }, async () => {
-      const r = await reloadServedAdapters(clientWith(adapter), (m) => said.push(m));
-      assert.deepEqual(r, { loaded: [], present: [], failed: ['run-a-v3'] });
-      assert.equal(seen.length, 0, 'the stand-in server received a request');
-      assert.match(said.join('\n'), new RegExp(`not loading adapter run-a-v3 of run run-a: .*credential "policy" \\(HALO_POLICY_API_KEY\\) is not sent to ${foreign}.*HALO_CREDENTIAL_POLICY_ORIGINS=${foreign}`));
-      // A set but empty key is checked the same way.
-      process.env.HALO_POLICY_API_KEY = '';
-      assert.deepEqual((await reloadServedAdapters(clientWith(adapter), (m) => said.push(m))).failed, ['run-a-v3']);
-      assert.equal(seen.length, 0);
-      // Extra fields of the status (a variable to read) are not passed on.
-      process.env.HALO_POLICY_API_KEY = 'policy-key-up';
-      process.env.HALO_CREDENTIAL_POLICY_ORIGINS = foreign;
-      process.env.HALO_PROBE_SECRET_UP = 'probe-secret-up';
-      const r2 = await reloadServedAdapters(clientWith({ ...adapter, api_key_env: 'HALO_PROBE_SECRET_UP', credential: 'baseline' }), (m) => said.push(m));
-      delete process.env.HALO_PROBE_SECRET_UP;
-      assert.deepEqual(r2, { loaded: ['run-a-v3'], present: [], failed: [] });
-      assert.ok(seen.length > 0);
-      for (const s of seen) assert.equal(s.headers.authorization, 'Bearer policy-key-up');
-    });
+    await withEnv(
+      { HALO_POLICY_API_KEY: 'policy-key-up', HALO_CREDENTIAL_POLICY_ENV: undefined, HALO_CREDENTIAL_POLICY_ORIGINS: undefined, HALO_CREDENTIAL_HTTP_HOSTS: undefined },
+      async () => {
+        const r = await reloadServedAdapters(clientWith(adapter), (m) => said.push(m));
+        assert.deepEqual(r, { loaded: [], present: [], failed: ['run-a-v3'] });
+        assert.equal(seen.length, 0, 'the stand-in server received a request');
+        assert.match(
+          said.join('\n'),
+          new RegExp(
+            `not loading adapter run-a-v3 of run run-a: .*credential "policy" \\(HALO_POLICY_API_KEY\\) is not sent to ${foreign}.*HALO_CREDENTIAL_POLICY_ORIGINS=${foreign}`,
+          ),
+        );
+        // A set but empty key is checked the same way.
+        process.env.HALO_POLICY_API_KEY = '';
+        assert.deepEqual((await reloadServedAdapters(clientWith(adapter), (m) => said.push(m))).failed, ['run-a-v3']);
+        assert.equal(seen.length, 0);
+        // Extra fields of the status (a variable to read) are not passed on.
+        process.env.HALO_POLICY_API_KEY = 'policy-key-up';
+        process.env.HALO_CREDENTIAL_POLICY_ORIGINS = foreign;
+        process.env.HALO_PROBE_SECRET_UP = 'probe-secret-up';
+        const r2 = await reloadServedAdapters(clientWith({ ...adapter, api_key_env: 'HALO_PROBE_SECRET_UP', credential: 'baseline' }), (m) => said.push(m));
+        delete process.env.HALO_PROBE_SECRET_UP;
+        assert.deepEqual(r2, { loaded: ['run-a-v3'], present: [], failed: [] });
+        assert.ok(seen.length > 0);
+        for (const s of seen) assert.equal(s.headers.authorization, 'Bearer policy-key-up');
+      },
+    );
   } finally {
     await new Promise((r) => server.close(r));
   }

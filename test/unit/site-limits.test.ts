@@ -2,13 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
 import { sessionStartFailure } from '../../activities/session';
-import {
-  DEFAULT_SITE_SLOT_TIMEOUT_MS,
-  SiteLimiter,
-  SiteSlotTimeoutError,
-  siteSlotTimeoutFromEnv,
-  slotHolder,
-} from '../../env/site-limits';
+import { DEFAULT_SITE_SLOT_TIMEOUT_MS, SiteLimiter, SiteSlotTimeoutError, siteSlotTimeoutFromEnv, slotHolder } from '../../env/site-limits';
 
 const SITE = 'https://gomail.test';
 const tick = () => new Promise((r) => setImmediate(r));
@@ -19,7 +13,10 @@ test('the forks of a step group share their episode slot: admitted at once, even
   const limiter = new SiteLimiter(1);
   const main = await now(limiter, 'run-it1-ep0');
   let otherAdmitted = false;
-  const other = limiter.acquire(SITE, { holder: 'run-it1-ep1' }).then((r) => ((otherAdmitted = true), r));
+  const other = limiter.acquire(SITE, { holder: 'run-it1-ep1' }).then((r) => {
+    otherAdmitted = true;
+    return r;
+  });
   await tick();
   assert.deepEqual(limiter.stats(SITE), { active: 1, waiting: 1, limit: 1 });
   // N=8 forks of the same episode while its main session stays open, with another episode queued first.
@@ -56,10 +53,16 @@ test('sessions of a queued episode wait as one and are admitted together; episod
   const limiter = new SiteLimiter(1);
   const held = await now(limiter, 'a');
   const order: string[] = [];
+  const noted =
+    (label: string) =>
+    <T>(r: T) => {
+      order.push(label);
+      return r;
+    };
   const waits = [
-    limiter.acquire(SITE, { holder: 'b' }).then((r) => (order.push('b1'), r)),
-    limiter.acquire(SITE, { holder: 'c' }).then((r) => (order.push('c'), r)),
-    limiter.acquire(SITE, { holder: 'b' }).then((r) => (order.push('b2'), r)),
+    limiter.acquire(SITE, { holder: 'b' }).then(noted('b1')),
+    limiter.acquire(SITE, { holder: 'c' }).then(noted('c')),
+    limiter.acquire(SITE, { holder: 'b' }).then(noted('b2')),
   ];
   await tick();
   assert.deepEqual(limiter.stats(SITE), { active: 1, waiting: 2, limit: 1 }, 'episodes wait, not sessions');

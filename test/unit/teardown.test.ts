@@ -46,11 +46,9 @@ function fakeDocker(dir: string, running: string[]): { bin: string; log: string 
   const bin = join(dir, 'bin');
   mkdirSync(bin, { recursive: true });
   const log = join(dir, 'docker.log');
-  writeFileSync(
-    join(bin, 'docker'),
-    `#!/bin/sh\necho "docker $*" >> ${log}\ncase "$*" in "compose ps"*) printf '${running.map((s) => `${s}\\n`).join('')}' ;; esac\nexit 0\n`,
-    { mode: 0o755 },
-  );
+  writeFileSync(join(bin, 'docker'), `#!/bin/sh\necho "docker $*" >> ${log}\ncase "$*" in "compose ps"*) printf '${running.map((s) => `${s}\\n`).join('')}' ;; esac\nexit 0\n`, {
+    mode: 0o755,
+  });
   return { bin, log };
 }
 
@@ -65,7 +63,10 @@ test('halo down stops the vLLM that ./launch.sh gpu recorded, its whole process 
     for (let i = 0; i < 50 && (isAlive(vllm.leader.pid!) || isAlive(child)); i++) await new Promise((r) => setTimeout(r, 100));
     assert.equal(isAlive(vllm.leader.pid!), false, 'vLLM stopped');
     assert.equal(isAlive(child), false, "vLLM's engine process (same group) stopped too");
-    assert.ok(said.some((m) => m.startsWith(`stopped vLLM (pid ${vllm.leader.pid}, started by ./launch.sh gpu`)), said.join('\n'));
+    assert.ok(
+      said.some((m) => m.startsWith(`stopped vLLM (pid ${vllm.leader.pid}, started by ./launch.sh gpu`)),
+      said.join('\n'),
+    );
     assert.equal(existsSync(join(home, 'pids', 'vllm.pid')), false);
     // Twice is fine, and says nothing about vLLM.
     const again: string[] = [];
@@ -130,15 +131,27 @@ test('halo down (and ./teardown.sh) stop a running docker compose stack, workers
     const env = { ...process.env, PATH: `${docker.bin}:${process.env.PATH}`, HALO_DOWN_COMPOSE: '' };
     const said: string[] = [];
     // Another home (a test's, `--home`) never touches the repository's compose stack.
-    assert.deepEqual(downCompose(join(dir, 'runs'), (m) => said.push(m), env), []);
+    assert.deepEqual(
+      downCompose(join(dir, 'runs'), (m) => said.push(m), env),
+      [],
+    );
     assert.equal(existsSync(docker.log), false);
-    assert.deepEqual(downCompose(join(REPO_ROOT, 'runs'), (m) => said.push(m), { ...env, HALO_DOWN_COMPOSE: '0' }), []);
-    assert.deepEqual(downCompose(join(REPO_ROOT, 'runs'), (m) => said.push(m), env), ['vllm', 'control-worker']);
+    assert.deepEqual(
+      downCompose(join(REPO_ROOT, 'runs'), (m) => said.push(m), { ...env, HALO_DOWN_COMPOSE: '0' }),
+      [],
+    );
+    assert.deepEqual(
+      downCompose(join(REPO_ROOT, 'runs'), (m) => said.push(m), env),
+      ['vllm', 'control-worker'],
+    );
     const calls = readFileSync(docker.log, 'utf8').trim().split('\n');
     const stopWorkers = calls.findIndex((c) => /^docker compose stop -t \d+ control-worker browser-worker learner$/.test(c));
     const stopRest = calls.findIndex((c) => /^docker compose stop -t 60$/.test(c));
     assert.ok(stopWorkers >= 0 && stopWorkers < stopRest, calls.join('\n'));
-    assert.ok(said.some((m) => m === 'stopped the docker compose services vllm, control-worker (volumes kept: docker compose up -d resumes)'), said.join('\n'));
+    assert.ok(
+      said.some((m) => m === 'stopped the docker compose services vllm, control-worker (volumes kept: docker compose up -d resumes)'),
+      said.join('\n'),
+    );
 
     // ./teardown.sh --compose-only names them too.
     const r = spawnSync(join(REPO_ROOT, 'teardown.sh'), ['--compose-only'], { cwd: REPO_ROOT, env, encoding: 'utf8' });

@@ -100,11 +100,9 @@ describe('episode: lost sessions', { timeout: 60_000 }, () => {
   });
 
   test('a session whose worker is gone (nobody polls its queue) counts as lost after sessionStartTimeoutMs', async () => {
-    const { browser, outcome } = await runEpisode(
-      'lost-timeout',
-      (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 1, sessionStartTimeoutMs: 1000 }),
-      { sessionQueue: (n) => `nobody-polls-this-${process.pid}-${n}` },
-    );
+    const { browser, outcome } = await runEpisode('lost-timeout', (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 1, sessionStartTimeoutMs: 1000 }), {
+      sessionQueue: (n) => `nobody-polls-this-${process.pid}-${n}`,
+    });
     const cause = failureCause(outcome);
     assert.equal(cause.type, 'SessionLost');
     assert.equal(cause.nonRetryable, true);
@@ -201,7 +199,10 @@ describe('episode: step groups', { timeout: 60_000 }, () => {
     assert.deepEqual(browser.finishes, [winner2]);
     assert.ok(browser.events.indexOf(`close ${winner2}`) > browser.events.indexOf(`finish ${winner2}`));
     // Losing forks were closed, and so was each session the episode left behind (the reset session, then step 1's winner).
-    const losers = browser.starts.slice(1).map((s) => s.sessionId).filter((id) => id !== winner1 && id !== winner2);
+    const losers = browser.starts
+      .slice(1)
+      .map((s) => s.sessionId)
+      .filter((id) => id !== winner1 && id !== winner2);
     assert.equal(losers.length, 4);
     assert.deepEqual([...browser.closes].sort(), ['s1', winner1, winner2, ...losers].sort());
     assert.equal(new Set(browser.closes).size, browser.closes.length, 'each session closed once');

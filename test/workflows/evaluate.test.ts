@@ -16,7 +16,12 @@ import type { FakeControl } from '../helpers/fake-activities';
 async function recordsOf(control: FakeControl, result: EvaluateResult): Promise<EvalEpisodeRecord[]> {
   assert.equal(result.episodes, undefined, 'records are not returned inline');
   const jsonl = (await control.activities().loadJson({ ref: result.recordsRef! })) as string;
-  return jsonl.trim() ? jsonl.trim().split('\n').map((l) => JSON.parse(l) as EvalEpisodeRecord) : [];
+  return jsonl.trim()
+    ? jsonl
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as EvalEpisodeRecord)
+    : [];
 }
 
 // `evaluate` with mocked episodes' activities: every mode × task × seed runs, a failed episode is a
@@ -43,7 +48,11 @@ function mode(label: string, backend: 'openai' | 'colocated', adapterVersion = 0
 }
 
 /** The one place an evaluation input is built (its shape follows lib/eval-types.ts). */
-function evaluateInput(q: TestQueues, evalId: string, o: { modes: EvalModePlan[]; tasks: string[]; seeds: number[]; parallelism: number; continueAsNewEvery?: number }): EvaluateInput {
+function evaluateInput(
+  q: TestQueues,
+  evalId: string,
+  o: { modes: EvalModePlan[]; tasks: string[]; seeds: number[]; parallelism: number; continueAsNewEvery?: number },
+): EvaluateInput {
   return {
     evalId,
     env: 'miniwob',
@@ -105,12 +114,18 @@ describe('evaluate', { timeout: 90_000 }, () => {
 
       // Each mode sampled from its own policy: the openai mode through samplePolicy, greedily; the colocated
       // mode from the learner with its run's adapter v2 (the broken episode never reached a sample).
-      assert.deepEqual(control.samples.map((s) => s.model), ['fake-openai', 'fake-openai', 'fake-openai', 'fake-openai']);
-      assert.deepEqual(learner.samples.map((s) => [s.run_id, s.version]), [
-        ['grpo-run', 2],
-        ['grpo-run', 2],
-        ['grpo-run', 2],
-      ]);
+      assert.deepEqual(
+        control.samples.map((s) => s.model),
+        ['fake-openai', 'fake-openai', 'fake-openai', 'fake-openai'],
+      );
+      assert.deepEqual(
+        learner.samples.map((s) => [s.run_id, s.version]),
+        [
+          ['grpo-run', 2],
+          ['grpo-run', 2],
+          ['grpo-run', 2],
+        ],
+      );
       // The stored results are what the workflow returned.
       const stored = (await control.activities().loadJson({ ref: result.resultsRef })) as { recordsRef: string; episodeCount: number };
       assert.deepEqual([stored.recordsRef, stored.episodeCount, result.episodeCount], [result.recordsRef, 8, 8]);
@@ -141,7 +156,10 @@ describe('evaluate', { timeout: 90_000 }, () => {
       );
       assert.ok(episodes.every((e) => e.success));
       assert.equal(browser.starts.length, 2, 'no episode started after the stop');
-      assert.ok(r.summary.notes.some((n) => /stopped early: 2 of 4/.test(n.note)), JSON.stringify(r.summary.notes));
+      assert.ok(
+        r.summary.notes.some((n) => /stopped early: 2 of 4/.test(n.note)),
+        JSON.stringify(r.summary.notes),
+      );
     });
   });
 
@@ -159,10 +177,17 @@ describe('evaluate', { timeout: 90_000 }, () => {
       const result = (await handle.result()) as EvaluateResult;
       const episodes = await recordsOf(control, result);
       const expected = ['a', 'b'].flatMap((m) => ['t0', 't1'].flatMap((t) => [1, 2, 3].map((s) => `${evalId}-${m}-${t}-s${s}`)));
-      assert.deepEqual(episodes.map((e) => e.workflowId), expected, 'every episode exactly once, in plan order');
+      assert.deepEqual(
+        episodes.map((e) => e.workflowId),
+        expected,
+        'every episode exactly once, in plan order',
+      );
       assert.equal(result.episodeCount, 12);
       assert.equal(result.stoppedEarly, false);
-      assert.deepEqual(episodes.filter((e) => e.error).map((e) => e.workflowId), [`${evalId}-b-t1-s3`]);
+      assert.deepEqual(
+        episodes.filter((e) => e.error).map((e) => e.workflowId),
+        [`${evalId}-b-t1-s3`],
+      );
       const row = (m: string) => result.summary.rows.find((r) => r.mode === m)!;
       assert.deepEqual([row('a').n, row('a').successes, row('b').n, row('b').successes, row('b').errors], [6, 6, 6, 5, 1]);
 
@@ -188,13 +213,13 @@ describe('evaluate', { timeout: 90_000 }, () => {
       const seeds = Array.from({ length: 1000 }, (_, i) => i);
       const tasks = Array.from({ length: 101 }, (_, i) => `t${i}`);
       const input = evaluateInput(q, evalId, { modes: [mode('a', 'openai')], tasks, seeds, parallelism: 2 });
-      await assert.rejects(
-        env.client.workflow.execute('evaluate', { taskQueue: q.control, workflowId: evalId, args: [input] }),
-        (err: Error & { cause?: Error }) => {
-          assert.match(err.cause?.message ?? '', /modes × tasks × seeds = 1 × 101 × 1000 = 101000 episodes, more than one evaluation runs \(100000\): use fewer seeds, tasks or modes/);
-          return true;
-        },
-      );
+      await assert.rejects(env.client.workflow.execute('evaluate', { taskQueue: q.control, workflowId: evalId, args: [input] }), (err: Error & { cause?: Error }) => {
+        assert.match(
+          err.cause?.message ?? '',
+          /modes × tasks × seeds = 1 × 101 × 1000 = 101000 episodes, more than one evaluation runs \(100000\): use fewer seeds, tasks or modes/,
+        );
+        return true;
+      });
       assert.equal(browser.starts.length, 0);
     });
   });

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
-import type { TrainResult } from '../../workflows/train-grpo';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
-import { continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { continueAsNewChain, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 import { resumeSignal, statusQuery, stopSignal } from '../../workflows/messages';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
@@ -55,7 +55,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
         workflowId: runId,
         args: [{ config: grpoConfig(q, runId, 3) }],
       });
-      const result = (await handle.result()) as TrainResult;
+      const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 3, adapterVersion: 3, stoppedEarly: false });
       assert.deepEqual(
         learner.updates.map((u) => [u.kind, u.run_id, u.version]),
@@ -73,7 +73,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
       // The sampler's tokens travel as blob references: the learner is asked to store them, nothing is inline.
       assert.ok(learner.samples.every((s) => s.storeTokens));
       const tokens = control.trajectories.flatMap((t) => t.tokens);
-      assert.ok(tokens.length > 0 && tokens.every((t) => t !== null && t.startsWith('sha256:')), `trajectory tokens: ${tokens.join(', ')}`);
+      assert.ok(tokens.length > 0 && tokens.every((t) => t?.startsWith('sha256:')), `trajectory tokens: ${tokens.join(', ')}`);
       assert.deepEqual(control.grpoMetrics, [1, 2, 3]);
       assert.deepEqual(
         control.grpoBatches.map((b) => [b.iteration, b.trajectories]),
@@ -84,6 +84,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
         ],
       );
       assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'ContinuedAsNew', 'Completed']);
+      await recordHistories(env, runId, handle.firstExecutionRunId, 'engine');
     });
   });
 
@@ -102,7 +103,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
       assert.equal(learner.samples.length, 4, "iteration 2's rollouts did not run during the update on iteration 1");
       assert.deepEqual(control.grpoMetrics, [], 'no metrics before the first update completes');
       learner.updateHolds.release(1);
-      const result = (await handle.result()) as TrainResult;
+      const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 4, adapterVersion: 4, stoppedEarly: false });
       assert.deepEqual(
         learner.updates.map((u) => u.version),
@@ -149,7 +150,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
       await learner.updateHolds.reached(1);
       await handle.signal(stopSignal);
       learner.updateHolds.release(1);
-      const result = (await handle.result()) as TrainResult;
+      const result = (await handle.result()) as TrainingResult;
       // Iteration 2's rollouts ran beside update 1; the stop ends the run after learning from them.
       assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
       assert.deepEqual(
@@ -163,7 +164,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'grpo-pause', {}, async (w) => {
       const { control, learner } = w;
-      const s = await pauseResumeStopTraining<TrainResult>(env, w, 'trainGrpo', grpoConfig(w.q, w.runId, 3), () => learner.samples.length + learner.updates.length);
+      const s = await pauseResumeStopTraining<TrainingResult>(env, w, 'trainGrpo', grpoConfig(w.q, w.runId, 3), () => learner.samples.length + learner.updates.length);
       assert.equal(s.afterResume.iteration, 2);
       assert.deepEqual(
         learner.samples.map((s) => s.version),
@@ -176,7 +177,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
   test('a failed episode is counted and left out of the batch; the run goes on', async () => {
     await withFakeWorkers(env, 'grpo-fail1', { browser: failingEpisodes('-it1-ep3') }, async ({ q, runId, control }) => {
       const cfg = grpoConfig(q, runId, 2, { episodesPerIteration: 2 }); // 2 tasks × N=2: 4 episodes per iteration
-      const result = (await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] })) as TrainResult;
+      const result = (await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] })) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
       assert.deepEqual(
         control.grpoBatches.map((b) => [b.iteration, b.trajectories]),
@@ -228,7 +229,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
       assert.deepEqual([st.paused, control.diskChecks.length, browser.starts.length], [true, 2, 0]);
       control.freeDiskBytes = 50 * 2 ** 30;
       await handle.signal(resumeSignal);
-      const result = (await handle.result()) as TrainResult;
+      const result = (await handle.result()) as TrainingResult;
       assert.deepEqual([result.iterations, result.stoppedEarly], [1, false]);
       assert.equal(learner.updates.length, 1);
       assert.equal(control.diskChecks.length, 3);
@@ -241,8 +242,10 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
     test(`train.evalEverySteps: held-out evaluation after the iterations that pass a multiple of K steps (maxStaleness ${maxStaleness})`, async () => {
       await withFakeWorkers(env, `grpo-evalsteps${maxStaleness}`, {}, async ({ q, runId, control }) => {
         const cfg = grpoConfig(q, runId, 4, { evalEverySteps: 3, heldOutTasks: ['click-link'], maxStaleness });
-        const result = (await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] })) as TrainResult;
+        const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
+        const result = (await handle.result()) as TrainingResult;
         assert.equal(result.iterations, 4);
+        if (maxStaleness === 1) await recordHistories(env, runId, handle.firstExecutionRunId, 'engine-pipelined-eval');
         assert.deepEqual(
           control.grpoMetricLines.map((l) => (l.eval as { episodes: number } | undefined)?.episodes ?? 0),
           [0, 1, 1, 0],

@@ -2,10 +2,10 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Action } from '../../lib/actions';
-import type { TrainMctsResult } from '../../workflows/train-mcts';
+import type { TrainingResult } from '../../workflows/train-engine';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
-import { childWorkflows, continueAsNewChain, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { chainChildWorkflows, childWorkflows, continueAsNewChain, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
 // iteration per workflow run, searches that continue as new from a stored tree, and pause, resume, stop.
@@ -19,7 +19,7 @@ after(async () => {
 });
 
 /** The one place an MCTS run's config is written. */
-function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAsNewEvery = 10) {
+function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAsNewEvery = 10, mcts: Record<string, unknown> = {}) {
   return {
     temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
     policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
@@ -34,6 +34,7 @@ function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAs
       maxDepth: 2,
       continueAsNewEvery,
       critic: { backend: 'none' },
+      ...mcts,
     },
   };
 }
@@ -49,7 +50,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
         workflowId: runId,
         args: [{ config: mctsConfig(q, runId, 2, 1) }],
       });
-      const result = (await handle.result()) as TrainMctsResult;
+      const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
       assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'Completed']);
       assert.deepEqual(
@@ -77,10 +78,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
         browser.starts.map((s) => s.replay.length),
         [0, 0, 0, 0],
       );
-      assert.deepEqual(
-        browser.steps.map((s) => (s.action.type === 'click' ? s.action.x : -1)).sort(),
-        [100, 100, 200, 200],
-      );
+      assert.deepEqual(browser.steps.map((s) => (s.action.type === 'click' ? s.action.x : -1)).sort(), [100, 100, 200, 200]);
       // continueAsNewEvery 1: the first iteration's search ran its second simulation in a new run, from the snapshot.
       const [search] = await childWorkflows(env, runId, handle.firstExecutionRunId);
       assert.equal(search.workflowId, `${runId}-it1-click-button`);
@@ -91,7 +89,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
       const { browser, control, learner } = w;
-      await pauseResumeStopTraining<TrainMctsResult>(env, w, 'trainMcts', mctsConfig(w.q, w.runId, 3), () => browser.starts.length + browser.resets.length + learner.samples.length);
+      await pauseResumeStopTraining<TrainingResult>(env, w, 'trainMcts', mctsConfig(w.q, w.runId, 3), () => browser.starts.length + browser.resets.length + learner.samples.length);
       assert.deepEqual(
         control.mctsMetrics.map((m) => m.iteration),
         [1, 2],
@@ -100,6 +98,41 @@ describe('trainMcts', { timeout: 90_000 }, () => {
       // its second one takes as it is: two sessions per search, nothing reset.
       assert.deepEqual([browser.starts.length, browser.resets.length], [4, 0], 'two searches of two simulations: no third iteration started');
       assert.deepEqual([...browser.closes].sort(), browser.starts.map((s) => s.sessionId).sort(), 'every session closed once when its search ended');
+    });
+  });
+
+  test('on the training engine: pipelined (maxStaleness 1) and evaluated on held-out tasks and seeds, one metrics row per iteration', async () => {
+    await withFakeWorkers(env, 'mcts-engine', { browser: { step: succeedsAt100 } }, async ({ q, runId, control, learner }) => {
+      const cfg = mctsConfig(q, runId, 2, 10, { maxStaleness: 1, evalEvery: 1, heldOutTasks: ['click-link'], evalSeeds: [3, 4] });
+      const handle = await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
+      const result = (await handle.result()) as TrainingResult;
+      assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      // Iteration 2's search ran while the update on iteration 1 wrote v1: both searched with v0.
+      assert.deepEqual(
+        learner.samples.filter((s) => s.n === 2).map((s) => s.version),
+        [0, 0],
+      );
+      assert.deepEqual(
+        learner.updates.map((u) => [u.kind, u.version]),
+        [
+          ['dpo', 1],
+          ['dpo', 2],
+        ],
+      );
+      // The same row as GRPO's: held-out evaluation (1 task × 2 seeds) and staleness, the MCTS keys in their section.
+      assert.deepEqual(
+        control.grpoMetricLines.map((l) => [l.algorithm, (l.eval as { episodes: number }).episodes, l.staleness, (l.mcts as { pairs: number }).pairs]),
+        [
+          ['mcts', 2, 0, 1],
+          ['mcts', 2, 1, 1],
+        ],
+      );
+      const children = (await chainChildWorkflows(env, runId, handle.firstExecutionRunId)).map((c) => c.workflowId);
+      assert.deepEqual(
+        children.filter((id) => id.includes('-eval')),
+        [`${runId}-it1-eval0`, `${runId}-it1-eval1`, `${runId}-it2-eval0`, `${runId}-it2-eval1`],
+      );
+      await recordHistories(env, runId, handle.firstExecutionRunId, 'engine-pipelined-eval');
     });
   });
 });

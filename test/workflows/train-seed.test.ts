@@ -49,7 +49,11 @@ async function episodes(runId: string): Promise<string[]> {
 
 test('train.seed replaces the run id as the source of tasks and seeds', { timeout: 120_000 }, async () => {
   const played: Record<string, string[]> = {};
-  for (const [name, seed] of [['seed-a', 7], ['seed-b', 7], ['seed-c', undefined]] as const) {
+  for (const [name, seed] of [
+    ['seed-a', 7],
+    ['seed-b', 7],
+    ['seed-c', undefined],
+  ] as const) {
     await withFakeWorkers(env, name, {}, async ({ q, runId }) => {
       await env.client.workflow.execute('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: config(q, runId, seed) }] });
       played[name] = await episodes(runId);

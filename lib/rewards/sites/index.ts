@@ -16,6 +16,6 @@ export const SITE_MILESTONES: Readonly<Record<string, readonly MilestoneDetector
 
 /** The site's detectors in funnel order; [] for a site without milestones (or null). */
 export function milestonesFor(site: string | null | undefined): readonly MilestoneDetector[] {
-  if (typeof site !== 'string' || !Object.prototype.hasOwnProperty.call(SITE_MILESTONES, site)) return [];
+  if (typeof site !== 'string' || !Object.hasOwn(SITE_MILESTONES, site)) return [];
   return SITE_MILESTONES[site];
 }

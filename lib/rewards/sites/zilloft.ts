@@ -150,13 +150,17 @@ export const zilloftMilestones: MilestoneDetector[] = [
 
   // A listing's page: URL `/homedetails/<id>`, `/property/<id>`, `/homes/<id>` or ?zpid=, same in the router
   // state, or a "Request a tour" / "Contact agent" button; state: a tour request or agent contact.
-  defineDetector('listing_viewed', 'url /homedetails/<id>|/property/<id>|?zpid= (or router pathname), "Request a tour"/"Contact agent" button; state: tour request/contact', (view) => {
-    const url = pathEvidence(view, LISTING_PATH) ?? queryEvidence(view, LISTING_PARAM);
-    if (url) return url;
-    const rp = routerPath(view.state);
-    if (rp && LISTING_PATH.test(rp)) return `state: router.location.pathname ${oneLine(rp, 80)}`;
-    const b = findNode(view, (n) => (n.role === 'button' || n.role === 'link') && LISTING_BUTTON.test(n.name.trim()));
-    if (b) return describeNode(b);
-    return requestOrContact(view.state);
-  }),
+  defineDetector(
+    'listing_viewed',
+    'url /homedetails/<id>|/property/<id>|?zpid= (or router pathname), "Request a tour"/"Contact agent" button; state: tour request/contact',
+    (view) => {
+      const url = pathEvidence(view, LISTING_PATH) ?? queryEvidence(view, LISTING_PARAM);
+      if (url) return url;
+      const rp = routerPath(view.state);
+      if (rp && LISTING_PATH.test(rp)) return `state: router.location.pathname ${oneLine(rp, 80)}`;
+      const b = findNode(view, (n) => (n.role === 'button' || n.role === 'link') && LISTING_BUTTON.test(n.name.trim()));
+      if (b) return describeNode(b);
+      return requestOrContact(view.state);
+    },
+  ),
 ];

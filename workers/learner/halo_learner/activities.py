@@ -61,8 +61,9 @@ def last_frame(err: BaseException) -> str:
 def as_application_error(name: str, err: BaseException) -> ApplicationError:
     """Any exception the classification above does not know, as an ApplicationError the SDK can report."""
     what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    return ApplicationError(f"{name}: {what} (at {last_frame(err)})", type=type(err).__name__,
-                            non_retryable=isinstance(err, _DETERMINISTIC))
+    return ApplicationError(
+        f"{name}: {what} (at {last_frame(err)})", type=type(err).__name__, non_retryable=isinstance(err, _DETERMINISTIC)
+    )
 
 
 def _heartbeat(details: dict) -> None:
@@ -102,7 +103,9 @@ class LearnerActivities:
                     if tracked:
                         self.ledger.end()
         except ValidationError as e:
-            raise ApplicationError(_describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True) from None
+            raise ApplicationError(
+                _describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True
+            ) from None
         except PromptStructureError as e:
             raise ApplicationError(f"{name}: {e}", type="InvalidPrompt", non_retryable=True) from None
         except (InvalidBatch, BadBlobRef) as e:
@@ -112,8 +115,9 @@ class LearnerActivities:
         except AdapterDamaged as e:
             raise ApplicationError(f"{name}: {e}", type="AdapterDamaged", non_retryable=True) from None
         except ParentVersionMissing as e:
-            raise ApplicationError(f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing",
-                                   non_retryable=True) from None
+            raise ApplicationError(
+                f"{name}: {e}; versions must be applied in order", type="ParentVersionMissing", non_retryable=True
+            ) from None
         except StaleVersion as e:
             raise ApplicationError(f"{name}: {e}", type="StaleVersion", non_retryable=True) from None
         except ModelMismatch as e:
@@ -122,8 +126,9 @@ class LearnerActivities:
             raise ApplicationError(f"{name}: {e}", type="UnsupportedAttention", non_retryable=True) from None
         except FloatingPointError as e:
             # The same batch gives the same non-finite gradient on every attempt: retrying cannot help.
-            raise ApplicationError(f"{name}: {e}; lower the learning rate or check the batch", type="NonFiniteGradient",
-                                   non_retryable=True) from None
+            raise ApplicationError(
+                f"{name}: {e}; lower the learning rate or check the batch", type="NonFiniteGradient", non_retryable=True
+            ) from None
         except torch.OutOfMemoryError as e:
             self.learner.resident = None
             failed_at = self.learner.planned[1] if self.learner.planned else None
@@ -135,12 +140,18 @@ class LearnerActivities:
                 raise ApplicationError(
                     f"{name}: out of GPU memory with one completion per chunk ({first}); lower policy.maxTokens, "
                     "give the learner more memory (HALO_LEARNER_MEMORY_GB, vLLM's --gpu-memory-utilization) or a GPU "
-                    "of its own", type="OutOfMemory", non_retryable=True) from None
+                    "of its own",
+                    type="OutOfMemory",
+                    non_retryable=True,
+                ) from None
             if nxt is not None:
                 _heartbeat({"phase": name, "oom_at_micro_batch": failed_at, "next_micro_batch": nxt})
-            raise ApplicationError(f"{name}: out of GPU memory ({first}); the retry runs "
-                                   f"{'micro-batch ' + str(nxt) if nxt else 'the same batch again'}",
-                                   type="OutOfMemory", non_retryable=False) from None
+            raise ApplicationError(
+                f"{name}: out of GPU memory ({first}); the retry runs "
+                f"{'micro-batch ' + str(nxt) if nxt else 'the same batch again'}",
+                type="OutOfMemory",
+                non_retryable=False,
+            ) from None
 
     @activity.defn(name="update_policy")
     def update_policy(self, raw: dict) -> dict:

@@ -174,8 +174,9 @@ def ensure_whole(path: Path, run_id: str, version: int, root: Path | None = None
         return path
     store = store if store is not None else remote_store()
     if store is not None and store.exists(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)):
-        log.warning("adapter %s/v%d at %s is damaged (%s): fetching it again from %s", run_id, version, path, why,
-                    store.where())
+        log.warning(
+            "adapter %s/v%d at %s is damaged (%s): fetching it again from %s", run_id, version, path, why, store.where()
+        )
         aside = path.with_name(f"{_temp_prefix(version)}damaged-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(path, aside)
         shutil.rmtree(aside, ignore_errors=True)
@@ -185,7 +186,8 @@ def ensure_whole(path: Path, run_id: str, version: int, root: Path | None = None
             return path
     raise AdapterDamaged(
         f"adapter {run_id}/v{version} at {path} is damaged: {why} (a write torn by a crash or power cut?). "
-        f"It is treated as missing: move {path} away, then train that version again (or restore it from a copy)")
+        f"It is treated as missing: move {path} away, then train that version again (or restore it from a copy)"
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -214,8 +216,17 @@ def _optimizer_tensors(policy, optimizer) -> tuple[dict[str, torch.Tensor], int]
     return tensors, step
 
 
-def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind: str, metrics: dict,
-                 root: Path | None = None, batch_ref: str | None = None) -> tuple[Path, bool]:
+def save_version(
+    policy,
+    optimizer,
+    run_id: str,
+    version: int,
+    parent: int,
+    kind: str,
+    metrics: dict,
+    root: Path | None = None,
+    batch_ref: str | None = None,
+) -> tuple[Path, bool]:
     """Write v<version> atomically. Returns (path, reused): reused when another writer got there first."""
     final = version_dir(run_id, version, root)
     if final.exists() or fetch_version(run_id, version, root) is not None:
@@ -224,9 +235,12 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
     remove_stale_temps(final.parent, version)
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(version) + f"{os.getpid()}-", dir=final.parent))
     try:
-        weights = {k: v.detach().contiguous().cpu() for k, v in
-                   get_peft_model_state_dict(policy.model, adapter_name=ADAPTER_NAME,
-                                             save_embedding_layers=False).items()}
+        weights = {
+            k: v.detach().contiguous().cpu()
+            for k, v in get_peft_model_state_dict(
+                policy.model, adapter_name=ADAPTER_NAME, save_embedding_layers=False
+            ).items()
+        }
         save_file(weights, tmp / ADAPTER_FILE, metadata={"format": "pt"})
         cfg = policy.model.peft_config[ADAPTER_NAME]
         cfg.base_model_name_or_path = policy.model_id
@@ -234,8 +248,12 @@ def save_version(policy, optimizer, run_id: str, version: int, parent: int, kind
         opt, step = _optimizer_tensors(policy, optimizer)
         save_file(opt, tmp / OPTIMIZER_FILE, metadata={"step": str(step)})
         manifest = {
-            "run_id": run_id, "version": version, "parent_version": parent, "kind": kind,
-            "base_model": policy.model_id, "batch_ref": batch_ref,
+            "run_id": run_id,
+            "version": version,
+            "parent_version": parent,
+            "kind": kind,
+            "base_model": policy.model_id,
+            "batch_ref": batch_ref,
             "lora": {"r": cfg.r, "lora_alpha": cfg.lora_alpha, "target_modules": sorted(cfg.target_modules)},
             "optimizer_step": step,
             "files": {f.name: _sha256(f) for f in sorted(tmp.iterdir())},
@@ -278,8 +296,9 @@ def remove_stale_temps(run_dir: Path, version: int, older_than_s: float = 0.0) -
             shutil.rmtree(p, ignore_errors=True)
 
 
-def load_version(policy, optimizer, run_id: str, version: int, root: Path | None = None,
-                 with_optimizer: bool = True) -> None:
+def load_version(
+    policy, optimizer, run_id: str, version: int, root: Path | None = None, with_optimizer: bool = True
+) -> None:
     """Copy v<version>'s LoRA weights (and optimiser moments) into the resident model."""
     path = version_dir(run_id, version, root)
     if not path.exists():
@@ -354,8 +373,10 @@ def publish_version(path: Path, run_id: str, version: int, store=None) -> bool:
     if not store.exists(mkey):
         why = damage(path)
         if why is not None:  # never publish a torn file under its manifest's sha256
-            raise AdapterDamaged(f"adapter {run_id}/v{version} at {path} is damaged ({why}): not published to "
-                                 f"{store.where()}; move it away and train that version again")
+            raise AdapterDamaged(
+                f"adapter {run_id}/v{version} at {path} is damaged ({why}): not published to "
+                f"{store.where()}; move it away and train that version again"
+            )
         for name, sha in files.items():
             key = _remote_file_key(store, run_id, version, name, sha)
             if not store.exists(key):
@@ -374,7 +395,9 @@ def publish_version(path: Path, run_id: str, version: int, store=None) -> bool:
     os.rename(path, aside)
     shutil.rmtree(aside, ignore_errors=True)
     if fetch_version(run_id, version, path.parent.parent, store) is None:
-        raise RuntimeError(f"adapter {run_id}/v{version}: the committed manifest in {store.where()} could not be fetched")
+        raise RuntimeError(
+            f"adapter {run_id}/v{version}: the committed manifest in {store.where()} could not be fetched"
+        )
     return False
 
 

@@ -61,8 +61,16 @@ def _sequence_logprobs(policy, prompt: EncodedPrompt, seqs: list[list[int]]) -> 
     return (lp * mask).sum(dim=1)
 
 
-def dpo_step(policy, optimizer, samples: list[DpoSample], *, beta: float, max_grad_norm: float,
-             pairs_per_chunk: int = 4, on_progress: Callable[[], None] | None = None) -> DpoStats:
+def dpo_step(
+    policy,
+    optimizer,
+    samples: list[DpoSample],
+    *,
+    beta: float,
+    max_grad_norm: float,
+    pairs_per_chunk: int = 4,
+    on_progress: Callable[[], None] | None = None,
+) -> DpoStats:
     t0 = time.monotonic()
     n = len(samples)
     chunks: list[list[int]] = []
@@ -70,7 +78,7 @@ def dpo_step(policy, optimizer, samples: list[DpoSample], *, beta: float, max_gr
     for i, s in enumerate(samples):
         groups.setdefault(s.prompt_key, []).append(i)
     for idx in groups.values():
-        chunks += [idx[k:k + pairs_per_chunk] for k in range(0, len(idx), pairs_per_chunk)]
+        chunks += [idx[k : k + pairs_per_chunk] for k in range(0, len(idx), pairs_per_chunk)]
 
     optimizer.zero_grad(set_to_none=True)
     total, margins = 0.0, []
@@ -89,6 +97,12 @@ def dpo_step(policy, optimizer, samples: list[DpoSample], *, beta: float, max_gr
             on_progress()
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     tokens = sum(len(s.chosen) + len(s.rejected) for s in samples)
-    return DpoStats(loss=total, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0,
-                    reward_margin=sum(margins) / n, accuracy=sum(z > 0 for z in margins) / n,
-                    logged_refs_ignored=sum(s.ref_chosen is not None for s in samples))
+    return DpoStats(
+        loss=total,
+        grad_norm=grad_norm,
+        tokens=tokens,
+        seconds=time.monotonic() - t0,
+        reward_margin=sum(margins) / n,
+        accuracy=sum(z > 0 for z in margins) / n,
+        logged_refs_ignored=sum(s.ref_chosen is not None for s in samples),
+    )

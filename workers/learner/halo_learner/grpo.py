@@ -49,8 +49,9 @@ from .logprobs import PackedLayout, pad_completions, packed_group_logprobs, pack
 from .prompts import EncodedPrompt
 
 
-def dr_grpo_token_loss(logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float,
-                       weight_cap: float | None = None) -> torch.Tensor:
+def dr_grpo_token_loss(
+    logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float, weight_cap: float | None = None
+) -> torch.Tensor:
     """Per-token loss; all tensors broadcast to (rows, tokens), `adv` is (rows, 1).
 
     `weight_cap` set: the decoupled objective (ratio to the proximal policy, importance weight to the sampler's).
@@ -168,13 +169,19 @@ def _row_table(samples: list[GrpoSample], L: int, device):
 def _chunks(samples: list[GrpoSample], chunk: int, prefix_sharing: bool) -> list[list[int]]:
     """Row lists processed together: within one prompt group when sharing, else consecutive rows."""
     if prefix_sharing:
-        return [idx[s:s + chunk] for idx in _groups(samples).values() for s in range(0, len(idx), chunk)]
+        return [idx[s : s + chunk] for idx in _groups(samples).values() for s in range(0, len(idx), chunk)]
     return [list(range(s, min(len(samples), s + chunk))) for s in range(0, len(samples), chunk)]
 
 
-def reference_logprobs(policy, samples: list[GrpoSample], temperature: float, chunk: int,
-                       prefix_sharing: bool = True, on_progress: Callable[[], None] | None = None,
-                       layouts: dict[int, PackedLayout] | None = None) -> torch.Tensor:
+def reference_logprobs(
+    policy,
+    samples: list[GrpoSample],
+    temperature: float,
+    chunk: int,
+    prefix_sharing: bool = True,
+    on_progress: Callable[[], None] | None = None,
+    layouts: dict[int, PackedLayout] | None = None,
+) -> torch.Tensor:
     """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient.
 
     With prefix sharing each chunk of a group is one packed sequence (prompt once, completions after it).
@@ -241,11 +248,21 @@ class LoraWorkingCopy:
             p.grad = a
 
 
-def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float, temperature: float,
-                  max_completion_len: int | None, micro_batch: int = 8, prefix_sharing: bool = True,
-                  on_progress: Callable[[], None] | None = None,
-                  ratios: RatioStats | None = None, token_stats: TokenStats | None = None,
-                  weight_cap: float | None = None) -> tuple[float, int]:
+def grpo_backward(
+    policy,
+    samples: list[GrpoSample],
+    *,
+    clip_eps: float,
+    kl_coef: float,
+    temperature: float,
+    max_completion_len: int | None,
+    micro_batch: int = 8,
+    prefix_sharing: bool = True,
+    on_progress: Callable[[], None] | None = None,
+    ratios: RatioStats | None = None,
+    token_stats: TokenStats | None = None,
+    weight_cap: float | None = None,
+) -> tuple[float, int]:
     """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens); `ratios` collects ratio stats.
 
     prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
@@ -266,8 +283,11 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
             layouts[rows[0]] = packed_layout(policy, samples[rows[0]].prompt, [samples[r].ids for r in rows])
             if on_progress:
                 on_progress()
-    ref = (reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts)
-           if kl_coef != 0 else None)
+    ref = (
+        reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts)
+        if kl_coef != 0
+        else None
+    )
     _, mask = pad_completions([s.ids for s in samples], 0, dev)
 
     def loss_fn(logp: torch.Tensor, rows: torch.Tensor, cols: slice) -> torch.Tensor:
@@ -291,12 +311,22 @@ def grpo_backward(policy, samples: list[GrpoSample], *, clip_eps: float, kl_coef
             rows = torch.tensor(rows_list, device=dev)
             masks = [samples[i].bitmask for i in rows_list]
             if prefix_sharing:
-                logp, _ = packed_group_logprobs(policy, samples[rows_list[0]].prompt,
-                                                [samples[i].ids for i in rows_list], temperature,
-                                                layouts[rows_list[0]], masks)
+                logp, _ = packed_group_logprobs(
+                    policy,
+                    samples[rows_list[0]].prompt,
+                    [samples[i].ids for i in rows_list],
+                    temperature,
+                    layouts[rows_list[0]],
+                    masks,
+                )
             else:
-                logp, _ = padded_logprobs(policy, [samples[i].prompt for i in rows_list],
-                                          [samples[i].ids for i in rows_list], temperature, masks)
+                logp, _ = padded_logprobs(
+                    policy,
+                    [samples[i].prompt for i in rows_list],
+                    [samples[i].ids for i in rows_list],
+                    temperature,
+                    masks,
+                )
             loss = loss_fn(logp, rows, slice(0, logp.shape[1]))
             loss.backward()
             total += float(loss.detach())
@@ -319,18 +349,46 @@ def apply_gradients(policy, optimizer, max_grad_norm: float) -> float:
     return grad_norm
 
 
-def grpo_step(policy, optimizer, samples: list[GrpoSample], *, clip_eps: float, kl_coef: float,
-              temperature: float, max_grad_norm: float, max_completion_len: int | None,
-              micro_batch: int = 8, prefix_sharing: bool = True,
-              on_progress: Callable[[], None] | None = None, weight_cap: float | None = None) -> GrpoStats:
+def grpo_step(
+    policy,
+    optimizer,
+    samples: list[GrpoSample],
+    *,
+    clip_eps: float,
+    kl_coef: float,
+    temperature: float,
+    max_grad_norm: float,
+    max_completion_len: int | None,
+    micro_batch: int = 8,
+    prefix_sharing: bool = True,
+    on_progress: Callable[[], None] | None = None,
+    weight_cap: float | None = None,
+) -> GrpoStats:
     t0 = time.monotonic()
     optimizer.zero_grad(set_to_none=True)
     ratios, token_stats = RatioStats(), TokenStats()
-    loss, tokens = grpo_backward(policy, samples, clip_eps=clip_eps, kl_coef=kl_coef, temperature=temperature,
-                                 max_completion_len=max_completion_len, micro_batch=micro_batch,
-                                 prefix_sharing=prefix_sharing, on_progress=on_progress, ratios=ratios,
-                                 token_stats=token_stats, weight_cap=weight_cap)
+    loss, tokens = grpo_backward(
+        policy,
+        samples,
+        clip_eps=clip_eps,
+        kl_coef=kl_coef,
+        temperature=temperature,
+        max_completion_len=max_completion_len,
+        micro_batch=micro_batch,
+        prefix_sharing=prefix_sharing,
+        on_progress=on_progress,
+        ratios=ratios,
+        token_stats=token_stats,
+        weight_cap=weight_cap,
+    )
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     denominator = dr_grpo_denominator(len(samples), max_completion_len, max(len(s.ids) for s in samples))
-    return GrpoStats(loss=loss, grad_norm=grad_norm, tokens=tokens, seconds=time.monotonic() - t0, ratios=ratios,
-                     token_stats=token_stats, denominator=denominator)
+    return GrpoStats(
+        loss=loss,
+        grad_norm=grad_norm,
+        tokens=tokens,
+        seconds=time.monotonic() - t0,
+        ratios=ratios,
+        token_stats=token_stats,
+        denominator=denominator,
+    )

@@ -129,9 +129,13 @@ async def _release(client: Client, path: Path, record: dict) -> str:
     what = f"{record.get('activity_type')} of {record.get('workflow_id')} (attempt {record.get('attempt')})"
     handle = client.get_async_activity_handle(task_token=base64.b64decode(record["task_token"]))
     try:
-        await handle.fail(ApplicationError(
-            f"the learner process {record['pid']} died during this attempt; its successor failed it so that the "
-            "retry starts now instead of after the heartbeat timeout", type="LearnerRestarted"))
+        await handle.fail(
+            ApplicationError(
+                f"the learner process {record['pid']} died during this attempt; its successor failed it so that the "
+                "retry starts now instead of after the heartbeat timeout",
+                type="LearnerRestarted",
+            )
+        )
         line = f"failed the attempt a dead learner left running: {what}; Temporal retries it now"
     except RPCError as e:
         if e.status != RPCStatusCode.NOT_FOUND:

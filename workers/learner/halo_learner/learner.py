@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from . import adapters, retention
 from .adapters import check_model
@@ -33,8 +33,17 @@ from .logprobs import check_block_mask_attention, compile_packed_layers
 from .memory import MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
 from .models import Policy, load_policy
 from .payloads import (
-    DpoBatch, GrpoBatch, SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdateDpoOutput,
-    UpdatePolicyInput, UpdatePolicyOutput, Completion, Prompt,
+    DpoBatch,
+    GrpoBatch,
+    SampleActionsInput,
+    SampleActionsOutput,
+    SampledTokens,
+    UpdateDpoInput,
+    UpdateDpoOutput,
+    UpdatePolicyInput,
+    UpdatePolicyOutput,
+    Completion,
+    Prompt,
 )
 from .prompts import PromptCache, completion_ids_from_text, encode_prompt, prompt_key
 from .sampling import sample, stop_ids
@@ -68,8 +77,14 @@ class Settings:
 
 
 class Learner:
-    def __init__(self, policy: Policy, blobs: BlobStore | None = None, checkpoints: Path | None = None,
-                 settings: Settings | None = None, oom_hints: OomHints | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        blobs: BlobStore | None = None,
+        checkpoints: Path | None = None,
+        settings: Settings | None = None,
+        oom_hints: OomHints | None = None,
+    ):
         self.policy = policy
         self.blobs = blobs or BlobStore()
         self.checkpoints = checkpoints
@@ -126,16 +141,31 @@ class Learner:
 
     def _reused(self, path: Path) -> dict:
         m = adapters.read_manifest(path)["metrics"]
-        return dict(adapter_path=str(path), loss=m.get("loss", 0.0), grad_norm=m.get("grad_norm", 0.0),
-                    tokens=m.get("tokens", 0), seconds=0.0, reused=True)
+        return dict(
+            adapter_path=str(path),
+            loss=m.get("loss", 0.0),
+            grad_norm=m.get("grad_norm", 0.0),
+            tokens=m.get("tokens", 0),
+            seconds=0.0,
+            reused=True,
+        )
 
     def _set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
     def _commit(self, run_id: str, version: int, kind: str, metrics: dict, batch_ref: str) -> tuple[Path, bool]:
-        path, reused = adapters.save_version(self.policy, self.optimizer, run_id, version, version - 1, kind,
-                                             metrics, self.checkpoints, batch_ref=batch_ref)
+        path, reused = adapters.save_version(
+            self.policy,
+            self.optimizer,
+            run_id,
+            version,
+            version - 1,
+            kind,
+            metrics,
+            self.checkpoints,
+            batch_ref=batch_ref,
+        )
         self.resident = (run_id, version) if not reused else None
         self.optimizer_synced = not reused
         self.planned = None
@@ -172,12 +202,21 @@ class Learner:
             shape = list(groups.values())
         else:
             shape = [(len(s.prompt), [len(s.ids)]) for s in samples]
-        plan = plan_micro_batch(shape, self._cap(batch_ref, self.settings.micro_batch),
-                                budget_bytes(self.policy.device), MemoryModel.from_policy(self.policy, packed), packed)
+        plan = plan_micro_batch(
+            shape,
+            self._cap(batch_ref, self.settings.micro_batch),
+            budget_bytes(self.policy.device),
+            MemoryModel.from_policy(self.policy, packed),
+            packed,
+        )
         if not plan.fits:
-            log.warning("batch %s: even one completion per chunk is estimated at %.1f GiB, over the %.1f GiB budget "
-                        "(HALO_LEARNER_MEMORY_GB); trying anyway", batch_ref, plan.peak_bytes / 2**30,
-                        (plan.budget_bytes or 0) / 2**30)
+            log.warning(
+                "batch %s: even one completion per chunk is estimated at %.1f GiB, over the %.1f GiB budget "
+                "(HALO_LEARNER_MEMORY_GB); trying anyway",
+                batch_ref,
+                plan.peak_bytes / 2**30,
+                (plan.budget_bytes or 0) / 2**30,
+            )
         self.planned = (batch_ref, plan.micro_batch)
         return plan
 
@@ -188,16 +227,21 @@ class Learner:
         check_model(inp.base_model, self.policy.model_id, f"update_policy {inp.run_id}/v{inp.version}")
         m = self._existing(inp.run_id, inp.version, inp.batch_ref)
         if m is not None:
-            return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version,
-                                      **self._reused(self._vdir(inp.run_id, inp.version)),
-                                      retokenized=m.get("retokenized", 0),
-                                      token_mismatch_rate=m.get("token_mismatch_rate", 0.0),
-                                      **{k: m.get(k) for k in GRPO_STAT_KEYS})
+            return UpdatePolicyOutput(
+                run_id=inp.run_id,
+                version=inp.version,
+                **self._reused(self._vdir(inp.run_id, inp.version)),
+                retokenized=m.get("retokenized", 0),
+                token_mismatch_rate=m.get("token_mismatch_rate", 0.0),
+                **{k: m.get(k) for k in GRPO_STAT_KEYS},
+            )
         batch = GrpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
         if batch.max_completion_len is None:
-            log.warning("batch %s has no max_completion_len: dr_grpo divides by B x its longest completion, which "
-                        "changes from batch to batch; write the run's policy.maxTokens into the batch",
-                        inp.batch_ref)
+            log.warning(
+                "batch %s has no max_completion_len: dr_grpo divides by B x its longest completion, which "
+                "changes from batch to batch; write the run's policy.maxTokens into the batch",
+                inp.batch_ref,
+            )
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
         # Encoding a large batch's screenshots takes seconds before the first chunk: heartbeat through it too.
         preparing = (lambda: progress({"phase": "update_policy", "stage": "prepare"})) if progress else None
@@ -207,52 +251,95 @@ class Learner:
         self.resident = None  # weights are about to change; unknown until committed
         self._set_lr(hp.learning_rate)
         stats = grpo_step(
-            self.policy, self.optimizer, samples, clip_eps=hp.clip_epsilon, kl_coef=hp.kl_coef,
-            temperature=hp.temperature, max_grad_norm=hp.max_grad_norm, max_completion_len=batch.max_completion_len,
-            micro_batch=plan.micro_batch, prefix_sharing=self.settings.prefix_sharing, on_progress=beat,
+            self.policy,
+            self.optimizer,
+            samples,
+            clip_eps=hp.clip_epsilon,
+            kl_coef=hp.kl_coef,
+            temperature=hp.temperature,
+            max_grad_norm=hp.max_grad_norm,
+            max_completion_len=batch.max_completion_len,
+            micro_batch=plan.micro_batch,
+            prefix_sharing=self.settings.prefix_sharing,
+            on_progress=beat,
             weight_cap=hp.stale_weight_cap,
         )
         ratios, ts = stats.ratios, stats.token_stats
-        update_stats = dict(kl=ts.kl, clip_fraction=ratios.clip_fraction if ratios.tokens else None,
-                            mean_ratio=ratios.mean_ratio, ratio_tokens=ratios.tokens, entropy=ts.entropy,
-                            denominator=stats.denominator, micro_batch=plan.micro_batch)
-        metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
-                       items=len(samples), retokenized=retok,
-                       token_mismatch_rate=(mismatched / retok) if retok else 0.0,
-                       max_abs_log_ratio=ratios.max_abs_log_ratio, **update_stats,
-                       estimated_peak_gib=plan.peak_bytes / 2**30, hyperparameters=hp.model_dump())
+        update_stats = dict(
+            kl=ts.kl,
+            clip_fraction=ratios.clip_fraction if ratios.tokens else None,
+            mean_ratio=ratios.mean_ratio,
+            ratio_tokens=ratios.tokens,
+            entropy=ts.entropy,
+            denominator=stats.denominator,
+            micro_batch=plan.micro_batch,
+        )
+        metrics = dict(
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            tokens=stats.tokens,
+            seconds=stats.seconds,
+            items=len(samples),
+            retokenized=retok,
+            token_mismatch_rate=(mismatched / retok) if retok else 0.0,
+            max_abs_log_ratio=ratios.max_abs_log_ratio,
+            **update_stats,
+            estimated_peak_gib=plan.peak_bytes / 2**30,
+            hyperparameters=hp.model_dump(),
+        )
         path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics, inp.batch_ref)
         if reused:  # another learner wrote this version meanwhile; its weights are the truth
             return self.update_policy(inp, progress)
-        log.info("update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
-                 "%d tokens with sampler log-probs, %.3f clipped, micro-batch %d) in %.2fs", inp.run_id, inp.version,
-                 stats.loss, stats.grad_norm, stats.tokens, ts.kl, ts.entropy or 0.0, retok, ratios.tokens,
-                 ratios.clip_fraction, plan.micro_batch, stats.seconds)
-        return UpdatePolicyOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
-                                  grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
-                                  reused=False, retokenized=retok, token_mismatch_rate=metrics["token_mismatch_rate"],
-                                  **update_stats)
+        log.info(
+            "update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
+            "%d tokens with sampler log-probs, %.3f clipped, micro-batch %d) in %.2fs",
+            inp.run_id,
+            inp.version,
+            stats.loss,
+            stats.grad_norm,
+            stats.tokens,
+            ts.kl,
+            ts.entropy or 0.0,
+            retok,
+            ratios.tokens,
+            ratios.clip_fraction,
+            plan.micro_batch,
+            stats.seconds,
+        )
+        return UpdatePolicyOutput(
+            run_id=inp.run_id,
+            version=inp.version,
+            adapter_path=str(path),
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            tokens=stats.tokens,
+            seconds=stats.seconds,
+            reused=False,
+            retokenized=retok,
+            token_mismatch_rate=metrics["token_mismatch_rate"],
+            **update_stats,
+        )
 
-    def _grpo_samples(self, batch: GrpoBatch, on_item: Callable[[], None] | None = None) -> tuple[list[GrpoSample], int, int]:
+    def _grpo_samples(
+        self, batch: GrpoBatch, on_item: Callable[[], None] | None = None
+    ) -> tuple[list[GrpoSample], int, int]:
         prompts = PromptCache(self.policy.processor, self.blobs)
         tok = self.policy.tokenizer
         vocab = len(tok)
         samples, retok, mismatched = [], 0, 0
         for i, it in enumerate(batch.items):
             prompt = prompts.get(it.prompt)
-            old = it.old_logprobs
-            if it.completion_token_ids is not None:
-                ids = list(it.completion_token_ids)
-                if max(ids) >= vocab or min(ids) < 0:
-                    raise InvalidBatch(f"items[{i}].completion_token_ids has ids outside the vocabulary (0..{vocab - 1})")
+            if it.tokens_ref is not None:
+                sampled = self._sampled_tokens(it.tokens_ref, f"items[{i}].tokens_ref")
+                ids, old = list(sampled.token_ids), sampled.logprobs
+                if max(ids) >= vocab:
+                    raise InvalidBatch(
+                        f"items[{i}].tokens_ref {it.tokens_ref} has ids outside the vocabulary (0..{vocab - 1})"
+                    )
             else:
                 r = completion_ids_from_text(tok, prompt.text, it.completion, end_of_turn=it.finish_reason != "length")
-                ids, retok = r.ids, retok + 1
-                # Sampler log-probs can only be paired with tokens when the counts agree.
-                bad = r.mismatch or (old is not None and len(old) != len(ids))
-                mismatched += bad
-                if bad:
-                    old = None
+                ids, old, retok = r.ids, None, retok + 1
+                mismatched += r.mismatch
             if batch.max_completion_len is not None and len(ids) > batch.max_completion_len:
                 ids = ids[: batch.max_completion_len]
                 old = old[: batch.max_completion_len] if old is not None else None
@@ -260,11 +347,30 @@ class Learner:
                 bitmask = self.grammars.completion_bitmask(it.grammar_ref, ids) if it.grammar_ref else None
             except ValueError as e:
                 raise InvalidBatch(f"items[{i}]: {e}") from e
-            samples.append(GrpoSample(prompt=prompt, prompt_key=prompt_key(it.prompt), ids=ids,
-                                      advantage=it.advantage, old_logprobs=old, bitmask=bitmask))
+            samples.append(
+                GrpoSample(
+                    prompt=prompt,
+                    prompt_key=prompt_key(it.prompt),
+                    ids=ids,
+                    advantage=it.advantage,
+                    old_logprobs=old,
+                    bitmask=bitmask,
+                )
+            )
             if on_item:
                 on_item()
         return samples, retok, mismatched
+
+    def _sampled_tokens(self, ref: str, where: str) -> SampledTokens:
+        """The sampler's tokens behind a reference, checked (ids non-empty, one log-prob per id); a missing blob is
+        BlobNotFound, one that breaks the schema an InvalidBatch naming the item."""
+        raw = self.blobs.get(ref)
+        try:
+            return SampledTokens.model_validate_json(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(x) for x in first["loc"]) or "(root)"
+            raise InvalidBatch(f"{where}: {ref} is not the sampler's tokens: {field}: {first['msg']}") from None
 
     # ---- update_dpo ------------------------------------------------------------------------------
 
@@ -273,9 +379,13 @@ class Learner:
         check_model(inp.base_model, self.policy.model_id, f"update_dpo {inp.run_id}/v{inp.version}")
         m = self._existing(inp.run_id, inp.version, inp.batch_ref)
         if m is not None:
-            return UpdateDpoOutput(run_id=inp.run_id, version=inp.version,
-                                   **self._reused(self._vdir(inp.run_id, inp.version)),
-                                   reward_margin=m.get("reward_margin", 0.0), accuracy=m.get("accuracy", 0.0))
+            return UpdateDpoOutput(
+                run_id=inp.run_id,
+                version=inp.version,
+                **self._reused(self._vdir(inp.run_id, inp.version)),
+                reward_margin=m.get("reward_margin", 0.0),
+                accuracy=m.get("accuracy", 0.0),
+            )
         batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
         prompts = PromptCache(self.policy.processor, self.blobs)
@@ -283,33 +393,73 @@ class Learner:
         samples = []
         for p in batch.pairs:
             enc = prompts.get(p.prompt)
-            samples.append(DpoSample(
-                prompt=enc, prompt_key=prompt_key(p.prompt),
-                chosen=completion_ids_from_text(tok, enc.text, p.chosen, True).ids,
-                rejected=completion_ids_from_text(tok, enc.text, p.rejected, True).ids,
-                ref_chosen=p.ref_chosen_logprob, ref_rejected=p.ref_rejected_logprob,
-            ))
+            samples.append(
+                DpoSample(
+                    prompt=enc,
+                    prompt_key=prompt_key(p.prompt),
+                    chosen=completion_ids_from_text(tok, enc.text, p.chosen, True).ids,
+                    rejected=completion_ids_from_text(tok, enc.text, p.rejected, True).ids,
+                    ref_chosen=p.ref_chosen_logprob,
+                    ref_rejected=p.ref_rejected_logprob,
+                )
+            )
         chunk = self._cap(inp.batch_ref, self.settings.dpo_pairs_per_chunk)
         self.planned = (inp.batch_ref, chunk)
         beat = _beater(progress, "update_dpo", len(samples), micro_batch=chunk)
         self.resident = None
         self._set_lr(hp.learning_rate)
-        stats = dpo_step(self.policy, self.optimizer, samples, beta=hp.beta, max_grad_norm=hp.max_grad_norm,
-                         pairs_per_chunk=chunk, on_progress=beat)
+        stats = dpo_step(
+            self.policy,
+            self.optimizer,
+            samples,
+            beta=hp.beta,
+            max_grad_norm=hp.max_grad_norm,
+            pairs_per_chunk=chunk,
+            on_progress=beat,
+        )
         if stats.logged_refs_ignored:
-            log.info("update_dpo %s v%d: %d pairs carried logged reference log-probs; the reference is the base "
-                     "model for every pair, so they were not used", inp.run_id, inp.version, stats.logged_refs_ignored)
-        metrics = dict(loss=stats.loss, grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds,
-                       pairs=len(samples), reward_margin=stats.reward_margin, accuracy=stats.accuracy,
-                       pairs_per_chunk=chunk, hyperparameters=hp.model_dump())
+            log.info(
+                "update_dpo %s v%d: %d pairs carried logged reference log-probs; the reference is the base "
+                "model for every pair, so they were not used",
+                inp.run_id,
+                inp.version,
+                stats.logged_refs_ignored,
+            )
+        metrics = dict(
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            tokens=stats.tokens,
+            seconds=stats.seconds,
+            pairs=len(samples),
+            reward_margin=stats.reward_margin,
+            accuracy=stats.accuracy,
+            pairs_per_chunk=chunk,
+            hyperparameters=hp.model_dump(),
+        )
         path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics, inp.batch_ref)
         if reused:
             return self.update_dpo(inp, progress)
-        log.info("update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f in %.2fs", inp.run_id, inp.version,
-                 stats.loss, stats.reward_margin, stats.accuracy, stats.seconds)
-        return UpdateDpoOutput(run_id=inp.run_id, version=inp.version, adapter_path=str(path), loss=stats.loss,
-                               grad_norm=stats.grad_norm, tokens=stats.tokens, seconds=stats.seconds, reused=False,
-                               reward_margin=stats.reward_margin, accuracy=stats.accuracy)
+        log.info(
+            "update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f in %.2fs",
+            inp.run_id,
+            inp.version,
+            stats.loss,
+            stats.reward_margin,
+            stats.accuracy,
+            stats.seconds,
+        )
+        return UpdateDpoOutput(
+            run_id=inp.run_id,
+            version=inp.version,
+            adapter_path=str(path),
+            loss=stats.loss,
+            grad_norm=stats.grad_norm,
+            tokens=stats.tokens,
+            seconds=stats.seconds,
+            reused=False,
+            reward_margin=stats.reward_margin,
+            accuracy=stats.accuracy,
+        )
 
     # ---- sample_actions --------------------------------------------------------------------------
 
@@ -327,18 +477,23 @@ class Learner:
         else:
             self._ensure(inp.run_id, inp.version, with_optimizer=False)
             out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
+
         def tokens(s) -> dict:
             if not inp.store_tokens:
                 return dict(token_ids=s.token_ids, logprobs=s.logprobs)
-            # The same blob shape as the openai path's (lib/episode-types.ts SampledTokens), and the grammar with
-            # it, so one blob says everything the learner needs to rescore the completion.
-            return dict(tokens_ref=self.blobs.put_json(
-                {"token_ids": s.token_ids, "logprobs": s.logprobs, "grammar_ref": inp.grammar_ref}))
+            # The same blob shape as the openai path's (SampledTokens, lib/experience.ts), and the grammar with it,
+            # so one blob says everything the learner needs to rescore the completion.
+            blob = SampledTokens(token_ids=s.token_ids, logprobs=s.logprobs, grammar_ref=inp.grammar_ref)
+            return dict(tokens_ref=self.blobs.put_json(blob.model_dump()))
 
         return SampleActionsOutput(
-            completions=[Completion(text=s.text, finish_reason=s.finish_reason, logprob_sum=math.fsum(s.logprobs),
-                                    **tokens(s)) for s in out],
-            model=self.policy.model_id, version=inp.version, seconds=time.monotonic() - t0,
+            completions=[
+                Completion(text=s.text, finish_reason=s.finish_reason, logprob_sum=math.fsum(s.logprobs), **tokens(s))
+                for s in out
+            ],
+            model=self.policy.model_id,
+            version=inp.version,
+            seconds=time.monotonic() - t0,
         )
 
 

@@ -41,8 +41,9 @@ def hf_model(policy):
     return policy.model.base_model.model
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                   allowed: torch.Tensor | None = None) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None
+) -> torch.Tensor:
     # float32 log-softmax: bf16 logsumexp over 151k entries is too coarse for importance ratios.
     logp = F.log_softmax(masked(logits.float(), allowed) / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -73,7 +74,10 @@ def _vision_inputs(prompts: list[EncodedPrompt], device, dtype) -> dict:
 def rope_positions(policy, input_ids, mm_token_type_ids, image_grid_thw, attention_mask):
     """(3, B, S) M-RoPE position ids and (B, 1) deltas (max position + 1 - real length) of each row."""
     return hf_model(policy).model.get_rope_index(
-        input_ids, mm_token_type_ids=mm_token_type_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask,
+        input_ids,
+        mm_token_type_ids=mm_token_type_ids,
+        image_grid_thw=image_grid_thw,
+        attention_mask=attention_mask,
     )
 
 
@@ -98,8 +102,13 @@ def _allowed_rows(bitmask: torch.Tensor, V: int, device) -> torch.Tensor:
     return rows
 
 
-def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list[int]], temperature: float,
-                    bitmasks: Bitmasks | None = None):
+def padded_logprobs(
+    policy,
+    prompts: list[EncodedPrompt],
+    completions: list[list[int]],
+    temperature: float,
+    bitmasks: Bitmasks | None = None,
+):
     """(B, L) completion log-probs and mask from one forward over left-padded prompt + right-padded completion."""
     dev, pad = policy.device, policy.tokenizer.pad_token_id
     P = max(len(p) for p in prompts)
@@ -109,16 +118,21 @@ def padded_logprobs(policy, prompts: list[EncodedPrompt], completions: list[list
     pmask = torch.zeros((B, P), dtype=torch.long, device=dev)
     mm = torch.zeros((B, P + L), dtype=torch.long, device=dev)
     for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = p.input_ids.to(dev)
-        pmask[i, P - len(p):] = 1
-        mm[i, P - len(p):P] = p.mm_token_type_ids.to(dev)  # completion tokens are text (0)
+        ids[i, P - len(p) :] = p.input_ids.to(dev)
+        pmask[i, P - len(p) :] = 1
+        mm[i, P - len(p) : P] = p.mm_token_type_ids.to(dev)  # completion tokens are text (0)
     input_ids = torch.cat([ids, comp], dim=1)
     attn = torch.cat([pmask, cmask.long()], dim=1)
     vision = _vision_inputs(prompts, dev, policy.dtype)
     pos, _ = rope_positions(policy, input_ids, mm, vision.get("image_grid_thw"), attn)
     out = hf_model(policy)(
-        input_ids=input_ids, attention_mask=attn, position_ids=pos, mm_token_type_ids=mm,
-        use_cache=False, logits_to_keep=L + 1, **vision,
+        input_ids=input_ids,
+        attention_mask=attn,
+        position_ids=pos,
+        mm_token_type_ids=mm,
+        use_cache=False,
+        logits_to_keep=L + 1,
+        **vision,
     )
     logits = out.logits[:, :-1]  # position P-1+j predicts completion token j
     allowed = allowed_table(bitmasks, [len(c) for c in completions], L, logits.shape[-1], dev)
@@ -144,8 +158,13 @@ def run_prompt(policy, prompt: EncodedPrompt) -> PromptPass:
     vision = _vision_inputs([prompt], dev, policy.dtype)
     pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), attn)
     out = hf_model(policy)(
-        input_ids=ids, attention_mask=attn, position_ids=pos, mm_token_type_ids=mm,
-        use_cache=True, logits_to_keep=1, **vision,
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=pos,
+        mm_token_type_ids=mm,
+        use_cache=True,
+        logits_to_keep=1,
+        **vision,
     )
     kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
     return PromptPass(out.logits[:, -1], kv, ids.shape[1], int(delta.reshape(-1)[0]))
@@ -160,8 +179,9 @@ def expanded_cache(policy, kv, rows: int) -> DynamicCache:
     return cache
 
 
-def run_continuation(policy, prompt_pass: PromptPass, cache: DynamicCache, tokens: torch.Tensor,
-                     mask: torch.Tensor, start: int) -> torch.Tensor:
+def run_continuation(
+    policy, prompt_pass: PromptPass, cache: DynamicCache, tokens: torch.Tensor, mask: torch.Tensor, start: int
+) -> torch.Tensor:
     """Logits (n, T, V) for `tokens` (n, T) placed at completion offsets start..start+T-1 after the prompt.
 
     `mask` (n, start+T) covers the completion tokens already in the cache plus these.
@@ -172,7 +192,11 @@ def run_continuation(policy, prompt_pass: PromptPass, cache: DynamicCache, token
     pos = (P + prompt_pass.delta + offs).view(1, 1, T).expand(3, n, T)
     attn = torch.cat([torch.ones((n, P), dtype=torch.long, device=tokens.device), mask.long()], dim=1)
     out = hf_model(policy)(
-        input_ids=tokens, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
+        input_ids=tokens,
+        attention_mask=attn,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
     )
     return out.logits
 
@@ -195,8 +219,15 @@ def group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], 
 TokenLoss = Callable[[torch.Tensor, torch.Tensor, slice], torch.Tensor]
 
 
-def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float,
-                   loss_fn: TokenLoss, chunk: int, on_chunk: Callable[[], None] | None = None) -> float:
+def group_backward(
+    policy,
+    prompt: EncodedPrompt,
+    completions: list[list[int]],
+    temperature: float,
+    loss_fn: TokenLoss,
+    chunk: int,
+    on_chunk: Callable[[], None] | None = None,
+) -> float:
     """Back-propagate sum_rows,tokens loss through one shared prompt pass; returns the loss value.
 
     The prompt pass keeps its graph; its KV tensors are handed to the completion chunks as detached
@@ -215,7 +246,7 @@ def group_backward(policy, prompt: EncodedPrompt, completions: list[list[int]], 
     leaves = [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in pp.kv]
     if L > 1:
         for s in range(0, G, chunk):
-            rows = all_rows[s:s + chunk]
+            rows = all_rows[s : s + chunk]
             cache = expanded_cache(policy, leaves, len(rows))
             logits = run_continuation(policy, pp, cache, comp[rows, :-1], cmask[rows, :-1], 0)
             rest = token_logprobs(logits, comp[rows, 1:], temperature)
@@ -316,8 +347,9 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
         # The ViT is frozen (no LoRA on it) and pixel_values are leaves: its output is a constant of the
         # step, computed once here and reused by the reference and the gradient pass.
         with torch.no_grad():
-            feats = hf_model(policy).model.get_image_features(vision["pixel_values"], vision["image_grid_thw"],
-                                                              return_dict=True)
+            feats = hf_model(policy).model.get_image_features(
+                vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+            )
         image_embeds = torch.cat(list(feats.pooler_output), dim=0)
         deepstack = list(feats.deepstack_features) if feats.deepstack_features is not None else None
         visual_mask = torch.cat([mm[0] == 1, torch.zeros(C + pad, dtype=torch.bool, device=dev)])[None]
@@ -337,8 +369,14 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
     )
 
 
-def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float,
-                          layout: PackedLayout | None = None, bitmasks: Bitmasks | None = None):
+def packed_group_logprobs(
+    policy,
+    prompt: EncodedPrompt,
+    completions: list[list[int]],
+    temperature: float,
+    layout: PackedLayout | None = None,
+    bitmasks: Bitmasks | None = None,
+):
     """(G, L) log-probs (0 where masked) and mask of G completions of one prompt, from one packed forward.
 
     Differentiable: the graph is kept whole, so any loss over the result can be back-propagated through it.
@@ -354,10 +392,14 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
         embeds = embeds.masked_scatter(lay.visual_mask[..., None], lay.image_embeds.to(embeds.dtype))
     with _compiled_stance(policy):
         hidden = m.model.language_model(
-            inputs_embeds=embeds, attention_mask=lay.attention_mask, position_ids=lay.position_ids,
-            use_cache=False, visual_pos_masks=lay.visual_mask, deepstack_visual_embeds=lay.deepstack_embeds,
+            inputs_embeds=embeds,
+            attention_mask=lay.attention_mask,
+            position_ids=lay.position_ids,
+            use_cache=False,
+            visual_pos_masks=lay.visual_mask,
+            deepstack_visual_embeds=lay.deepstack_embeds,
         ).last_hidden_state
-    logits = m.lm_head(hidden[:, lay.first_kept:lay.first_kept + lay.keep])
+    logits = m.lm_head(hidden[:, lay.first_kept : lay.first_kept + lay.keep])
     del hidden, embeds
     G, L = lay.mask.shape
     if bitmasks and any(b is not None for b in bitmasks):
@@ -374,8 +416,9 @@ def packed_group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[
     return flat.view(G, L), lay.mask
 
 
-def _masked_packed(logits: torch.Tensor, lay: PackedLayout, completions: list[list[int]], temperature: float,
-                   bitmasks: Bitmasks) -> tuple[torch.Tensor, torch.Tensor]:
+def _masked_packed(
+    logits: torch.Tensor, lay: PackedLayout, completions: list[list[int]], temperature: float, bitmasks: Bitmasks
+) -> tuple[torch.Tensor, torch.Tensor]:
     """First-token and later-token log-probs of a packed group, each position under its own grammar mask.
 
     Row 0 (the prompt's last position) predicts every completion's first token, each under its own mask;
@@ -387,8 +430,14 @@ def _masked_packed(logits: torch.Tensor, lay: PackedLayout, completions: list[li
         b = bitmasks[i]
         allowed = _allowed_rows(b[:1], V, dev)[0] if b is not None else None
         first.append(F.log_softmax(masked(logits[0], allowed) / temperature, dim=-1)[c[0]])
-    rows = [(_allowed_rows(b[1:len(c)], V, dev) if b is not None else torch.ones((len(c) - 1, V), dtype=torch.bool, device=dev))
-            for b, c in zip(bitmasks, completions)]
+    rows = [
+        (
+            _allowed_rows(b[1 : len(c)], V, dev)
+            if b is not None
+            else torch.ones((len(c) - 1, V), dtype=torch.bool, device=dev)
+        )
+        for b, c in zip(bitmasks, completions)
+    ]
     rest_logits = logits[1:]
     if rows and sum(r.shape[0] for r in rows):
         rest_logits = masked(rest_logits, torch.cat(rows))

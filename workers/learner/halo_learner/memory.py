@@ -53,7 +53,8 @@ class MemoryModel:
         cfg = hf_model(policy).config.text_config
         unit = ACT_BYTES_PER_UNIT_PACKED if packed else ACT_BYTES_PER_UNIT_PADDED
         per_token = float(os.environ.get("HALO_ACT_BYTES_PER_TOKEN", 0)) or (
-            unit * cfg.hidden_size * cfg.num_hidden_layers)
+            unit * cfg.hidden_size * cfg.num_hidden_layers
+        )
         if policy.device.type == "cuda":
             resident = torch.cuda.memory_allocated(policy.device)
         else:
@@ -94,8 +95,9 @@ def _chunk_shape(prompt_len: int, lens: list[int], packed: bool) -> tuple[int, i
     return len(lens) * (prompt_len + L), len(lens) * (L + 1)
 
 
-def plan_micro_batch(groups: list[tuple[int, list[int]]], cap: int, budget: int | None, model: MemoryModel,
-                     packed: bool = True) -> Plan:
+def plan_micro_batch(
+    groups: list[tuple[int, list[int]]], cap: int, budget: int | None, model: MemoryModel, packed: bool = True
+) -> Plan:
     """The largest chunk size <= cap whose worst chunk fits the budget.
 
     `groups`: (prompt tokens, completion lengths) per prompt group, in batch order. Packed chunks are
@@ -106,10 +108,12 @@ def plan_micro_batch(groups: list[tuple[int, list[int]]], cap: int, budget: int 
     worst = 0.0
     for k in range(cap, 0, -1):
         if packed:
-            chunks = [(p, lens[s:s + k]) for p, lens in groups for s in range(0, len(lens), k)]
+            chunks = [(p, lens[s : s + k]) for p, lens in groups for s in range(0, len(lens), k)]
         else:
             rows = [(p, n) for p, lens in groups for n in lens]
-            chunks = [(max(p for p, _ in rows[s:s + k]), [n for _, n in rows[s:s + k]]) for s in range(0, len(rows), k)]
+            chunks = [
+                (max(p for p, _ in rows[s : s + k]), [n for _, n in rows[s : s + k]]) for s in range(0, len(rows), k)
+            ]
         worst = max(model.chunk_bytes(*_chunk_shape(p, lens, packed)) for p, lens in chunks)
         if budget is None or worst + HEADROOM_BYTES <= budget:
             return Plan(micro_batch=k, peak_bytes=worst, budget_bytes=budget, fits=True)

@@ -32,8 +32,13 @@ VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 
 # Renders our message format the way Qwen3-VL's own template does for the parts we use
@@ -113,8 +118,9 @@ def _tiny_corpus() -> list[str]:
     return [words] * 4 + [w for w in words.split()]
 
 
-def build_tiny_processor(image_min_pixels: int = 32 * 32 * 4, image_max_pixels: int = 32 * 32 * 64,
-                         vocab_size: int = 400):
+def build_tiny_processor(
+    image_min_pixels: int = 32 * 32 * 4, image_max_pixels: int = 32 * 32 * 64, vocab_size: int = 400
+):
     """A byte-level BPE tokenizer trained in memory plus Qwen3-VL's image/video processors."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -124,19 +130,27 @@ def build_tiny_processor(image_min_pixels: int = 32 * 32 * 4, image_max_pixels: 
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_tiny_corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:],
     )
     # The PIL backend needs no torchvision (the CPU torch wheel has no matching torchvision here);
     # smart_resize, and so the token count, is the same as the torchvision backend's.
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": image_min_pixels, "longest_edge": image_max_pixels},
-        patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
     )
     return assemble_processor(fast, image_processor, CHAT_TEMPLATE)
 
@@ -156,8 +170,9 @@ def _video_processor(path: str | None):
                 return AutoVideoProcessor.from_pretrained(path)
             except (OSError, ValueError):
                 pass
-        return Qwen3VLVideoProcessor(size={"shortest_edge": 4096, "longest_edge": 65536}, patch_size=16,
-                                     temporal_patch_size=2, merge_size=2)
+        return Qwen3VLVideoProcessor(
+            size={"shortest_edge": 4096, "longest_edge": 65536}, patch_size=16, temporal_patch_size=2, merge_size=2
+        )
     import transformers
 
     class NoVideoProcessor(transformers.BaseVideoProcessor):
@@ -176,8 +191,12 @@ def _video_processor(path: str | None):
 def assemble_processor(tokenizer, image_processor, chat_template: str, path: str | None = None):
     from transformers import Qwen3VLProcessor
 
-    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                            video_processor=_video_processor(path), chat_template=chat_template)
+    return Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=_video_processor(path),
+        chat_template=chat_template,
+    )
 
 
 def load_processor(path: str):
@@ -188,7 +207,9 @@ def load_processor(path: str):
     if is_torchvision_available():
         from transformers import Qwen2VLImageProcessor as ImageProcessor
     else:
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil as ImageProcessor
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil as ImageProcessor,
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     image_processor = ImageProcessor.from_pretrained(path)
     return assemble_processor(tokenizer, image_processor, _read_chat_template(path, tokenizer), path)
@@ -201,7 +222,7 @@ def _read_chat_template(path: str, tokenizer) -> str:
         local = Path(path) / name
         try:
             f = local if local.exists() else (None if Path(path).exists() else Path(hf_hub_download(path, name)))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a template missing or unreachable on the Hub falls back to the tokenizer's
             f = None
         if f is not None and f.exists():
             text = f.read_text()
@@ -219,23 +240,45 @@ def tiny_config(tokenizer) -> Qwen3VLConfig:
     ids = special_ids(tokenizer)
     return Qwen3VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=4096,
             # sum(mrope_section) == head_dim/2 keeps the tiny model servable by vLLM too.
-            rope_parameters={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True,
-                             "rope_theta": 5e6},
-            tie_word_embeddings=False, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+            rope_parameters={
+                "rope_type": "default",
+                "mrope_section": [4, 2, 2],
+                "mrope_interleaved": True,
+                "rope_theta": 5e6,
+            },
+            tie_word_embeddings=False,
+            bos_token_id=ids["<|endoftext|>"],
+            eos_token_id=ids["<|im_end|>"],
             pad_token_id=ids["<|endoftext|>"],
             # 5x the usual init: with hidden size 64 the default 0.02 leaves logits so flat that no LoRA
             # update can move the sampling distribution much, and learning tests would measure nothing.
             initializer_range=0.1,
         ),
         vision_config=dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16, deepstack_visual_indexes=[1],
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=64,
+            num_position_embeddings=16,
+            deepstack_visual_indexes=[1],
         ),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
 
@@ -281,8 +324,12 @@ def resolve_model_path(name: str) -> str:
     return str(ensure_tiny_random()) if name == TINY else name
 
 
-def load_policy(name: str | None = None, lora: LoraSettings | None = None,
-                device: torch.device | None = None, dtype: torch.dtype | None = None) -> Policy:
+def load_policy(
+    name: str | None = None,
+    lora: LoraSettings | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> Policy:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # worker logs, not terminal progress bars
@@ -294,18 +341,24 @@ def load_policy(name: str | None = None, lora: LoraSettings | None = None,
     processor = load_processor(path)
     # Straight onto the GPU: staging 16 GiB of 8B weights in host memory first is slow and needs the RAM.
     base = Qwen3VLForConditionalGeneration.from_pretrained(
-        path, dtype=dtype, attn_implementation="sdpa", device_map=str(device) if device.type == "cuda" else None)
+        path, dtype=dtype, attn_implementation="sdpa", device_map=str(device) if device.type == "cuda" else None
+    )
     base.to(device)
     return wrap_lora(base, processor, model_id=name, lora=lora, device=device, dtype=dtype)
 
 
-def wrap_lora(base: torch.nn.Module, processor, model_id: str, lora: LoraSettings,
-              device: torch.device, dtype: torch.dtype) -> Policy:
+def wrap_lora(
+    base: torch.nn.Module, processor, model_id: str, lora: LoraSettings, device: torch.device, dtype: torch.dtype
+) -> Policy:
     for p in base.parameters():
         p.requires_grad_(False)
     cfg = LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=0.0,  # dropout would make two passes disagree
-        target_modules=list(LORA_TARGETS), bias="none", task_type="CAUSAL_LM",
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=0.0,  # dropout would make two passes disagree
+        target_modules=list(LORA_TARGETS),
+        bias="none",
+        task_type="CAUSAL_LM",
     )
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(lora.seed)

@@ -95,9 +95,11 @@ def client_from_env(env=None):
             )
             keys = {}
             if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-                keys = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-                        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-                        "aws_session_token": env.get("AWS_SESSION_TOKEN") or None}
+                keys = {
+                    "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+                    "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+                    "aws_session_token": env.get("AWS_SESSION_TOKEN") or None,
+                }
             c = boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=cfg, **keys)
             _clients[cache_key] = c
         return c
@@ -155,8 +157,9 @@ class S3Objects:
                 return None
             raise
 
-    def put_if_absent(self, key: str, body: bytes, content_type: str | None = None, *,
-                      same_bytes_everywhere: bool = False) -> bool:
+    def put_if_absent(
+        self, key: str, body: bytes, content_type: str | None = None, *, same_bytes_everywhere: bool = False
+    ) -> bool:
         """True when this call created `key`; False when it existed (or a concurrent writer won).
 
         The server decides, with `If-None-Match: *`. On a server that refuses conditional writes (501, 400
@@ -188,7 +191,8 @@ class S3Objects:
             raise ConditionalPutUnsupported(
                 f"{self.where()} does not support conditional writes (PUT with If-None-Match: *), which committing "
                 f"{key} needs so that two writers cannot both commit it. Use a store that does (AWS S3, MinIO, "
-                "Cloudflare R2, recent Ceph RGW), or leave HALO_STORE unset for the local folder")
+                "Cloudflare R2, recent Ceph RGW), or leave HALO_STORE unset for the local folder"
+            )
         if self.exists(key):
             return False
         self.client.put_object(Bucket=self.loc.bucket, Key=key, Body=body, **extra)
@@ -197,8 +201,12 @@ class S3Objects:
     def touch(self, key: str) -> None:
         """A new LastModified for an existing object: a copy onto itself (S3 allows that only with
         MetadataDirective REPLACE), server-side, no bytes sent."""
-        self.client.copy_object(Bucket=self.loc.bucket, Key=key, CopySource={"Bucket": self.loc.bucket, "Key": key},
-                                MetadataDirective="REPLACE")
+        self.client.copy_object(
+            Bucket=self.loc.bucket,
+            Key=key,
+            CopySource={"Bucket": self.loc.bucket, "Key": key},
+            MetadataDirective="REPLACE",
+        )
 
     def list(self, prefix: str) -> list[str]:
         out, token = [], None

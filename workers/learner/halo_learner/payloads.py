@@ -1,5 +1,7 @@
 """Pydantic schemas of the activity inputs/outputs and batch blobs (snake_case, shared with the TS zod schemas).
 
+The TypeScript side is lib/learner-types.ts, and for what is experience (the prompt, the sampler's tokens, the
+DPO pair) lib/experience.ts; test/integration/learner-contract.test.ts compares the two field by field.
 Unknown keys are rejected: a misspelt hyperparameter must fail loudly, not train with a default.
 """
 
@@ -25,9 +27,13 @@ class TextPart(_Strict):
     text: str
 
 
+BLOB_REF_PATTERN = r"^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$"
+BlobRef = Annotated[str, Field(pattern=BLOB_REF_PATTERN)]
+
+
 class ImagePart(_Strict):
     type: Literal["image"]
-    ref: str = Field(pattern=r"^sha256:[0-9a-f]{64}\.[a-z0-9]{1,8}$")
+    ref: BlobRef
 
 
 PromptPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
@@ -39,6 +45,26 @@ class PromptMessage(_Strict):
 
 
 Prompt = Annotated[list[PromptMessage], Field(min_length=1)]
+
+
+# ---- the sampler's tokens (lib/experience.ts SampledTokens) --------------------------------------
+
+
+class SampledTokens(_Strict):
+    """The blob behind a tokens_ref: the sampled ids (end-of-turn token included) and the log-prob of each, after
+    temperature (vLLM's processed_logprobs, or sampling.py), as the sampler wrote them."""
+
+    token_ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    # Null when the server gave ids without log-probs: the update then has no sampler log-probs (ratio 1).
+    logprobs: list[float] | None = None
+    # Written by the colocated sampler: the grammar the tokens were sampled under (constrained decoding).
+    grammar_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _paired(self) -> "SampledTokens":
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"logprobs has {len(self.logprobs)} entries but token_ids has {len(self.token_ids)}")
+        return self
 
 
 # ---- update_policy -------------------------------------------------------------------------------
@@ -65,9 +91,10 @@ class GrpoHyperparameters(_Strict):
 class GrpoItem(_Strict):
     prompt: Prompt
     completion: str
-    completion_token_ids: list[int] | None = None
+    # The sampler's tokens of the completion, a SampledTokens blob the learner reads and checks; null: the learner
+    # retokenises the text (a server that gave no ids, an invalid output) and has no sampler log-probs for it.
+    tokens_ref: BlobRef | None = None
     advantage: float
-    old_logprobs: list[float] | None = None
     # Optional: when the sampler stopped on max_tokens the text has no end-of-turn token to learn.
     finish_reason: str | None = None
     # Constrained decoding: the JSON-schema blob the completion was sampled under (lib/action-grammar.ts); the
@@ -80,18 +107,6 @@ class GrpoItem(_Strict):
         if not math.isfinite(v):
             raise ValueError("advantage must be finite")
         return v
-
-    @model_validator(mode="after")
-    def _aligned(self) -> "GrpoItem":
-        if self.completion_token_ids is not None:
-            if len(self.completion_token_ids) == 0:
-                raise ValueError("completion_token_ids must not be empty (use null to retokenise the text)")
-            if self.old_logprobs is not None and len(self.old_logprobs) != len(self.completion_token_ids):
-                raise ValueError(
-                    f"old_logprobs has {len(self.old_logprobs)} entries but completion_token_ids has "
-                    f"{len(self.completion_token_ids)}"
-                )
-        return self
 
 
 class GrpoBatch(_Strict):
@@ -156,6 +171,10 @@ class DpoPair(_Strict):
     prompt: Prompt
     chosen: str
     rejected: str
+    # The sampler's tokens of each completion when the search sampled them (SampledTokens blobs); the update
+    # still scores the texts.
+    chosen_tokens_ref: BlobRef | None = None
+    rejected_tokens_ref: BlobRef | None = None
     ref_chosen_logprob: float | None = None
     ref_rejected_logprob: float | None = None
 

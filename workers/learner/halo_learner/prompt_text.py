@@ -17,11 +17,32 @@ from functools import lru_cache
 # The added tokens of Qwen3-VL's tokenizer, the same list as lib/prompt-text.ts (a test compares them). The
 # learner neutralises these together with whatever its own tokenizer adds.
 QWEN3_VL_ADDED_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
-    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
-    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
-    "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 )
 
 BREAK = "\u200b"
@@ -79,4 +100,5 @@ def check_structure(tokenizer, text: str, skeleton: str) -> None:
         names = [tokenizer.convert_ids_to_tokens(i) for i in (extra or Counter(want) - Counter(got))]
         raise PromptStructureError(
             f"the prompt's text {'adds' if extra else 'removes'} tokenizer tokens {sorted(set(names))} to its "
-            "structure; untrusted text must be neutralised (lib/prompt.ts userTurn)")
+            "structure; untrusted text must be neutralised (lib/prompt.ts userTurn)"
+        )

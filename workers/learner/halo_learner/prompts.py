@@ -34,8 +34,9 @@ def prompt_key(messages) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"))
 
 
-def to_template_messages(messages, blobs: BlobStore | None, tokens: tuple[str, ...] = (),
-                         empty_user_text: bool = False) -> tuple[list[dict], list[Image.Image]]:
+def to_template_messages(
+    messages, blobs: BlobStore | None, tokens: tuple[str, ...] = (), empty_user_text: bool = False
+) -> tuple[list[dict], list[Image.Image]]:
     """Swap each image reference for a template placeholder and load the picture, in order of appearance.
 
     User turns carry untrusted text: with `tokens`, their spellings are neutralised (prompt_text.py). With
@@ -82,13 +83,17 @@ def encode_prompt(processor, messages, blobs: BlobStore) -> EncodedPrompt:
         want = int(grid.prod(-1).sum()) // merge**2 if grid is not None else 0
         got = int((ids == image_token).sum())
         if got != want:
-            raise PromptStructureError(f"the prompt has {got} image placeholder tokens for {len(images)} image(s) "
-                                       f"that need {want}")
+            raise PromptStructureError(
+                f"the prompt has {got} image placeholder tokens for {len(images)} image(s) that need {want}"
+            )
     mm = enc.get("mm_token_type_ids")
     mm = mm[0] if mm is not None else torch.zeros_like(ids)
     return EncodedPrompt(
-        input_ids=ids, mm_token_type_ids=mm.long(),
-        pixel_values=enc.get("pixel_values"), image_grid_thw=grid, text=text,
+        input_ids=ids,
+        mm_token_type_ids=mm.long(),
+        pixel_values=enc.get("pixel_values"),
+        image_grid_thw=grid,
+        text=text,
     )
 
 
@@ -128,10 +133,10 @@ def completion_ids_from_text(tokenizer, prompt_text: str, completion: str, end_o
     mismatch = tokenizer.decode(ids, skip_special_tokens=False) != completion
     if not mismatch and completion:
         # Only the end of the prompt ("<|im_start|>assistant\n") can merge with the completion.
-        prompt_text = prompt_text[max(prompt_text.rfind("<|im_start|>"), 0):]
+        prompt_text = prompt_text[max(prompt_text.rfind("<|im_start|>"), 0) :]
         prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
         joint = tokenizer(prompt_text + completion, add_special_tokens=False)["input_ids"]
-        mismatch = joint[: len(prompt_ids)] != prompt_ids or joint[len(prompt_ids):] != ids
+        mismatch = joint[: len(prompt_ids)] != prompt_ids or joint[len(prompt_ids) :] != ids
     if end_of_turn:
         ids = ids + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     return Retokenized(ids=ids, mismatch=mismatch)

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +56,10 @@ def _size(path: Path) -> int:
 def check_keep_last(keep_last: int, what: str = "keep_last") -> int:
     """`keep_last` if it is 1 or more, else a ValueError that says why."""
     if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-        raise ValueError(f"{what} must be 1 or more (got {keep_last!r}): the newest version is the next update's "
-                         "parent and holds the optimiser state a restarted learner resumes from")
+        raise ValueError(
+            f"{what} must be 1 or more (got {keep_last!r}): the newest version is the next update's "
+            "parent and holds the optimiser state a restarted learner resumes from"
+        )
     return keep_last
 
 
@@ -72,9 +73,14 @@ def keep_last_from_env(env=None) -> int:
     return check_keep_last(value, "HALO_KEEP_VERSIONS")
 
 
-def plan(run_dir: Path, keep_last: int = DEFAULT_KEEP_LAST, keep_every: int = DEFAULT_KEEP_EVERY,
-         needed: set[int] | frozenset[int] = frozenset(), delete: bool = False,
-         needed_from: int | None = None) -> list[Action]:
+def plan(
+    run_dir: Path,
+    keep_last: int = DEFAULT_KEEP_LAST,
+    keep_every: int = DEFAULT_KEEP_EVERY,
+    needed: set[int] | frozenset[int] = frozenset(),
+    delete: bool = False,
+    needed_from: int | None = None,
+) -> list[Action]:
     """What retention would do to one run's folder; nothing is changed. keep_last < 1 is a ValueError."""
     check_keep_last(keep_last)
     found = versions(run_dir)
@@ -128,14 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-last", type=int, default=DEFAULT_KEEP_LAST)
     ap.add_argument("--keep-every", type=int, default=DEFAULT_KEEP_EVERY)
     ap.add_argument("--need", type=int, action="append", default=[])
-    ap.add_argument("--need-from", type=int, default=None,
-                    help="every version from this one up is needed (an open training run's adapter and its parent)")
+    ap.add_argument(
+        "--need-from",
+        type=int,
+        default=None,
+        help="every version from this one up is needed (an open training run's adapter and its parent)",
+    )
     ap.add_argument("--delete", action="store_true", help="delete old versions, not only their optimiser state")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     if args.keep_last < 1:
-        ap.error(f"--keep-last {args.keep_last}: 1 or more (the newest version is the next update's parent and holds "
-                 "the optimiser state a restarted learner resumes from)")
+        ap.error(
+            f"--keep-last {args.keep_last}: 1 or more (the newest version is the next update's parent and holds "
+            "the optimiser state a restarted learner resumes from)"
+        )
     run_dir = version_dir(args.run, 0, args.root).parent
     actions = plan(run_dir, args.keep_last, args.keep_every, set(args.need), args.delete, needed_from=args.need_from)
     for a in actions:

@@ -38,8 +38,16 @@ def stop_ids(tokenizer) -> set[int]:
 
 
 @torch.no_grad()
-def sample(policy, prompt: EncodedPrompt, n: int, temperature: float, max_tokens: int,
-           seed: int | None = None, grammars: Grammars | None = None, grammar_ref: str | None = None) -> list[Sampled]:
+def sample(
+    policy,
+    prompt: EncodedPrompt,
+    n: int,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None = None,
+    grammars: Grammars | None = None,
+    grammar_ref: str | None = None,
+) -> list[Sampled]:
     dev = policy.device
     gen = None
     if seed is not None:
@@ -82,7 +90,9 @@ def sample(policy, prompt: EncodedPrompt, n: int, temperature: float, max_tokens
                 if not done[i]:
                     tok = int(nxt[i])
                     if not matchers[i].accept_token(tok):
-                        raise RuntimeError(f"grammar {grammar_ref} refused sampled token {tok}: mask and matcher disagree")
+                        raise RuntimeError(
+                            f"grammar {grammar_ref} refused sampled token {tok}: mask and matcher disagree"
+                        )
                     if matchers[i].is_terminated():
                         hit[i] = True
         stopped |= hit
@@ -99,6 +109,7 @@ def sample(policy, prompt: EncodedPrompt, n: int, temperature: float, max_tokens
         row_ids, row_lp = ids[i][:k], lp[i][:k]
         body = row_ids[:-1] if stopped[i] else row_ids  # the text leaves out the stop token, the ids keep it
         text = policy.tokenizer.decode(body, skip_special_tokens=False)
-        out.append(Sampled(text=text, token_ids=row_ids, logprobs=row_lp,
-                           finish_reason="stop" if stopped[i] else "length"))
+        out.append(
+            Sampled(text=text, token_ids=row_ids, logprobs=row_lp, finish_reason="stop" if stopped[i] else "length")
+        )
     return out

@@ -48,8 +48,14 @@ class SlotWatch:
     def begin(self, info: activity.Info) -> None:
         limit = info.start_to_close_timeout or info.schedule_to_close_timeout
         with self._lock:
-            self.busy = Busy(info.activity_type, info.workflow_id, info.attempt, time.monotonic(), time.time(),
-                             limit.total_seconds() if limit else None)
+            self.busy = Busy(
+                info.activity_type,
+                info.workflow_id,
+                info.attempt,
+                time.monotonic(),
+                time.time(),
+                limit.total_seconds() if limit else None,
+            )
 
     def end(self) -> None:
         with self._lock:
@@ -97,16 +103,26 @@ def restart_in_place() -> None:
 class Watchdog:
     """A daemon thread that checks the slot every `poll_s` seconds."""
 
-    def __init__(self, watch: SlotWatch, record: Path, grace_s: float = 30.0, poll_s: float = 5.0,
-                 restart: Callable[[], None] = restart_in_place):
+    def __init__(
+        self,
+        watch: SlotWatch,
+        record: Path,
+        grace_s: float = 30.0,
+        poll_s: float = 5.0,
+        restart: Callable[[], None] = restart_in_place,
+    ):
         self.watch, self.record, self.grace_s, self.poll_s, self.restart = watch, record, grace_s, poll_s, restart
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="learner-watchdog", daemon=True)
 
     @classmethod
     def from_env(cls, watch: SlotWatch, record: Path) -> "Watchdog":
-        return cls(watch, record, grace_s=float(os.environ.get("HALO_WATCHDOG_GRACE_S", 30)),
-                   poll_s=float(os.environ.get("HALO_WATCHDOG_POLL_S", 5)))
+        return cls(
+            watch,
+            record,
+            grace_s=float(os.environ.get("HALO_WATCHDOG_GRACE_S", 30)),
+            poll_s=float(os.environ.get("HALO_WATCHDOG_POLL_S", 5)),
+        )
 
     def start(self) -> "Watchdog":
         self._thread.start()
@@ -125,13 +141,22 @@ class Watchdog:
 
     def fire(self, busy: Busy, held_s: float) -> None:
         what = f"{busy.activity_type} of {busy.workflow_id} (attempt {busy.attempt})"
-        message = (f"the learner's activity slot has been busy with {what} for {held_s:.0f} s, past the activity's "
-                   f"{busy.timeout_s:.0f} s timeout: the attempt will never complete here; restarting the learner")
+        message = (
+            f"the learner's activity slot has been busy with {what} for {held_s:.0f} s, past the activity's "
+            f"{busy.timeout_s:.0f} s timeout: the attempt will never complete here; restarting the learner"
+        )
         log.error(message)
         print(f"halo-learner watchdog: {message}", flush=True)
-        event = {"at": time.time(), "pid": os.getpid(), "activity_type": busy.activity_type,
-                 "workflow_id": busy.workflow_id, "attempt": busy.attempt, "busy_s": round(held_s, 1),
-                 "timeout_s": busy.timeout_s, "message": message}
+        event = {
+            "at": time.time(),
+            "pid": os.getpid(),
+            "activity_type": busy.activity_type,
+            "workflow_id": busy.workflow_id,
+            "attempt": busy.attempt,
+            "busy_s": round(held_s, 1),
+            "timeout_s": busy.timeout_s,
+            "message": message,
+        }
         try:
             self.record.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.record.with_name(self.record.name + f".{os.getpid()}.tmp")

@@ -56,8 +56,12 @@ def temporal_settings(env=os.environ) -> dict:
         )
     elif api_key:
         tls = True  # API keys travel only over TLS
-    return dict(target_host=env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233",
-                namespace=env.get("TEMPORAL_NAMESPACE") or "default", api_key=api_key, tls=tls)
+    return dict(
+        target_host=env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233",
+        namespace=env.get("TEMPORAL_NAMESPACE") or "default",
+        api_key=api_key,
+        tls=tls,
+    )
 
 
 def worker_identity(learner: Learner) -> str:
@@ -72,12 +76,18 @@ def worker_identity(learner: Learner) -> str:
     return ident
 
 
-def build_worker(client: Client, queue: str, acts: LearnerActivities, pool: ThreadPoolExecutor, identity: str,
-                 watch: SlotWatch) -> Worker:
+def build_worker(
+    client: Client, queue: str, acts: LearnerActivities, pool: ThreadPoolExecutor, identity: str, watch: SlotWatch
+) -> Worker:
     """The learner's worker: one activity at a time on one executor thread, the slot under the watchdog's eye."""
     return Worker(
-        client, task_queue=queue, activities=acts.all(), activity_executor=pool,
-        max_concurrent_activities=1, identity=identity, interceptors=[watch.interceptor()],
+        client,
+        task_queue=queue,
+        activities=acts.all(),
+        activity_executor=pool,
+        max_concurrent_activities=1,
+        identity=identity,
+        interceptors=[watch.interceptor()],
         graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
     )
 
@@ -97,8 +107,11 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
         learner = await asyncio.get_running_loop().run_in_executor(None, learner)
     unlisted = unlisted_added_tokens(learner.policy.tokenizer)
     if unlisted:
-        log.warning("the tokenizer adds tokens that lib/prompt-text.ts does not list: %s; the learner neutralises them "
-                    "in what it encodes, but prompts sent to a served model keep them", unlisted)
+        log.warning(
+            "the tokenizer adds tokens that lib/prompt-text.ts does not list: %s; the learner neutralises them "
+            "in what it encodes, but prompts sent to a served model keep them",
+            unlisted,
+        )
     acts = LearnerActivities(learner, ledger)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -108,8 +121,13 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
     Watchdog.from_env(watch, event_path(ledger.directory, queue)).start()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner") as pool:
         worker = build_worker(client, queue, acts, pool, worker_identity(learner), watch)
-        log.info("learner ready: model=%s queue=%s address=%s namespace=%s", learner.policy.model_id, queue,
-                 settings["target_host"], settings["namespace"])
+        log.info(
+            "learner ready: model=%s queue=%s address=%s namespace=%s",
+            learner.policy.model_id,
+            queue,
+            settings["target_host"],
+            settings["namespace"],
+        )
         print(f"halo-learner ready queue={queue} model={learner.policy.model_id}", flush=True)
         async with worker:
             await stop.wait()
@@ -118,8 +136,11 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
 
 def main() -> int:
     load_dotenv()
-    logging.basicConfig(level=os.environ.get("HALO_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=os.environ.get("HALO_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
     import torch
 
     torch_threads = os.environ.get("HALO_TORCH_THREADS")

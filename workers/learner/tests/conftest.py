@@ -44,8 +44,13 @@ def policy():
 
 @pytest.fixture
 def learner(policy, blobs, tmp_path) -> Learner:
-    return Learner(policy, blobs=blobs, checkpoints=tmp_path / "checkpoints", settings=Settings(micro_batch=4),
-                   oom_hints=OomHints(tmp_path / "oom-hints.json"))
+    return Learner(
+        policy,
+        blobs=blobs,
+        checkpoints=tmp_path / "checkpoints",
+        settings=Settings(micro_batch=4),
+        oom_hints=OomHints(tmp_path / "oom-hints.json"),
+    )
 
 
 def png_ref(blobs: BlobStore, w: int, h: int, seed: int) -> str:
@@ -67,6 +72,13 @@ def messages(image_ref: str | None, goal: str) -> list[dict]:
     ]
 
 
+def tokens_ref(
+    blobs: BlobStore, token_ids: list[int], logprobs: list[float] | None = None, grammar_ref: str | None = None
+) -> str:
+    """The sampler's tokens as a blob (SampledTokens), as a GRPO item references them."""
+    return blobs.put_json({"token_ids": token_ids, "logprobs": logprobs, "grammar_ref": grammar_ref})
+
+
 def fake_version(root: Path, run_id: str, version: int, weights: bytes = b"weights") -> Path:
     """A version folder in the layout save_version writes (without needing a model)."""
     import hashlib
@@ -79,8 +91,14 @@ def fake_version(root: Path, run_id: str, version: int, weights: bytes = b"weigh
     files = {adapters.ADAPTER_FILE: weights, adapters.CONFIG_FILE: b'{"r": 4}', adapters.OPTIMIZER_FILE: b"moments"}
     for name, data in files.items():
         (path / name).write_bytes(data)
-    manifest = {"run_id": run_id, "version": version, "base_model": "tiny-random", "batch_ref": "sha256:x",
-                "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}, "metrics": {"loss": 0.5}}
+    manifest = {
+        "run_id": run_id,
+        "version": version,
+        "base_model": "tiny-random",
+        "batch_ref": "sha256:x",
+        "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()},
+        "metrics": {"loss": 0.5},
+    }
     (path / adapters.MANIFEST_FILE).write_text(json.dumps(manifest))
     return path
 
@@ -98,10 +116,27 @@ def temporal_server(tmp_path_factory):
     home = tmp_path_factory.mktemp("temporal")
     port = _free_port()
     proc = subprocess.Popen(
-        [str(TEMPORAL), "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
-         "--http-port", str(_free_port()), "--metrics-port", str(_free_port()),
-         "--db-filename", str(home / "temporal.db"), "--log-level", "error"],
-        stdout=open(home / "server.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(TEMPORAL),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http-port",
+            str(_free_port()),
+            "--metrics-port",
+            str(_free_port()),
+            "--db-filename",
+            str(home / "temporal.db"),
+            "--log-level",
+            "error",
+        ],
+        stdout=open(home / "server.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -111,10 +146,12 @@ def temporal_server(tmp_path_factory):
 
             asyncio.run(asyncio.wait_for(Client.connect(address), 2))
             break
-        except Exception:
+        except Exception as err:  # noqa: BLE001 - any failure to connect means the server is not up yet
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise RuntimeError(f"Temporal dev server did not start: {(home / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"Temporal dev server did not start: {(home / 'server.log').read_text()[-2000:]}"
+                ) from err
             time.sleep(0.3)
     yield address
     proc.terminate()

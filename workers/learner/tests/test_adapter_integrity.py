@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 
 import pytest
 
@@ -64,7 +63,9 @@ def test_write_manifest_is_durable(tmp_path, monkeypatch):
     path = fake_version(tmp_path, "run-w", 1)
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd)
+    )
     monkeypatch.setattr(os, "replace", lambda a, b: events.append(("rename", str(a), str(b))) or real_replace(a, b))
     m = adapters.read_manifest(path)
     m["optimizer_pruned"] = True
@@ -72,5 +73,5 @@ def test_write_manifest_is_durable(tmp_path, monkeypatch):
     assert adapters.read_manifest(path)["optimizer_pruned"] is True
     i = next(i for i, e in enumerate(events) if e[0] == "rename")
     assert events[i][2] == str(path / adapters.MANIFEST_FILE)
-    assert ("fsync", events[i][1]) in events[:i] and ("fsync", str(path)) in events[i + 1:], events
+    assert ("fsync", events[i][1]) in events[:i] and ("fsync", str(path)) in events[i + 1 :], events
     assert [p.name for p in path.iterdir() if p.name.startswith(".")] == []

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner import adapters
 from halo_learner.learner import Learner, Settings
 from halo_learner.models import LORA_TARGETS, VLLM_LORA_RANKS, load_policy
@@ -20,15 +20,27 @@ from halo_learner.payloads import UpdatePolicyInput
 def _batch(blobs, seed: int, n: int = 4) -> str:
     rnd = random.Random(seed)
     m = messages(png_ref(blobs, 64, 64, seed), f"Goal: task {seed}")
-    items = [{"prompt": m, "completion": "", "completion_token_ids": [rnd.randrange(10, 390) for _ in range(5)],
-              "advantage": rnd.uniform(-1, 1), "old_logprobs": None} for _ in range(n)]
+    items = [
+        {
+            "prompt": m,
+            "completion": "",
+            "tokens_ref": tokens_ref(blobs, [rnd.randrange(10, 390) for _ in range(5)]),
+            "advantage": rnd.uniform(-1, 1),
+        }
+        for _ in range(n)
+    ]
     return blobs.put_json({"items": items, "max_completion_len": 8})
 
 
 def _update(learner, blobs, run_id, version, seed, lr=1e-2):
-    return learner.update_policy(UpdatePolicyInput(
-        run_id=run_id, version=version, batch_ref=_batch(blobs, seed),
-        hyperparameters={"learning_rate": lr, "kl_coef": 0.01, "temperature": 1.0}))
+    return learner.update_policy(
+        UpdatePolicyInput(
+            run_id=run_id,
+            version=version,
+            batch_ref=_batch(blobs, seed),
+            hyperparameters={"learning_rate": lr, "kl_coef": 0.01, "temperature": 1.0},
+        )
+    )
 
 
 def _lora_vector(learner):
@@ -39,8 +51,12 @@ def test_saved_adapter_is_vllm_qwen3vl_format(learner, blobs):
     out = _update(learner, blobs, "fmt", 1, seed=1)
     d = adapters.version_dir("fmt", 1, learner.checkpoints)
     assert out.adapter_path == str(d)
-    assert {p.name for p in d.iterdir()} == {"adapter_config.json", "adapter_model.safetensors",
-                                             "optimizer.safetensors", "manifest.json"}
+    assert {p.name for p in d.iterdir()} == {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+        "manifest.json",
+    }
     cfg = json.loads((d / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM"
     assert cfg["r"] in VLLM_LORA_RANKS and cfg["r"] == 16 and cfg["lora_alpha"] == 32
@@ -91,8 +107,11 @@ def test_stale_version_from_another_batch_is_refused(learner, blobs):
 def test_other_base_model_is_refused(learner, blobs):
     """A request for another model, or a version written by another model, never trains on the resident one."""
     with pytest.raises(adapters.ModelMismatch, match="HALO_MODEL=Qwen/Qwen3-VL-8B-Instruct"):
-        learner.update_policy(UpdatePolicyInput(run_id="model", version=1, batch_ref=_batch(blobs, 6),
-                                                base_model="Qwen/Qwen3-VL-8B-Instruct"))
+        learner.update_policy(
+            UpdatePolicyInput(
+                run_id="model", version=1, batch_ref=_batch(blobs, 6), base_model="Qwen/Qwen3-VL-8B-Instruct"
+            )
+        )
     assert not (learner.checkpoints / "model").exists()
     ref = _batch(blobs, 7)
     learner.update_policy(UpdatePolicyInput(run_id="model", version=1, batch_ref=ref, base_model="tiny-random"))

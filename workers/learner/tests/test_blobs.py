@@ -85,7 +85,7 @@ def test_a_new_blob_is_fsynced_before_and_after_its_rename(tmp_path, monkeypatch
     i = next(i for i, e in enumerate(events) if e[0] == "rename" and e[2] == str(path))
     tmp = events[i][1]
     assert ("fsync", tmp) in events[:i], events  # the file's bytes before its name
-    after = [e[1] for e in events[i + 1:] if e[0] == "fsync"]
+    after = [e[1] for e in events[i + 1 :] if e[0] == "fsync"]
     assert str(path.parent) in after, events  # the rename itself
     assert str(tmp_path / "blobs") in after and str(tmp_path) in after, events  # the new folders' entries
     events.clear()

@@ -22,7 +22,7 @@ def test_dpo_update_matches_formula_and_raises_margin(learner, blobs):
     policy = learner.policy
     m = messages(png_ref(blobs, 64, 64, 21), "Goal: click the link")
     prompt = encode_prompt(policy.processor, m, blobs)
-    chosen, rejected = 'click_element 3', 'scroll down 100'
+    chosen, rejected = "click_element 3", "scroll down 100"
     ids_c = completion_ids_from_text(policy.tokenizer, prompt.text, chosen, True).ids
     ids_r = completion_ids_from_text(policy.tokenizer, prompt.text, rejected, True).ids
     beta = 0.5
@@ -31,14 +31,29 @@ def test_dpo_update_matches_formula_and_raises_margin(learner, blobs):
     ref_c, ref_r = _seq_logp(policy, prompt, ids_c) + 0.3, _seq_logp(policy, prompt, ids_r) - 0.2
     z_logged = z_recomputed = 0.0
     expected_loss = (-F.logsigmoid(torch.tensor(z_logged)) - F.logsigmoid(torch.tensor(z_recomputed))) / 2
-    batch = blobs.put_json({"pairs": [
-        {"prompt": m, "chosen": chosen, "rejected": rejected, "ref_chosen_logprob": ref_c,
-         "ref_rejected_logprob": ref_r},
-        {"prompt": m, "chosen": chosen, "rejected": rejected, "ref_chosen_logprob": None,
-         "ref_rejected_logprob": None},
-    ]})
-    out = learner.update_dpo(UpdateDpoInput(run_id="dpo", version=1, batch_ref=batch,
-                                            hyperparameters={"learning_rate": 5e-3, "beta": beta}))
+    batch = blobs.put_json(
+        {
+            "pairs": [
+                {
+                    "prompt": m,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "ref_chosen_logprob": ref_c,
+                    "ref_rejected_logprob": ref_r,
+                },
+                {
+                    "prompt": m,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "ref_chosen_logprob": None,
+                    "ref_rejected_logprob": None,
+                },
+            ]
+        }
+    )
+    out = learner.update_dpo(
+        UpdateDpoInput(run_id="dpo", version=1, batch_ref=batch, hyperparameters={"learning_rate": 5e-3, "beta": beta})
+    )
     print(f"dpo loss {out.loss:.6f} by hand {float(expected_loss):.6f}, margin {out.reward_margin:.4f}")
     assert math.isclose(out.loss, float(expected_loss), rel_tol=1e-5, abs_tol=1e-6)
     assert math.isclose(out.reward_margin, (z_logged + z_recomputed) / 2, rel_tol=1e-4, abs_tol=1e-6)
@@ -66,8 +81,13 @@ def test_one_reference_rule_logged_references_change_nothing(learner, blobs):
     m = messages(png_ref(blobs, 64, 64, 22), "Goal: open the menu")
     prompt = encode_prompt(policy.processor, m, blobs)
     texts = [("click_element 3", "scroll down 100"), ("type hello", "click_element 9")]
-    ids = [(completion_ids_from_text(policy.tokenizer, prompt.text, c, True).ids,
-            completion_ids_from_text(policy.tokenizer, prompt.text, r, True).ids) for c, r in texts]
+    ids = [
+        (
+            completion_ids_from_text(policy.tokenizer, prompt.text, c, True).ids,
+            completion_ids_from_text(policy.tokenizer, prompt.text, r, True).ids,
+        )
+        for c, r in texts
+    ]
     beta = 0.3
     expected = 0.0
     for c, r in ids:
@@ -81,9 +101,17 @@ def test_one_reference_rule_logged_references_change_nothing(learner, blobs):
             for n, p in policy.trainable_parameters().items():
                 p.copy_(start[n])
         learner.optimizer.state.clear()
-        samples = [DpoSample(prompt=prompt, prompt_key=prompt_key(m), chosen=c, rejected=r,
-                             ref_chosen=lg[0] if lg else None, ref_rejected=lg[1] if lg else None)
-                   for (c, r), lg in zip(ids, logged)]
+        samples = [
+            DpoSample(
+                prompt=prompt,
+                prompt_key=prompt_key(m),
+                chosen=c,
+                rejected=r,
+                ref_chosen=lg[0] if lg else None,
+                ref_rejected=lg[1] if lg else None,
+            )
+            for (c, r), lg in zip(ids, logged)
+        ]
         return dpo_step(policy, learner.optimizer, samples, beta=beta, max_grad_norm=1.0).loss
 
     none, mixed, full = run([None, None]), run([(-3.0, -1.0), None]), run([(-3.0, -1.0), (-0.5, -9.0)])

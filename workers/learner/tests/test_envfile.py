@@ -4,8 +4,16 @@ from halo_learner.envfile import load_dotenv, parse_env
 
 
 def test_parse_env_syntax():
-    text = "# keys\nOPENAI_API_KEY=sk-1\nexport HALO_LOG_LEVEL=debug\nQ=\"a b # kept\"\nS='x'\nC=1 # comment\nnot a line\n"
-    assert parse_env(text) == {"OPENAI_API_KEY": "sk-1", "HALO_LOG_LEVEL": "debug", "Q": "a b # kept", "S": "x", "C": "1"}
+    text = (
+        "# keys\nOPENAI_API_KEY=sk-1\nexport HALO_LOG_LEVEL=debug\nQ=\"a b # kept\"\nS='x'\nC=1 # comment\nnot a line\n"
+    )
+    assert parse_env(text) == {
+        "OPENAI_API_KEY": "sk-1",
+        "HALO_LOG_LEVEL": "debug",
+        "Q": "a b # kept",
+        "S": "x",
+        "C": "1",
+    }
 
 
 def test_load_dotenv_never_overrides(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner.grammar import GrammarMismatch
 from halo_learner.learner import InvalidBatch
 from halo_learner.logprobs import packed_group_logprobs, padded_logprobs
@@ -38,8 +38,16 @@ def _check_action(text: str) -> dict:
 def _sample(learner, blobs, n: int, seed: int, temperature: float = 1.0):
     m = messages(png_ref(blobs, 96, 64, seed), f"Goal: click the button ({seed})")
     grammar_ref = blobs.put_json(SCHEMA)
-    inp = SampleActionsInput(run_id="g", version=0, prompt_ref=blobs.put_json(m), n=n, temperature=temperature,
-                             max_tokens=MAX_TOKENS, seed=seed, grammar_ref=grammar_ref)
+    inp = SampleActionsInput(
+        run_id="g",
+        version=0,
+        prompt_ref=blobs.put_json(m),
+        n=n,
+        temperature=temperature,
+        max_tokens=MAX_TOKENS,
+        seed=seed,
+        grammar_ref=grammar_ref,
+    )
     return m, grammar_ref, learner.sample_actions(inp).completions
 
 
@@ -84,11 +92,22 @@ def test_a_completion_outside_its_grammar_is_refused(learner, blobs):
 
 def test_update_on_a_constrained_batch_starts_at_ratio_one(learner, blobs):
     m, grammar_ref, out = _sample(learner, blobs, 4, 5)
-    items = [dict(prompt=m, completion=c.text, completion_token_ids=c.token_ids, old_logprobs=c.logprobs,
-                  advantage=a, grammar_ref=grammar_ref) for c, a in zip(out, [1.0, -1.0, 0.5, -0.5])]
+    items = [
+        dict(
+            prompt=m,
+            completion=c.text,
+            tokens_ref=tokens_ref(blobs, c.token_ids, c.logprobs, grammar_ref),
+            advantage=a,
+            grammar_ref=grammar_ref,
+        )
+        for c, a in zip(out, [1.0, -1.0, 0.5, -0.5])
+    ]
     ref = blobs.put_json({"items": items, "max_completion_len": MAX_TOKENS})
-    res = learner.update_policy(UpdatePolicyInput(run_id="g", version=1, batch_ref=ref,
-                                                  hyperparameters=dict(learning_rate=1e-3, temperature=1.0)))
+    res = learner.update_policy(
+        UpdatePolicyInput(
+            run_id="g", version=1, batch_ref=ref, hyperparameters=dict(learning_rate=1e-3, temperature=1.0)
+        )
+    )
     assert res.ratio_tokens == sum(len(c.token_ids) for c in out)
     assert res.mean_ratio == pytest.approx(1.0, abs=1e-4) and res.clip_fraction == 0.0
     # The same batch claiming another grammar is refused, not trained on with a wrong mask.

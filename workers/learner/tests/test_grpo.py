@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
 import torch
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner.grpo import GrpoSample, grpo_step
 from halo_learner.logprobs import padded_logprobs
 from halo_learner.payloads import SampleActionsInput, UpdatePolicyInput
@@ -54,10 +55,21 @@ def test_loss_matches_hand_computation(learner, blobs):
             expected += pg + beta * kl
     expected /= len(comps) * Lmax
 
-    samples = [GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=c, advantage=a, old_logprobs=o)
-               for c, a, o in zip(comps, advs, olds)]
-    stats = grpo_step(policy, learner.optimizer, samples, clip_eps=eps, kl_coef=beta, temperature=T,
-                      max_grad_norm=1.0, max_completion_len=Lmax, micro_batch=2)
+    samples = [
+        GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=c, advantage=a, old_logprobs=o)
+        for c, a, o in zip(comps, advs, olds)
+    ]
+    stats = grpo_step(
+        policy,
+        learner.optimizer,
+        samples,
+        clip_eps=eps,
+        kl_coef=beta,
+        temperature=T,
+        max_grad_norm=1.0,
+        max_completion_len=Lmax,
+        micro_batch=2,
+    )
     print(f"dr_grpo loss {stats.loss:.8f}, by hand {expected:.8f}")
     assert abs(stats.loss - expected) < 1e-6 * max(1.0, abs(expected))
     assert stats.tokens == sum(len(c) for c in comps)
@@ -77,12 +89,23 @@ def test_advantage_sign_moves_logprob(learner, blobs):
     good = [rnd.randrange(10, V) for _ in range(6)]
     bad = [rnd.randrange(10, V) for _ in range(6)]
     before = (_logp_sum(policy, prompt, good), _logp_sum(policy, prompt, bad))
-    batch = blobs.put_json({"items": [
-        {"prompt": m, "completion": "", "completion_token_ids": good, "advantage": 1.0, "old_logprobs": None},
-        {"prompt": m, "completion": "", "completion_token_ids": bad, "advantage": -1.0, "old_logprobs": None},
-    ], "max_completion_len": None})
-    out = learner.update_policy(UpdatePolicyInput(run_id="sign", version=1, batch_ref=batch, hyperparameters={
-        "learning_rate": 5e-3, "kl_coef": 0.0, "temperature": 1.0}))
+    batch = blobs.put_json(
+        {
+            "items": [
+                {"prompt": m, "completion": "", "tokens_ref": tokens_ref(blobs, good), "advantage": 1.0},
+                {"prompt": m, "completion": "", "tokens_ref": tokens_ref(blobs, bad), "advantage": -1.0},
+            ],
+            "max_completion_len": None,
+        }
+    )
+    out = learner.update_policy(
+        UpdatePolicyInput(
+            run_id="sign",
+            version=1,
+            batch_ref=batch,
+            hyperparameters={"learning_rate": 5e-3, "kl_coef": 0.0, "temperature": 1.0},
+        )
+    )
     after = (_logp_sum(policy, prompt, good), _logp_sum(policy, prompt, bad))
     print(f"positive advantage: {before[0]:.3f} -> {after[0]:.3f}; negative: {before[1]:.3f} -> {after[1]:.3f}")
     assert not out.reused and out.tokens == 12
@@ -98,63 +121,101 @@ def _manifest_metrics(out):
 
 
 def test_sampler_ids_and_logprobs_make_the_ratio_real(learner, blobs):
-    """The sampler's own ids and log-probs reach the loss: ratio 1 on-policy, != 1 once the policy moved."""
+    """The sampler's own ids and log-probs, read from its token blobs, reach the loss: ratio 1 on-policy, != 1 once
+    the policy moved."""
     m = messages(png_ref(blobs, 64, 64, 21), "Goal: press the blue button")
-    out = learner.sample_actions(SampleActionsInput(run_id="ratio", version=0, prompt_ref=blobs.put_json(m), n=4,
-                                                    temperature=1.0, max_tokens=6, seed=5))
-    items = [{"prompt": m, "completion": c.text, "completion_token_ids": c.token_ids, "old_logprobs": c.logprobs,
-              "advantage": a, "finish_reason": c.finish_reason}
-             for c, a in zip(out.completions, (1.0, -1.0, 0.5, -0.5))]
-    tokens = sum(len(c.token_ids) for c in out.completions)
+    out = learner.sample_actions(
+        SampleActionsInput(
+            run_id="ratio",
+            version=0,
+            prompt_ref=blobs.put_json(m),
+            n=4,
+            temperature=1.0,
+            max_tokens=6,
+            seed=5,
+            store_tokens=True,
+        )
+    )
+    items = [
+        {
+            "prompt": m,
+            "completion": c.text,
+            "tokens_ref": c.tokens_ref,
+            "advantage": a,
+            "finish_reason": c.finish_reason,
+        }
+        for c, a in zip(out.completions, (1.0, -1.0, 0.5, -0.5))
+    ]
+    tokens = sum(len(blobs.get_json(c.tokens_ref)["token_ids"]) for c in out.completions)
     hp = {"learning_rate": 2e-2, "kl_coef": 0.0, "temperature": 1.0, "clip_epsilon": 0.2}
 
     # v1 trains on the tokens v0 sampled, with v0's log-probs: on-policy, every ratio is 1.
-    v1 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=1, batch_ref=blobs.put_json({"items": items}),
-                                                 hyperparameters=hp))
+    v1 = learner.update_policy(
+        UpdatePolicyInput(run_id="ratio", version=1, batch_ref=blobs.put_json({"items": items}), hyperparameters=hp)
+    )
     m1 = _manifest_metrics(v1)
     assert v1.retokenized == 0 and v1.tokens == tokens
     assert m1["ratio_tokens"] == tokens
     assert m1["max_abs_log_ratio"] < 1e-3 and m1["clip_fraction"] == 0.0
 
     # v2 trains on the same samples with the same (now stale) v0 log-probs: the policy moved, the ratio is not 1.
-    v2 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=2, batch_ref=blobs.put_json({"items": items}),
-                                                 hyperparameters=hp))
+    v2 = learner.update_policy(
+        UpdatePolicyInput(run_id="ratio", version=2, batch_ref=blobs.put_json({"items": items}), hyperparameters=hp)
+    )
     m2 = _manifest_metrics(v2)
-    print(f"max |log ratio|: on-policy {m1['max_abs_log_ratio']:.2e}, after one update {m2['max_abs_log_ratio']:.3f}, "
-          f"clipped {m2['clip_fraction']:.3f}")
+    print(
+        f"max |log ratio|: on-policy {m1['max_abs_log_ratio']:.2e}, after one update {m2['max_abs_log_ratio']:.3f}, "
+        f"clipped {m2['clip_fraction']:.3f}"
+    )
     assert m2["ratio_tokens"] == tokens
     assert m2["max_abs_log_ratio"] > 0.05
     assert m2["clip_fraction"] > 0.0
 
-    # Without sampler log-probs there is no ratio to speak of (plain policy gradient).
-    plain = [{**it, "old_logprobs": None} for it in items]
-    v3 = learner.update_policy(UpdatePolicyInput(run_id="ratio", version=3, batch_ref=blobs.put_json({"items": plain}),
-                                                 hyperparameters=hp))
+    # Without sampler log-probs (a server that gave ids only) there is no ratio to speak of (plain policy gradient).
+    plain = [{**it, "tokens_ref": tokens_ref(blobs, blobs.get_json(it["tokens_ref"])["token_ids"])} for it in items]
+    v3 = learner.update_policy(
+        UpdatePolicyInput(run_id="ratio", version=3, batch_ref=blobs.put_json({"items": plain}), hyperparameters=hp)
+    )
     assert _manifest_metrics(v3)["ratio_tokens"] == 0
 
 
-def test_retokenised_fallback_is_counted_and_ids_are_used_as_given(learner, blobs):
-    """Items with the sampler's ids are not retokenised; text-only items are, and unfaithful ones are counted."""
+def test_retokenised_fallback_is_counted_and_ids_are_used_as_given(learner, blobs, monkeypatch):
+    """Items with the sampler's tokens are not retokenised; text-only items are, and unfaithful ones are counted."""
+    import halo_learner.learner as learner_mod
+
+    retokenise = learner_mod.completion_ids_from_text
+
+    def unfaithful_world(tok, prompt_text, completion, end_of_turn):
+        r = retokenise(tok, prompt_text, completion, end_of_turn)
+        return dataclasses.replace(r, mismatch=r.mismatch or completion == "world")
+
+    monkeypatch.setattr(learner_mod, "completion_ids_from_text", unfaithful_world)
     m = messages(None, "Goal: type hello")
     tok = learner.policy.tokenizer
     given = tok("hello world", add_special_tokens=False)["input_ids"][::-1] + [tok.convert_tokens_to_ids("<|im_end|>")]
     items = [
-        # The sampler's ids, deliberately not what tokenising the text gives: used as they are.
-        {"prompt": m, "completion": "hello world", "completion_token_ids": given,
-         "old_logprobs": [-1.0] * len(given), "advantage": 1.0},
+        # The sampler's tokens, deliberately not what tokenising the text gives: used as they are.
+        {
+            "prompt": m,
+            "completion": "hello world",
+            "tokens_ref": tokens_ref(blobs, given, [-1.0] * len(given)),
+            "advantage": 1.0,
+        },
         # Text only, faithful retokenisation.
-        {"prompt": m, "completion": "hello", "completion_token_ids": None, "old_logprobs": None, "advantage": -1.0},
-        # Text only, with sampler log-probs that do not pair with the retokenised ids: a mismatch.
-        {"prompt": m, "completion": "world", "completion_token_ids": None, "old_logprobs": [-0.5] * 40,
-         "advantage": 0.5},
+        {"prompt": m, "completion": "hello", "tokens_ref": None, "advantage": -1.0},
+        # Text only, a retokenisation that may differ from what was sampled: counted as a mismatch.
+        {"prompt": m, "completion": "world", "advantage": 0.5},
     ]
     retok = [len(tok(t, add_special_tokens=False)["input_ids"]) + 1 for t in ("hello", "world")]
-    out = learner.update_policy(UpdatePolicyInput(run_id="retok", version=1, batch_ref=blobs.put_json({"items": items}),
-                                                  hyperparameters={"kl_coef": 0.0}))
+    out = learner.update_policy(
+        UpdatePolicyInput(
+            run_id="retok", version=1, batch_ref=blobs.put_json({"items": items}), hyperparameters={"kl_coef": 0.0}
+        )
+    )
     assert out.retokenized == 2
     assert out.token_mismatch_rate == 0.5
     assert out.tokens == len(given) + sum(retok)
-    assert _manifest_metrics(out)["ratio_tokens"] == len(given)  # only the item whose log-probs pair with ids
+    assert _manifest_metrics(out)["ratio_tokens"] == len(given)  # only the item with the sampler's log-probs
 
 
 def test_dr_grpo_denominator_is_constant_across_batches(learner, blobs, caplog):
@@ -163,22 +224,35 @@ def test_dr_grpo_denominator_is_constant_across_batches(learner, blobs, caplog):
     rnd = random.Random(7)
 
     def batch(lengths, max_len):
-        return blobs.put_json({"items": [
-            {"prompt": m, "completion": "", "completion_token_ids": [rnd.randrange(10, 390) for _ in range(n)],
-             "advantage": a, "old_logprobs": None} for n, a in zip(lengths, (0.5, -0.5, 0.25, -0.25))],
-            "max_completion_len": max_len})
+        return blobs.put_json(
+            {
+                "items": [
+                    {
+                        "prompt": m,
+                        "completion": "",
+                        "tokens_ref": tokens_ref(blobs, [rnd.randrange(10, 390) for _ in range(n)]),
+                        "advantage": a,
+                    }
+                    for n, a in zip(lengths, (0.5, -0.5, 0.25, -0.25))
+                ],
+                "max_completion_len": max_len,
+            }
+        )
 
     hp = {"learning_rate": 1e-3, "kl_coef": 0.01, "temperature": 1.0}
-    short = learner.update_policy(UpdatePolicyInput(run_id="denom", version=1, batch_ref=batch([2, 3, 2, 1], 16),
-                                                    hyperparameters=hp))
-    long = learner.update_policy(UpdatePolicyInput(run_id="denom", version=2, batch_ref=batch([12, 9, 16, 5], 16),
-                                                   hyperparameters=hp))
+    short = learner.update_policy(
+        UpdatePolicyInput(run_id="denom", version=1, batch_ref=batch([2, 3, 2, 1], 16), hyperparameters=hp)
+    )
+    long = learner.update_policy(
+        UpdatePolicyInput(run_id="denom", version=2, batch_ref=batch([12, 9, 16, 5], 16), hyperparameters=hp)
+    )
     print(f"tokens {short.tokens} vs {long.tokens}; denominators {short.denominator} and {long.denominator}")
     assert short.tokens != long.tokens
     assert short.denominator == long.denominator == 4 * 16
     with caplog.at_level("WARNING", logger="halo_learner"):
-        legacy = learner.update_policy(UpdatePolicyInput(run_id="denom", version=3, batch_ref=batch([2, 7, 3, 1], None),
-                                                         hyperparameters=hp))
+        legacy = learner.update_policy(
+            UpdatePolicyInput(run_id="denom", version=3, batch_ref=batch([2, 7, 3, 1], None), hyperparameters=hp)
+        )
     assert legacy.denominator == 4 * 7
     assert "has no max_completion_len" in caplog.text
 
@@ -196,10 +270,21 @@ def test_update_statistics_match_their_definitions(learner, blobs):
         with policy.model.disable_adapter():
             ref = [padded_logprobs(policy, [prompt], [c], 1.0)[0][0] for c in comps]
     old = [(cur[0] + torch.tensor([0.5, -0.5, 0.01, 0.3, -0.02])).tolist(), None]
-    samples = [GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=c, advantage=a, old_logprobs=o)
-               for c, a, o in zip(comps, (1.0, -1.0), old)]
-    stats = grpo_step(policy, learner.optimizer, samples, clip_eps=0.2, kl_coef=0.1, temperature=1.0,
-                      max_grad_norm=1.0, max_completion_len=8, micro_batch=2)
+    samples = [
+        GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=c, advantage=a, old_logprobs=o)
+        for c, a, o in zip(comps, (1.0, -1.0), old)
+    ]
+    stats = grpo_step(
+        policy,
+        learner.optimizer,
+        samples,
+        clip_eps=0.2,
+        kl_coef=0.1,
+        temperature=1.0,
+        max_grad_norm=1.0,
+        max_completion_len=8,
+        micro_batch=2,
+    )
     lp, rf = torch.cat(cur), torch.cat(ref)
     kl = float((torch.exp(rf - lp) - (rf - lp) - 1).mean())
     ratio = torch.exp(cur[0] - torch.tensor(old[0]))

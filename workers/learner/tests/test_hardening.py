@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from halo_learner import adapters, paths
+from halo_learner import adapters
 from halo_learner.activities import LearnerActivities
 from halo_learner.inflight import InflightLedger
 from halo_learner.payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
@@ -27,9 +27,11 @@ REF = "sha256:" + "a" * 64 + ".json"
 
 @pytest.mark.parametrize("run_id", BAD_RUN_IDS)
 def test_path_escaping_run_ids_are_refused_by_every_request(run_id):
-    for model, raw in [(UpdatePolicyInput, {"version": 1, "batch_ref": REF}),
-                       (UpdateDpoInput, {"version": 1, "batch_ref": REF}),
-                       (SampleActionsInput, {"prompt_ref": REF})]:
+    for model, raw in [
+        (UpdatePolicyInput, {"version": 1, "batch_ref": REF}),
+        (UpdateDpoInput, {"version": 1, "batch_ref": REF}),
+        (SampleActionsInput, {"prompt_ref": REF}),
+    ]:
         with pytest.raises(ValidationError, match="run_id"):
             model.model_validate({"run_id": run_id, **raw})
     with pytest.raises(ValueError, match="invalid run id"):
@@ -46,19 +48,26 @@ def test_the_activity_fails_a_dotdot_run_id_without_retry():
     # The input is checked before the learner is touched: no model needed.
     never = SimpleNamespace(update_policy=None, update_dpo=None, sample_actions=None)
     acts = LearnerActivities(never)
-    for call, extra in [(acts.update_policy, {"batch_ref": REF}), (acts.update_dpo, {"batch_ref": REF}),
-                        (acts.sample_actions, {"prompt_ref": REF})]:
+    for call, extra in [
+        (acts.update_policy, {"batch_ref": REF}),
+        (acts.update_dpo, {"batch_ref": REF}),
+        (acts.sample_actions, {"prompt_ref": REF}),
+    ]:
         with pytest.raises(ApplicationError) as e:
             call({"run_id": "..", "version": 1, **extra})
         assert e.value.non_retryable and e.value.type == "InvalidPayload" and "run_id" in e.value.message
 
 
 def _info(token: bytes = b"\x01\x02"):
-    return SimpleNamespace(task_token=token, activity_type="update_policy", activity_id="1", workflow_id="wf", attempt=1)
+    return SimpleNamespace(
+        task_token=token, activity_type="update_policy", activity_id="1", workflow_id="wf", attempt=1
+    )
 
 
 def _dead_pid() -> int:
-    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(p.stdout)
 
 
@@ -86,14 +95,20 @@ def test_orphans_are_dead_processes_of_this_queue_and_host_only(tmp_path):
     dead, live = _dead_pid(), os.getppid()
 
     def write(name: str, pid: int, **extra):
-        rec = {"pid": pid, "task_token": base64.b64encode(b"t").decode(), "activity_type": "update_policy",
-               "workflow_id": "wf", "attempt": 1, **extra}
+        rec = {
+            "pid": pid,
+            "task_token": base64.b64encode(b"t").decode(),
+            "activity_type": "update_policy",
+            "workflow_id": "wf",
+            "attempt": 1,
+            **extra,
+        }
         (folder / name).write_text(json.dumps(rec))
 
-    write(f"inflight-gpu-h1-{dead}.json", dead, queue="gpu", host="h1")          # a dead predecessor: released
-    write(f"inflight-gpu-h1-{live}.json", live, queue="gpu", host="h1")          # alive: left alone
-    write(f"inflight-gpu-h2-{dead}.json", dead, queue="gpu", host="h2")          # another host's learner
-    write(f"inflight-gpu-2-h1-{dead}.json", dead, queue="gpu-2", host="h1")      # another queue
-    write("inflight-gpu.json", dead)                                              # not a per-process ledger
+    write(f"inflight-gpu-h1-{dead}.json", dead, queue="gpu", host="h1")  # a dead predecessor: released
+    write(f"inflight-gpu-h1-{live}.json", live, queue="gpu", host="h1")  # alive: left alone
+    write(f"inflight-gpu-h2-{dead}.json", dead, queue="gpu", host="h2")  # another host's learner
+    write(f"inflight-gpu-2-h1-{dead}.json", dead, queue="gpu-2", host="h1")  # another queue
+    write("inflight-gpu.json", dead)  # not a per-process ledger
     found = [p.name for p, _ in me.orphans()]
     assert found == [f"inflight-gpu-h1-{dead}.json"]

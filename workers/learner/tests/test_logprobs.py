@@ -87,16 +87,25 @@ def _grpo_samples(policy, blobs):
         m, p = (m1, p1) if i < 3 else (m2, p2)
         # Sampler log-probs somewhat off the current policy, so ratios move and clipping bites.
         old = [rnd.uniform(-7.0, -4.0) for _ in c] if i % 2 == 0 else None
-        samples.append(GrpoSample(prompt=p, prompt_key=prompt_key(m), ids=c, advantage=rnd.uniform(-1, 1),
-                                  old_logprobs=old))
+        samples.append(
+            GrpoSample(prompt=p, prompt_key=prompt_key(m), ids=c, advantage=rnd.uniform(-1, 1), old_logprobs=old)
+        )
     return samples
 
 
 def _grads(policy, samples, prefix_sharing: bool, micro_batch: int, kl_coef: float = 0.05):
     params = policy.trainable_parameters()
     policy.model.zero_grad(set_to_none=True)
-    loss, _ = grpo_backward(policy, samples, clip_eps=0.2, kl_coef=kl_coef, temperature=0.7,
-                            max_completion_len=10, micro_batch=micro_batch, prefix_sharing=prefix_sharing)
+    loss, _ = grpo_backward(
+        policy,
+        samples,
+        clip_eps=0.2,
+        kl_coef=kl_coef,
+        temperature=0.7,
+        max_completion_len=10,
+        micro_batch=micro_batch,
+        prefix_sharing=prefix_sharing,
+    )
     return loss, torch.cat([p.grad.flatten() for p in params.values()])
 
 
@@ -109,8 +118,10 @@ def test_prefix_sharing_gradients_equal_unshared(policy, blobs):
     for micro_batch in (8, 2):  # whole groups of 3 and 5 in one packed sequence; chunks of 2
         loss_s, g_s = _grads(policy, samples, True, micro_batch)
         rel = float((g_s - g_u).norm() / g_u.norm())
-        print(f"prefix sharing (chunk {micro_batch}): loss {loss_s:.6f} vs {loss_u:.6f}, "
-              f"relative grad difference {rel:.2e}")
+        print(
+            f"prefix sharing (chunk {micro_batch}): loss {loss_s:.6f} vs {loss_u:.6f}, "
+            f"relative grad difference {rel:.2e}"
+        )
         assert abs(loss_s - loss_u) < 1e-5
         assert rel < 1e-4
     loss_u0, g_u0 = _grads(policy, samples, False, 8, kl_coef=0.0)  # no reference pass at all

@@ -8,7 +8,7 @@ import pytest
 import torch
 from temporalio.exceptions import ApplicationError
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner.activities import LearnerActivities
 from halo_learner.memory import GIB, HEADROOM_BYTES, MemoryModel, OomHints, plan_micro_batch
 
@@ -27,8 +27,9 @@ def test_real_config_shape_fits_the_budget_vllm_leaves():
     assert 1 <= plan.micro_batch < 8  # all 8 in one packed sequence would not fit
     bigger = plan_micro_batch(groups, cap=8, budget=budget, model=EIGHT_B)
     assert bigger == plan  # deterministic: a retry plans the same unless a hint says otherwise
-    one_more = EIGHT_B.chunk_bytes(SCREENSHOT_PROMPT + (plan.micro_batch + 1) * 255 + 16,
-                                   (plan.micro_batch + 1) * 255 + 1)
+    one_more = EIGHT_B.chunk_bytes(
+        SCREENSHOT_PROMPT + (plan.micro_batch + 1) * 255 + 16, (plan.micro_batch + 1) * 255 + 1
+    )
     assert one_more + HEADROOM_BYTES > budget  # the largest size that fits, not a smaller one
 
 
@@ -62,9 +63,20 @@ def test_oom_retry_runs_a_smaller_micro_batch(learner, blobs, monkeypatch):
 
     m = messages(png_ref(blobs, 64, 64, 41), "Goal: archive the mail")
     rnd = random.Random(3)
-    ref = blobs.put_json({"items": [
-        {"prompt": m, "completion": "", "completion_token_ids": [rnd.randrange(10, 390) for _ in range(4)],
-         "advantage": a, "old_logprobs": None} for a in (0.5, -0.5, 0.25, -0.25)], "max_completion_len": 8})
+    ref = blobs.put_json(
+        {
+            "items": [
+                {
+                    "prompt": m,
+                    "completion": "",
+                    "tokens_ref": tokens_ref(blobs, [rnd.randrange(10, 390) for _ in range(4)]),
+                    "advantage": a,
+                }
+                for a in (0.5, -0.5, 0.25, -0.25)
+            ],
+            "max_completion_len": 8,
+        }
+    )
     seen = []
     real_step = learner_mod.grpo_step
 
@@ -88,8 +100,12 @@ def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
     import halo_learner.learner as learner_mod
 
     m = messages(None, "Goal: x")
-    ref = blobs.put_json({"items": [{"prompt": m, "completion": "", "completion_token_ids": [20, 21],
-                                     "advantage": 1.0}], "max_completion_len": 8})
+    ref = blobs.put_json(
+        {
+            "items": [{"prompt": m, "completion": "", "tokens_ref": tokens_ref(blobs, [20, 21]), "advantage": 1.0}],
+            "max_completion_len": 8,
+        }
+    )
 
     def step(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory")

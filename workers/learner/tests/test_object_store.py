@@ -27,8 +27,9 @@ PNG = b"\x89PNG a screenshot"
 def moto():
     if not MOTO.exists():
         pytest.fail(f"{MOTO} is missing: run ./launch.sh setup (it installs moto[server])")
-    proc = subprocess.Popen([str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(MOTO), "-H", "127.0.0.1", "-p", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         port = None
         for line in proc.stdout:
@@ -41,8 +42,12 @@ def moto():
         import threading
 
         threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "halo-test",
-               "AWS_SECRET_ACCESS_KEY": "halo-test-secret", "AWS_REGION": "us-east-1"}
+        env = {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "halo-test",
+            "AWS_SECRET_ACCESS_KEY": "halo-test-secret",
+            "AWS_REGION": "us-east-1",
+        }
         bucket = f"halo-py-{uuid.uuid4().hex[:8]}"
         objects.client_from_env(env).create_bucket(Bucket=bucket)
         yield env, bucket
@@ -159,15 +164,17 @@ def test_save_version_publishes(s3_env, tmp_path, policy):
     import torch
 
     opt = torch.optim.AdamW(list(policy.trainable_parameters().values()), lr=1e-6)
-    path, reused = adapters.save_version(policy, opt, "run-s", 1, 0, "grpo", {"loss": 1.0}, tmp_path / "ck",
-                                         batch_ref="sha256:b")
+    path, reused = adapters.save_version(
+        policy, opt, "run-s", 1, 0, "grpo", {"loss": 1.0}, tmp_path / "ck", batch_ref="sha256:b"
+    )
     assert not reused
     other = adapters.synced_version_dir("run-s", 1, tmp_path / "elsewhere")
     for name in (adapters.ADAPTER_FILE, adapters.CONFIG_FILE):
         assert (other / name).read_bytes() == (path / name).read_bytes()
     # On a host with no copy, save_version finds the committed version instead of writing another.
-    again, reused = adapters.save_version(policy, opt, "run-s", 1, 0, "grpo", {}, tmp_path / "third",
-                                          batch_ref="sha256:b")
+    again, reused = adapters.save_version(
+        policy, opt, "run-s", 1, 0, "grpo", {}, tmp_path / "third", batch_ref="sha256:b"
+    )
     assert reused and (again / adapters.ADAPTER_FILE).exists()
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -35,8 +35,8 @@ EVERY_TOKEN = " ".join(QWEN3_VL_ADDED_TOKENS)
 
 def test_the_list_is_the_typescript_list():
     ts = (REPO / "lib" / "prompt-text.ts").read_text()
-    block = ts[ts.index("QWEN3_VL_ADDED_TOKENS"):]
-    block = block[:block.index("];")]
+    block = ts[ts.index("QWEN3_VL_ADDED_TOKENS") :]
+    block = block[: block.index("];")]
     assert tuple(re.findall(r"'([^']+)'", block)) == QWEN3_VL_ADDED_TOKENS
 
 
@@ -63,7 +63,7 @@ def test_raw_token_in_text_was_the_stopiteration(policy, blobs):
 
 def test_every_token_in_goal_tree_and_typed_text_encodes_with_the_template_structure(policy, blobs):
     ref = png_ref(blobs, 64, 48, 1)
-    user = f"Goal: {EVERY_TOKEN}\nAccessibility tree:\n[3] button \"{EVERY_TOKEN}\"\nPrevious actions:\n1. type{POISON}"
+    user = f'Goal: {EVERY_TOKEN}\nAccessibility tree:\n[3] button "{EVERY_TOKEN}"\nPrevious actions:\n1. type{POISON}'
     raw = encode_prompt(policy.processor, messages(ref, user), blobs)
     # The TypeScript builder sends the text already neutralised: the same tokens.
     pre = encode_prompt(policy.processor, messages(ref, neutralise(user)), blobs)
@@ -85,7 +85,8 @@ def test_structure_check_names_the_token(policy):
 def test_sample_actions_on_a_poisoned_prompt_answers(learner, blobs):
     ref = blobs.put_json(messages(png_ref(blobs, 64, 48, 2), "Previous actions:\n1. type" + POISON))
     out = LearnerActivities(learner).sample_actions(
-        SampleActionsInput(run_id="poison", prompt_ref=ref, n=2, temperature=1.0, max_tokens=4, seed=1).model_dump())
+        SampleActionsInput(run_id="poison", prompt_ref=ref, n=2, temperature=1.0, max_tokens=4, seed=1).model_dump()
+    )
     assert len(out["completions"]) == 2
 
 
@@ -118,8 +119,14 @@ def _raising_learner():
 def test_every_exception_becomes_an_application_error_with_its_last_frame(kind):
     acts = LearnerActivities(_raising_learner())
     with pytest.raises(ApplicationError) as e:
-        acts.update_policy({"run_id": kind, "version": 1, "batch_ref": "sha256:" + "a" * 64 + ".json",
-                            "hyperparameters": {"learning_rate": 1e-3}})
+        acts.update_policy(
+            {
+                "run_id": kind,
+                "version": 1,
+                "batch_ref": "sha256:" + "a" * 64 + ".json",
+                "hyperparameters": {"learning_rate": 1e-3},
+            }
+        )
     _, typ, non_retryable = RAISED[kind]
     assert e.value.type == typ and e.value.non_retryable == non_retryable
     if typ != "InvalidPrompt":
@@ -134,10 +141,17 @@ class CallsInOrder:
         for run_id in args["run_ids"]:
             try:
                 res = await workflow.execute_activity(
-                    "update_policy", {"run_id": run_id, "version": 1, "batch_ref": "sha256:" + "a" * 64 + ".json",
-                                      "hyperparameters": {"learning_rate": 1e-3}},
-                    task_queue=args["queue"], start_to_close_timeout=timedelta(seconds=args.get("timeout_s", 20)),
-                    retry_policy=RetryPolicy(maximum_attempts=1))
+                    "update_policy",
+                    {
+                        "run_id": run_id,
+                        "version": 1,
+                        "batch_ref": "sha256:" + "a" * 64 + ".json",
+                        "hyperparameters": {"learning_rate": 1e-3},
+                    },
+                    task_queue=args["queue"],
+                    start_to_close_timeout=timedelta(seconds=args.get("timeout_s", 20)),
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
                 out.append(["ok", res])
             except ActivityError as e:
                 cause = e.cause
@@ -150,8 +164,12 @@ async def _with_learner_worker(address: str, learner, body, watch: SlotWatch | N
     queue = f"gpu-{uuid.uuid4().hex[:8]}"
     with ThreadPoolExecutor(max_workers=1) as pool:
         worker = build_worker(client, queue, LearnerActivities(learner), pool, "test-learner", watch or SlotWatch())
-        async with worker, Worker(client, task_queue=f"wf-{queue}", workflows=[CallsInOrder],
-                                  workflow_runner=UnsandboxedWorkflowRunner()):
+        async with (
+            worker,
+            Worker(
+                client, task_queue=f"wf-{queue}", workflows=[CallsInOrder], workflow_runner=UnsandboxedWorkflowRunner()
+            ),
+        ):
             return await body(client, queue)
 
 
@@ -182,8 +200,12 @@ def test_a_real_learner_worker_serves_the_next_activity_after_each_kind(temporal
         order += [kind, f"after-{kind}"]
 
     async def body(client, queue):
-        return await client.execute_workflow(CallsInOrder.run, {"queue": queue, "run_ids": order, "timeout_s": 10},
-                                             id=f"calls-{queue}", task_queue=f"wf-{queue}")
+        return await client.execute_workflow(
+            CallsInOrder.run,
+            {"queue": queue, "run_ids": order, "timeout_s": 10},
+            id=f"calls-{queue}",
+            task_queue=f"wf-{queue}",
+        )
 
     results = _bounded(_with_learner_worker(temporal_server, _raising_learner(), body), 90)
     for run_id, res in zip(order, results):
@@ -206,8 +228,12 @@ def test_the_watchdog_restarts_a_learner_whose_slot_outlives_the_timeout(tempora
     dog = Watchdog(watch, record, grace_s=1.0, poll_s=0.2, restart=fired.set).start()
 
     async def body(client, queue):
-        handle = await client.start_workflow(CallsInOrder.run, {"queue": queue, "run_ids": ["wedged"], "timeout_s": 2},
-                                             id=f"calls-{queue}", task_queue=f"wf-{queue}")
+        handle = await client.start_workflow(
+            CallsInOrder.run,
+            {"queue": queue, "run_ids": ["wedged"], "timeout_s": 2},
+            id=f"calls-{queue}",
+            task_queue=f"wf-{queue}",
+        )
         t0 = time.monotonic()
         while not fired.is_set():
             assert time.monotonic() - t0 < 30, "the watchdog did not fire"
@@ -218,8 +244,11 @@ def test_the_watchdog_restarts_a_learner_whose_slot_outlives_the_timeout(tempora
         return held
 
     try:
-        held = asyncio.run(_with_learner_worker(temporal_server, SimpleNamespace(update_policy=update_policy, planned=None),
-                                                body, watch))
+        held = asyncio.run(
+            _with_learner_worker(
+                temporal_server, SimpleNamespace(update_policy=update_policy, planned=None), body, watch
+            )
+        )
     finally:
         release.set()
         dog.stop()

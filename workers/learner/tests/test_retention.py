@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner import adapters, retention
 from halo_learner.learner import Learner, Settings
 from halo_learner.memory import OomHints
@@ -18,8 +18,14 @@ def _fake_versions(run_dir, n):
         d.mkdir(parents=True)
         for f in (adapters.ADAPTER_FILE, adapters.CONFIG_FILE, adapters.OPTIMIZER_FILE):
             (d / f).write_bytes(b"x" * 100)
-        (d / adapters.MANIFEST_FILE).write_text(json.dumps({"version": v, "files": {
-            adapters.ADAPTER_FILE: "a", adapters.CONFIG_FILE: "c", adapters.OPTIMIZER_FILE: "o"}}))
+        (d / adapters.MANIFEST_FILE).write_text(
+            json.dumps(
+                {
+                    "version": v,
+                    "files": {adapters.ADAPTER_FILE: "a", adapters.CONFIG_FILE: "c", adapters.OPTIMIZER_FILE: "o"},
+                }
+            )
+        )
 
 
 def test_plan_keeps_what_it_must(tmp_path):
@@ -29,8 +35,15 @@ def test_plan_keeps_what_it_must(tmp_path):
     strip = retention.plan(run, keep_last=3, keep_every=5, needed={2})
     assert [(a.kind, a.version) for a in strip] == [("strip-optimizer", v) for v in (1, 3, 4, 5, 6, 7, 8, 9)]
     gc = retention.plan(run, keep_last=3, keep_every=5, needed={2, 7}, delete=True)
-    assert {a.version: a.kind for a in gc} == {1: "delete", 3: "delete", 4: "delete", 5: "strip-optimizer",
-                                               6: "delete", 8: "delete", 9: "delete"}
+    assert {a.version: a.kind for a in gc} == {
+        1: "delete",
+        3: "delete",
+        4: "delete",
+        5: "strip-optimizer",
+        6: "delete",
+        8: "delete",
+        9: "delete",
+    }
     assert all(p.exists() for p in run.iterdir())  # planning changes nothing
 
     freed = retention.apply(gc)
@@ -47,24 +60,45 @@ def test_plan_keeps_what_it_must(tmp_path):
 
 def test_cli_dry_run_changes_nothing(tmp_path, capsys):
     _fake_versions(tmp_path / "r", 6)
-    assert retention.main(["--run", "r", "--root", str(tmp_path), "--keep-last", "2", "--delete", "--dry-run",
-                           "--need", "1"]) == 0
+    assert (
+        retention.main(
+            ["--run", "r", "--root", str(tmp_path), "--keep-last", "2", "--delete", "--dry-run", "--need", "1"]
+        )
+        == 0
+    )
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["version"] for x in lines[:-1]] == [2, 3, 4] and lines[-1]["dry_run"] is True
     assert len(list((tmp_path / "r").glob("v*"))) == 6 and (tmp_path / "r" / "v2" / adapters.OPTIMIZER_FILE).exists()
 
 
 def test_learner_strips_optimizer_state_beyond_the_last_k(policy, blobs, tmp_path):
-    learner = Learner(policy, blobs=blobs, checkpoints=tmp_path / "ck", settings=Settings(micro_batch=4, keep_last=2),
-                      oom_hints=OomHints(tmp_path / "h.json"))
+    learner = Learner(
+        policy,
+        blobs=blobs,
+        checkpoints=tmp_path / "ck",
+        settings=Settings(micro_batch=4, keep_last=2),
+        oom_hints=OomHints(tmp_path / "h.json"),
+    )
     m = messages(png_ref(blobs, 64, 64, 3), "Goal: y")
     rnd = random.Random(1)
     for v in (1, 2, 3, 4):
-        ref = blobs.put_json({"items": [{"prompt": m, "completion": "", "advantage": a,
-                                         "completion_token_ids": [rnd.randrange(10, 390) for _ in range(3)]}
-                                        for a in (1.0, -1.0)], "max_completion_len": 4})
-        learner.update_policy(UpdatePolicyInput(run_id="keep", version=v, batch_ref=ref,
-                                                hyperparameters={"learning_rate": 1e-3}))
+        ref = blobs.put_json(
+            {
+                "items": [
+                    {
+                        "prompt": m,
+                        "completion": "",
+                        "advantage": a,
+                        "tokens_ref": tokens_ref(blobs, [rnd.randrange(10, 390) for _ in range(3)]),
+                    }
+                    for a in (1.0, -1.0)
+                ],
+                "max_completion_len": 4,
+            }
+        )
+        learner.update_policy(
+            UpdatePolicyInput(run_id="keep", version=v, batch_ref=ref, hyperparameters={"learning_rate": 1e-3})
+        )
     run = tmp_path / "ck" / "keep"
     assert [(run / f"v{v}" / adapters.OPTIMIZER_FILE).exists() for v in (1, 2, 3, 4)] == [False, False, True, True]
     assert all((run / f"v{v}" / adapters.ADAPTER_FILE).exists() for v in (1, 2, 3, 4))
@@ -98,6 +132,24 @@ def test_need_from_keeps_an_open_runs_adapter_its_parent_and_newer(tmp_path, cap
     _fake_versions(run, 9)
     acts = retention.plan(run, keep_last=1, keep_every=0, needed={2}, delete=True, needed_from=6)
     assert [(a.kind, a.version) for a in acts] == [("delete", v) for v in (1, 3, 4, 5)]
-    assert retention.main(["--run", "r", "--root", str(tmp_path), "--keep-last", "1", "--keep-every", "0",
-                           "--need", "2", "--need-from", "6", "--delete"]) == 0
+    assert (
+        retention.main(
+            [
+                "--run",
+                "r",
+                "--root",
+                str(tmp_path),
+                "--keep-last",
+                "1",
+                "--keep-every",
+                "0",
+                "--need",
+                "2",
+                "--need-from",
+                "6",
+                "--delete",
+            ]
+        )
+        == 0
+    )
     assert sorted(int(p.name[1:]) for p in run.glob("v*")) == [2, 6, 7, 8, 9]

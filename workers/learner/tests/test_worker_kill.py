@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RetryPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from conftest import messages, png_ref
+from conftest import messages, png_ref, tokens_ref
 from halo_learner.blobs import BlobStore
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +34,9 @@ class UpdateOnce:
     @workflow.run
     async def run(self, args: dict) -> dict:
         return await workflow.execute_activity(
-            "update_policy", args["input"], task_queue=args["queue"],
+            "update_policy",
+            args["input"],
+            task_queue=args["queue"],
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=args.get("heartbeat_s", 3)),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
@@ -42,11 +44,24 @@ class UpdateOnce:
 
 
 def _start_learner(address: str, queue: str, checkpoints: Path, blob_home: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, TEMPORAL_ADDRESS=address, HALO_GPU_QUEUE=queue, HALO_MODEL="tiny-random",
-               HALO_CHECKPOINTS=str(checkpoints), HALO_HOME=str(blob_home), HALO_MICRO_BATCH="1",
-               HALO_TORCH_THREADS="1", PYTHONPATH=str(LEARNER_DIR))
-    return subprocess.Popen([sys.executable, "-m", "halo_learner.worker"], env=env, cwd=str(REPO),
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    env = dict(
+        os.environ,
+        TEMPORAL_ADDRESS=address,
+        HALO_GPU_QUEUE=queue,
+        HALO_MODEL="tiny-random",
+        HALO_CHECKPOINTS=str(checkpoints),
+        HALO_HOME=str(blob_home),
+        HALO_MICRO_BATCH="1",
+        HALO_TORCH_THREADS="1",
+        PYTHONPATH=str(LEARNER_DIR),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "halo_learner.worker"],
+        env=env,
+        cwd=str(REPO),
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait_ready(log: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -91,9 +106,14 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
     for g in range(60):
         m = messages(png_ref(blobs, 128, 96, g), f"Goal: task {g}")
         for _ in range(4):
-            items.append({"prompt": m, "completion": "", "completion_token_ids":
-                          [rnd.randrange(10, 390) for _ in range(48)], "advantage": rnd.uniform(-1, 1),
-                          "old_logprobs": None})
+            items.append(
+                {
+                    "prompt": m,
+                    "completion": "",
+                    "tokens_ref": tokens_ref(blobs, [rnd.randrange(10, 390) for _ in range(48)]),
+                    "advantage": rnd.uniform(-1, 1),
+                }
+            )
     batch_ref = blobs.put_json({"items": items, "max_completion_len": 48})
     checkpoints = tmp_path / "checkpoints"
     queue = f"gpu-{uuid.uuid4().hex[:8]}"
@@ -107,13 +127,24 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
             nonlocal second
             client = await Client.connect(temporal_server)
             wf_queue = f"wf-{queue}"
-            async with Worker(client, task_queue=wf_queue, workflows=[UpdateOnce],
-                              workflow_runner=UnsandboxedWorkflowRunner()):
+            async with Worker(
+                client, task_queue=wf_queue, workflows=[UpdateOnce], workflow_runner=UnsandboxedWorkflowRunner()
+            ):
                 handle = await client.start_workflow(
-                    UpdateOnce.run, {"queue": queue, "heartbeat_s": heartbeat_s, "input": {
-                        "run_id": "killrun", "version": 1, "batch_ref": batch_ref,
-                        "hyperparameters": {"learning_rate": 1e-3, "kl_coef": 0.001}}},
-                    id=f"update-{queue}", task_queue=wf_queue)
+                    UpdateOnce.run,
+                    {
+                        "queue": queue,
+                        "heartbeat_s": heartbeat_s,
+                        "input": {
+                            "run_id": "killrun",
+                            "version": 1,
+                            "batch_ref": batch_ref,
+                            "hyperparameters": {"learning_rate": 1e-3, "kl_coef": 0.001},
+                        },
+                    },
+                    id=f"update-{queue}",
+                    task_queue=wf_queue,
+                )
                 deadline = time.monotonic() + 60
                 while not await _heartbeat_seen(handle):
                     assert time.monotonic() < deadline, "no heartbeat from the learner"
@@ -124,9 +155,11 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
                 assert not (checkpoints / "killrun" / "v1").exists(), "update finished before the kill"
                 second = _start_learner(temporal_server, queue, checkpoints, halo_home, log)
                 result = await asyncio.wait_for(handle.result(), 240 if heartbeat_s < 240 else heartbeat_s / 3)
-                attempts = [e.activity_task_started_event_attributes.attempt
-                            async for e in handle.fetch_history_events()
-                            if e.HasField("activity_task_started_event_attributes")]
+                attempts = [
+                    e.activity_task_started_event_attributes.attempt
+                    async for e in handle.fetch_history_events()
+                    if e.HasField("activity_task_started_event_attributes")
+                ]
                 return result, attempts, time.monotonic() - killed_at
 
         result, attempts, recovery_s = asyncio.run(scenario())
@@ -136,11 +169,16 @@ def test_sigkill_mid_update_then_retry_writes_one_version(temporal_server, halo_
         released = "failed the attempt a dead learner left running: update_policy" in log.read_text(errors="replace")
         # With a short heartbeat timeout the server may fail the attempt first; with a long one the successor must.
         assert released or heartbeat_s < 240
-        assert not list((halo_home / "learner").glob(f"inflight-{queue}-*.json")), "the ledger is cleared after the update"
+        assert not list((halo_home / "learner").glob(f"inflight-{queue}-*.json")), (
+            "the ledger is cleared after the update"
+        )
         run_dir = checkpoints / "killrun"
         assert sorted(p.name for p in run_dir.iterdir()) == ["v1"]  # no temp folders, one version
-        assert {p.name for p in (run_dir / "v1").iterdir()} >= {"adapter_config.json", "adapter_model.safetensors",
-                                                                "manifest.json"}
+        assert {p.name for p in (run_dir / "v1").iterdir()} >= {
+            "adapter_config.json",
+            "adapter_model.safetensors",
+            "manifest.json",
+        }
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:
@@ -160,14 +198,24 @@ def test_bad_payload_fails_without_retry(temporal_server, halo_home, tmp_path):
 
         async def scenario():
             client = await Client.connect(temporal_server)
-            async with Worker(client, task_queue=f"wf-{queue}", workflows=[UpdateOnce],
-                              workflow_runner=UnsandboxedWorkflowRunner()):
+            async with Worker(
+                client, task_queue=f"wf-{queue}", workflows=[UpdateOnce], workflow_runner=UnsandboxedWorkflowRunner()
+            ):
                 with pytest.raises(WorkflowFailureError) as err:
                     await client.execute_workflow(
-                        UpdateOnce.run, {"queue": queue, "input": {
-                            "run_id": "bad", "version": 1, "batch_ref": "sha256:" + "0" * 64 + ".json",
-                            "hyperparameters": {"loss_type": "grpo"}}},
-                        id=f"bad-{queue}", task_queue=f"wf-{queue}")
+                        UpdateOnce.run,
+                        {
+                            "queue": queue,
+                            "input": {
+                                "run_id": "bad",
+                                "version": 1,
+                                "batch_ref": "sha256:" + "0" * 64 + ".json",
+                                "hyperparameters": {"loss_type": "grpo"},
+                            },
+                        },
+                        id=f"bad-{queue}",
+                        task_queue=f"wf-{queue}",
+                    )
                 return err.value.cause.cause
 
         app = asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -1,5 +1,5 @@
 // A tiny PNG reader: validates the structure of a PNG file (signature, chunk lengths and CRCs, IHDR first,
-// IDAT present, IEND last) and returns its header. No decoding of pixels. Pure: no I/O.
+// IDAT present, IEND last) and returns its header. No decoding of pixels; no I/O, but Node Buffers (so host/, not lib/).
 
 export const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 

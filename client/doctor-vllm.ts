@@ -1,0 +1,240 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { firstLine } from '../env/page-actions';
+import type { HaloConfig } from '../lib/config';
+import { isLoopbackHost, resolveCredential } from '../lib/credentials';
+import type { DoctorCheck } from './doctor-check';
+
+// `halo doctor` on the policy server: vLLM serves the model, takes images, loads LoRA adapters at run time, and (when it
+// runs on this machine) was started with the adapters' rank and the log-prob mode training needs.
+
+/** vLLM: served models, runtime LoRA updating, and (for a vLLM on this machine) its LoRA rank and log-prob mode. */
+export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck[]> {
+  if (cfg.policy.backend !== 'openai') {
+    return [{ id: 'vllm', name: 'vLLM', status: 'skip', detail: `policy.backend is ${cfg.policy.backend}: no policy server needed` }];
+  }
+  const base = cfg.policy.baseUrl.replace(/\/+$/, '');
+  const root = (cfg.train.vllmBaseUrl ?? base).replace(/\/+$/, '').replace(/\/v1$/, '');
+  // The key as the workers find it: the credential's variable on this side (a legacy policy.apiKeyEnv only when it
+  // names that very variable), sent only to an origin allowed for it, and never over plain http off this machine.
+  const cred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: base, field: 'policy', fallback: 'policy' }, env);
+  if (!cred.ok) {
+    return [
+      {
+        id: 'vllm',
+        name: 'vLLM credential',
+        status: 'fail',
+        detail: cred.message,
+        fix: 'nothing was sent: fix policy.credential / policy.baseUrl or the allowed origins as the message says',
+      },
+    ];
+  }
+  const keyVar = cred.envVar;
+  const keyFor = (url: string): string | undefined => {
+    if (!cred.key) return undefined;
+    const u = new URL(url);
+    return cred.key && (u.protocol === 'https:' || isLoopbackHost(u.hostname)) ? cred.key : undefined;
+  };
+  const key = keyFor(base);
+  const withheld = cred.key !== undefined && key === undefined;
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) };
+  const out: DoctorCheck[] = [];
+  let models: string[];
+  try {
+    const res = await fetch(`${base}/models`, { headers, signal: AbortSignal.timeout(timeoutMs) });
+    if (res.status === 401) {
+      return [
+        withheld
+          ? {
+              id: 'vllm',
+              name: 'vLLM reachable',
+              status: 'fail',
+              detail: `${base} wants a key (HTTP 401); doctor does not send ${keyVar} over plain http to a host that is not loopback`,
+              fix: `serve it over https, or run halo doctor on that host (loopback)`,
+            }
+          : { id: 'vllm', name: 'vLLM reachable', status: 'fail', detail: `${base} refuses the key (HTTP 401)`, fix: `set ${keyVar} to the server's --api-key` },
+      ];
+    }
+    if (!res.ok) throw new Error(`HTTP ${res.status} from ${base}/models`);
+    models = (((await res.json()) as { data?: { id: string }[] }).data ?? []).map((m) => m.id);
+  } catch (err) {
+    return [
+      {
+        id: 'vllm',
+        name: 'vLLM reachable',
+        status: 'fail',
+        detail: `${base}: ${firstLine((err as Error).message)}`,
+        fix: './launch.sh gpu starts vLLM with the flags training needs (or docker compose up -d vllm)',
+      },
+    ];
+  }
+  const hasModel = models.includes(cfg.policy.model);
+  out.push({
+    id: 'vllm',
+    name: 'vLLM reachable',
+    status: hasModel ? 'pass' : 'fail',
+    detail: `${base} serves ${models.join(', ') || 'nothing'}`,
+    ...(hasModel ? {} : { fix: `serve ${cfg.policy.model} (vllm serve ${cfg.policy.model} …) or set policy.model to a served one` }),
+  });
+  out.push(
+    hasModel
+      ? await vllmImageCheck(base, cfg.policy.model, headers, timeoutMs)
+      : { id: 'vllm.image', name: 'vLLM image input', status: 'skip', detail: `${cfg.policy.model} is not served` },
+  );
+  if (cfg.train.vllmBaseUrl === undefined && cfg.mcts.vllmBaseUrl === undefined) return out;
+  // The adapter endpoint may be another server (train.vllmBaseUrl): its origin is checked for the key on its own.
+  const rootCred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: root, field: 'train.vllmBaseUrl', fallback: 'policy' }, env);
+  if (!rootCred.ok) {
+    out.push({
+      id: 'vllm.lora-runtime',
+      name: 'vLLM runtime LoRA updating',
+      status: 'fail',
+      detail: rootCred.message,
+      fix: 'nothing was sent: allow the origin as the message says, or point train.vllmBaseUrl at the policy server',
+    });
+    out.push(vllmFlagsCheck(root, env));
+    return out;
+  }
+  const rootKey = keyFor(root);
+  const rootHeaders: Record<string, string> = { 'content-type': 'application/json', ...(rootKey ? { authorization: `Bearer ${rootKey}` } : {}) };
+  // An empty body: a validation error (400/422) when the route exists, FastAPI's 404 {"detail":"Not Found"} when not.
+  try {
+    const res = await fetch(`${root}/v1/load_lora_adapter`, { method: 'POST', headers: rootHeaders, body: '{}', signal: AbortSignal.timeout(timeoutMs) });
+    const text = await res.text();
+    const missing = res.status === 404 && /"detail"\s*:\s*"Not Found"/.test(text);
+    out.push(
+      missing
+        ? {
+            id: 'vllm.lora-runtime',
+            name: 'vLLM runtime LoRA updating',
+            status: 'fail',
+            detail: `${root}/v1/load_lora_adapter does not exist: new adapters cannot be loaded`,
+            fix: 'start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora (./launch.sh gpu does)',
+          }
+        : { id: 'vllm.lora-runtime', name: 'vLLM runtime LoRA updating', status: 'pass', detail: `load_lora_adapter answers (HTTP ${res.status})` },
+    );
+  } catch (err) {
+    out.push({ id: 'vllm.lora-runtime', name: 'vLLM runtime LoRA updating', status: 'fail', detail: firstLine((err as Error).message), fix: `check ${root}` });
+  }
+  out.push(vllmFlagsCheck(root, env));
+  return out;
+}
+
+/** A 32×32 white PNG (95 bytes): one 32-pixel block of Qwen3-VL's vision encoder (16-pixel patches merged 2×2). */
+export const PROBE_PNG_DATA_URL =
+  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAACAAAAAgCAIAAAD8GO2jAAAAJklEQVR42u3NMQ0AAAwDoPo33arYsQQMkB6LQCAQCAQCgUAg+BIMi1X0ptsIcT0AAAAASUVORK5CYII=';
+
+/**
+ * The multimodal path the policy uses: one chat completion with a tiny PNG as a data URL, max_tokens 1. A text-only
+ * model, `--limit-mm-per-prompt image=0` or a broken image processor fails here, with the server's own message.
+ */
+async function vllmImageCheck(base: string, model: string, headers: Record<string, string>, timeoutMs: number): Promise<DoctorCheck> {
+  const name = 'vLLM image input';
+  const body = {
+    model,
+    messages: [
+      {
+        role: 'user',
+        content: [
+          { type: 'image_url', image_url: { url: PROBE_PNG_DATA_URL } },
+          { type: 'text', text: 'Describe the image in one word.' },
+        ],
+      },
+    ],
+    max_tokens: 1,
+    temperature: 0,
+  };
+  try {
+    const res = await fetch(`${base}/chat/completions`, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    const text = await res.text();
+    let json: { error?: { message?: unknown } | string; detail?: unknown; message?: unknown; choices?: unknown[] } | undefined;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
+    }
+    if (res.ok && Array.isArray(json?.choices) && json.choices.length > 0) {
+      return { id: 'vllm.image', name, status: 'pass', detail: `${model} answered a chat completion with a 32×32 PNG (HTTP ${res.status})` };
+    }
+    const err = json?.error;
+    const message = typeof err === 'object' && err !== null ? err.message : (err ?? json?.message ?? json?.detail);
+    const said = firstLine(typeof message === 'string' ? message : message !== undefined ? JSON.stringify(message) : text.slice(0, 300) || '(empty body)');
+    return {
+      id: 'vllm.image',
+      name,
+      status: 'fail',
+      detail: `HTTP ${res.status} from ${base}/chat/completions with an image: ${said}`,
+      fix: `serve ${model} as a vision-language model that takes images: no --limit-mm-per-prompt image=0 and its image processor installed (./launch.sh gpu starts vLLM that way)`,
+    };
+  } catch (err) {
+    return { id: 'vllm.image', name, status: 'fail', detail: `${base}/chat/completions with an image: ${firstLine((err as Error).message)}`, fix: `check ${base}` };
+  }
+}
+
+/** The adapters' rank: HALO_LORA_RANK as the learner reads it (default 16). */
+export function adapterRank(env: NodeJS.ProcessEnv = process.env): number {
+  return Number(env.HALO_LORA_RANK) || 16;
+}
+
+/** `--max-lora-rank` and `--logprobs-mode` of a vLLM process on this machine (a remote one cannot be asked). */
+function vllmFlagsCheck(root: string, env: NodeJS.ProcessEnv): DoctorCheck {
+  const name = 'vLLM LoRA rank';
+  const rank = adapterRank(env);
+  const port = new URL(root).port || '8000';
+  const args = findVllmArgs(port);
+  if (!args) {
+    return {
+      id: 'vllm.lora-rank',
+      name,
+      status: 'skip',
+      detail: `no vLLM process on this machine to read --max-lora-rank from (adapters have rank ${rank})`,
+      fix: `make sure it runs with --max-lora-rank ≥ ${rank}`,
+    };
+  }
+  const flag = (n: string) => {
+    const i = args.findIndex((a) => a === n || a.startsWith(`${n}=`));
+    if (i < 0) return undefined;
+    return args[i].includes('=') ? args[i].split('=')[1] : args[i + 1];
+  };
+  const maxRank = Number(flag('--max-lora-rank') ?? 16); // vLLM's default
+  const lora = args.includes('--enable-lora');
+  const mode = flag('--logprobs-mode') ?? 'raw_logprobs';
+  const problems: string[] = [];
+  if (!lora) problems.push('--enable-lora is not set');
+  if (maxRank < rank) problems.push(`--max-lora-rank ${maxRank} < adapter rank ${rank} (HALO_LORA_RANK)`);
+  const detail = `--max-lora-rank ${maxRank}, adapters rank ${rank}, --logprobs-mode ${mode}`;
+  if (problems.length)
+    return {
+      id: 'vllm.lora-rank',
+      name,
+      status: 'fail',
+      detail: problems.join('; '),
+      fix: `restart vLLM with --enable-lora --max-lora-rank ${Math.max(rank, 64)} (./launch.sh gpu)`,
+    };
+  if (mode !== 'processed_logprobs') {
+    return { id: 'vllm.lora-rank', name, status: 'warn', detail, fix: 'start vLLM with --logprobs-mode processed_logprobs so the sampler log-probs are after temperature' };
+  }
+  return { id: 'vllm.lora-rank', name, status: 'pass', detail };
+}
+
+function findVllmArgs(port: string): string[] | undefined {
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return undefined;
+  }
+  for (const pid of pids) {
+    let args: string[];
+    try {
+      args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    } catch {
+      continue;
+    }
+    const i = args.findIndex((a) => /(^|\/)vllm$/.test(a) || a === 'vllm.entrypoints.openai.api_server');
+    if (i < 0 || (!args.includes('serve') && !args.some((a) => a.includes('api_server')))) continue;
+    const pi = args.indexOf('--port');
+    if ((pi >= 0 ? args[pi + 1] : '8000') !== port) continue;
+    return args;
+  }
+  return undefined;
+}

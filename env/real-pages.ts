@@ -1,0 +1,115 @@
+import type { BrowserContext, CDPSession, Page } from 'playwright-core';
+import { DEFAULT_VIEWPORT } from './browser';
+import { captureViewport, firstLine, isFatalPageError, readPageView, sleep, type PageGeometry } from './page-actions';
+import type { AxTreeOptions, PageView } from './page-scripts';
+import type { GuardedPages } from './real-guard';
+
+export const AFTER_ACTION_LOAD_TIMEOUT_MS = 3_000;
+
+/**
+ * The two pages of a REAL episode in its own context: the background page that holds the harness endpoints
+ * (/config, /finish) and the agent's page (1280x720) that the policy sees and acts in. Dialogs are accepted
+ * on both: the policy cannot see one, and it answered it by the click that opened it.
+ */
+export class RealPages implements GuardedPages {
+  agent: Page | undefined;
+  background: Page | undefined;
+  private cdp: CDPSession | undefined;
+  private crashed = false;
+
+  constructor(private readonly context: BrowserContext) {}
+
+  /** The agent's page (after reset). */
+  get page(): Page {
+    if (!this.agent) throw new Error('RealEnv: call reset() first');
+    return this.agent;
+  }
+
+  get geometry(): PageGeometry {
+    return { zoom: 1, viewport: this.agent?.viewportSize() ?? DEFAULT_VIEWPORT };
+  }
+
+  assertUsable(): void {
+    if (this.crashed) throw new Error('REAL agent page crashed');
+    if (!this.agent || this.agent.isClosed()) throw new Error('REAL agent page is closed');
+  }
+
+  /** The error leaves the agent page (or the browser) gone: it must propagate, not become an action error. */
+  isFatal(err: unknown): boolean {
+    return this.crashed || !this.agent || this.agent.isClosed() || isFatalPageError(err);
+  }
+
+  async openBackground(): Promise<Page> {
+    const bg = await this.context.newPage();
+    this.background = bg;
+    bg.on('dialog', (d) => {
+      d.accept().catch(() => undefined);
+    });
+    return bg;
+  }
+
+  /** Drops everything the browser stores for `origin` (a fresh episode's site state). */
+  async clearOriginStorage(origin: string): Promise<void> {
+    if (!this.background) throw new Error('REAL background page is not open');
+    const cdp = await this.context.newCDPSession(this.background);
+    await cdp
+      .send('Storage.clearDataForOrigin', { origin, storageTypes: 'all' })
+      .catch(() => undefined)
+      .finally(() => cdp.detach().catch(() => undefined));
+  }
+
+  async openAgent(onPopup: (popup: Page) => void): Promise<Page> {
+    const page = await this.context.newPage();
+    this.agent = page;
+    const vp = page.viewportSize();
+    if (!vp || vp.width !== DEFAULT_VIEWPORT.width || vp.height !== DEFAULT_VIEWPORT.height) {
+      await page.setViewportSize({ ...DEFAULT_VIEWPORT });
+    }
+    page.on('crash', () => {
+      this.crashed = true;
+    });
+    page.on('dialog', (d) => {
+      d.accept().catch(() => undefined);
+    });
+    page.on('popup', onPopup);
+    await page.bringToFront();
+    return page;
+  }
+
+  /** The agent page's accessibility tree and scroll position. */
+  async readView(opts: AxTreeOptions): Promise<PageView> {
+    const page = this.page;
+    let lastErr: unknown;
+    // A page in the middle of a navigation has no execution context for a moment (BrowserGym retries too).
+    for (let attempt = 0; attempt < 4; attempt++) {
+      try {
+        return await readPageView(page, opts);
+      } catch (err) {
+        if (this.isFatal(err)) throw err;
+        lastErr = err;
+        await page.waitForLoadState('domcontentloaded', { timeout: AFTER_ACTION_LOAD_TIMEOUT_MS }).catch(() => undefined);
+        await sleep(100);
+      }
+    }
+    throw new Error(`cannot read the page at ${page.url()}: ${firstLine(lastErr)}`);
+  }
+
+  /** A PNG of the agent page's viewport at the view's scroll position. */
+  async screenshot(view: PageView): Promise<Buffer> {
+    if (!this.cdp) this.cdp = await this.context.newCDPSession(this.page);
+    return captureViewport(this.cdp, this.geometry, view.scrollX, view.scrollY);
+  }
+
+  async close(): Promise<void> {
+    if (this.cdp) {
+      await this.cdp.detach().catch(() => undefined);
+      this.cdp = undefined;
+    }
+    for (const p of [this.agent, this.background]) {
+      if (p && !p.isClosed()) await p.close().catch(() => undefined);
+    }
+    this.agent = undefined;
+    this.background = undefined;
+    this.crashed = false;
+  }
+}

@@ -1,0 +1,165 @@
+import { executeChild, log } from '@temporalio/workflow';
+import type { BuildGrpoBatchResult } from '../../activities/grpo-batch';
+import { episodeInput, type EpisodeResult } from '../../lib/episode-types';
+import { shouldWarnZeroStd } from '../../lib/grpo';
+import type { UpdatePolicyOutput } from '../../lib/learner-types';
+import { iterationMetrics, type EpisodeSummary } from '../../lib/training-metrics';
+import { pickTasks } from '../../lib/training-plan';
+import { episode } from '../episode';
+import { learnerActivities } from '../learner-calls';
+import { checkFailureShare, poolSettled } from '../pool';
+import type { Algorithm, Collected } from '../train-engine';
+
+/** What a GRPO iteration collects: its episodes' summaries and the batch of group advantages (references only). */
+export interface GrpoExperience {
+  batch: BuildGrpoBatchResult;
+  episodes: EpisodeSummary[];
+}
+
+/**
+ * Online GRPO (`dr_grpo`): per iteration, episodes (child workflows, bounded parallelism) sampled from the
+ * previous iteration's adapter, grouped by step (N candidates per state), episode (N rollouts of one task and
+ * seed) or anchor (episode groups plus equal states across them), advantages = reward − group mean, then the
+ * learner's `update_policy`.
+ */
+export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
+  mode: 'grpo',
+  evalMode: 'grpo-eval',
+
+  async collect(scope, it, sampling, sampledVersion, seconds) {
+    const { cfg, runId, ctx, run, control, plan } = scope;
+    const t = cfg.train;
+    const picks = pickTasks(t.tasks, t.episodesPerIteration, plan.pickKey, it);
+    const runs = t.grouping !== 'step' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
+    const rollout = await run.timed(
+      'rollout',
+      () =>
+        poolSettled(runs, t.parallelism, (p, j) =>
+          executeChild(episode, {
+            workflowId: `${runId}-it${it}-ep${j}`,
+            taskQueue: cfg.temporal.controlTaskQueue,
+            args: [
+              episodeInput({
+                run: ctx,
+                task: { env: cfg.episode.env, task: p.task, seed: p.seed },
+                maxSteps: cfg.episode.maxSteps,
+                sampling,
+                mode: 'grpo',
+                ...(t.grouping === 'step' ? { grouping: { n: t.numGenerations, choose: t.choose } } : {}),
+              }),
+            ],
+            staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
+          }),
+        ),
+      'rollout',
+      seconds,
+    );
+    // A failed episode (a site briefly unreachable, a session lost too often) is left out of the batch; past
+    // the configured share the iteration's data is not worth an update and the run stops, naming the reasons.
+    checkFailureShare(rollout.failed, runs.length, plan.maxFailedShare, `episodes of iteration ${it}`, plan.maxFailedShareKey);
+    for (const f of rollout.failed) log.warn('episode failed; left out of the batch', { runId, iteration: it, episode: f.index, error: f.error });
+    const episodes: EpisodeResult[] = rollout.ok;
+    const batch = await run.timed(
+      'update',
+      () =>
+        control.buildGrpoBatch({
+          run_id: runId,
+          iteration: it,
+          grouping: t.grouping,
+          ...(t.grouping === 'anchor' ? { anchor: t.anchor } : {}),
+          trajectory_refs: episodes.map((e) => e.trajectoryRef),
+          // dr_grpo's constant denominator: B × the longest completion the policy may write.
+          max_completion_len: cfg.policy.maxTokens,
+        }),
+      'batch',
+      seconds,
+    );
+    return {
+      iteration: it,
+      sampledVersion,
+      batch,
+      episodes: episodes.map((e) => ({
+        success: e.success,
+        steps: e.steps,
+        validActions: e.validActions,
+        shapedReturn: e.shapedReturn,
+        ...(e.forkSnapshots !== undefined ? { forkSnapshots: e.forkSnapshots, forkReplayFallbacks: e.forkReplayFallbacks } : {}),
+      })),
+      failed: rollout.failed.length,
+      seconds,
+    };
+  },
+
+  envSteps: (c) => c.episodes.reduce((n, e) => n + e.steps, 0),
+
+  // Every iteration updates, even one whose groups all carry no signal (advantage 0, KL only): versions stay contiguous.
+  async update(scope, c, version, seconds) {
+    const { cfg, runId, ctx, run } = scope;
+    const t = cfg.train;
+    const out = await run.timed(
+      'update',
+      () =>
+        learnerActivities({
+          taskQueue: ctx.gpuTaskQueue,
+          heartbeatTimeout: ctx.learnerHeartbeatTimeoutMs,
+          summary: `update_policy ${runId} v${version} (${c.batch.items} items)`,
+        }).updatePolicy({
+          run_id: runId,
+          version,
+          batch_ref: c.batch.batch_ref,
+          ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
+          hyperparameters: {
+            learning_rate: t.learningRate,
+            kl_coef: t.klCoef,
+            clip_epsilon: t.clipEpsilon,
+            temperature: Math.max(cfg.policy.temperature, 1e-3),
+            max_grad_norm: t.maxGradNorm,
+            loss_type: t.lossType,
+            // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
+            ...(t.maxStaleness > 0 ? { stale_weight_cap: t.staleWeightCap } : {}),
+          },
+        }),
+      'update',
+      seconds,
+    );
+    return { adapterPath: out.adapter_path, result: out };
+  },
+
+  metrics(_scope, c: Collected<GrpoExperience>, update, _version, seconds) {
+    return iterationMetrics({
+      groups: c.batch.group_rewards.map((rewards) => ({ rewards })),
+      episodes: c.episodes,
+      ...(update
+        ? {
+            update: {
+              loss: update.loss,
+              grad_norm: update.grad_norm,
+              version: update.version,
+              tokens: update.tokens,
+              retokenized: update.retokenized,
+              token_mismatch_rate: update.token_mismatch_rate,
+              kl: update.kl,
+              clip_fraction: update.clip_fraction,
+              mean_ratio: update.mean_ratio,
+              entropy: update.entropy,
+            },
+          }
+        : {}),
+      phaseSeconds: seconds,
+      ...(c.batch.anchor ? { anchor: c.batch.anchor } : {}),
+    });
+  },
+
+  // The last ten iterations' zero-std shares, warning when most groups have carried no signal for a while.
+  watch(scope, it, history, metrics) {
+    const zeroStdHistory = [...history, metrics.frac_reward_zero_std ?? 0].slice(-10);
+    if (shouldWarnZeroStd(zeroStdHistory)) {
+      log.warn('frac_reward_zero_std has stayed above 0.5: most groups carry no learning signal (raise temperature or numGenerations, or check the rewards)', {
+        runId: scope.runId,
+        iteration: it,
+        frac_reward_zero_std: metrics.frac_reward_zero_std,
+      });
+    }
+    return zeroStdHistory;
+  },
+};

@@ -1,0 +1,117 @@
+import { executeChild, log } from '@temporalio/workflow';
+import type { UpdateDpoOutput } from '../../lib/learner-types';
+import { mctsParams } from '../../lib/mcts-params';
+import { searchSeed, searchWorkflowId, type MctsSearchResult } from '../../lib/mcts-search';
+import { mctsIterationMetrics } from '../../lib/training-metrics';
+import { learnerActivities } from '../learner-calls';
+import { mctsSearch, type MctsSearchInput } from '../mcts-search';
+import { checkFailureShare, poolSettled } from '../pool';
+import type { Algorithm, RunScope } from '../train-engine';
+
+/** What an MCTS iteration collects: each search's summary, and the DPO batch of all their pairs (null: no pairs). */
+export interface MctsExperience {
+  searches: Pick<MctsSearchResult, 'simulations' | 'stats' | 'bestPath' | 'pairs' | 'counters'>[];
+  batchRef: string | null;
+  pairs: number;
+}
+
+/** The iteration's searches: one per task, its seed from the pick key, iteration and task. */
+function searchPicks(scope: RunScope, it: number) {
+  return scope.cfg.mcts.tasks.map((task) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task), id: searchWorkflowId(scope.runId, it, task) }));
+}
+
+/**
+ * Agent Q's MCTS-guided DPO: per iteration one search per task (child workflows, workflows/mcts-search.ts)
+ * with the previous iteration's adapter, the step-level pairs of all searches in one DPO batch, then the
+ * learner's `update_dpo` (the reference policy is the one that sampled, through the logged log-probs). An
+ * iteration without pairs skips the update and keeps the adapter.
+ */
+export const mcts: Algorithm<MctsExperience, UpdateDpoOutput> = {
+  mode: 'mcts',
+  evalMode: 'mcts-eval',
+
+  status: (scope, it) => ({ searches: searchPicks(scope, it).map((p) => p.id) }),
+
+  async collect(scope, it, sampling, sampledVersion, seconds) {
+    const { cfg, runId, ctx, run, control, plan } = scope;
+    const params = mctsParams(cfg);
+    const picks = searchPicks(scope, it);
+    const searched = await run.timed(
+      'search',
+      () =>
+        poolSettled(picks, plan.parallelism, (p) =>
+          executeChild(mctsSearch, {
+            workflowId: p.id,
+            taskQueue: cfg.temporal.controlTaskQueue,
+            staticSummary: `${runId} iteration ${it}: MCTS on ${cfg.episode.env}/${p.task} seed ${p.seed} (${params.numSimulations} simulations)`,
+            args: [
+              {
+                run: ctx,
+                iteration: it,
+                task: { env: cfg.episode.env, task: p.task, seed: p.seed },
+                params,
+                policy: sampling.policy,
+                adapterVersion: sampledVersion,
+                ...(sampling.adapter ? { adapter: sampling.adapter } : {}),
+              } satisfies MctsSearchInput,
+            ],
+          }),
+        ),
+      'search',
+      seconds,
+    );
+    checkFailureShare(searched.failed, picks.length, plan.maxFailedShare, `searches of iteration ${it}`, plan.maxFailedShareKey);
+    for (const f of searched.failed) log.warn('search failed; its pairs are left out', { runId, iteration: it, task: f.item.task, error: f.error });
+    const results = searched.ok;
+    const pairRefs = results.flatMap((r) => (r.pairs.ref && r.pairs.count > 0 ? [r.pairs.ref] : []));
+    const pairs = results.reduce((n, r) => n + r.pairs.count, 0);
+    // writeDpoBatch (validated against the learner's schema) over the searches' pair blobs.
+    const batchRef = pairs > 0 ? (await run.timed('update', () => control.writeMctsDpoBatch({ pairs_refs: pairRefs }), 'batch', seconds)).batch_ref : null;
+    return {
+      iteration: it,
+      sampledVersion,
+      searches: results.map((r) => ({ simulations: r.simulations, stats: r.stats, bestPath: r.bestPath, pairs: r.pairs, counters: r.counters })),
+      batchRef,
+      pairs,
+      failed: searched.failed.length,
+      seconds,
+    };
+  },
+
+  envSteps: (c) => c.searches.reduce((n, s) => n + s.counters.browserSteps, 0),
+
+  async update(scope, c, version, seconds) {
+    const { cfg, runId, ctx, run } = scope;
+    if (!c.batchRef) {
+      log.warn('no DPO pairs in this iteration: update skipped, adapter unchanged', { runId, iteration: c.iteration });
+      return null;
+    }
+    const m = cfg.mcts;
+    const out = await run.timed(
+      'update',
+      () =>
+        learnerActivities({
+          taskQueue: ctx.gpuTaskQueue,
+          heartbeatTimeout: ctx.learnerHeartbeatTimeoutMs,
+          summary: `update_dpo ${runId} v${version} (${c.pairs} pairs)`,
+        }).updateDpo({
+          run_id: runId,
+          version,
+          batch_ref: c.batchRef!,
+          ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
+          hyperparameters: { learning_rate: m.learningRate, beta: m.beta, max_grad_norm: m.maxGradNorm },
+        }),
+      'update',
+      seconds,
+    );
+    return { adapterPath: out.adapter_path, result: out };
+  },
+
+  metrics: (_scope, c, update, adapterVersion, seconds) =>
+    mctsIterationMetrics({
+      searches: c.searches,
+      update: update ? { loss: update.loss, reward_margin: update.reward_margin, accuracy: update.accuracy, grad_norm: update.grad_norm } : null,
+      adapterVersion,
+      seconds,
+    }),
+};

@@ -1,0 +1,96 @@
+import { patched } from '@temporalio/workflow';
+import { describeAction, isValidAction, type AgentAction } from '../lib/actions';
+import type { StepSessionResult } from '../lib/episode-types';
+import type { StepGroup } from '../lib/experience';
+import { chooseCandidate } from '../lib/grpo';
+import { fnv1a32, rewardForUnparsedOutput } from '../lib/rewards/shaping';
+import type { DurableSession } from './durable-session';
+import type { EpisodeContext, InvalidOutputReward, PlayedStep } from './episode-steps';
+import { isSessionLost } from './session-lost';
+import type { Sampled } from './sampler';
+
+/**
+ * Step grouping: every valid candidate runs from the current state in a session of its own (replaying the
+ * action prefix), so each gets its shaped reward from the same state. The episode continues in the chosen
+ * candidate's session; the others are closed.
+ */
+
+/** A candidate's run: in a fork of its own, or (unparseable) only the reward of its output. */
+type CandidateRun = { fork: DurableSession; out: StepSessionResult } | { invalid: InvalidOutputReward };
+
+/** Runs the step group of `sampled`, records it, and moves the episode to the chosen candidate's session. */
+export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: number): Promise<PlayedStep> {
+  const here = ep.session;
+  const n = sampled.candidates.length;
+  const settled = await Promise.allSettled(sampled.candidates.map((c, i) => runCandidate(ep, here, c.action, `${i + 1}/${n}`, stepNo)));
+  const runs = allRunsOrThrow(settled);
+  const rewards = runs.map((r) => ('invalid' in r ? r.invalid.breakdown.total : r.out.shaped.total));
+  const u = parseInt(fnv1a32(`${ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
+  const chosen = chooseCandidate(rewards, ep.input.grouping!.choose, u);
+  ep.groups.push(stepGroup(sampled, stepNo, chosen, rewards));
+  const picked = runs[chosen];
+  await continueInChosen(ep, runs, chosen);
+  return { chosen, out: 'out' in picked ? picked.out : undefined, invalid: 'invalid' in picked ? picked.invalid : undefined };
+}
+
+/** One candidate in a new session at `here`'s state; a lost fork is opened again within the run's rebuild limit. */
+async function runCandidate(ep: EpisodeContext, here: DurableSession, action: AgentAction, which: string, stepNo: number): Promise<CandidateRun> {
+  if (!isValidAction(action)) return { invalid: rewardForUnparsedOutput(here.observation.stateKey, here.rewardState, ep.rewardWeights) };
+  for (let attempt = 0; ; attempt++) {
+    let fork: DurableSession | undefined;
+    try {
+      fork = await ep.sessions.open(here.path, ep.workflowId, `fork ${which} at step ${stepNo}: replay ${here.path.length} actions`, here.handle);
+      // The fork continues this episode's shaping, not the one its replay rebuilt.
+      fork.rewardState = here.rewardState;
+      fork.observation = { ...fork.observation, goal: here.observation.goal };
+      const out = await fork.stepOnce(action, `candidate ${which} step ${stepNo}: ${describeAction(action)}`);
+      return { fork, out };
+    } catch (err) {
+      if (fork) await fork.closeQuietly();
+      if (!isSessionLost(err) || attempt >= ep.run.maxSessionRebuilds) throw err;
+      ep.budget.used++;
+    }
+  }
+}
+
+/** Every candidate's run, or the first failure thrown: the group is lost with the episode. */
+function allRunsOrThrow(settled: PromiseSettledResult<CandidateRun>[]): CandidateRun[] {
+  const failure = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (!failure) return settled.map((r) => (r as PromiseFulfilledResult<CandidateRun>).value);
+  // Forks already open must not keep their pages (and site slots).
+  for (const r of settled) if (r.status === 'fulfilled' && 'fork' in r.value && r.value.fork) r.value.fork.closeLater();
+  throw failure.reason;
+}
+
+/** The group as training sees it: the prompt, every candidate's completion, validity and reward, the one played. */
+function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: number[]): StepGroup {
+  return {
+    promptRef: sampled.promptRef,
+    ...(sampled.grammarRef ? { grammarRef: sampled.grammarRef } : {}),
+    step: stepNo,
+    chosen,
+    candidates: sampled.candidates.map((c, i) => ({
+      ...(c.completionRef ? { completionRef: c.completionRef } : { completion: c.completion ?? '' }),
+      ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
+      ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
+      ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+      valid: isValidAction(c.action),
+      reward: rewards[i],
+    })),
+  };
+}
+
+/** The episode goes on in the chosen candidate's fork (an unparseable one: in the session it was in); the other sessions are closed. */
+async function continueInChosen(ep: EpisodeContext, runs: CandidateRun[], chosen: number): Promise<void> {
+  const picked = runs[chosen];
+  const losers = runs.flatMap((r, i) => (i !== chosen && 'fork' in r && r.fork ? [r.fork] : []));
+  if ('fork' in picked && picked.fork) {
+    losers.push(ep.session);
+    ep.session = picked.fork;
+  }
+  // Not awaited here: a session on a worker that died would hold the episode for the schedule-to-start
+  // timeout. The closes finish in the background and the episode waits for them only at its end.
+  // Episodes started before this change awaited them here; patched() keeps their histories replayable.
+  if (patched('background-session-closes')) for (const s of losers) s.closeLater();
+  else await Promise.all(losers.map((s) => s.closeQuietly()));
+}
