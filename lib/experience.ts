@@ -110,6 +110,14 @@ const completionFields = {
   logprobs: z.array(finite).optional(),
 };
 
+/** A completion that was acted on: its text (a step record keeps the first characters), tokens and parsed action. */
+const actedFields = {
+  ...completionFields,
+  completion: z.string(),
+  action: agentActionSchema,
+  valid: z.boolean(),
+};
+
 // ---- step groups (GRPO step grouping) -----------------------------------------------------------------
 
 /** One candidate of a step group: its completion and tokens, and its shaped reward from the group's shared state. */
@@ -140,13 +148,7 @@ export const StepRecordSchema = z.object({
   /** Constrained decoding: the grammar blob the action was sampled under. */
   grammarRef: z.string().optional(),
   /** The first characters of the completion (the whole text is at `completionRef`). */
-  completion: z.string(),
-  completionRef: completionFields.completionRef,
-  tokensRef: completionFields.tokensRef,
-  tokenIds: completionFields.tokenIds,
-  logprobs: completionFields.logprobs,
-  action: agentActionSchema,
-  valid: z.boolean(),
+  ...actedFields,
   /** The environment's own reward. */
   reward: finite,
   /** The dense reward the learner sees, with the terms that fired. */
@@ -195,13 +197,7 @@ export const TrajectoryStepSchema = z.object({
   /** The page the action was taken in; its `stateKey` forms anchor groups. */
   observation: TrajectoryObservationSchema,
   /** The model's whole output. */
-  completion: z.string(),
-  completionRef: completionFields.completionRef,
-  tokensRef: completionFields.tokensRef,
-  tokenIds: completionFields.tokenIds,
-  logprobs: completionFields.logprobs,
-  action: agentActionSchema,
-  valid: z.boolean(),
+  ...actedFields,
   /** The shaped reward with the terms that fired. */
   shaped: RewardBreakdownSchema,
   /** The environment's own reward. */

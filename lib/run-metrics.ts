@@ -217,29 +217,16 @@ export type MetricsLine = z.output<typeof MetricsLineSchema>;
 // ---- mcts-metrics.jsonl, the MCTS runs' own file before this one ----------------------------------------
 
 /** A line of the old mcts-metrics.jsonl: flat, with no `algorithm`. */
-const LegacyMctsLineSchema = z.object({
+const LegacyMctsLineSchema = MctsMetricsSchema.omit({ eval_success_rate: true }).extend({
   run_id: RunIdSchema,
   iteration: int.min(0),
   time: z.iso.datetime({ offset: true }),
   searches: int.min(0),
-  simulations: int.min(0),
-  nodes: int.min(0),
   best_path_success_rate: fraction,
-  pairs: int.min(0),
-  mean_abs_delta_q: finite.min(0).nullable(),
-  pairs_with_ref_logprobs: int.min(0),
   dpo_loss: finite.nullable(),
-  reward_margin: finite.nullable(),
-  accuracy: fraction.nullable(),
   grad_norm: finite.min(0).nullable(),
   /** The adapter after the iteration, also when the update was skipped. */
   adapter_version: int.min(0),
-  update_skipped: z.boolean(),
-  candidates: int.min(0),
-  invalid_candidates: int.min(0),
-  critic_calls: int.min(0),
-  critic_failures: int.min(0),
-  session_rebuilds: int.min(0),
   eval_success_rate: fraction.nullable(),
   failed_searches: int.min(1).optional(),
   seconds: z.record(z.string(), finite.min(0)),

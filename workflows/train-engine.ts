@@ -15,6 +15,7 @@ import type { TrainingMetrics } from '../lib/run-metrics';
 import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training-plan';
 import * as profiles from './activity-profiles';
 import { episode } from './episode';
+import { learnerActivities, type LearnerClient } from './learner-calls';
 import { pool } from './pool';
 import { trainingRunConfig } from './run-config';
 import { RunControl, type TrainingResult } from './run-control';
@@ -120,6 +121,12 @@ export interface Algorithm<D, U> {
   status?(scope: RunScope, it: number): Partial<TrainingStatus>;
   /** Looks at each metrics row as it is written (GRPO: warns when groups carry no signal for a while). */
   watch?(scope: RunScope, it: number, history: number[], metrics: TrainingMetrics): number[];
+}
+
+/** An algorithm's learner update: timed as the iteration's `update` phase, on the run's learner queue and heartbeat. */
+export function learnerUpdate<T>(scope: RunScope, seconds: Record<string, number>, summary: string, call: (learner: LearnerClient) => Promise<T>): Promise<T> {
+  const learner = learnerActivities({ taskQueue: scope.ctx.gpuTaskQueue, heartbeatTimeout: scope.ctx.learnerHeartbeatTimeoutMs, summary });
+  return scope.run.timed('update', () => call(learner), 'update', seconds);
 }
 
 /** Runs one iteration (two, overlapped, when pipelined) of `algorithm`, then continues as new. */

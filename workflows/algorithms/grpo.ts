@@ -6,9 +6,8 @@ import type { UpdatePolicyOutput } from '../../lib/learner-types';
 import { iterationMetrics, type EpisodeSummary } from '../../lib/training-metrics';
 import { pickTasks } from '../../lib/training-plan';
 import { episode } from '../episode';
-import { learnerActivities } from '../learner-calls';
 import { checkFailureShare, poolSettled } from '../pool';
-import type { Algorithm, Collected } from '../train-engine';
+import { learnerUpdate, type Algorithm, type Collected } from '../train-engine';
 
 /** What a GRPO iteration collects: its episodes' summaries and the batch of group advantages (references only). */
 export interface GrpoExperience {
@@ -94,33 +93,25 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
 
   // Every iteration updates, even one whose groups all carry no signal (advantage 0, KL only): versions stay contiguous.
   async update(scope, c, version, seconds) {
-    const { cfg, runId, ctx, run } = scope;
+    const { cfg, runId, ctx } = scope;
     const t = cfg.train;
-    const out = await run.timed(
-      'update',
-      () =>
-        learnerActivities({
-          taskQueue: ctx.gpuTaskQueue,
-          heartbeatTimeout: ctx.learnerHeartbeatTimeoutMs,
-          summary: `update_policy ${runId} v${version} (${c.batch.items} items)`,
-        }).updatePolicy({
-          run_id: runId,
-          version,
-          batch_ref: c.batch.batch_ref,
-          ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
-          hyperparameters: {
-            learning_rate: t.learningRate,
-            kl_coef: t.klCoef,
-            clip_epsilon: t.clipEpsilon,
-            temperature: Math.max(cfg.policy.temperature, 1e-3),
-            max_grad_norm: t.maxGradNorm,
-            loss_type: t.lossType,
-            // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
-            ...(t.maxStaleness > 0 ? { stale_weight_cap: t.staleWeightCap } : {}),
-          },
-        }),
-      'update',
-      seconds,
+    const out = await learnerUpdate(scope, seconds, `update_policy ${runId} v${version} (${c.batch.items} items)`, (learner) =>
+      learner.updatePolicy({
+        run_id: runId,
+        version,
+        batch_ref: c.batch.batch_ref,
+        ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
+        hyperparameters: {
+          learning_rate: t.learningRate,
+          kl_coef: t.klCoef,
+          clip_epsilon: t.clipEpsilon,
+          temperature: Math.max(cfg.policy.temperature, 1e-3),
+          max_grad_norm: t.maxGradNorm,
+          loss_type: t.lossType,
+          // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
+          ...(t.maxStaleness > 0 ? { stale_weight_cap: t.staleWeightCap } : {}),
+        },
+      }),
     );
     return { adapterPath: out.adapter_path, result: out };
   },

@@ -3,10 +3,9 @@ import type { UpdateDpoOutput } from '../../lib/learner-types';
 import { mctsParams } from '../../lib/mcts-params';
 import { searchSeed, searchWorkflowId, type MctsSearchResult } from '../../lib/mcts-search';
 import { mctsIterationMetrics } from '../../lib/training-metrics';
-import { learnerActivities } from '../learner-calls';
 import { mctsSearch, type MctsSearchInput } from '../mcts-search';
 import { checkFailureShare, poolSettled } from '../pool';
-import type { Algorithm, RunScope } from '../train-engine';
+import { learnerUpdate, type Algorithm, type RunScope } from '../train-engine';
 
 /** What an MCTS iteration collects: each search's summary, and the DPO batch of all their pairs (null: no pairs). */
 export interface MctsExperience {
@@ -81,28 +80,20 @@ export const mcts: Algorithm<MctsExperience, UpdateDpoOutput> = {
   envSteps: (c) => c.searches.reduce((n, s) => n + s.counters.browserSteps, 0),
 
   async update(scope, c, version, seconds) {
-    const { cfg, runId, ctx, run } = scope;
+    const { cfg, runId, ctx } = scope;
     if (!c.batchRef) {
       log.warn('no DPO pairs in this iteration: update skipped, adapter unchanged', { runId, iteration: c.iteration });
       return null;
     }
     const m = cfg.mcts;
-    const out = await run.timed(
-      'update',
-      () =>
-        learnerActivities({
-          taskQueue: ctx.gpuTaskQueue,
-          heartbeatTimeout: ctx.learnerHeartbeatTimeoutMs,
-          summary: `update_dpo ${runId} v${version} (${c.pairs} pairs)`,
-        }).updateDpo({
-          run_id: runId,
-          version,
-          batch_ref: c.batchRef!,
-          ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
-          hyperparameters: { learning_rate: m.learningRate, beta: m.beta, max_grad_norm: m.maxGradNorm },
-        }),
-      'update',
-      seconds,
+    const out = await learnerUpdate(scope, seconds, `update_dpo ${runId} v${version} (${c.pairs} pairs)`, (learner) =>
+      learner.updateDpo({
+        run_id: runId,
+        version,
+        batch_ref: c.batchRef!,
+        ...(ctx.baseModel ? { base_model: ctx.baseModel } : {}),
+        hyperparameters: { learning_rate: m.learningRate, beta: m.beta, max_grad_norm: m.maxGradNorm },
+      }),
     );
     return { adapterPath: out.adapter_path, result: out };
   },
