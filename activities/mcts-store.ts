@@ -47,11 +47,7 @@ export function createMctsStoreActivities(blobs: BlobStore, batches: Pick<Learne
     async collectMctsPairs(input: { snapshot_ref: string }): Promise<MctsPairsSummary> {
       const loaded = await loadMctsSnapshot(blobs, input.snapshot_ref).catch((err: unknown) => permanent(err, 'MctsSnapshotInvalid'));
       const { snapshot, tree } = loaded;
-      const tokensOf = (id: number) => tree.nodes[id]?.data.tokensRef;
-      const pairs: MctsPair[] = collectPairs(tree, snapshot.alpha, snapshot.pairThreshold).map((p) => {
-        const [chosen, rejected] = [tokensOf(p.chosen), tokensOf(p.rejected)];
-        return { ...p, ...(chosen ? { chosen_tokens_ref: chosen } : {}), ...(rejected ? { rejected_tokens_ref: rejected } : {}) };
-      });
+      const pairs: MctsPair[] = collectPairs(tree, snapshot.alpha, snapshot.pairThreshold);
       return pairsSummary(pairs, pairs.length > 0 ? await blobs.putJson(pairs) : null);
     },
 

@@ -212,6 +212,21 @@ export function distinctActions<C extends { action: AgentAction }>(candidates: r
   });
 }
 
+/**
+ * `distinctActions`, each with how many of the candidates proposed its action (the tree's `proposals`), the most
+ * proposed first (ties in sampling order): children of equal prior get their ids, and are tried, in that order.
+ */
+export function proposedActions<C extends { action: AgentAction }>(candidates: readonly C[]): (C & { proposals: number })[] {
+  const counts = new Map<string, number>();
+  for (const c of candidates) {
+    const key = actionKey(asTreeAction(c.action));
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  return distinctActions(candidates)
+    .map((c) => ({ ...c, proposals: counts.get(actionKey(asTreeAction(c.action)))! }))
+    .sort((a, b) => b.proposals - a.proposals);
+}
+
 export function isInvalidNode(tree: Tree, id: number): boolean {
   return (getNode(tree, id).action as AgentAction | null)?.type === 'invalid';
 }
@@ -246,6 +261,8 @@ export function collectPairs(tree: Tree, alpha: number, threshold: number): Mcts
       prompt_ref: prompt,
       chosen_ref: c.completionRef,
       rejected_ref: r.completionRef,
+      ...(c.tokensRef ? { chosen_tokens_ref: c.tokensRef } : {}),
+      ...(r.tokensRef ? { rejected_tokens_ref: r.tokensRef } : {}),
       ref_chosen_logprob: both ? c.refLogprob! : null,
       ref_rejected_logprob: both ? r.refLogprob! : null,
       delta_q: p.deltaQ,

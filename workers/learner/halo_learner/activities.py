@@ -138,7 +138,7 @@ class LearnerActivities:
             first = str(e).splitlines()[0] if str(e) else "out of memory"
             if failed_at is not None and nxt is None:
                 raise ApplicationError(
-                    f"{name}: out of GPU memory with one completion per chunk ({first}); lower policy.maxTokens, "
+                    f"{name}: out of GPU memory with one completion (DPO: one pair) per chunk ({first}); lower policy.maxTokens, "
                     "give the learner more memory (HALO_LEARNER_MEMORY_GB, vLLM's --gpu-memory-utilization) or a GPU "
                     "of its own",
                     type="OutOfMemory",

@@ -11,20 +11,44 @@ One reference for every pair of every batch: pi_ref is the base model, i.e. the 
 LoRA adapter disabled (as TRL's DPOTrainer does with a peft model). Logged reference log-probs that a pair
 may carry (the sampler's, at its sampling temperature and from whichever adapter sampled it) are ignored:
 mixing them with recomputed ones would optimise two objectives in one batch.
-Metrics: reward_margin = mean z, accuracy = fraction of pairs with z > 0 (both before the step).
+Log-probs are the raw policy's (temperature 1); a completion sampled under the action grammar (constrained
+decoding) is scored under the same per-position masks (grammar.py), for the policy and the reference alike,
+so both are distributions over the tokens the sampler could have picked.
+
+Packed (the default): the pairs of one prompt (the siblings of one search node) share it, and its pairs are
+chunked as the memory plan fits them (memory.plan_dpo; at mcts-real's shape one chunk per prompt, with gradient
+checkpointing where the prompt's pairs would otherwise need several). Per prompt the frozen ViT runs once; per
+chunk one packed sequence (logprobs.packed_layout: the prompt once, the chosen and rejected completions of its
+pairs after it) runs twice: no grad with the adapter disabled (the reference), then forward+backward with the
+LoRA weights as bf16 working copies (grpo.LoraWorkingCopy). Policy and reference see the same layout, so with
+the adapter at zero they agree to the bit (eager) and z = 0, and bf16 rounding of one layout never reads as a
+preference. Unpacked (HALO_PREFIX_SHARING=0, the baseline): each chunk of pairs runs its prompt once per pass
+and the completions right-padded on its expanded KV cache (group_logprobs), float32 LoRA. Both give the same
+gradient (tests/test_dpo.py).
+Metrics: reward_margin = mean z, accuracy = fraction of pairs with z > 0, chosen_logp / rejected_logp = mean
+pi_c / pi_r (all before the step).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from .grpo import apply_gradients
-from .logprobs import group_logprobs
+from .grpo import LoraWorkingCopy, apply_gradients
+from .logprobs import (
+    PackedLayout,
+    checkpointed_layers,
+    compiled_stance,
+    group_logprobs,
+    image_features,
+    packed_group_logprobs,
+    packed_layout,
+)
+from .memory import DpoPlan, MemoryModel, PairShape, plan_dpo
 from .prompts import EncodedPrompt
 
 
@@ -34,8 +58,15 @@ class DpoSample:
     prompt_key: str
     chosen: list[int]
     rejected: list[int]
-    ref_chosen: float | None
-    ref_rejected: float | None
+    ref_chosen: float | None = None
+    ref_rejected: float | None = None
+    # Constrained decoding: (len(ids), ceil(V/32)) int32 grammar bitmask of each completion (grammar.py).
+    chosen_bitmask: torch.Tensor | None = None
+    rejected_bitmask: torch.Tensor | None = None
+
+    @property
+    def constrained(self) -> bool:
+        return self.chosen_bitmask is not None or self.rejected_bitmask is not None
 
 
 @dataclass
@@ -47,6 +78,19 @@ class DpoStats:
     reward_margin: float
     accuracy: float
     logged_refs_ignored: int = 0
+    chosen_logp: float = 0.0
+    rejected_logp: float = 0.0
+    chunks: int = 0
+    checkpointed_chunks: int = 0
+
+
+@dataclass
+class DpoPass:
+    """What a backward over the batch measured, per pair, before the step."""
+
+    loss: float = 0.0
+    z: list[float] = field(default_factory=list)
+    pi: list[tuple[float, float]] = field(default_factory=list)
 
 
 def dpo_loss(pi_c, pi_r, ref_c, ref_r, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +99,72 @@ def dpo_loss(pi_c, pi_r, ref_c, ref_r, beta: float) -> tuple[torch.Tensor, torch
     return -F.logsigmoid(z), z
 
 
-def _sequence_logprobs(policy, prompt: EncodedPrompt, seqs: list[list[int]]) -> torch.Tensor:
-    # DPO scores sequences under the raw policy distribution (temperature 1).
-    lp, mask = group_logprobs(policy, prompt, seqs, 1.0)
-    return (lp * mask).sum(dim=1)
+def plan_chunks(policy, samples: list[DpoSample], cap: int, packed: bool = True, budget: int | None = None) -> DpoPlan:
+    """The batch's chunks under `budget` (memory.plan_dpo); no budget: at most `cap` pairs per chunk."""
+    shapes = [PairShape(s.prompt_key, len(s.prompt), len(s.chosen), len(s.rejected), s.constrained) for s in samples]
+    return plan_dpo(shapes, cap, budget, MemoryModel.from_policy(policy, packed), packed)
+
+
+def _completions(samples: list[DpoSample], rows: list[int]) -> tuple[list[list[int]], list]:
+    """Ids and grammar masks of the rows' completions: chosen_0, rejected_0, chosen_1, ..."""
+    ids, masks = [], []
+    for r in rows:
+        s = samples[r]
+        ids += [s.chosen, s.rejected]
+        masks += [s.chosen_bitmask, s.rejected_bitmask]
+    return ids, masks
+
+
+def _pair_logprobs(
+    policy, samples: list[DpoSample], rows: list[int], layout: PackedLayout | None = None
+) -> torch.Tensor:
+    """(len(rows), 2) sequence log-probs of (chosen, rejected) of each pair; all rows share one prompt.
+
+    With `layout`: its one packed sequence; else the prompt's KV under right-padded completion rows."""
+    ids, masks = _completions(samples, rows)
+    prompt = samples[rows[0]].prompt
+    if layout is not None:
+        lp, mask = packed_group_logprobs(policy, prompt, ids, 1.0, layout, masks)
+    else:
+        lp, mask = group_logprobs(policy, prompt, ids, 1.0, masks)
+    return (lp * mask).sum(dim=1).view(-1, 2)
+
+
+def dpo_backward(
+    policy,
+    samples: list[DpoSample],
+    *,
+    beta: float,
+    plan: DpoPlan,
+    packed: bool = True,
+    on_progress: Callable[[], None] | None = None,
+) -> DpoPass:
+    """Accumulate d(loss)/d(LoRA) into .grad over the plan's chunks (see the module's docstring)."""
+    n = len(samples)
+    out = DpoPass(z=[0.0] * n, pi=[(0.0, 0.0)] * n)
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    with LoraWorkingCopy(params, policy.dtype if packed else params[0].dtype) as work:
+        for group in plan.groups:
+            prompt = samples[group.chunks[0][0]].prompt
+            feats = image_features(policy, prompt) if packed else None
+            for rows in group.chunks:
+                lay = packed_layout(policy, prompt, _completions(samples, rows)[0], feats) if packed else None
+                with torch.no_grad(), policy.model.disable_adapter():
+                    ref = _pair_logprobs(policy, samples, rows, lay).float()
+                with checkpointed_layers(policy, group.checkpointed), compiled_stance(policy):
+                    pi = _pair_logprobs(policy, samples, rows, lay)
+                    losses, z = dpo_loss(pi[:, 0], pi[:, 1], ref[:, 0], ref[:, 1], beta)
+                    loss = losses.sum() / n  # mean over all pairs of the batch, accumulated chunk by chunk
+                    loss.backward()
+                work.flush()
+                out.loss += float(loss.detach())
+                for r, zr, (pc, pr) in zip(rows, z.detach().tolist(), pi.detach().tolist()):
+                    out.z[r], out.pi[r] = zr, (pc, pr)
+                del lay, ref, pi, losses, z, loss
+                if on_progress:
+                    on_progress()
+            del feats
+    return out
 
 
 def dpo_step(
@@ -69,40 +175,28 @@ def dpo_step(
     beta: float,
     max_grad_norm: float,
     pairs_per_chunk: int = 4,
+    packed: bool = True,
+    plan: DpoPlan | None = None,
     on_progress: Callable[[], None] | None = None,
 ) -> DpoStats:
+    """One optimiser step on the batch; `plan` (plan_chunks) sets the chunks, else `pairs_per_chunk` without a
+    memory budget."""
     t0 = time.monotonic()
     n = len(samples)
-    chunks: list[list[int]] = []
-    groups: dict[str, list[int]] = {}
-    for i, s in enumerate(samples):
-        groups.setdefault(s.prompt_key, []).append(i)
-    for idx in groups.values():
-        chunks += [idx[k : k + pairs_per_chunk] for k in range(0, len(idx), pairs_per_chunk)]
-
+    plan = plan or plan_chunks(policy, samples, pairs_per_chunk, packed)
     optimizer.zero_grad(set_to_none=True)
-    total, margins = 0.0, []
-    for rows in chunks:
-        prompt = samples[rows[0]].prompt
-        seqs = [t for r in rows for t in (samples[r].chosen, samples[r].rejected)]  # c0, r0, c1, r1, ...
-        with torch.no_grad(), policy.model.disable_adapter():
-            ref = _sequence_logprobs(policy, prompt, seqs)
-        pi = _sequence_logprobs(policy, prompt, seqs)
-        losses, z = dpo_loss(pi[0::2], pi[1::2], ref[0::2], ref[1::2], beta)
-        loss = losses.sum() / n  # mean over all pairs of the batch, accumulated chunk by chunk
-        loss.backward()
-        total += float(loss.detach())
-        margins += z.detach().tolist()
-        if on_progress:
-            on_progress()
+    res = dpo_backward(policy, samples, beta=beta, plan=plan, packed=packed, on_progress=on_progress)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
-    tokens = sum(len(s.chosen) + len(s.rejected) for s in samples)
     return DpoStats(
-        loss=total,
+        loss=res.loss,
         grad_norm=grad_norm,
-        tokens=tokens,
+        tokens=sum(len(s.chosen) + len(s.rejected) for s in samples),
         seconds=time.monotonic() - t0,
-        reward_margin=sum(margins) / n,
-        accuracy=sum(z > 0 for z in margins) / n,
+        reward_margin=sum(res.z) / n,
+        accuracy=sum(z > 0 for z in res.z) / n,
         logged_refs_ignored=sum(s.ref_chosen is not None for s in samples),
+        chosen_logp=sum(c for c, _ in res.pi) / n,
+        rejected_logp=sum(r for _, r in res.pi) / n,
+        chunks=plan.chunks,
+        checkpointed_chunks=plan.checkpointed,
     )

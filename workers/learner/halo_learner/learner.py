@@ -25,12 +25,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from . import adapters, retention
 from .adapters import check_model
+from .batches import InvalidBatch, dpo_samples
 from .blobs import BlobStore
-from .dpo import DpoSample, dpo_step
+from .dpo import DpoSample, dpo_step, plan_chunks
 from .grammar import Grammars
 from .grpo import GrpoSample, grpo_step
 from .logprobs import check_block_mask_attention, compile_packed_layers
-from .memory import MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
+from .memory import DpoPlan, MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
 from .models import Policy, load_policy
 from .payloads import (
     DpoBatch,
@@ -53,16 +54,12 @@ Progress = Callable[[dict], None]
 PROMPT_ADAPTER = TypeAdapter(Prompt)
 
 
-class InvalidBatch(ValueError):
-    pass
-
-
 @dataclass
 class Settings:
     micro_batch: int = 8
-    prefix_sharing: bool = True
-    dpo_pairs_per_chunk: int = 4
-    compile: bool = False  # torch.compile the decoder layers for the packed GRPO passes (HALO_COMPILE=1)
+    prefix_sharing: bool = True  # packed GRPO and DPO passes (HALO_PREFIX_SHARING=0: the padded baselines)
+    dpo_pairs_per_chunk: int = 8  # at most, per gradient chunk; the memory plan may choose fewer
+    compile: bool = False  # torch.compile the decoder layers for the packed GRPO and DPO passes (HALO_COMPILE=1)
     keep_last: int = retention.DEFAULT_KEEP_LAST  # versions kept with optimiser state (HALO_KEEP_VERSIONS)
 
     @classmethod
@@ -70,7 +67,7 @@ class Settings:
         return cls(
             micro_batch=int(os.environ.get("HALO_MICRO_BATCH", 8)),
             prefix_sharing=os.environ.get("HALO_PREFIX_SHARING", "1") not in ("0", "false", "no"),
-            dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 4)),
+            dpo_pairs_per_chunk=int(os.environ.get("HALO_DPO_PAIRS_PER_CHUNK", 8)),
             compile=os.environ.get("HALO_COMPILE", "0") in ("1", "true", "yes"),
             keep_last=retention.keep_last_from_env(),
         )
@@ -218,6 +215,25 @@ class Learner:
                 (plan.budget_bytes or 0) / 2**30,
             )
         self.planned = (batch_ref, plan.micro_batch)
+        return plan
+
+    def _plan_dpo(self, batch_ref: str, samples: list[DpoSample]) -> DpoPlan:
+        plan = plan_chunks(
+            self.policy,
+            samples,
+            self._cap(batch_ref, self.settings.dpo_pairs_per_chunk),
+            self.settings.prefix_sharing,
+            budget_bytes(self.policy.device),
+        )
+        if not plan.fits:
+            log.warning(
+                "batch %s: one DPO pair per chunk is estimated at %.1f GiB, over the %.1f GiB budget "
+                "(HALO_LEARNER_MEMORY_GB); trying anyway",
+                batch_ref,
+                plan.peak_bytes / 2**30,
+                (plan.budget_bytes or 0) / 2**30,
+            )
+        self.planned = (batch_ref, plan.pairs_per_chunk)
         return plan
 
     # ---- update_policy ---------------------------------------------------------------------------
@@ -388,24 +404,18 @@ class Learner:
             )
         batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-        prompts = PromptCache(self.policy.processor, self.blobs)
-        tok = self.policy.tokenizer
-        samples = []
-        for p in batch.pairs:
-            enc = prompts.get(p.prompt)
-            samples.append(
-                DpoSample(
-                    prompt=enc,
-                    prompt_key=prompt_key(p.prompt),
-                    chosen=completion_ids_from_text(tok, enc.text, p.chosen, True).ids,
-                    rejected=completion_ids_from_text(tok, enc.text, p.rejected, True).ids,
-                    ref_chosen=p.ref_chosen_logprob,
-                    ref_rejected=p.ref_rejected_logprob,
-                )
-            )
-        chunk = self._cap(inp.batch_ref, self.settings.dpo_pairs_per_chunk)
-        self.planned = (inp.batch_ref, chunk)
-        beat = _beater(progress, "update_dpo", len(samples), micro_batch=chunk)
+        preparing = (lambda: progress({"phase": "update_dpo", "stage": "prepare"})) if progress else None
+        prep = dpo_samples(
+            batch,
+            PromptCache(self.policy.processor, self.blobs),
+            self.policy.tokenizer,
+            self._sampled_tokens,
+            lambda ref, ids: self.grammars.completion_bitmask(ref, ids),
+            preparing,
+        )
+        samples = prep.samples
+        plan = self._plan_dpo(inp.batch_ref, samples)
+        beat = _beater(progress, "update_dpo", len(samples), micro_batch=plan.pairs_per_chunk)
         self.resident = None
         self._set_lr(hp.learning_rate)
         stats = dpo_step(
@@ -414,7 +424,8 @@ class Learner:
             samples,
             beta=hp.beta,
             max_grad_norm=hp.max_grad_norm,
-            pairs_per_chunk=chunk,
+            packed=self.settings.prefix_sharing,
+            plan=plan,
             on_progress=beat,
         )
         if stats.logged_refs_ignored:
@@ -433,19 +444,33 @@ class Learner:
             pairs=len(samples),
             reward_margin=stats.reward_margin,
             accuracy=stats.accuracy,
-            pairs_per_chunk=chunk,
+            chosen_logp=stats.chosen_logp,
+            rejected_logp=stats.rejected_logp,
+            retokenized=prep.retokenized,
+            token_mismatch_rate=(prep.mismatched / prep.retokenized) if prep.retokenized else 0.0,
+            constrained=prep.constrained,
+            pairs_per_chunk=plan.pairs_per_chunk,
+            chunks=stats.chunks,
+            checkpointed_chunks=stats.checkpointed_chunks,
+            estimated_peak_gib=plan.peak_bytes / 2**30,
             hyperparameters=hp.model_dump(),
         )
         path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics, inp.batch_ref)
         if reused:
             return self.update_dpo(inp, progress)
         log.info(
-            "update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f in %.2fs",
+            "update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f (%d retokenised and %d grammar-masked "
+            "completions, %d chunks of up to %d pairs, %d checkpointed) in %.2fs",
             inp.run_id,
             inp.version,
             stats.loss,
             stats.reward_margin,
             stats.accuracy,
+            prep.retokenized,
+            prep.constrained,
+            stats.chunks,
+            plan.pairs_per_chunk,
+            stats.checkpointed_chunks,
             stats.seconds,
         )
         return UpdateDpoOutput(

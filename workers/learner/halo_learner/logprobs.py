@@ -11,7 +11,7 @@
   `prompt | c_1[:-1] | c_2[:-1] | ...` with a block attention mask (the prompt is causal; each completion sees
   the whole prompt and its own earlier tokens) and M-RoPE positions that restart after the prompt for every
   completion. One forward (and one backward) per group: no KV cache, no expansion, no second prompt pass.
-  This is what the GRPO update uses.
+  This is what the GRPO and DPO updates use; `checkpointed_layers` trades a recompute for activation memory.
 
 Logits are divided by the sampling temperature before the log-softmax, as the sampler did. A completion
 sampled under a grammar (constrained decoding) comes with its per-position bitmask (grammar.py); its logits
@@ -22,11 +22,13 @@ Positions are Qwen3-VL's 3-D M-RoPE ids, computed here explicitly so all three w
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from transformers import DynamicCache
 
 from .grammar import masked, unpack_bitmask
@@ -201,17 +203,21 @@ def run_continuation(
     return out.logits
 
 
-def group_logprobs(policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float):
+def group_logprobs(
+    policy, prompt: EncodedPrompt, completions: list[list[int]], temperature: float, bitmasks: Bitmasks | None = None
+):
     """(G, L) log-probs and mask of G completions of one prompt; the prompt runs once."""
     pp = run_prompt(policy, prompt)
     comp, cmask = pad_completions(completions, policy.tokenizer.pad_token_id, policy.device)
     G, L = comp.shape
-    first = token_logprobs(pp.last_logits.expand(G, -1), comp[:, 0], temperature)[:, None]
+    allowed = allowed_table(bitmasks, [len(c) for c in completions], L, pp.last_logits.shape[-1], policy.device)
+    first_allowed = allowed[:, 0] if allowed is not None else None
+    first = token_logprobs(pp.last_logits.expand(G, -1), comp[:, 0], temperature, first_allowed)[:, None]
     if L == 1:
         return first, cmask
     cache = expanded_cache(policy, pp.kv, G)
     logits = run_continuation(policy, pp, cache, comp[:, :-1], cmask[:, :-1], 0)
-    rest = token_logprobs(logits, comp[:, 1:], temperature)
+    rest = token_logprobs(logits, comp[:, 1:], temperature, allowed[:, 1:] if allowed is not None else None)
     return torch.cat([first, rest], dim=1), cmask
 
 
@@ -307,15 +313,41 @@ class PackedLayout:
     deepstack_embeds: list[torch.Tensor] | None  # per deepstack layer, (image tokens, hidden)
 
 
-def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -> PackedLayout:
+@dataclass
+class ImageFeatures:
+    """The frozen ViT's output for one prompt's images: a constant of the step, shared by every pass over it."""
+
+    embeds: torch.Tensor  # (image tokens, hidden)
+    deepstack: list[torch.Tensor] | None  # per deepstack layer, (image tokens, hidden)
+
+
+def image_features(policy, prompt: EncodedPrompt) -> ImageFeatures | None:
+    """The ViT's output for the prompt's images (None without images); no gradient (the ViT has no LoRA and
+    pixel_values are leaves)."""
+    vision = _vision_inputs([prompt], policy.device, policy.dtype)
+    if not vision:
+        return None
+    with torch.no_grad():
+        feats = hf_model(policy).model.get_image_features(
+            vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+        )
+    deepstack = list(feats.deepstack_features) if feats.deepstack_features is not None else None
+    return ImageFeatures(torch.cat(list(feats.pooler_output), dim=0), deepstack)
+
+
+def packed_layout(
+    policy, prompt: EncodedPrompt, completions: list[list[int]], features: ImageFeatures | None = None
+) -> PackedLayout:
+    """`features`: the prompt's `image_features`, when the caller builds several layouts over one prompt."""
     check_block_mask_attention(policy)
     dev = policy.device
     P = len(prompt)
     G, L = len(completions), max(len(c) for c in completions)
     ids = prompt.input_ids.to(dev)[None]
     mm = prompt.mm_token_type_ids.to(dev)[None]
-    vision = _vision_inputs([prompt], dev, policy.dtype)
-    pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), torch.ones_like(ids))
+    has_image = prompt.pixel_values is not None and prompt.image_grid_thw is not None
+    grid = prompt.image_grid_thw.to(dev) if has_image else None
+    pos, delta = rope_positions(policy, ids, mm, grid, torch.ones_like(ids))
     base = P + int(delta.reshape(-1)[0])  # completion token j of every completion sits at base + j
 
     body, seg, offs, flat = [], [], [], []
@@ -343,15 +375,10 @@ def packed_layout(policy, prompt: EncodedPrompt, completions: list[list[int]]) -
     targets = torch.tensor([t for c in completions for t in c[1:]], dtype=torch.long, device=dev)
     _, mask = pad_completions(completions, 0, dev)
     visual_mask = image_embeds = deepstack = None
-    if vision:
-        # The ViT is frozen (no LoRA on it) and pixel_values are leaves: its output is a constant of the
-        # step, computed once here and reused by the reference and the gradient pass.
-        with torch.no_grad():
-            feats = hf_model(policy).model.get_image_features(
-                vision["pixel_values"], vision["image_grid_thw"], return_dict=True
-            )
-        image_embeds = torch.cat(list(feats.pooler_output), dim=0)
-        deepstack = list(feats.deepstack_features) if feats.deepstack_features is not None else None
+    if has_image:
+        # Computed once per layout (or given) and reused by the reference and the gradient pass over it.
+        feats = features if features is not None else image_features(policy, prompt)
+        image_embeds, deepstack = feats.embeds, feats.deepstack
         visual_mask = torch.cat([mm[0] == 1, torch.zeros(C + pad, dtype=torch.bool, device=dev)])[None]
     return PackedLayout(
         input_ids=torch.cat([ids, comp_ids], dim=1),
@@ -390,7 +417,7 @@ def packed_group_logprobs(
     embeds = m.model.get_input_embeddings()(lay.input_ids)
     if lay.image_embeds is not None:
         embeds = embeds.masked_scatter(lay.visual_mask[..., None], lay.image_embeds.to(embeds.dtype))
-    with _compiled_stance(policy):
+    with compiled_stance(policy):
         hidden = m.model.language_model(
             inputs_embeds=embeds,
             attention_mask=lay.attention_mask,
@@ -445,6 +472,27 @@ def _masked_packed(
     return torch.stack(first), rest
 
 
+@contextlib.contextmanager
+def checkpointed_layers(policy, on: bool = True):
+    """Gradient checkpointing of the language model's decoder layers for the passes run inside: each layer keeps
+    only its input and is recomputed (non-reentrant torch.utils.checkpoint) when the backward reaches it. The
+    layers' own `training` flag turns transformers' checkpointing on; their submodules stay in eval mode (no
+    dropout anywhere: LoRA dropout is 0, attention dropout applies in training mode only and is 0 too)."""
+    if not on:
+        yield
+        return
+    layers = hf_model(policy).model.language_model.layers
+    saved = [(layer.gradient_checkpointing, layer.training) for layer in layers]
+    ckpt = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+    try:
+        for layer in layers:
+            layer.gradient_checkpointing, layer.training, layer._gradient_checkpointing_func = True, True, ckpt
+        yield
+    finally:
+        for layer, (gc, training) in zip(layers, saved):
+            layer.gradient_checkpointing, layer.training = gc, training
+
+
 # ---- optional: compiled decoder layers for the packed path ---------------------------------------
 
 _COMPILED = "_halo_compiled_layers"
@@ -452,7 +500,7 @@ _COMPILED = "_halo_compiled_layers"
 
 def compile_packed_layers(policy) -> None:
     """torch.compile each language-model decoder layer (regional compilation: one layer's graph, reused by
-    all 36) for the packed GRPO passes only. Everything else (padded baseline, sampler, DPO) keeps running
+    all 36) for the packed GRPO and DPO passes only. Everything else (padded baselines, sampler) keeps running
     eager: the process-wide compiler stance becomes "force_eager" and `packed_group_logprobs` switches it
     back around its decoder stack. Three graphs get compiled on first use (no-grad reference, gradient
     pass first layer, other layers), with dynamic sequence length, so later groups do not recompile.
@@ -465,7 +513,8 @@ def compile_packed_layers(policy) -> None:
     setattr(policy, _COMPILED, True)
 
 
-def _compiled_stance(policy):
+def compiled_stance(policy):
+    """Around a packed pass (and its backward, where checkpointed layers are recomputed): compiled layers run."""
     if getattr(policy, _COMPILED, False):
         return torch.compiler.set_stance("default")
     return contextlib.nullcontext()

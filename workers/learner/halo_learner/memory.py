@@ -14,6 +14,15 @@ on the packed path (bf16 LoRA working copies), 10.9 MB on the padded path (peft'
 ~74 bytes per hidden unit per decoder layer; the defaults below keep a few percent above those.
 `HALO_ACT_BYTES_PER_TOKEN` overrides both.
 
+A DPO update (`plan_dpo`) chunks pairs, never splitting one (its loss needs both log-probs), one prompt per
+chunk (a packed sequence of the prompt and the chosen and rejected completions of some of its pairs). A prompt
+whose pairs fit one chunk gets one; otherwise, when gradient checkpointing fits them into fewer chunks, they
+are planned checkpointed: each decoder layer keeps only its input (`checkpointed_bytes_per_token`) and is
+recomputed in the backward (one more forward: a third more compute than the reference and gradient passes,
+against one more prompt pass and one more round of kernel launches per extra chunk). Chunks are filled
+first-fit decreasing. A completion scored under a grammar adds its allowed-token table and masked logits.
+At mcts-real's shape on an H100 (bench/learner_dpo.py, 2026-11-26): estimated 25.7 GiB, measured 24.1.
+
 An out-of-memory failure halves the chunk size for the retry of the same batch (a hint persisted under
 HALO_HOME and carried in heartbeat details), so a retry never repeats the failure that preceded it.
 """
@@ -37,6 +46,12 @@ ACT_BYTES_PER_UNIT_PACKED = 58.0
 ACT_BYTES_PER_UNIT_PADDED = 78.0
 # bf16 logits (2) + float32 log-softmax (4) + its gradient (4), per kept row and vocabulary entry.
 LOGIT_BYTES = 10.0
+# Grammar-masked logits: the bool allowed-token table (1) and the masked float32 copy (4).
+GRAMMAR_LOGIT_BYTES = 5.0
+# Gradient checkpointing: per decoder layer the bf16 input it is recomputed from (2 bytes per hidden unit, 3 with
+# allocator slack), and the activations of the layer being recomputed and of the one its gradient flows into.
+CHECKPOINT_BYTES_PER_UNIT_PER_LAYER = 3.0
+CHECKPOINT_LAYERS_LIVE = 2
 # CUDA context, allocator fragmentation and the no-grad reference pass's transient buffers.
 HEADROOM_BYTES = 2 * GIB
 DEFAULT_VLLM_UTILIZATION = 0.5
@@ -47,6 +62,7 @@ class MemoryModel:
     resident_bytes: int
     act_bytes_per_token: float
     vocab: int
+    checkpointed_bytes_per_token: float = 0.0
 
     @classmethod
     def from_policy(cls, policy, packed: bool = True) -> "MemoryModel":
@@ -61,10 +77,18 @@ class MemoryModel:
             resident = sum(p.numel() * p.element_size() for p in policy.model.parameters())
         # AdamW keeps two float32 moments per trainable weight once it has stepped.
         resident += 2 * sum(p.numel() * 4 for p in policy.trainable_parameters().values())
-        return cls(resident_bytes=int(resident), act_bytes_per_token=per_token, vocab=cfg.vocab_size)
+        return cls(
+            resident_bytes=int(resident),
+            act_bytes_per_token=per_token,
+            vocab=cfg.vocab_size,
+            checkpointed_bytes_per_token=CHECKPOINT_BYTES_PER_UNIT_PER_LAYER * cfg.hidden_size * cfg.num_hidden_layers
+            + CHECKPOINT_LAYERS_LIVE * per_token / cfg.num_hidden_layers,
+        )
 
-    def chunk_bytes(self, tokens: int, kept: int) -> float:
-        return self.resident_bytes + self.act_bytes_per_token * tokens + LOGIT_BYTES * kept * self.vocab
+    def chunk_bytes(self, tokens: int, kept: int, constrained: bool = False, checkpointed: bool = False) -> float:
+        per_token = self.checkpointed_bytes_per_token if checkpointed else self.act_bytes_per_token
+        logit = LOGIT_BYTES + (GRAMMAR_LOGIT_BYTES if constrained else 0.0)
+        return self.resident_bytes + per_token * tokens + logit * kept * self.vocab
 
 
 def budget_bytes(device: torch.device) -> int | None:
@@ -118,6 +142,104 @@ def plan_micro_batch(
         if budget is None or worst + HEADROOM_BYTES <= budget:
             return Plan(micro_batch=k, peak_bytes=worst, budget_bytes=budget, fits=True)
     return Plan(micro_batch=1, peak_bytes=worst, budget_bytes=budget, fits=False)
+
+
+@dataclass
+class PairShape:
+    """What planning needs of a DPO pair: its prompt group, prompt tokens, completion lengths, grammar masks."""
+
+    group: str
+    prompt_len: int
+    chosen_len: int
+    rejected_len: int
+    constrained: bool = False
+
+
+@dataclass
+class DpoGroupPlan:
+    chunks: list[list[int]]  # pair indices per packed sequence (reference pass, then forward+backward)
+    checkpointed: bool = False  # gradient checkpointing in the forward+backward
+
+
+@dataclass
+class DpoPlan:
+    groups: list[DpoGroupPlan]  # one per prompt, in order of first appearance
+    pairs_per_chunk: int  # the largest chunk (what an out-of-memory hint caps)
+    peak_bytes: float  # estimated peak of the costliest chunk
+    budget_bytes: int | None
+    fits: bool  # False: some single pair is estimated over budget (tried anyway)
+
+    @property
+    def chunks(self) -> int:
+        return sum(len(g.chunks) for g in self.groups)
+
+    @property
+    def checkpointed(self) -> int:
+        return sum(len(g.chunks) for g in self.groups if g.checkpointed)
+
+
+def _pair_chunk_cost(model: MemoryModel, pairs: list[PairShape], rows: list[int], packed: bool, ckpt: bool) -> float:
+    prompt_len = pairs[rows[0]].prompt_len
+    constrained = any(pairs[r].constrained for r in rows)
+    lens = [n for r in rows for n in (pairs[r].chosen_len, pairs[r].rejected_len)]
+    if packed:
+        return model.chunk_bytes(*_chunk_shape(prompt_len, lens, True), constrained, ckpt)
+    # Unpacked (group_logprobs): the prompt once, its KV expanded under 2k right-padded completion rows.
+    L = max(lens)
+    return model.chunk_bytes(prompt_len + len(lens) * L, len(lens) * (L + 1), constrained)
+
+
+def _first_fit(rows: list[int], size, cap: int, fits) -> list[list[int]]:
+    """First-fit decreasing: the longest pairs first, each into the first chunk it fits; chunks in batch order."""
+    bins: list[list[int]] = []
+    for r in sorted(rows, key=lambda r: (-size(r), r)):
+        for b in bins:
+            if len(b) < cap and fits(b + [r]):
+                b.append(r)
+                break
+        else:
+            bins.append([r])
+    return sorted((sorted(b) for b in bins), key=lambda b: b[0])
+
+
+def plan_dpo(pairs: list[PairShape], cap: int, budget: int | None, model: MemoryModel, packed: bool = True) -> DpoPlan:
+    """Chunks of a DPO batch under the budget (see the module's docstring), at most `cap` pairs each.
+
+    Unpacked (the baseline): the largest uniform number of consecutive pairs of a prompt whose worst chunk fits.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs):
+        groups.setdefault(p.group, []).append(i)
+
+    def fits(rows: list[int], ckpt: bool = False) -> bool:
+        return budget is None or _pair_chunk_cost(model, pairs, rows, packed, ckpt) + HEADROOM_BYTES <= budget
+
+    def size(r: int) -> int:
+        return pairs[r].chosen_len + pairs[r].rejected_len
+
+    cap = max(1, cap)
+    out: list[DpoGroupPlan] = []
+    if packed:
+        for rows in groups.values():
+            plain = _first_fit(rows, size, cap, fits)
+            ckpt = _first_fit(rows, size, cap, lambda b: fits(b, True)) if len(plain) > 1 else plain
+            out.append(DpoGroupPlan(ckpt, True) if len(ckpt) < len(plain) else DpoGroupPlan(plain))
+    else:
+        k = cap
+        while True:
+            chunks = [[rows[s : s + k] for s in range(0, len(rows), k)] for rows in groups.values()]
+            if k == 1 or all(fits(c) for cs in chunks for c in cs):
+                break
+            k -= 1
+        out = [DpoGroupPlan(cs) for cs in chunks]
+    peak = max(_pair_chunk_cost(model, pairs, c, packed, g.checkpointed) for g in out for c in g.chunks)
+    return DpoPlan(
+        groups=out,
+        pairs_per_chunk=max(len(c) for g in out for c in g.chunks),
+        peak_bytes=peak,
+        budget_bytes=budget,
+        fits=budget is None or peak + HEADROOM_BYTES <= budget,
+    )
 
 
 class OomHints:

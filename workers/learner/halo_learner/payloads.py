@@ -171,8 +171,8 @@ class DpoPair(_Strict):
     prompt: Prompt
     chosen: str
     rejected: str
-    # The sampler's tokens of each completion when the search sampled them (SampledTokens blobs); the update
-    # still scores the texts.
+    # The sampler's tokens of each completion when the search sampled them (SampledTokens blobs): the update
+    # scores those ids, under the blob's grammar_ref masks when it has one; null: it retokenises the text.
     chosen_tokens_ref: BlobRef | None = None
     rejected_tokens_ref: BlobRef | None = None
     ref_chosen_logprob: float | None = None

@@ -1,7 +1,9 @@
-"""Chunk-size planning under a memory budget, and an out-of-memory retry that shrinks instead of repeating."""
+"""Chunk-size planning under a memory budget (GRPO completions, DPO pairs), and an out-of-memory retry that
+shrinks instead of repeating."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -10,7 +12,16 @@ from temporalio.exceptions import ApplicationError
 
 from conftest import messages, png_ref, tokens_ref
 from halo_learner.activities import LearnerActivities
-from halo_learner.memory import GIB, HEADROOM_BYTES, MemoryModel, OomHints, plan_micro_batch
+from halo_learner.memory import (
+    GIB,
+    HEADROOM_BYTES,
+    MemoryModel,
+    OomHints,
+    PairShape,
+    _chunk_shape,
+    plan_dpo,
+    plan_micro_batch,
+)
 
 # The 8B's shape: ~17 GiB resident, ~8 MB of activations per packed token, a 151,936-entry vocabulary.
 EIGHT_B = MemoryModel(resident_bytes=int(17.0 * GIB), act_bytes_per_token=58.0 * 4096 * 36, vocab=151936)
@@ -115,3 +126,100 @@ def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
     with pytest.raises(ApplicationError) as e:
         acts.update_policy({"run_id": "oom1", "version": 1, "batch_ref": ref})
     assert e.value.non_retryable and "one completion per chunk" in e.value.message
+
+
+# ---- DPO: pairs packed per prompt, never split --------------------------------------------------------------
+
+EIGHT_B_DPO = dataclasses.replace(EIGHT_B, checkpointed_bytes_per_token=(3.0 * 36 + 2 * 58.0) * 4096)
+MCTS_REAL_BUDGET = int(39.6 * GIB)  # what vLLM at 0.5 leaves of an 80 GB H100 (bench/RESULTS.md)
+
+
+def _mcts_real_pairs(lo: int = 128, hi: int = 512, seed: int = 0) -> list[PairShape]:
+    """configs/mcts-real.yaml's batch: 64 pairs over 16 prompts (the siblings of a node share one), completions up
+    to policy.maxTokens 512, in batch order with the prompts interleaved."""
+    rnd = random.Random(seed)
+    return [
+        PairShape(f"node-{i % 16}", SCREENSHOT_PROMPT + 140, rnd.randint(lo, hi), rnd.randint(lo, hi))
+        for i in range(64)
+    ]
+
+
+def _cost(pairs, rows, checkpointed):
+    lens = [n for i in rows for n in (pairs[i].chosen_len, pairs[i].rejected_len)]
+    return EIGHT_B_DPO.chunk_bytes(*_chunk_shape(pairs[rows[0]].prompt_len, lens, True), False, checkpointed)
+
+
+def test_dpo_plan_fits_the_mcts_real_shape_where_padding_cannot():
+    pairs = _mcts_real_pairs()
+    plan = plan_dpo(pairs, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    print(
+        f"packed: {plan.chunks} chunks of up to {plan.pairs_per_chunk} pairs, {plan.checkpointed} checkpointed, "
+        f"estimated peak {plan.peak_bytes / GIB:.1f} GiB of {MCTS_REAL_BUDGET / GIB:.1f}"
+    )
+    assert plan.fits and plan.peak_bytes + HEADROOM_BYTES <= MCTS_REAL_BUDGET
+    chunks = [c for g in plan.groups for c in g.chunks]
+    assert sorted(i for c in chunks for i in c) == list(range(64))  # every pair once, never split
+    assert all(len({pairs[i].group for i in c}) == 1 for c in chunks)  # one prompt per packed sequence
+    # A prompt's 4 pairs of up to 512 tokens do not fit one sequence with every activation kept; checkpointed,
+    # each prompt is one sequence: the prompt runs once per pass.
+    assert len(plan.groups) == 16 and plan.chunks == 16 and plan.checkpointed == 16
+    assert all(_cost(pairs, c, False) + HEADROOM_BYTES > MCTS_REAL_BUDGET for c in chunks)
+    # The unpacked baseline repeats the prompt's activations per chunk and pads: not even one pair fits.
+    fp32_lora = dataclasses.replace(EIGHT_B_DPO, act_bytes_per_token=78.0 * 4096 * 36)
+    padded = plan_dpo(pairs, cap=8, budget=MCTS_REAL_BUDGET, model=fp32_lora, packed=False)
+    assert not padded.fits and padded.pairs_per_chunk == 1
+
+
+def test_dpo_plan_checkpoints_only_where_it_saves_a_chunk():
+    # Tool-call-sized completions: a prompt's pairs fit one sequence as they are, no recompute.
+    short = plan_dpo(_mcts_real_pairs(20, 80), cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    assert short.chunks == 16 and short.checkpointed == 0 and short.pairs_per_chunk == 4
+    # A prompt with many long pairs: checkpointed chunks, first fit decreasing, none of them mergeable.
+    many = [PairShape("a", 1288, 300 + 20 * i, 500 - 10 * i) for i in range(12)]
+    plan = plan_dpo(many, cap=16, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    (g,) = plan.groups
+    assert g.checkpointed and 1 < len(g.chunks) < 12
+    assert all(_cost(many, c, True) + HEADROOM_BYTES <= MCTS_REAL_BUDGET for c in g.chunks)
+    for a in range(len(g.chunks)):
+        for b in range(a + 1, len(g.chunks)):
+            assert _cost(many, g.chunks[a] + g.chunks[b], True) + HEADROOM_BYTES > MCTS_REAL_BUDGET
+
+
+def test_dpo_plan_caps_and_grammar_cost():
+    pairs = [PairShape("a", 1000, 40, 60) for _ in range(6)] + [PairShape("b", 1000, 40, 60)]
+    free = plan_dpo(pairs, cap=8, budget=None, model=EIGHT_B_DPO)
+    assert [g.chunks for g in free.groups] == [[[0, 1, 2, 3, 4, 5]], [[6]]]
+    capped = plan_dpo(pairs, cap=4, budget=None, model=EIGHT_B_DPO)
+    assert [len(c) for c in capped.groups[0].chunks] == [4, 2] and capped.pairs_per_chunk == 4
+    long = [PairShape("a", 1000, 500, 500) for _ in range(4)]
+    masked = [dataclasses.replace(p, constrained=True) for p in long]
+    a = plan_dpo(long, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    b = plan_dpo(masked, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    assert b.peak_bytes > a.peak_bytes  # the allowed-token tables and masked logits are counted
+
+
+def test_dpo_oom_retry_halves_the_pairs_per_chunk(learner, blobs, monkeypatch):
+    import halo_learner.learner as learner_mod
+
+    m = messages(png_ref(blobs, 64, 64, 43), "Goal: reply to the mail")
+    ref = blobs.put_json(
+        {"pairs": [{"prompt": m, "chosen": f"click_element {i}", "rejected": "scroll down 100"} for i in range(4)]}
+    )
+    seen = []
+    real_step = learner_mod.dpo_step
+
+    def step(*a, **k):
+        seen.append((k["plan"].pairs_per_chunk, k["plan"].groups[0].chunks))
+        if k["plan"].pairs_per_chunk > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real_step(*a, **k)
+
+    monkeypatch.setattr(learner_mod, "dpo_step", step)
+    acts = LearnerActivities(learner)
+    raw = {"run_id": "oom-dpo", "version": 1, "batch_ref": ref, "hyperparameters": {"learning_rate": 1e-3}}
+    with pytest.raises(ApplicationError) as e:
+        acts.update_dpo(raw)
+    assert not e.value.non_retryable and e.value.type == "OutOfMemory" and "micro-batch 2" in e.value.message
+    out = acts.update_dpo(raw)
+    # No budget on CPU: the first attempt packs all four pairs, the retry two per chunk.
+    assert seen == [(4, [[0, 1, 2, 3]]), (2, [[0, 1], [2, 3]])] and not out["reused"]
