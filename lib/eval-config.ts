@@ -437,7 +437,7 @@ export function testTimeSearchParams(
 export function describeTestTimeSearch(p: MctsParams): string {
   const judge = p.critic
     ? `ended episodes are judged by the critic ${p.critic.model} at ${p.critic.baseUrl}`
-    : 'no critic (critic backend none): every ended episode counts 0.5, so the search only tells valid actions from unparseable ones and depth caps';
+    : 'no critic (critic backend none): every ended episode counts 0.5 (an answer as much as a page the task ended), so the search only tells ended episodes from unparseable actions and depth caps, and among equally valued actions plays the one the policy proposed most';
   return (
     `test-time MCTS: ${p.numSimulations} simulations before every step (K=${p.maxChildren}, depth ≤ ${p.maxDepth}, ` +
     `value by ${p.valueMode}, temperature ${p.temperature}; depth also capped at the steps left); ${judge}; the task's success signal is never read by the search`

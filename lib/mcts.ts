@@ -67,6 +67,13 @@ export interface MctsNode {
   valueSum: number;
   /** The critic's prior for `action` among its siblings, in [0, 1] (from its ranking). 1 at the root. */
   prior: number;
+  /**
+   * How many of the samples of its parent's expansion proposed `action` (equal actions are merged into one
+   * child): the policy's own preference among its siblings. Siblings the search cannot tell apart otherwise go
+   * to the more proposed one (`selectChild`, `bestPath`). Absent in trees from before it was counted: every
+   * such child counts the same, so their ties fall to the lower id as they always did.
+   */
+  proposals?: number;
   /** The critic's estimate of the probability of success from this node's state, in [0, 1]; null until asked. */
   criticValue: number | null;
   /** The episode ended at this node (answer action, step cap, environment done). Terminal nodes are never expanded. */
@@ -88,6 +95,8 @@ export interface Tree {
 export interface ExpandCandidate {
   action: Action;
   prior: number;
+  /** Samples that proposed this action (the new child's `proposals`). */
+  proposals?: number;
   /** The new child's `data`. */
   data?: NodeData;
 }
@@ -202,9 +211,17 @@ export function isExpanded(node: MctsNode): boolean {
   return node.children.length > 0 || node.terminal;
 }
 
+/** Among siblings the search cannot tell apart: the one more samples proposed (the policy's preference), else the lower id. */
+function preferred(a: MctsNode, b: MctsNode): boolean {
+  const pa = a.proposals ?? 0;
+  const pb = b.proposals ?? 0;
+  return pa > pb || (pa === pb && a.id < b.id);
+}
+
 /**
  * The child to descend into: highest UCB1; ties (including all unvisited children, whose UCB1 is
- * infinite) go to the highest prior, then to the lowest id. Undefined when the node has no children.
+ * infinite) go to the highest prior, then to the most proposed, then to the lowest id. Undefined when the
+ * node has no children.
  */
 export function selectChild(tree: Tree, nodeId: number, c: number, alpha: number): number | undefined {
   const parent = getNode(tree, nodeId);
@@ -213,7 +230,7 @@ export function selectChild(tree: Tree, nodeId: number, c: number, alpha: number
   for (const id of parent.children) {
     const child = getNode(tree, id);
     const u = ucb1(child, parent.visits, c, alpha);
-    if (best === undefined || u > bestUcb || (u === bestUcb && (child.prior > best.prior || (child.prior === best.prior && child.id < best.id)))) {
+    if (best === undefined || u > bestUcb || (u === bestUcb && (child.prior > best.prior || (child.prior === best.prior && preferred(child, best))))) {
       best = child;
       bestUcb = u;
     }
@@ -242,7 +259,7 @@ export function select(tree: Tree, c: number, alpha: number): number {
  * - The node ends up with at most `maxChildren` children in all, existing ones included; the candidates
  *   with the highest priors fill the free slots (ties: earlier candidate first).
  * - Priors are clamped to [0, 1] (NaN counts as 0).
- * - A new child's `data` is a copy of its candidate's.
+ * - A new child's `data` is a copy of its candidate's, its `proposals` its candidate's.
  * - A terminal node is never expanded: returns [].
  */
 export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCandidate[], maxChildren: number): number[] {
@@ -272,6 +289,7 @@ export function expand(tree: Tree, nodeId: number, candidates: readonly ExpandCa
       visits: 0,
       valueSum: 0,
       prior: cand.prior,
+      ...(cand.proposals !== undefined ? { proposals: cand.proposals } : {}),
       criticValue: null,
       terminal: false,
       reward: null,
@@ -313,7 +331,7 @@ export function markTerminal(tree: Tree, nodeId: number, reward: number): void {
 
 /**
  * The search's answer: from the root, repeatedly the child with the most visits (ties: higher composite
- * Q, then lower id) until a node without children. Returns the node ids after the root (empty when the root
+ * Q, then more proposals, then lower id) until a node without children. Returns the node ids after the root (empty when the root
  * has no children); `actionPath(tree, path[path.length - 1])` gives the actions.
  */
 export function bestPath(tree: Tree, alpha: number): number[] {
@@ -325,7 +343,7 @@ export function bestPath(tree: Tree, alpha: number): number[] {
     for (const id of node.children) {
       const child = getNode(tree, id);
       const q = compositeQ(child, alpha);
-      if (best === undefined || child.visits > best.visits || (child.visits === best.visits && (q > bestQ || (q === bestQ && child.id < best.id)))) {
+      if (best === undefined || child.visits > best.visits || (child.visits === best.visits && (q > bestQ || (q === bestQ && preferred(child, best))))) {
         best = child;
         bestQ = q;
       }

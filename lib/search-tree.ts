@@ -15,6 +15,8 @@ export interface SearchCandidate {
   tokensRef?: string;
   preview: string;
   refLogprob: number | null;
+  /** How many of the expansion's samples proposed this action (lib/mcts.ts `proposals`); absent: not counted. */
+  proposals?: number;
 }
 
 /** A simulation's result: the node whose value is backed up, the value, and how it was obtained. */
@@ -50,6 +52,7 @@ export function addChildren(tree: Tree, id: number, promptRef: string, candidate
   const children = candidates.map((c, i) => ({
     action: asTreeAction(c.action),
     prior: verdict ? (verdict.priors[i] ?? 0) : NEUTRAL_PRIOR,
+    ...(c.proposals !== undefined ? { proposals: c.proposals } : {}),
     data: { completionRef: c.completionRef, ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}), preview: clip(c.preview, 120), refLogprob: c.refLogprob },
   }));
   const added = expand(tree, id, children, maxChildren);

@@ -10,8 +10,10 @@
  *                  `startSession` on the shared browser queue with the leaf's action path as `replay` (the
  *                  action path is the state);
  *   3. expand      the policy samples K candidate actions (colocated learner or an OpenAI-compatible server,
- *                  like the episode), equal actions are merged, the critic ranks them and values the state,
- *                  the children are added with the critic's rank priors (at most K);
+ *                  like the episode, under the action grammar when policy.constrained is on), equal actions
+ *                  are merged (how many samples proposed each is kept: ties between siblings go to the more
+ *                  proposed), the critic ranks them and values the state, the children are added with the
+ *                  critic's rank priors (at most K);
  *   4. evaluate    the best new child's action runs in the session; its value is the terminal reward
  *                  (1 success, 0 otherwise), or a policy rollout to a terminal state or mcts.maxDepth
  *                  (valueMode rollout), or the critic's estimate of its state (valueMode critic);
@@ -52,6 +54,7 @@ import {
   describeTreeNode,
   distinctActions,
   historyOf,
+  proposedActions,
   isInvalidNode,
   refLogprob,
   round,
@@ -370,7 +373,8 @@ async function expandNode(search: Search, id: number, s: DurableSession, tag: st
   state.phase = `${tag}: expand node ${id}`;
   const { promptRef, candidates } = await sampleAt(search, s, P.maxChildren, true, `${tag} · expand node ${id} (depth ${s.path.length}): sample K=${P.maxChildren}`);
   state.sampled(candidates);
-  const distinct = distinctActions(candidates);
+  // Searches recorded before proposals were counted replay with every child counting the same.
+  const distinct = patched('mcts-proposals') ? proposedActions(candidates) : distinctActions(candidates);
   const verdict = await rankCandidates(search, s, distinct, `${tag} · critic ranks ${distinct.length} candidates at node ${id}`);
   return state.expanded(id, promptRef, distinct, verdict);
 }

@@ -20,8 +20,10 @@ import {
   collectPairs,
   criticText,
   emptyCounters,
+  distinctActions,
   historyOf,
   isInvalidNode,
+  proposedActions,
   joinSnapshot,
   snapshotChunks,
   type MctsSnapshot,
@@ -159,6 +161,24 @@ test('root decision: the first action of the best path with its completion and t
   assert.equal(d.visits, 2);
 });
 
+test('merged candidates: the first of each action, counted, the most proposed first (ties in sampling order)', () => {
+  const cands = [el(1), el(2), el(2), el(3), el(2), el(3), el(4)].map((action, i) => ({ action: action as AgentAction, preview: `c${i}` }));
+  assert.deepEqual(
+    distinctActions(cands).map((c) => c.preview),
+    ['c0', 'c1', 'c3', 'c6'],
+  );
+  assert.deepEqual(
+    proposedActions(cands).map((c) => [c.preview, c.proposals]),
+    [
+      ['c1', 3],
+      ['c3', 2],
+      ['c0', 1],
+      ['c6', 1],
+    ],
+  );
+  assert.deepEqual(proposedActions([]), []);
+});
+
 test('prompt history and critic texts', () => {
   const path: Action[] = [el(1), { type: 'type', text: 'hello', id: 2 }, el(3)];
   assert.deepEqual(historyOf(path, 2), [
@@ -197,6 +217,11 @@ test('config: the mcts section, its defaults, the critic switch and the shipped 
   const local = loadConfigFile(join(__dirname, '..', '..', 'configs', 'mcts-default.yaml'));
   assert.equal(local.policy.backend, 'colocated');
   assert.equal(local.mcts.critic.backend, 'none');
+  // The local job: every candidate a valid action, each run once, evaluated greedily on seeds no search uses.
+  assert.equal(local.policy.constrained, true);
+  assert.ok(local.mcts.numSimulations >= local.mcts.maxChildren);
+  assert.ok(local.mcts.evalEvery > 0);
+  assert.ok(local.mcts.evalSeeds.every((s) => s >= 100_000));
   const real = loadConfigFile(join(__dirname, '..', '..', 'configs', 'mcts-real.yaml'));
   assert.equal(real.episode.env, 'real');
   assert.equal(real.mcts.critic.backend, 'openai');

@@ -321,6 +321,57 @@ test('best path follows visits, ties broken by composite Q (hand-computed)', () 
   assert.ok(Q > P);
 });
 
+test('ties the search cannot break otherwise go to the action more samples proposed, then to the lowest id', () => {
+  // Two ended children valued the same (the test-time search without a critic: 0.5 each) and one that failed.
+  const t = newTree();
+  const [Answer, Fail, Success] = expand(
+    t,
+    0,
+    [
+      { action: el(1), prior: 0.5, proposals: 1 },
+      { action: el(2), prior: 0.5, proposals: 2 },
+      { action: el(3), prior: 0.5, proposals: 9 },
+    ],
+    5,
+  );
+  assert.deepEqual(
+    [Answer, Fail, Success].map((id) => t.nodes[id].proposals),
+    [1, 2, 9],
+  );
+  // Unvisited children: the most proposed is tried first.
+  assert.equal(select(t, 1.414, 0.5), Success);
+  for (const [id, value] of [
+    [Success, 0.5],
+    [Fail, 0],
+    [Answer, 0.5],
+  ] as const) {
+    markTerminal(t, id, value);
+    backpropagate(t, id, value);
+  }
+  // Success and Answer tie on UCB1 (same visits and Q): the more proposed gets the next visit and is the answer.
+  assert.equal(select(t, 1.414, 0.5), Success);
+  assert.deepEqual(bestPath(t, 0.5), [Success]);
+  backpropagate(t, Success, 0.5);
+  backpropagate(t, Answer, 0.5);
+  assert.deepEqual(bestPath(t, 0.5), [Success]);
+  // Visits still come first: a less proposed child visited more is the answer.
+  backpropagate(t, Answer, 0.5);
+  assert.deepEqual(bestPath(t, 0.5), [Answer]);
+  // Trees from before proposals were counted: equal, so the lowest id as before.
+  const u = newTree();
+  const [P] = expand(
+    u,
+    0,
+    [
+      { action: el(1), prior: 0.5 },
+      { action: el(2), prior: 0.5 },
+    ],
+    5,
+  );
+  assert.equal(u.nodes[P].proposals, undefined);
+  assert.equal(select(u, 1.414, 0.5), P);
+});
+
 test('DPO pairs from explored siblings whose composite Q differ by at least θ (hand-computed)', () => {
   const t = newTree();
   const [A, B, D, C] = expand(

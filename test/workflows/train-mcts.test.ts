@@ -3,9 +3,10 @@ import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Action } from '../../lib/actions';
 import type { TrainingResult } from '../../workflows/train-engine';
+import { FakeBrowser, FakeControl, FakeLearner, fakeRef } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
-import { chainChildWorkflows, childWorkflows, continueAsNewChain, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { chainChildWorkflows, childWorkflows, continueAsNewChain, recordHistories, startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
 
 // `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
 // iteration per workflow run, searches that continue as new from a stored tree, and pause, resume, stop.
@@ -19,10 +20,10 @@ after(async () => {
 });
 
 /** The one place an MCTS run's config is written. */
-function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAsNewEvery = 10, mcts: Record<string, unknown> = {}) {
+function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAsNewEvery = 10, mcts: Record<string, unknown> = {}, policy: Record<string, unknown> = {}) {
   return {
     temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
-    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32, ...policy },
     episode: { env: 'miniwob', heartbeatTimeoutMs: 5000 },
     train: { gpuTaskQueue: q.gpu },
     mcts: {
@@ -134,5 +135,76 @@ describe('trainMcts', { timeout: 90_000 }, () => {
       );
       await recordHistories(env, runId, handle.firstExecutionRunId, 'engine-pipelined-eval');
     });
+  });
+
+  test('policy.constrained: every expansion and rollout samples under the page grammar, on both backends', async () => {
+    // The first actions never end the episode, so each child is valued by a rollout (one more sample at its state).
+    for (const backend of ['colocated', 'openai'] as const) {
+      const q = testQueues(`mcts-constrained-${backend}`);
+      const runId = `mcts-constrained-${backend}-${process.pid}`;
+      const browser = new FakeBrowser(q, { step: () => ({ done: false }) });
+      const control = new FakeControl().activities();
+      const learner = new FakeLearner().activities();
+      const grammars: string[] = [];
+      const colocated: { n: number; grammarRef?: string }[] = [];
+      const served: { n: number; constrained?: boolean }[] = [];
+      await withWorkers(
+        env,
+        [
+          {
+            taskQueue: q.control,
+            workflows: true,
+            activities: {
+              ...control,
+              writePromptAndGrammar: async (input: { observation: { url: string; step: number } }) => {
+                const grammarRef = fakeRef(`grammar:${input.observation.url}:${grammars.length}`);
+                grammars.push(grammarRef);
+                return { promptRef: fakeRef(`prompt:${input.observation.url}`), grammarRef };
+              },
+              samplePolicy: async (input: { policy: { constrained?: boolean; n: number; model: string }; n?: number; observation: { step: number } }) => {
+                served.push({ n: input.n ?? input.policy.n, constrained: input.policy.constrained });
+                return control.samplePolicy(input);
+              },
+            },
+          },
+          { taskQueue: q.browser, activities: browser.browserActivities() },
+          { taskQueue: q.session, activities: browser.sessionActivities() },
+          {
+            taskQueue: q.gpu,
+            activities: {
+              ...learner,
+              sample_actions: async (input: { run_id: string; version: number; n: number; prompt_ref: string; grammar_ref?: string }) => {
+                colocated.push({ n: input.n, ...(input.grammar_ref ? { grammarRef: input.grammar_ref } : {}) });
+                return learner.sample_actions(input);
+              },
+            },
+          },
+        ],
+        async () => {
+          const cfg = mctsConfig(q, runId, 1, 10, {}, { backend, constrained: true });
+          const handle = await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
+          await handle.result();
+        },
+      );
+      // One expansion of the root (K = 2), then one rollout sample for each of its two children.
+      if (backend === 'colocated') {
+        assert.deepEqual(
+          colocated.map((c) => c.n),
+          [2, 1, 1],
+        );
+        assert.ok(
+          colocated.every((c) => c.grammarRef !== undefined && grammars.includes(c.grammarRef)),
+          `every sample_actions call names the grammar written for its page: ${JSON.stringify(colocated)}`,
+        );
+        assert.equal(served.length, 0);
+      } else {
+        assert.deepEqual(served, [
+          { n: 2, constrained: true },
+          { n: 1, constrained: true },
+          { n: 1, constrained: true },
+        ]);
+        assert.equal(colocated.length, 0);
+      }
+    }
   });
 });

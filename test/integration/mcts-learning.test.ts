@@ -1,0 +1,101 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startOrAttachMcts } from '../../client/commands/mcts';
+import { runEval } from '../../client/commands/eval';
+import { parseConfig } from '../../lib/config';
+import { parseEvalConfig } from '../../lib/eval-config';
+import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import { isMctsMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import type { TrainingResult } from '../../workflows/train-engine';
+import { startTestStack, type TestStack } from '../../testing/stack';
+
+// Agent Q learns, on the real stack: MiniWoB++'s click-test and focus-text in Chromium, the tiny random Qwen3-VL
+// sampling under the action grammar in the learner, one search per task and iteration (K = 16 candidates at the
+// root, each run once in the browser), the step-level DPO pairs of siblings whose outcomes differ in update_dpo,
+// and every iteration searching with the adapter the previous one wrote. Then the trained adapter and the base
+// model play the same held-out seeds greedily (the `evaluate` workflow): the trained one must win clearly. Only
+// the environment's success says which action was right. HALO_MCTS_LEARNING_TEST_LR overrides the learning rate
+// (a near-zero one makes this test fail: the adapter stays the base model).
+
+const ITERATIONS = 5;
+const LR = Number(process.env.HALO_MCTS_LEARNING_TEST_LR ?? 3e-3);
+const TASKS = ['click-test', 'focus-text'];
+// Search seeds are below 100,000 (lib/mcts-search.ts searchSeed): these were never searched.
+const HELD_OUT = Array.from({ length: 8 }, (_, i) => 100_000 + i);
+const RUN_ID = 'mcts-learn-test';
+
+let stack: TestStack;
+let out: string;
+before(async () => {
+  stack = await startTestStack({ browserWorkers: 1, learner: true });
+  out = mkdtempSync(join(tmpdir(), 'halo-mcts-learning-'));
+});
+after(async () => {
+  await stack?.stop();
+  rmSync(out, { recursive: true, force: true });
+});
+
+// About 4 minutes on 2 cores; a loaded machine can take twice that, so it sets its own limit.
+test('MCTS + DPO on click-test and focus-text: greedy success on held-out seeds clearly above the base model', { timeout: 1_800_000 }, async () => {
+  const cfg = parseConfig({
+    temporal: { address: stack.address, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    stack: { home: stack.home },
+    policy: { backend: 'colocated', model: 'tiny-random', constrained: true, maxTokens: 128, temperature: 1, timeoutMs: 120_000 },
+    episode: { env: 'miniwob', maxSteps: 1, sessionStartTimeoutMs: 20_000 },
+    train: { gpuTaskQueue: stack.gpuQueue, learnerHeartbeatTimeoutS: 60 },
+    mcts: {
+      runId: RUN_ID,
+      iterations: ITERATIONS,
+      tasks: TASKS,
+      parallelism: 2,
+      numSimulations: 16,
+      maxChildren: 16,
+      maxDepth: 1,
+      critic: { backend: 'none' },
+      learningRate: LR,
+      beta: 0.5,
+    },
+  });
+  const { handle } = await startOrAttachMcts(stack.client, cfg);
+  const result = (await handle.result()) as TrainingResult;
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, RUN_ID, 'metrics.jsonl'), 'utf8')).filter(isMctsMetrics);
+  assert.deepEqual(
+    lines.map((l) => l.iteration),
+    Array.from({ length: ITERATIONS }, (_, i) => i + 1),
+  );
+  for (const l of lines) assert.equal(l.mcts.invalid_candidates, 0, `iteration ${l.iteration}: constrained decoding makes every candidate a valid action`);
+  assert.ok(result.adapterVersion >= 1, 'at least one iteration found pairs and updated the adapter');
+
+  const evalCfg = parseEvalConfig({
+    runId: 'mcts-learn-eval',
+    env: 'miniwob',
+    tasks: TASKS,
+    seeds: HELD_OUT,
+    maxSteps: 1,
+    parallelism: 2,
+    modes: [
+      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
+      { name: 'qwen3vl_mcts', backend: 'colocated', adapter: { run: RUN_ID, version: result.adapterVersion } },
+    ],
+  });
+  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
+  const episodes = readFileSync(run.files.episodes, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
+  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
+  const base = wins('qwen3vl_base');
+  const trained = wins('qwen3vl_mcts');
+  const total = TASKS.length * HELD_OUT.length;
+  const pairs = lines.map((l) => l.mcts.pairs).join(' ');
+  const found = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
+  console.log(`pairs per iteration: ${pairs}; searches ending in success: ${found}; greedy held-out (of ${total}): base ${base}, trained v${result.adapterVersion} ${trained}`);
+  assert.ok(
+    trained >= base + 8 && trained >= 12,
+    `greedy successes on ${total} held-out episodes: base ${base}, trained v${result.adapterVersion} ${trained} (DPO pairs per iteration: ${pairs}; searches ending in success: ${found})`,
+  );
+});
