@@ -125,7 +125,7 @@ def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
     acts = LearnerActivities(learner)
     with pytest.raises(ApplicationError) as e:
         acts.update_policy({"run_id": "oom1", "version": 1, "batch_ref": ref})
-    assert e.value.non_retryable and "one completion per chunk" in e.value.message
+    assert e.value.non_retryable and "one completion (DPO: one pair) per chunk" in e.value.message
 
 
 # ---- DPO: pairs packed per prompt, never split --------------------------------------------------------------
