@@ -322,15 +322,11 @@ class Learner:
             plan.micro_batch,
             stats.seconds,
         )
-        return UpdatePolicyOutput(
-            run_id=inp.run_id,
-            version=inp.version,
-            adapter_path=str(path),
-            loss=stats.loss,
-            grad_norm=stats.grad_norm,
-            tokens=stats.tokens,
-            seconds=stats.seconds,
-            reused=False,
+        return _fresh_output(
+            UpdatePolicyOutput,
+            inp,
+            path,
+            stats,
             retokenized=retok,
             token_mismatch_rate=metrics["token_mismatch_rate"],
             **update_stats,
@@ -473,15 +469,11 @@ class Learner:
             stats.checkpointed_chunks,
             stats.seconds,
         )
-        return UpdateDpoOutput(
-            run_id=inp.run_id,
-            version=inp.version,
-            adapter_path=str(path),
-            loss=stats.loss,
-            grad_norm=stats.grad_norm,
-            tokens=stats.tokens,
-            seconds=stats.seconds,
-            reused=False,
+        return _fresh_output(
+            UpdateDpoOutput,
+            inp,
+            path,
+            stats,
             reward_margin=stats.reward_margin,
             accuracy=stats.accuracy,
         )
@@ -534,3 +526,18 @@ def _beater(progress: Progress | None, phase: str, items: int, **extra) -> Calla
             progress({"phase": phase, "steps": count[0], "items": items, **extra})
 
     return beat
+
+
+def _fresh_output(cls, inp, path, stats, **extra):
+    """An update's answer for a version this call wrote (not reused), whichever algorithm wrote it."""
+    return cls(
+        run_id=inp.run_id,
+        version=inp.version,
+        adapter_path=str(path),
+        loss=stats.loss,
+        grad_norm=stats.grad_norm,
+        tokens=stats.tokens,
+        seconds=stats.seconds,
+        reused=False,
+        **extra,
+    )
