@@ -15,7 +15,9 @@
  * blobs, deleting) runs every S seconds during the soak with a `--gc-grace` of G seconds (default 120, far below the
  * CLI's 10-minute minimum: the point is to find a live blob it would take); a run that breaks or an episode lost
  * then names gc.
- * Not part of CI; a run takes `--minutes` plus the stack's start and the final drain.
+ * Not part of CI; a run takes `--minutes` plus the stack's start and the final drain. Whole-machine preemptions
+ * (every process at once, vLLM included, then `./launch.sh resume`) during a served GRPO run and an MCTS run:
+ * bench/preemption-soak.ts.
  *
  *   node --import tsx bench/soak.ts [--minutes 30] [--parallel 2] [--n 2] [--chaos-min 60] [--chaos-max 180] [--seed 1]
  *                                   [--gc-every 180 [--gc-grace 120]]
