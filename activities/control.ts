@@ -3,7 +3,7 @@ import type { BlobStore } from '../blob/store';
 import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
-import { actionGrammar, type ActionGrammar } from '../lib/action-grammar';
+import { actionGrammar, grammarBlob, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
 import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';
@@ -23,15 +23,19 @@ function activitySignal(): AbortSignal | undefined {
 
 /** Activities of the control worker: policy sampling and trajectory records (I/O that is not a browser). */
 export function createControlActivities(blobs: BlobStore) {
-  /** Constrained decoding: the action grammar of this page as a blob; a budget it cannot fit is the config's fault. */
-  async function storeGrammar(axtree: string, maxTokens: number): Promise<string> {
+  /**
+   * Constrained decoding: the action grammar of this page as a blob, with the whitespace its sampler allows (the
+   * colocated sampler: compact), so the learner applies the mask it was sampled under; a budget it cannot fit is
+   * the config's fault.
+   */
+  async function storeGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact'): Promise<string> {
     let grammar: ActionGrammar;
     try {
-      grammar = actionGrammar(axtree, maxTokens);
+      grammar = actionGrammar(axtree, maxTokens, whitespace);
     } catch (err) {
       throw ApplicationFailure.nonRetryable(err instanceof Error ? err.message : String(err), 'ConfigError');
     }
-    return blobs.putJson(grammar.schema);
+    return blobs.putJson(grammarBlob(grammar));
   }
 
   async function tokensRefOf(step: TrajectoryStepInput): Promise<{ tokensRef?: string }> {
@@ -83,7 +87,7 @@ export function createControlActivities(blobs: BlobStore) {
       const prompt = buildPrompt({ ...input.observation, axtree }, input.history, policy.historyLength);
       const promptRef = await blobs.putJson(prompt);
       const messages = await toOpenAiMessages(blobs, prompt);
-      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens) : undefined;
+      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.grammarWhitespace) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
       const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
       let adapterLoad: SampleResult['adapterLoad'];
@@ -95,15 +99,20 @@ export function createControlActivities(blobs: BlobStore) {
       } else {
         res = await ask();
       }
+      // The prompt as the server encoded it, once per request: every completion's token blob references it.
+      const promptIdsRef = res.promptTokenIds ? await blobs.putJson({ prompt_token_ids: res.promptTokenIds }) : undefined;
       const candidates: Candidate[] = [];
       for (const c of res.completions) {
+        const tokens: SampledTokens | undefined = c.tokenIds && { token_ids: c.tokenIds, logprobs: c.logprobs ?? null, ...(promptIdsRef ? { prompt_ref: promptIdsRef } : {}) };
+        // A sum over unknown log-probs is no log-prob of the completion: no sum then.
+        const known = c.logprobs?.length && !c.unknownLogprobs ? (c.logprobs as number[]) : undefined;
         candidates.push({
           action: parseAction(c.text),
           preview: clip(c.text, PREVIEW_CHARS),
           completionRef: await blobs.put(c.text, 'txt'),
           finishReason: c.finishReason,
-          ...(c.tokenIds ? { tokensRef: await blobs.putJson({ token_ids: c.tokenIds, logprobs: c.logprobs ?? null } satisfies SampledTokens) } : {}),
-          ...(c.logprobs?.length ? { logprobSum: c.logprobs.reduce((a, b) => a + b, 0) } : {}),
+          ...(tokens ? { tokensRef: await blobs.putJson(tokens) } : {}),
+          ...(known ? { logprobSum: known.reduce((a, b) => a + b, 0) } : {}),
         });
       }
       return {
@@ -156,6 +165,7 @@ export function createControlActivities(blobs: BlobStore) {
           completion,
           completionRef: step.completionRef,
           ...(await tokensRefOf(step)),
+          ...(step.finishReason ? { finishReason: step.finishReason } : {}),
           action: (result?.action ?? step.action)!,
           valid: (result?.action ?? step.action)?.type !== 'invalid',
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },

@@ -68,6 +68,28 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     return inline ? blobs.putJson(inline) : null;
   }
 
+  /**
+   * The accessibility trees the rollouts' steps acted from (anchor keys are computed from them), by reference.
+   * A trajectory names its trees, so they outlive it in the store; a missing one fails the batch.
+   */
+  async function axtrees(rollouts: Trajectory[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    for (const r of rollouts) {
+      for (const st of r.steps) {
+        const ref = st.observation.axtreeRef;
+        if (out.has(ref)) continue;
+        try {
+          out.set(ref, (await blobs.get(ref)).toString('utf8'));
+        } catch (err) {
+          if (!(err instanceof BlobNotFoundError)) throw err;
+          const message = `anchor grouping needs the accessibility tree of step ${st.step} of ${r.workflowId}: ${err.message}`;
+          throw ApplicationFailure.create({ message, type: 'BlobNotFound', nonRetryable: true });
+        }
+      }
+    }
+    return out;
+  }
+
   async function stepGroups(trajs: Trajectory[]): Promise<BatchStepGroup[]> {
     const out: BatchStepGroup[] = [];
     for (const t of trajs) {
@@ -77,6 +99,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
           candidates.push({
             completionRef: await completionRef(c),
             tokensRef: await tokensRef(c),
+            finishReason: c.finishReason ?? null,
             valid: c.valid,
             reward: c.reward,
           });
@@ -106,7 +129,11 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       groups.push(returns);
       let advantages: number[][];
       if (anchor) {
-        const a = anchorGroupAdvantages(rollouts.map(anchorRollout), anchor);
+        const trees = await axtrees(rollouts);
+        const a = anchorGroupAdvantages(
+          rollouts.map((r) => anchorRollout(r, (ref) => trees.get(ref)!)),
+          anchor,
+        );
         advantages = a.advantages;
         anchorParts.push({ stats: a.stats, steps: rollouts.reduce((s, r) => s + r.steps.length, 0) });
       } else {
@@ -120,7 +147,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             completion_ref: await completionRef(st),
             tokens_ref: await tokensRef(st),
             advantage: advantages[i][k],
-            finish_reason: null,
+            finish_reason: st.finishReason ?? null,
             ...(st.grammarRef ? { grammar_ref: st.grammarRef } : {}),
           });
         }
@@ -162,7 +189,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             completion_ref: c.completionRef,
             tokens_ref: c.tokensRef ?? null,
             advantage: 0,
-            finish_reason: null,
+            finish_reason: c.finishReason ?? null,
             ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
           })),
         );

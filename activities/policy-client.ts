@@ -1,5 +1,6 @@
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/activity';
+import { readGrammarBlob } from '../lib/action-grammar';
 import type { PolicyConfig } from '../lib/config';
 import { clipErrorText } from '../lib/credentials';
 import { apiKeyFor } from './credentials';
@@ -9,8 +10,13 @@ export interface Completion {
   finishReason: string | null;
   /** The sampler's token ids of the completion, end-of-turn token included; absent when the server gave none. */
   tokenIds?: number[];
-  /** The sampler's log-prob of each completion token (one per token id when both are present). */
-  logprobs?: number[];
+  /**
+   * The sampler's log-prob of each completion token (one per token id when both are present); null where the
+   * server did not know it (vLLM writes -9999 for a -inf or missing log-prob).
+   */
+  logprobs?: (number | null)[];
+  /** How many of `logprobs` are null; absent when none is. */
+  unknownLogprobs?: number;
 }
 
 export interface ChatResult {
@@ -18,6 +24,8 @@ export interface ChatResult {
   model: string;
   /** Whether the request asked for token ids and log-probs (the vLLM extension fields were sent). */
   askedForTokens: boolean;
+  /** The prompt as the server encoded it (vLLM's top-level `prompt_token_ids`, with `return_token_ids`). */
+  promptTokenIds?: number[];
 }
 
 /**
@@ -25,38 +33,52 @@ export interface ChatResult {
  * `return_token_ids` (0.10.2+) adds `choices[i].token_ids`; `return_tokens_as_token_ids` writes each
  * `logprobs.content[].token` as `"token_id:N"`, which is where older servers, without `token_ids`, keep the
  * ids. Both are sent: a server ignores fields it does not know, and the ids are read from whichever came back.
+ * With `return_token_ids` vLLM also returns the prompt's ids (top-level `prompt_token_ids`).
  */
 export const TOKEN_FIELDS = { logprobs: true, return_token_ids: true, return_tokens_as_token_ids: true } as const;
+
+/**
+ * The sampling distribution stated in full, each field at its neutral value. vLLM fills a field the request leaves
+ * out from the model's `generation_config.json` (Qwen3-VL: top_k 20, top_p 0.8) unless it was started with
+ * `--generation-config vllm` (`ModelConfig.get_diff_sampling_param`, `ChatCompletionRequest.to_sampling_params`):
+ * the tokens would come from a truncated distribution the learner does not compute. top_k 0 is vLLM's "off"
+ * (`SamplingParams._verify_args`: -1 is accepted too, 0 preferred).
+ */
+export const NEUTRAL_SAMPLING = { top_p: 1, top_k: 0, min_p: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1 } as const;
+
+/** vLLM's placeholder for a log-prob it does not have (`max(lp, -9999.0)` in chat_completion/serving.py). */
+export const UNKNOWN_LOGPROB = -9999;
 
 // Rate limits and timeouts are transient; every other 4xx means the request itself is wrong.
 const RETRYABLE_4XX = new Set([408, 409, 425, 429]);
 
-/** Servers that refused the token fields in `auto` mode (this process): later requests leave them out. */
-const refusesTokenFields = new Set<string>();
-
 /**
- * Whether a sampling request to this policy asks for token ids and log-probs. `auto`: yes, except for
- * OpenAI's own API (which rejects unknown fields and whose reasoning models reject `logprobs`) and servers
- * that already refused the fields once.
+ * Whether a server takes vLLM's request extensions (token fields, the full sampling distribution): every server
+ * but OpenAI's own API, which rejects unknown fields and whose reasoning models reject `logprobs`.
  */
-export function wantsTokenIds(policy: Pick<PolicyConfig, 'baseUrl'> & { tokenIds?: PolicyConfig['tokenIds'] }): boolean {
-  const mode = policy.tokenIds ?? 'auto';
-  if (mode !== 'auto') return mode === 'on';
-  if (refusesTokenFields.has(policy.baseUrl)) return false;
+export function vllmLike(baseUrl: string): boolean {
   let host = '';
   try {
-    host = new URL(policy.baseUrl).hostname.toLowerCase();
+    host = new URL(baseUrl).hostname.toLowerCase();
   } catch {
     return false;
   }
   return !(host === 'openai.com' || host.endsWith('.openai.com') || host.endsWith('.openai.azure.com'));
 }
 
+/** Whether a sampling request to this policy asks for token ids and log-probs. `auto`: when the server is vLLM-like. */
+export function wantsTokenIds(policy: Pick<PolicyConfig, 'baseUrl'> & { tokenIds?: PolicyConfig['tokenIds'] }): boolean {
+  const mode = policy.tokenIds ?? 'auto';
+  if (mode !== 'auto') return mode === 'on';
+  return vllmLike(policy.baseUrl);
+}
+
 /**
  * One chat-completion call with `n` samples. The client never retries on its own: Temporal owns retries,
  * and a request the server rejects as malformed is a non-retryable failure with the server's reason.
- * With `tokens`, the request asks for the completion's token ids and log-probs (TOKEN_FIELDS); in `auto`
- * mode a server that rejects those fields (400 naming one of them) is asked again without them, once.
+ * With `tokens`, the request asks for the completion's token ids and log-probs (TOKEN_FIELDS); a server that
+ * refuses those fields (400/422 naming one) or answers without ids fails the request non-retryably, saying to
+ * set `policy.tokenIds: off`: training on retokenised text is the user's choice, never a silent fallback.
  */
 export async function chatCompletions(
   policy: PolicyConfig,
@@ -71,43 +93,53 @@ export async function chatCompletions(
     maxRetries: 0,
     timeout: policy.timeoutMs,
   });
-  const ask = async (tokens: boolean): Promise<ChatResult> => {
-    const body: OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming & Partial<typeof TOKEN_FIELDS> = {
-      model: policy.model,
-      messages,
-      n,
-      ...samplingParams(policy),
-      ...(tokens ? TOKEN_FIELDS : {}),
-      ...(opts.grammar ? structuredOutputs(opts.grammar) : {}),
-    };
-    const res = await client.chat.completions.create(body, { signal });
-    if (!Array.isArray(res.choices) || res.choices.length === 0) {
-      throw new Error(`policy server ${policy.baseUrl} answered with no choices`);
-    }
-    const completions = res.choices
-      .slice()
-      .sort((a, b) => (a.index ?? 0) - (b.index ?? 0))
-      .map((c) => ({
-        text: typeof c.message?.content === 'string' ? c.message.content : '',
-        finishReason: c.finish_reason ?? null,
-        ...(tokens ? sampledTokens(c as VllmChoice) : {}),
-      }));
-    return { completions, model: res.model ?? policy.model, askedForTokens: tokens };
-  };
   const tokens = opts.tokens ?? false;
+  const body: OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming & Partial<typeof TOKEN_FIELDS> = {
+    model: policy.model,
+    messages,
+    n,
+    ...samplingParams(policy),
+    ...(vllmLike(policy.baseUrl) ? NEUTRAL_SAMPLING : {}),
+    ...(tokens ? TOKEN_FIELDS : {}),
+    ...(opts.grammar ? structuredOutputs(opts.grammar) : {}),
+  };
+  let res: OpenAI.Chat.Completions.ChatCompletion & { prompt_token_ids?: unknown };
   try {
-    return await ask(tokens);
+    res = await client.chat.completions.create(body, { signal });
   } catch (err) {
-    if (tokens && (policy.tokenIds ?? 'auto') === 'auto' && refusedTokenFields(err)) {
-      refusesTokenFields.add(policy.baseUrl);
-      try {
-        return await ask(false);
-      } catch (again) {
-        throw classifyPolicyError(again, policy);
-      }
-    }
+    if (tokens && refusedTokenFields(err))
+      throw tokenFieldsFailure(policy, `refused the token fields: HTTP ${(err as InstanceType<typeof OpenAI.APIError>).status}: ${clipErrorText((err as Error).message)}`);
     throw classifyPolicyError(err, policy);
   }
+  if (!Array.isArray(res.choices) || res.choices.length === 0) {
+    throw new Error(`policy server ${policy.baseUrl} answered with no choices`);
+  }
+  const completions: Completion[] = res.choices
+    .slice()
+    .sort((a, b) => (a.index ?? 0) - (b.index ?? 0))
+    .map((c) => ({
+      text: typeof c.message?.content === 'string' ? c.message.content : '',
+      finishReason: c.finish_reason ?? null,
+      ...(tokens ? sampledTokens(c as VllmChoice) : {}),
+    }));
+  if (tokens) {
+    const without = completions.findIndex((c) => !c.tokenIds);
+    if (without >= 0) throw tokenFieldsFailure(policy, `answered without the sampled token ids (choice ${without}; token_ids or "token_id:N" log-prob tokens)`);
+  }
+  const prompt =
+    tokens && Array.isArray(res.prompt_token_ids) && res.prompt_token_ids.length > 0 && res.prompt_token_ids.every(isTokenId) ? (res.prompt_token_ids as number[]) : undefined;
+  return { completions, model: res.model ?? policy.model, askedForTokens: tokens, ...(prompt ? { promptTokenIds: [...prompt] } : {}) };
+}
+
+/** Token ids were asked for and not given: non-retryable (asking again gets the same), with the way on. */
+function tokenFieldsFailure(policy: PolicyConfig, what: string): ApplicationFailure {
+  return ApplicationFailure.create({
+    message:
+      `policy server ${policy.baseUrl} (model ${policy.model}) ${what}. The learner trains on the sampled token ids; ` +
+      'to sample without them, set policy.tokenIds: off (the learner then retokenises the text, ratio 1)',
+    type: 'PolicyTokenIdsMissing',
+    nonRetryable: true,
+  });
 }
 
 /** A choice as vLLM writes it: the OpenAI fields plus `token_ids`. */
@@ -115,11 +147,12 @@ type VllmChoice = OpenAI.Chat.Completions.ChatCompletion.Choice & { token_ids?: 
 
 /**
  * The sampled ids and log-probs of one choice: ids from `token_ids`, else parsed from `"token_id:N"` token
- * strings; log-probs from `logprobs.content`. Anything malformed is left out (the learner then retokenises
- * the text), and log-probs that do not pair one-to-one with the ids are dropped: what comes back is a valid
- * `SampledTokens` (lib/experience.ts) or nothing.
+ * strings; log-probs from `logprobs.content`, null where unknown (vLLM's -9999 placeholder, none, or not a finite
+ * number), never a number the learner would take for a probability. Malformed ids are left out, and log-probs that
+ * do not pair one-to-one with the ids are dropped: what comes back is a valid `SampledTokens` (lib/experience.ts)
+ * or nothing.
  */
-export function sampledTokens(choice: VllmChoice): { tokenIds?: number[]; logprobs?: number[] } {
+export function sampledTokens(choice: VllmChoice): Pick<Completion, 'tokenIds' | 'logprobs' | 'unknownLogprobs'> {
   const content = Array.isArray(choice.logprobs?.content) ? choice.logprobs.content : undefined;
   let ids: number[] | undefined;
   if (Array.isArray(choice.token_ids) && choice.token_ids.every(isTokenId)) ids = choice.token_ids as number[];
@@ -127,16 +160,20 @@ export function sampledTokens(choice: VllmChoice): { tokenIds?: number[]; logpro
     const parsed = content.map((c) => /^token_id:(\d+)$/.exec(typeof c?.token === 'string' ? c.token : '')?.[1]);
     if (parsed.every((s) => s !== undefined)) ids = parsed.map(Number);
   }
-  let logprobs: number[] | undefined;
-  if (content?.every((c) => typeof c?.logprob === 'number' && Number.isFinite(c.logprob))) {
+  let logprobs: (number | null)[] | undefined;
+  if (content && content.length > 0) {
     // vLLM's log-probs are float32 values, which 9 significant digits reproduce exactly (and the learner reads
     // them as float32): half the JSON of a double's 17 digits in every history that carries them.
-    logprobs = content.map((c) => Number(c.logprob.toPrecision(9)));
+    logprobs = content.map((c) => {
+      const lp: unknown = c?.logprob;
+      return typeof lp === 'number' && Number.isFinite(lp) && lp > UNKNOWN_LOGPROB ? Number(lp.toPrecision(9)) : null;
+    });
   }
   // No ids is no tokens: a token blob must name at least one (the learner refuses an empty one).
   if (ids && ids.length === 0) ids = undefined;
   if (ids && logprobs && logprobs.length !== ids.length) logprobs = undefined;
-  return { ...(ids ? { tokenIds: [...ids] } : {}), ...(logprobs ? { logprobs } : {}) };
+  const unknown = logprobs?.filter((lp) => lp === null).length ?? 0;
+  return { ...(ids ? { tokenIds: [...ids] } : {}), ...(logprobs ? { logprobs } : {}), ...(unknown > 0 ? { unknownLogprobs: unknown } : {}) };
 }
 
 function isTokenId(x: unknown): boolean {
@@ -153,11 +190,14 @@ function refusedTokenFields(err: unknown): boolean {
  */
 /**
  * vLLM's structured-output request field (0.11+; the `guided_*` fields it replaced are ignored from 0.12 on,
- * with unconstrained output): the action grammar's JSON schema, compact JSON without free whitespace, which is
- * what the colocated sampler compiles with xgrammar too (lib/action-grammar.ts).
+ * with unconstrained output) for a stored grammar blob (lib/action-grammar.ts): its JSON schema. The whitespace
+ * the output may hold is the server's setting (`--structured-outputs-config`, policy.grammarWhitespace): vLLM's
+ * xgrammar and guidance backends ignore the request's `disable_any_whitespace`, which is sent only to say in
+ * the request what the blob was sampled under.
  */
-export function structuredOutputs(schema: Record<string, unknown>): { structured_outputs: { json: Record<string, unknown>; disable_any_whitespace: true } } {
-  return { structured_outputs: { json: schema, disable_any_whitespace: true } };
+export function structuredOutputs(grammar: Record<string, unknown>): { structured_outputs: { json: Record<string, unknown>; disable_any_whitespace: boolean } } {
+  const { schema, any_whitespace } = readGrammarBlob(grammar);
+  return { structured_outputs: { json: schema, disable_any_whitespace: !any_whitespace } };
 }
 
 export function samplingParams(policy: Pick<PolicyConfig, 'model' | 'maxTokens' | 'temperature'>): { max_tokens?: number; max_completion_tokens?: number; temperature?: number } {

@@ -32,6 +32,8 @@
 GPU_VLLM_DEFAULT=0.33.0
 GPU_VLLM_NEWEST_PY310=0.31.0
 GPU_PY_MAX_MINOR=14
+# vLLM's xgrammar backend reads free whitespace from this server setting only (the request's is ignored).
+GPU_STRUCTURED_OUTPUTS='{"backend":"xgrammar","disable_any_whitespace":true}'
 : "${HALO_LAUNCH_STATE:=runs/launch-state.env}"
 
 # vLLM accepts these LoRA ranks (workers/learner/halo_learner/models.py VLLM_LORA_RANKS).
@@ -56,6 +58,8 @@ gpu_vllm_command() {
   cmd+=" --enable-lora --max-lora-rank $max_rank --max-loras 2 --max-cpu-loras 4"
   cmd+=" --gpu-memory-utilization $HALO_VLLM_GPU_UTIL --max-model-len $HALO_VLLM_MAX_MODEL_LEN"
   cmd+=" --limit-mm-per-prompt.video 0 --generation-config vllm --logprobs-mode processed_logprobs"
+  # Constrained decoding without free whitespace, the grammar the learner compiles (policy.grammarWhitespace compact).
+  cmd+=" --structured-outputs-config '$GPU_STRUCTURED_OUTPUTS'"
   echo "$cmd"
 }
 

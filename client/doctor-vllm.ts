@@ -1,8 +1,11 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { NEUTRAL_SAMPLING, vllmLike } from '../activities/policy-client';
 import { firstLine } from '../env/page-actions';
 import type { HaloConfig } from '../lib/config';
 import { isLoopbackHost, resolveCredential } from '../lib/credentials';
 import type { DoctorCheck } from './doctor-check';
+import { vllmGrammarWhitespaceCheck } from './doctor-grammar-whitespace';
 
 // `halo doctor` on the policy server: vLLM serves the model, takes images, loads LoRA adapters at run time, and (when it
 // runs on this machine) was started with the adapters' rank and the log-prob mode training needs.
@@ -80,6 +83,8 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
       ? await vllmImageCheck(base, cfg.policy.model, headers, timeoutMs)
       : { id: 'vllm.image', name: 'vLLM image input', status: 'skip', detail: `${cfg.policy.model} is not served` },
   );
+  if (hasModel) out.push(await vllmGrammarWhitespaceCheck(cfg, base, headers, timeoutMs));
+  out.push(vllmSamplingCheck(base, cfg.policy.model));
   if (cfg.train.vllmBaseUrl === undefined && cfg.mcts.vllmBaseUrl === undefined) return out;
   // The adapter endpoint may be another server (train.vllmBaseUrl): its origin is checked for the key on its own.
   const rootCred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: root, field: 'train.vllmBaseUrl', fallback: 'policy' }, env);
@@ -168,6 +173,57 @@ async function vllmImageCheck(base: string, model: string, headers: Record<strin
   } catch (err) {
     return { id: 'vllm.image', name, status: 'fail', detail: `${base}/chat/completions with an image: ${firstLine((err as Error).message)}`, fix: `check ${base}` };
   }
+}
+
+/** The generation_config.json fields vLLM applies to a request that leaves them out (`ModelConfig.get_diff_sampling_param`). */
+const GENERATION_DEFAULTS = ['temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty'] as const;
+
+/**
+ * Whether vLLM could sample from a distribution the learner does not compute: it fills sampling fields a request
+ * leaves out from the model's generation_config.json (Qwen3-VL: top_k 20, top_p 0.8) unless started with
+ * `--generation-config vllm`, and says nothing of that over HTTP. What can be checked: that our requests state every
+ * such field (they do for a vLLM-like server, NEUTRAL_SAMPLING), and, for a model that is a local folder, what its
+ * generation_config.json would otherwise impose.
+ */
+export function vllmSamplingCheck(base: string, model: string, vllmArgs: string[] | undefined = findVllmArgs(new URL(base).port || '8000')): DoctorCheck {
+  const name = 'vLLM sampling distribution';
+  if (!vllmLike(base)) {
+    return { id: 'vllm.sampling', name, status: 'skip', detail: `${base} is OpenAI's API: requests send only temperature and the token budget` };
+  }
+  const pins = Object.entries(NEUTRAL_SAMPLING)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+  const stated = `every request states ${pins} and the temperature`;
+  const off = vllmArgs?.some((a, i) => a === '--generation-config=vllm' || (a === '--generation-config' && vllmArgs[i + 1] === 'vllm'));
+  if (off) return { id: 'vllm.sampling', name, status: 'pass', detail: `${stated}; vLLM runs with --generation-config vllm (no model defaults)` };
+  const file = join(model, 'generation_config.json');
+  if (!existsSync(file)) {
+    return {
+      id: 'vllm.sampling',
+      name,
+      status: 'pass',
+      detail: `${stated}, over whatever defaults the server applies (it does not report them; ${model} is not a local folder to read)`,
+    };
+  }
+  let cfg: Record<string, unknown>;
+  try {
+    cfg = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  } catch (err) {
+    return { id: 'vllm.sampling', name, status: 'warn', detail: `${file}: ${firstLine((err as Error).message)}`, fix: 'vLLM reads this file for its sampling defaults: fix it' };
+  }
+  const num = (k: string) => (typeof cfg[k] === 'number' ? (cfg[k] as number) : undefined);
+  const cuts = [(num('top_k') ?? 0) >= 1, (num('top_p') ?? 1) < 1, (num('min_p') ?? 0) > 0].some(Boolean);
+  const imposed = GENERATION_DEFAULTS.filter((k) => num(k) !== undefined)
+    .map((k) => `${k} ${num(k)}`)
+    .join(', ');
+  if (!cuts) return { id: 'vllm.sampling', name, status: 'pass', detail: `${stated}; ${file} cuts nothing (${imposed || 'no sampling field'})` };
+  return {
+    id: 'vllm.sampling',
+    name,
+    status: 'warn',
+    detail: `${file} sets ${imposed}: vLLM samples a request that leaves these out from the cut distribution. ${stated}, so this version's workers are not affected`,
+    fix: 'start vLLM with --generation-config vllm, so a request without them (an older worker, another client) is not cut either',
+  };
 }
 
 /** The adapters' rank: HALO_LORA_RANK as the learner reads it (default 16). */

@@ -49,11 +49,12 @@ export function adapterVersionsOnDisk(checkpoints: string, run: string): number[
 
 /**
  * The evaluation plan with whatever the caller leaves out read from this host: API keys from the process
- * environment, `latest` adapters from the checkpoints folder.
+ * environment, `latest` adapters and served adapters' folders from the checkpoints folder.
  */
 export function resolveEvalPlanOnHost(cfg: EvalConfig, base: HaloConfig, opts: Partial<ResolveOptions> = {}): EvaluateInput {
   const env = opts.env ?? process.env;
-  const checkpoints = opts.checkpoints ?? defaultCheckpoints(env);
+  // Absolute, as the learner reports its folders: a served mode hands vLLM `<checkpoints>/<run>/v<N>`.
+  const checkpoints = opts.checkpoints === undefined ? defaultCheckpoints(env) : resolve(REPO_ROOT, opts.checkpoints);
   return resolveEvalPlan(cfg, base, {
     ...opts,
     env,

@@ -4,13 +4,42 @@ import { GRID_MAX } from './actions';
  * The grammar of constrained action decoding (`policy.constrained`): a JSON schema of one computer_use tool
  * call whose element ids are those on the current page and whose coordinates lie on the grid. Both
  * backends constrain with this same schema: the colocated sampler compiles it with xgrammar, the openai
- * backend sends it in vLLM's `structured_outputs.json` (with `disable_any_whitespace`), and the learner
- * compiles it again to apply the same mask when it recomputes log-probs.
+ * backend sends it in vLLM's `structured_outputs.json`, and the learner compiles it again to apply the same
+ * mask when it recomputes log-probs.
+ *
+ * Free whitespace is not part of the schema: vLLM's xgrammar backend decides it server-wide
+ * (`--structured-outputs-config '{"backend":"xgrammar","disable_any_whitespace":true}'`; the request's own
+ * `disable_any_whitespace` is ignored), so the stored grammar (`GrammarBlob`) says which whitespace it was
+ * sampled under and the learner compiles exactly that (`policy.grammarWhitespace`).
  *
  * Every string the schema admits is printable ASCII, so a completion has at most one token per byte and
  * `maxBytes` bounds its token count whatever tokenisation the sampler picks; free text is shortened until
- * the longest completion fits the token budget, so a constrained sample is never cut off mid-action.
+ * the longest completion fits the token budget, so a compact constrained sample is never cut off mid-action.
+ * With free whitespace no budget can promise that (xgrammar bounds none): `maxBytes` stays the compact length,
+ * and a completion that whitespace pushed past the budget ends with finish_reason `length`, an invalid action.
  */
+
+/** `compact`: no whitespace beyond xgrammar's `", "`/`": "` separators (vLLM started with disable_any_whitespace); `any`: vLLM's default. */
+export const GRAMMAR_WHITESPACE = ['compact', 'any'] as const;
+export type GrammarWhitespace = (typeof GRAMMAR_WHITESPACE)[number];
+
+/**
+ * The vLLM flag value (`--structured-outputs-config`) that makes the server sample under `whitespace`:
+ * docker-compose.yml, bin/launch-gpu.sh and the README start it with the compact one, `halo doctor` names it.
+ */
+export function vllmStructuredOutputsConfig(whitespace: GrammarWhitespace): string {
+  return JSON.stringify({ backend: 'xgrammar', disable_any_whitespace: whitespace === 'compact' });
+}
+
+/**
+ * The grammar blob a constrained sample refers to (its `grammarRef`): the schema and the whitespace the
+ * sampler allowed around it, so a stored sample says which mask the learner must apply. Older blobs are a
+ * bare schema, sampled compact (`readGrammarBlob`).
+ */
+export interface GrammarBlob {
+  schema: Record<string, unknown>;
+  any_whitespace: boolean;
+}
 
 /**
  * Printable ASCII without `"`, `\` and `<`: one byte per character, nothing to escape, and no way to spell a
@@ -33,8 +62,12 @@ export const GRAMMAR_MAX_ELEMENTS = 500;
 export interface ActionGrammar {
   /** The JSON schema, serialised compactly: stored as a blob and compiled by the sampler and the learner. */
   schema: Record<string, unknown>;
-  /** Longest completion the schema admits, in bytes (compact JSON with xgrammar's `", "`/`": "` separators). */
+  /**
+   * Longest completion the schema admits, in bytes, written compact (xgrammar's `", "`/`": "` separators); with
+   * `whitespace` any, the length without the free whitespace, which has no bound.
+   */
   maxBytes: number;
+  whitespace: GrammarWhitespace;
   elementIds: number[];
   textMax: number;
 }
@@ -108,25 +141,25 @@ function separators(value: unknown): number {
   return 0;
 }
 
-function build(ids: number[], textMax: number): ActionGrammar {
+function build(ids: number[], textMax: number, whitespace: GrammarWhitespace): ActionGrammar {
   const vs = variants(ids, textMax);
   const schema = obj({ name: { const: 'computer_use' }, arguments: { anyOf: vs.map((v) => v.schema) } });
   const maxBytes = Math.max(...vs.map((v) => jsonBytes({ name: 'computer_use', arguments: v.longest })));
-  return { schema, maxBytes, elementIds: ids, textMax };
+  return { schema, maxBytes, whitespace, elementIds: ids, textMax };
 }
 
 /**
  * The grammar for one observation under a token budget (`policy.maxTokens`, stop token included). Throws when
  * even the shortest useful text does not fit, naming the value to raise.
  */
-export function actionGrammar(axtree: string, maxTokens: number): ActionGrammar {
+export function actionGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact'): ActionGrammar {
   const ids = elementIdsOf(axtree);
   const budget = maxTokens - 1; // the stop token
   for (let textMax = GRAMMAR_TEXT_MAX; textMax >= GRAMMAR_TEXT_MIN; textMax--) {
-    const g = build(ids, textMax);
+    const g = build(ids, textMax, whitespace);
     if (g.maxBytes <= budget) return g;
   }
-  const needed = build(ids, GRAMMAR_TEXT_MIN).maxBytes + 1;
+  const needed = build(ids, GRAMMAR_TEXT_MIN, whitespace).maxBytes + 1;
   throw new Error(
     `policy.maxTokens ${maxTokens} is too small for constrained decoding on this page: the longest action needs ${needed} tokens; raise policy.maxTokens to at least ${needed}`,
   );
@@ -134,5 +167,24 @@ export function actionGrammar(axtree: string, maxTokens: number): ActionGrammar 
 
 /** The smallest `policy.maxTokens` that constrained decoding accepts on a page with ids up to `widestId`. */
 export function minConstrainedMaxTokens(widestId = 99_999): number {
-  return build([widestId], GRAMMAR_TEXT_MIN).maxBytes + 1;
+  return build([widestId], GRAMMAR_TEXT_MIN, 'compact').maxBytes + 1;
+}
+
+/** What `storeGrammar` writes: the schema with the whitespace it is sampled under. */
+export function grammarBlob(g: ActionGrammar): GrammarBlob {
+  return { schema: g.schema, any_whitespace: g.whitespace === 'any' };
+}
+
+/**
+ * A stored grammar in either format: `{schema, any_whitespace}` (recognised by exactly those keys), or a bare
+ * schema written before the blob said its whitespace, which was always sampled compact.
+ */
+export function readGrammarBlob(value: unknown): GrammarBlob {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new Error(`a grammar blob is a JSON object, got ${JSON.stringify(value)?.slice(0, 80)}`);
+  const keys = Object.keys(value).sort();
+  if (keys.length !== 2 || keys[0] !== 'any_whitespace' || keys[1] !== 'schema') return { schema: value as Record<string, unknown>, any_whitespace: false };
+  const { schema, any_whitespace } = value as Record<string, unknown>;
+  if (!schema || typeof schema !== 'object' || Array.isArray(schema)) throw new Error('grammar blob: schema must be a JSON object');
+  if (typeof any_whitespace !== 'boolean') throw new Error(`grammar blob: any_whitespace must be true or false, got ${JSON.stringify(any_whitespace)}`);
+  return { schema: schema as Record<string, unknown>, any_whitespace };
 }

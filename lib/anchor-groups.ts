@@ -2,8 +2,14 @@
 //
 // The N rollouts of one task + seed run as ordinary episodes (as with grouping `episode`). Afterwards, every
 // step is put in an "anchor group" with every other step of those N rollouts that acted from the same state
-// (equal `stateKey` of the page before acting). Since the rollouts start from one reset state, step 1 always
+// (equal anchor key of the page before acting). Since the rollouts start from one reset state, step 1 always
 // forms such a group; later steps do when rollouts meet the same page again.
+//
+// The anchor key is not the shaping `stateKey` the observation carries: that one reduces every filled text
+// field to "filled" (so typing another letter pays no new state), which would put the pages after typing the
+// right and the wrong recipient in one group and credit the wrong action by the right one's return. The anchor
+// key (`anchorStateKey`, lib/rewards/shaping.ts) counts a field by a hash of its text; it is computed from the
+// page's URL and accessibility tree when the batch is built, so trajectories recorded before it get it too.
 //
 //     R_i      = Σ_t r_t^(i)                              the rollout's shaped return
 //     G_t^(i)  = Σ_k γ^k r_{t+k}^(i)                      discounted return from step t on, within rollout i
@@ -17,7 +23,7 @@
 
 import type { AnchorRollout, TrajectoryStep } from './experience';
 import { groupAdvantages } from './grpo';
-import { roundReward } from './rewards/shaping';
+import { anchorStateKey, roundReward } from './rewards/shaping';
 
 export interface AnchorParams {
   /** Weight of the rollout-level term (1 in GiGPO). */
@@ -30,9 +36,15 @@ export interface AnchorParams {
 
 export type { AnchorRollout };
 
-/** A recorded rollout as anchor grouping reads it: each step's shaped reward and the state key it acted from. */
-export function anchorRollout(t: { steps: readonly Pick<TrajectoryStep, 'shaped' | 'observation'>[] }): AnchorRollout {
-  return { rewards: t.steps.map((s) => s.shaped.total), stateKeys: t.steps.map((s) => s.observation.stateKey) };
+/**
+ * A recorded rollout as anchor grouping reads it: each step's shaped reward and the anchor key of the page it
+ * acted from. `axtreeOf` gives the text behind an observation's `axtreeRef`.
+ */
+export function anchorRollout(t: { steps: readonly Pick<TrajectoryStep, 'shaped' | 'observation'>[] }, axtreeOf: (ref: string) => string): AnchorRollout {
+  return {
+    rewards: t.steps.map((s) => s.shaped.total),
+    stateKeys: t.steps.map((s) => anchorStateKey({ url: s.observation.url, axtree: axtreeOf(s.observation.axtreeRef) })),
+  };
 }
 
 /** Per-iteration counts of the step-level groups, as in the metrics file. */

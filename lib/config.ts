@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ConfigError, formatConfigIssues } from './config-error';
 import { rewardWeightsSchema } from './rewards/weights';
 import { CREDENTIAL_NAMES } from './credentials';
+import { GRAMMAR_WHITESPACE } from './action-grammar';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
@@ -79,13 +80,24 @@ export const policySchema = z
       .enum(['auto', 'on', 'off'])
       .default('auto')
       .describe(
-        "ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for api.openai.com and servers that refuse the fields",
+        "ask the server for the sampled token ids and their log-probs (vLLM's logprobs + return_token_ids), so the learner trains on exactly those tokens; auto: on, except for OpenAI's own API. A server asked that refuses the fields or answers without ids fails the request (no silent fallback): set off to sample without them, and the learner retokenises the text (ratio 1)",
       ),
     constrained: z
       .boolean()
       .default(false)
       .describe(
         "constrained action decoding: every sample is a valid action of the tool-call schema, element ids limited to those on the page and coordinates inside the grid (colocated: xgrammar in the learner; openai: vLLM's structured_outputs field with the same JSON schema). The learner applies the same grammar mask when it recomputes log-probs",
+      ),
+    /**
+     * The free whitespace vLLM's xgrammar backend allows in constrained output. It is a server setting (the
+     * request's own disable_any_whitespace is ignored), so this says how the server was started and the learner
+     * compiles the same grammar: a mismatch fails the update (GrammarMismatch). `halo doctor` checks it.
+     */
+    grammarWhitespace: z
+      .enum(GRAMMAR_WHITESPACE)
+      .default('compact')
+      .describe(
+        'openai backend, constrained: the whitespace vLLM allows around JSON tokens. compact: vLLM started with --structured-outputs-config {"backend":"xgrammar","disable_any_whitespace":true} (docker-compose.yml, ./launch.sh gpu and the README do); any: the vLLM default, free whitespace, which no token budget bounds, so a sample may run out of tokens (an invalid action): a warning-level choice. The colocated sampler always samples compact',
       ),
   })
   .prefault({});
@@ -166,7 +178,7 @@ export const trainSchema = z
       .max(100)
       .default(5)
       .describe(
-        'maxStaleness 1: the learner clips the ratio to the weights at the start of the update and weights each token by π_now / π_sampler, capped at this (decoupled PPO, as AReaL)',
+        "maxStaleness 1: the learner clips the ratio to the weights at the start of the update and weights each token by π_now / π_sampler (AReaL's decoupled PPO), clamped to this cap: a token above it keeps a bounded gradient, where AReaL's example config masks it out",
       ),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     klCoef: z.number().min(0).max(100).default(0.001),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { servedAdapterName } from './iteration-policy';
+import { servedAdapterName, type ServedAdapter } from './iteration-policy';
 import { runContextFromConfig } from './run-context';
 import { ConfigError, formatConfigIssues, type IssueLike } from './config-error';
 import { MAX_SEED, MAX_TASKS, mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
@@ -190,9 +190,12 @@ export interface RealTaskInfo {
 export interface ResolveOptions {
   /** Where API keys are looked up. */
   env: Record<string, string | undefined>;
-  /** The learner's checkpoints root; named in the note on a run without adapters. */
+  /**
+   * The learner's checkpoints root (absolute): named in the note on a run without adapters, and where a served
+   * mode's adapter folder `<checkpoints>/<run>/v<N>` is, as vLLM reads it (the path training loads it from).
+   */
   checkpoints: string;
-  /** The complete adapter versions of a run, ascending, for `version: latest`. */
+  /** The complete adapter versions of a run, ascending, for `version: latest` and the check of served versions. */
   listAdapterVersions: (run: string) => number[];
   /** Known MiniWoB++ tasks: unknown names are an error when given. */
   miniwobTasks?: readonly string[];
@@ -368,6 +371,8 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
     } else {
       // vLLM serves adapters by name (`<run>-v<N>`, see activities/adapters.ts); version 0 is the base model.
       const model = m.model ?? (version === 0 ? base.policy.model : servedAdapterName(run, version));
+      // A model named otherwise is served by other means: nothing to load.
+      const adapter = version >= 1 && model === servedAdapterName(run, version) ? servedAdapterFolder(run, version, m.baseUrl, opts, `modes.${i}.adapter`) : undefined;
       modes.push({
         label: labelOf,
         name: m.name,
@@ -383,6 +388,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
         }),
         runId,
         adapterVersion: version,
+        ...(adapter ? { adapter } : {}),
         describe: `${model} at ${m.baseUrl}${searchText}`,
         ...(search ? { search } : {}),
       });
@@ -404,6 +410,44 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
     controlTaskQueue: base.temporal.controlTaskQueue,
     run: { ...runContextFromConfig(base, cfg.runId), gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue },
   };
+}
+
+/**
+ * A served mode's adapter: the run's version folder under the checkpoints root, which every sampling request
+ * carries so that a vLLM without it (restarted, or holding only the newest versions) loads it on the 404. A
+ * version that is not on disk (never written, or deleted by retention) would only fail at its first
+ * request: it fails here, naming the versions there are.
+ */
+function servedAdapterFolder(run: string, version: number, baseUrl: string, opts: ResolveOptions, where: string): ServedAdapter {
+  const root = opts.checkpoints.replace(/[\\/]+$/, '');
+  const have = opts.listAdapterVersions(run);
+  if (!have.includes(version)) {
+    const onDisk = have.length ? have.map((v) => `v${v}`).join(', ') : 'none';
+    throw new ConfigError(
+      `invalid eval config:\n  ${where}: adapter ${run}/v${version} is not on disk under ${root}/${run} (versions on disk: ${onDisk}); ` +
+        `pick one of those or version: latest (retention, halo gc --run ${run}, deletes old versions)`,
+    );
+  }
+  if (!root.startsWith('/')) {
+    throw new ConfigError(
+      `invalid eval config:\n  ${where}: the checkpoints root ${root} is not an absolute path, and vLLM reads a relative adapter path as a Hugging Face repo id`,
+    );
+  }
+  return { base_url: baseUrl, lora_name: servedAdapterName(run, version), lora_path: `${root}/${run}/v${version}` };
+}
+
+/**
+ * `halo eval --mode NAME…`: the config with only the named modes, in the file's order. A mode's name here is
+ * its label (the name in the results, `name` unless the file gives one).
+ */
+export function selectEvalModes(cfg: EvalConfig, names: readonly string[]): EvalConfig {
+  if (names.length === 0) return cfg;
+  const labels = cfg.modes.map((m) => m.label ?? m.name);
+  const unknown = [...new Set(names.filter((n) => !labels.includes(n)))];
+  if (unknown.length > 0) {
+    throw new ConfigError(`--mode ${unknown.map((n) => JSON.stringify(n)).join(', ')}: no such mode in this eval config (its modes: ${labels.join(', ')})`);
+  }
+  return { ...cfg, modes: cfg.modes.filter((m) => names.includes(m.label ?? m.name)) };
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { PolicyConfig } from './config';
 import type { EvalNote, EvalSkip, EvalSummary } from './eval-summary';
+import type { ServedAdapter } from './iteration-policy';
 import type { MctsParams } from './mcts-params';
 import type { RunContext } from './run-context';
 
@@ -20,6 +21,11 @@ export interface EvalModePlan {
   runId: string;
   /** Colocated: the adapter version the learner samples with (0 = base model). */
   adapterVersion: number;
+  /**
+   * openai backend naming a run's adapter (`<run>-v<N>`): its folder, so that a vLLM that forgot it (restarted,
+   * or never loaded that version) loads it on the 404 and the request is repeated, as in training.
+   */
+  adapter?: ServedAdapter;
   /** One line for the summary: which model / adapter this mode evaluated. */
   describe: string;
   /** Test-time MCTS: every step of its episodes is chosen by a search with these parameters. */

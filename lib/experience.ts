@@ -44,10 +44,15 @@ export const PromptSchema = z.array(PromptMessageSchema).min(1);
 export const SampledTokensSchema = z
   .strictObject({
     token_ids: z.array(int.min(0)).min(1),
-    /** Null when the server gave ids without log-probs: the learner then uses its own (ratio 1). */
-    logprobs: z.array(finite).nullable().default(null),
+    /**
+     * Null when the server gave ids without log-probs: the learner then uses its own (ratio 1). A null entry is one
+     * unknown log-prob (vLLM's -9999 placeholder, or none reported): the learner uses its own there, counted.
+     */
+    logprobs: z.array(finite.nullable()).nullable().default(null),
     /** Written by the colocated sampler: the grammar the tokens were sampled under (constrained decoding). */
     grammar_ref: z.string().nullable().default(null),
+    /** The served request's prompt token ids, a `{"prompt_token_ids": [...]}` blob (vLLM's top-level `prompt_token_ids`). */
+    prompt_ref: blobRefSchema.nullable().default(null),
   })
   .superRefine((t, ctx) => {
     if (t.logprobs !== null && t.logprobs.length !== t.token_ids.length) {
@@ -108,6 +113,11 @@ const completionFields = {
   /** Legacy: tokens inline (colocated sampler before `tokensRef`); the batch builder stores them as a blob. */
   tokenIds: z.array(int).optional(),
   logprobs: z.array(finite).optional(),
+  /**
+   * The sampler's `finish_reason` (`stop`, `length`, ...), for the learner batch: `length` means the text has no
+   * end-of-turn token, which a retokenised completion must then not get. Absent in trajectories written before.
+   */
+  finishReason: z.string().nullable().optional(),
 };
 
 /** A completion that was acted on: its text (a step record keeps the first characters), tokens and parsed action. */
@@ -230,8 +240,9 @@ export const AnchorRolloutSchema = z.object({
   /** Shaped reward of each step. */
   rewards: z.array(finite).readonly(),
   /**
-   * State key of the page each step acted from. A missing key (a trajectory recorded without one) never
-   * matches anything: that step keeps only the episode term.
+   * Anchor key of the page each step acted from (`anchorStateKey`: filled text fields count by a hash of their
+   * text, unlike the shaping `stateKey`). A missing key never matches anything: that step keeps only the
+   * episode term.
    */
   stateKeys: z.array(z.string().nullable().optional()).readonly(),
 });

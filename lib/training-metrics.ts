@@ -28,6 +28,10 @@ export interface UpdateSummary {
   retokenized?: number;
   /** Share of the retokenised items whose ids are not a faithful stand-in for what was sampled. */
   token_mismatch_rate?: number;
+  /** Sampler tokens with an unknown log-prob (the learner used its own), and the share of completions sampled on
+   * prompt ids that differ from the learner's encoding; null or absent from older learners. */
+  unknown_logprobs?: number | null;
+  prompt_mismatch_rate?: number | null;
   /** The update's own statistics (null when the learner could not measure them): KL to the reference, share of
    * clipped tokens, mean importance ratio, entropy estimate of the sampled tokens. */
   kl?: number | null;
@@ -98,6 +102,8 @@ export function iterationMetrics(input: IterationMetricsInput): GrpoTrainingMetr
     tokens: u ? u.tokens : 0,
     ...(u && u.retokenized !== undefined ? { retokenized: u.retokenized } : {}),
     ...(u && u.token_mismatch_rate !== undefined ? { token_mismatch_rate: roundReward(u.token_mismatch_rate) } : {}),
+    ...(typeof u?.unknown_logprobs === 'number' ? { unknown_logprobs: u.unknown_logprobs } : {}),
+    ...(typeof u?.prompt_mismatch_rate === 'number' ? { prompt_mismatch_rate: roundReward(u.prompt_mismatch_rate) } : {}),
     ...updateStats(u),
     seconds: phaseSeconds(input.phaseSeconds, 'phaseSeconds'),
     num_groups: input.groups.length,

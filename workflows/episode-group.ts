@@ -62,7 +62,7 @@ function allRunsOrThrow(settled: PromiseSettledResult<CandidateRun>[]): Candidat
   throw failure.reason;
 }
 
-/** The group as training sees it: the prompt, every candidate's completion, validity and reward, the one played. */
+/** The group as training sees it: the prompt, every candidate's completion, finish reason, validity and reward, the one played. */
 function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: number[]): StepGroup {
   return {
     promptRef: sampled.promptRef,
@@ -74,6 +74,7 @@ function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: nu
       ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
       ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
       ...(c.logprobs ? { logprobs: c.logprobs } : {}),
+      ...(c.finishReason ? { finishReason: c.finishReason } : {}),
       valid: isValidAction(c.action),
       reward: rewards[i],
     })),

@@ -154,6 +154,7 @@ function stepRecord(stepNo: number, before: ObservationRef, sampled: Sampled, c:
     ...(c.completionRef ? { completionRef: c.completionRef } : {}),
     ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
     ...(c.tokenIds ? { tokenIds: c.tokenIds, ...(c.logprobs ? { logprobs: c.logprobs } : {}) } : {}),
+    ...(c.finishReason ? { finishReason: c.finishReason } : {}),
     action: c.action,
     valid: isValidAction(c.action),
     reward: 0,

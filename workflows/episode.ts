@@ -119,6 +119,7 @@ function recordTrajectory(ep: EpisodeContext, initial: ObservationRef, outcome: 
       ...(r.completionRef ? { completionRef: r.completionRef } : { completion: r.completion }),
       ...(r.tokensRef ? { tokensRef: r.tokensRef } : {}),
       ...(r.tokenIds ? { tokenIds: r.tokenIds, ...(r.logprobs ? { logprobs: r.logprobs } : {}) } : {}),
+      ...(r.finishReason ? { finishReason: r.finishReason } : {}),
       // A valid step's action is in its result blob; only an invalid one (and its reason) exists nowhere else.
       ...(r.resultRef ? { resultRef: r.resultRef } : { action: r.action, shaped: r.breakdown }),
     })),

@@ -127,8 +127,13 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
             run: { ...input.run, runId: r.mode.runId },
             task: { env: input.env, task: r.task, seed: r.seed },
             maxSteps: input.maxSteps,
-            // The client resolved each mode's policy and adapter through lib/iteration-policy.ts.
-            sampling: { policy: { ...r.mode.policy, temperature: 0 }, adapterVersion: r.mode.backend === 'colocated' ? r.mode.adapterVersion : 0 },
+            // The client resolved each mode's policy and adapter through lib/iteration-policy.ts. A served
+            // adapter's folder rides along (older plans lack it), so a vLLM that forgot the adapter loads it on the 404.
+            sampling: {
+              policy: { ...r.mode.policy, temperature: 0 },
+              adapterVersion: r.mode.backend === 'colocated' ? r.mode.adapterVersion : 0,
+              ...(r.mode.backend === 'openai' && r.mode.adapter ? { adapter: r.mode.adapter } : {}),
+            },
             mode: r.mode.label,
             ...(r.mode.search ? { search: { params: r.mode.search } } : {}),
           }),

@@ -7,7 +7,7 @@ import { listMiniwobTasks } from '../../env/miniwob-tasks';
 import { realTasksBySite } from '../../env/real-tasks';
 import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
 import { loadConfigFile, readConfigRaw } from '../../host/config-file';
-import { evalConfigSchema, parseEvalConfig, type EvalConfig, type RealTaskInfo, type ResolveOptions } from '../../lib/eval-config';
+import { evalConfigSchema, parseEvalConfig, selectEvalModes, type EvalConfig, type RealTaskInfo, type ResolveOptions } from '../../lib/eval-config';
 import { loadEvalConfigFile, readEvalConfigRaw, resolveEvalPlanOnHost } from '../../host/eval-config-file';
 import { applyEvalOverrides, parseWithFlags } from '../../lib/config-overrides';
 import { addOverrideOptions, flagDefaults, loadPin, overrideContext, overrideFlagsOf, parseHaloWithFlags, preflightTasks, type TaskRegistryPin } from '../run-flags';
@@ -194,12 +194,12 @@ function defaultLoadConfig(path?: string): HaloConfig {
 }
 
 /**
- * The eval config with the command-line flags and `--id` applied, and the HALO config of the stack (with
- * --ucb-c); errors on flag-set values name the flag.
+ * The eval config with the command-line flags, `--id` and `--mode` applied, and the HALO config of the stack
+ * (with --ucb-c); errors on flag-set values name the flag.
  */
 export function evalConfigFromFlags(
   file: string,
-  opts: Record<string, unknown> & { haloConfig?: string; id?: string; taskRegistry?: string },
+  opts: Record<string, unknown> & { haloConfig?: string; id?: string; taskRegistry?: string; mode?: string[] },
   ctx: { loadConfig: (path?: string) => HaloConfig },
 ): { cfg: EvalConfig; base: HaloConfig; notes: string[]; pin?: TaskRegistryPin } {
   const evalRaw = readEvalConfigRaw(file);
@@ -216,10 +216,13 @@ export function evalConfigFromFlags(
     o.eval.raw.runId = opts.id;
     o.eval.flagPaths.set('runId', '--id');
   }
-  const cfg = parseWithFlags(
-    o.eval,
-    (r) => evalConfigSchema.safeParse(r),
-    (r) => parseEvalConfig(r, `eval config ${file}`),
+  const cfg = selectEvalModes(
+    parseWithFlags(
+      o.eval,
+      (r) => evalConfigSchema.safeParse(r),
+      (r) => parseEvalConfig(r, `eval config ${file}`),
+    ),
+    opts.mode ?? [],
   );
   // The stack's config as the caller loads it, unless a flag changes it.
   const base = o.halo.flagPaths.size ? parseHaloWithFlags(o.halo, haloRawPath ? `config file ${haloRawPath}` : 'config') : ctx.loadConfig(haloPath);
@@ -239,6 +242,11 @@ function evalFlagDefaults(ctx: { loadConfig: (path?: string) => HaloConfig }): R
   };
 }
 
+/** Commander's collector for the repeatable `--mode`: every value, commas splitting one into several. */
+export function collectModes(value: string, previous: string[] = []): string[] {
+  return [...previous, ...value.split(',').map((v) => v.trim())];
+}
+
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig } = { loadConfig: defaultLoadConfig }): void {
   const evalCommand = program
     .command('eval')
@@ -246,12 +254,19 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
     .option('--config <file>', 'eval config (YAML), e.g. configs/eval-default.yaml')
     .option('--halo-config <file>', 'HALO config of the stack (Temporal, queues, rewards); default: haloConfig of the eval file, else configs/default.yaml')
     .option('--id <evalId>', 'eval id (default: runId of the eval config)')
+    .option(
+      '--mode <name>',
+      "evaluate only this mode of the eval config, by its name in the results (label, else name); repeatable or comma-separated. The eval id stays the file's runId, and an id already run attaches to that evaluation: give a new selection its own --id",
+      collectModes,
+    )
     .option('--out <dir>', 'folder for episodes.jsonl, summary.json, summary.md (default <stack.home>/evals/<id>)')
     .option('--detach', 'return as soon as the evaluation is started (results: run it again without --detach, which attaches)')
     .option('--json', 'print the summary as JSON instead of the Markdown table');
   addOverrideOptions(evalCommand, 'eval', () => ({ file: 'configs/eval-default.yaml', values: evalFlagDefaults(ctx) }));
   evalCommand.action(
-    async (opts: { config?: string; haloConfig?: string; id?: string; out?: string; json?: boolean; detach?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
+    async (
+      opts: { config?: string; haloConfig?: string; id?: string; mode?: string[]; out?: string; json?: boolean; detach?: boolean; taskRegistry?: string } & Record<string, unknown>,
+    ) => {
       // `--config` is also the program's own option, and commander gives it to the program wherever it
       // appears: for `halo eval` it names the eval config.
       const file = opts.config ?? program.opts().config;

@@ -12,7 +12,8 @@
 //      * the URL's query and fragment are left out, and so are element ids, `@(x,y)` positions and the
 //        `focused` flag, and free-text values count only as empty / filled: all of these can be varied at
 //        will (scroll 1 px, tab, type another letter, goto ?x=N) and would otherwise pay new_state forever.
-//        When a query matters (a search), the page content differs anyway.
+//        When a query matters (a search), the page content differs anyway. Anchor grouping needs the typed
+//        text told apart and uses its own key (`anchorStateKey`), which keeps a hash of each filled value.
 //  - An invalid action earns invalid_action and nothing from the page: no new_state, no milestone. It can
 //    still be a loop (the same rejected action again on the same unchanged page), and environment facts
 //    (env reward, task success) are reported as they are. Its resulting page is still recorded as visited.
@@ -46,6 +47,21 @@ export function fnv1a32(s: string): string {
  * selects (lines with `options=`) are kept. Lines that are not element lines are kept trimmed.
  */
 export function normaliseAxtree(text: unknown): string {
+  return normaliseTree(text, () => '*');
+}
+
+/**
+ * The accessibility tree as the anchor key sees it: as `normaliseAxtree`, except that a filled text field
+ * keeps a hash of its text (`value=#<fnv1a32>`). Anchor grouping compares the steps taken from one state, and
+ * the pages after typing the right and the wrong recipient are different states to act from; the hash keeps
+ * the typed text itself out of anything that stores or shows a key.
+ */
+export function normaliseAxtreeForAnchor(text: unknown): string {
+  return normaliseTree(text, (value) => `#${fnv1a32(value)}`);
+}
+
+/** The shared normalisation; `filled` writes a non-empty free-text value. */
+function normaliseTree(text: unknown, filled: (value: string) => string): string {
   if (typeof text !== 'string' || text.length === 0) return '';
   const src = text.length > MAX_STATE_CHARS ? text.slice(0, MAX_STATE_CHARS) : text;
   const out: string[] = [];
@@ -57,7 +73,7 @@ export function normaliseAxtree(text: unknown): string {
       continue;
     }
     let s = `${n.role} ${JSON.stringify(n.name)}`;
-    if (n.value !== null) s += n.props.options !== undefined ? ` value=${JSON.stringify(n.value)}` : n.value.trim() ? ' value=*' : ' value=""';
+    if (n.value !== null) s += n.props.options !== undefined ? ` value=${JSON.stringify(n.value)}` : n.value.trim() ? ` value=${filled(n.value)}` : ' value=""';
     for (const k of Object.keys(n.props).sort()) s += ` ${k}=${JSON.stringify(n.props[k])}`;
     for (const f of n.flags) if (f !== 'focused') s += ` ${f}`;
     out.push(s);
@@ -87,6 +103,14 @@ function location(url: string): string {
 /** Short hash of a view: its origin + path and normalised accessibility tree (client state excluded). */
 export function stateKey(view: RewardView): string {
   return fnv1a32(location(viewField(view, 'url')) + '\n' + normaliseAxtree(viewField(view, 'axtree')));
+}
+
+/**
+ * Anchor grouping's key of a view (lib/anchor-groups.ts): as `stateKey`, but filled text fields count by their
+ * text (hashed). Shaping keeps `stateKey`, where typing another letter must not pay a new state.
+ */
+export function anchorStateKey(view: RewardView): string {
+  return fnv1a32(location(viewField(view, 'url')) + '\n' + normaliseAxtreeForAnchor(viewField(view, 'axtree')));
 }
 
 function isWebPage(view: unknown): boolean {

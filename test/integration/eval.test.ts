@@ -9,6 +9,8 @@ import { parseEvalConfig } from '../../lib/eval-config';
 import type { EvalEpisodeRecord, EvalSummary } from '../../lib/eval-summary';
 import type { MctsSearchResult } from '../../lib/mcts-search';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { startFakeVllmServer } from '../../testing/fake-vllm-server';
+import { writeAdapterFolder } from '../../testing/adapter-folder';
 import { startTestStack, type TestStack } from '../../testing/stack';
 
 // A real evaluation: Temporal, Chromium with MiniWoB++ pages, the Python learner sampling greedily with the
@@ -149,4 +151,52 @@ test('four modes × 2 tasks × 1 seed: table and JSON per mode, the scripted bas
   assert.equal(again.attached, true);
   assert.deepEqual(again.result, run.result);
   assert.equal(fake.requests.length, requests);
+});
+
+test('a served adapter mode: vLLM never held the version and restarts mid-evaluation; every episode still runs on it', async (t) => {
+  const vllm = await startFakeVllmServer({ baseModel: 'base-model' });
+  t.after(() => vllm.close());
+  // v1 of two on disk: an older version, which vLLM is never asked to keep.
+  const folder = writeAdapterFolder(stack.checkpoints, 'served-grpo', 1);
+  writeAdapterFolder(stack.checkpoints, 'served-grpo', 2);
+  // The first chat that reaches the model restarts the server: it forgets the adapter loaded for it.
+  const record = vllm.chats.push.bind(vllm.chats);
+  vllm.chats.push = (...r) => {
+    const n = record(...r);
+    if (n === 1) vllm.restart();
+    return n;
+  };
+  const base = parseConfig({
+    stack: { home: stack.home },
+    temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    policy: { backend: 'openai', baseUrl: `${vllm.url}/v1`, model: 'base-model', maxTokens: 64, timeoutMs: 30_000 },
+    episode: { sessionStartTimeoutMs: 10_000 },
+    train: { gpuTaskQueue: stack.gpuQueue },
+  });
+  const cfg = parseEvalConfig({
+    runId: 'eval-served',
+    env: 'miniwob',
+    tasks: ['click-button', 'enter-text'],
+    seeds: [0, 1],
+    maxSteps: 2,
+    parallelism: 1,
+    modes: [{ name: 'qwen3vl_grpo', backend: 'openai', baseUrl: `${vllm.url}/v1`, adapter: { run: 'served-grpo', version: 1 } }],
+  });
+  const run = await runEval(cfg, stack.client, { base, outDir: join(out, 'eval-served'), checkpoints: stack.checkpoints });
+
+  const episodes = readFileSync(run.files.episodes, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  assert.equal(episodes.length, 4);
+  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
+  assert.equal(vllm.restarts, 1);
+  // Every request that reached the model named the requested version; the restart made it load again, from the folder.
+  assert.ok(vllm.chats.length >= 4);
+  assert.deepEqual([...new Set(vllm.chats.map((c) => c.model))], ['served-grpo-v1']);
+  assert.ok(vllm.unknownModels.every((m) => m === 'served-grpo-v1'));
+  const loads = vllm.requests.filter((r) => r.path === '/v1/load_lora_adapter').map((r) => r.body as { lora_name: string; lora_path: string });
+  assert.ok(loads.length >= 2, `loaded before and after the restart (${loads.length} loads)`);
+  for (const l of loads) assert.deepEqual(l, { lora_name: 'served-grpo-v1', lora_path: folder });
+  assert.equal(vllm.adapters.get('served-grpo-v1'), folder);
 });

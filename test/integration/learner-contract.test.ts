@@ -365,7 +365,7 @@ describe('learner contract: learnerContract workflow through the real gpu task q
       const inline = r.sample.completions[i];
       assert.equal(c.text, inline.text);
       assert.ok(c.token_ids == null && c.logprobs == null && c.tokens_ref, `completion ${i} by reference only`);
-      assert.deepEqual(await blobs.getJson(c.tokens_ref), { token_ids: inline.token_ids, logprobs: inline.logprobs, grammar_ref: null });
+      assert.deepEqual(await blobs.getJson(c.tokens_ref), { token_ids: inline.token_ids, logprobs: inline.logprobs, grammar_ref: null, prompt_ref: null });
       // The sum travels inline both ways (MCTS's DPO reference log-prob).
       const sum = inline.logprobs!.reduce((a, b) => a + b, 0);
       assert.ok(Math.abs(c.logprob_sum! - sum) < 1e-6 && Math.abs(inline.logprob_sum! - sum) < 1e-6, `${c.logprob_sum} ${inline.logprob_sum} ${sum}`);

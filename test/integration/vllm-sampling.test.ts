@@ -199,3 +199,97 @@ describe('samplePolicy: adapters survive a vLLM restart', () => {
     assert.equal(f.nonRetryable, false);
   });
 });
+
+describe('the stand-in samples as vLLM 0.33 does', () => {
+  const QWEN = 'Qwen/Qwen3-VL-8B-Instruct';
+  const chat = (url: string, extra: Record<string, unknown> = {}) =>
+    fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: QWEN,
+        messages: [{ role: 'user', content: 'Goal: Click on the "OK" button.' }],
+        max_tokens: 64,
+        temperature: 0.7,
+        logprobs: true,
+        return_token_ids: true,
+        ...extra,
+      }),
+    });
+  type Answer = { prompt_token_ids?: number[]; choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[] };
+  const logprobsOf = (a: Answer) => a.choices[0].logprobs.content.map((c) => c.logprob);
+  const untruncated = (a: Answer) => a.choices[0].token_ids.map((id, t) => fakeLogprob(id, t));
+
+  test("a request that leaves the distribution out is cut by the model's generation config (Qwen3-VL: top_k 20, top_p 0.8); pinned, or --generation-config vllm, it is not", async () => {
+    const qwen = await startFakeVllmServer({ baseModel: QWEN });
+    const plain = await startFakeVllmServer({ baseModel: QWEN, vllmGenerationConfig: true });
+    try {
+      const cut = (await (await chat(qwen.url)).json()) as Answer;
+      assert.deepEqual([qwen.chats[0].sampling.top_k, qwen.chats[0].sampling.top_p, qwen.chats[0].sampling.temperature], [20, 0.8, 0.7]);
+      assert.notDeepEqual(logprobsOf(cut), untruncated(cut), 'the log-probs of the cut distribution');
+      assert.ok(logprobsOf(cut).every((lp, t) => lp >= untruncated(cut)[t]));
+      // Our client's request states every field: the model's defaults do not apply.
+      const res = await control.samplePolicy({ ...input(QWEN), policy: parseConfig({ policy: { baseUrl: `${qwen.url}/v1`, model: QWEN, maxAttempts: 1 } }).policy });
+      assert.deepEqual(qwen.chats[1].sampling, { temperature: 0.7, top_p: 1, top_k: 0, min_p: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1 });
+      const t = await tokensOf(res.candidates[0]);
+      assert.deepEqual(
+        t.logprobs,
+        t.token_ids.map((id, i) => fakeLogprob(id, i)),
+      );
+      // Started with --generation-config vllm: nothing applied.
+      const neutral = (await (await chat(plain.url)).json()) as Answer;
+      assert.deepEqual(logprobsOf(neutral), untruncated(neutral));
+      assert.equal(plain.chats[0].sampling.top_k, 0);
+    } finally {
+      await qwen.close();
+      await plain.close();
+    }
+  });
+
+  test("sampling fields out of vLLM's ranges are refused with SamplingParams' messages; top_k -1 and 0 both mean off", async () => {
+    const qwen = await startFakeVllmServer({ baseModel: QWEN });
+    try {
+      for (const [extra, message] of [
+        [{ top_p: 0 }, /^top_p must be in \(0, 1\], got 0\.0\./],
+        [{ top_p: 1.5 }, /^top_p must be in \(0, 1\], got 1\.5\./],
+        [{ top_k: -2 }, /^top_k must be 0 \(disable\), or at least 1, got -2\.$/],
+        [{ min_p: 1.5 }, /^min_p must be in \[0, 1\], got 1\.5\.$/],
+        [{ presence_penalty: 3 }, /^presence_penalty must be in \[-2, 2\], got 3\.0\.$/],
+        [{ repetition_penalty: 0 }, /^repetition_penalty must be greater than zero, got 0\.0\.$/],
+      ] as const) {
+        const res = await chat(qwen.url, extra);
+        assert.equal(res.status, 400, JSON.stringify(extra));
+        const body = (await res.json()) as { error: { message: string; type: string; code: number } };
+        assert.match(body.error.message, message);
+        assert.deepEqual([body.error.type, body.error.code], ['BadRequestError', 400]);
+      }
+      for (const top_k of [-1, 0]) assert.equal((await chat(qwen.url, { top_k })).status, 200, `top_k ${top_k}`);
+      assert.equal(qwen.chats.length, 2, 'refused requests never reach the model');
+    } finally {
+      await qwen.close();
+    }
+  });
+
+  test('-9999 placeholders reach the token blob as null (counted, no log-prob sum); the prompt ids are one blob per request', async () => {
+    const holes = await startFakeVllmServer({ baseModel: 'base-model', logprobPlaceholders: 0.25 });
+    try {
+      const policy = parseConfig({ policy: { baseUrl: `${holes.url}/v1`, model: 'base-model', maxAttempts: 1 } }).policy;
+      const res = await control.samplePolicy({ ...input('base-model'), policy });
+      const t = await tokensOf(res.candidates[0]);
+      const nulls = t.logprobs!.filter((lp) => lp === null).length;
+      assert.equal(nulls, Math.floor(t.token_ids.length * 0.25));
+      assert.ok(t.logprobs!.every((lp, i) => lp === null || lp === fakeLogprob(t.token_ids[i], i)));
+      assert.equal(res.candidates[0].logprobSum, undefined);
+      // Both candidates reference the one prompt-ids blob of the request; the same prompt again, the same blob.
+      assert.ok(t.prompt_ref);
+      assert.equal((await tokensOf(res.candidates[1])).prompt_ref, t.prompt_ref);
+      const ids = await blobs.getJson<{ prompt_token_ids: number[] }>(t.prompt_ref!);
+      assert.ok(ids.prompt_token_ids.length > 0);
+      const again = await control.samplePolicy({ ...input('base-model'), policy });
+      assert.equal((await tokensOf(again.candidates[0])).prompt_ref, t.prompt_ref);
+    } finally {
+      await holes.close();
+    }
+    await assert.rejects(startFakeVllmServer({ logprobPlaceholders: 1.5 }), /logprobPlaceholders/);
+  });
+});

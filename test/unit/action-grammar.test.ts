@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
-import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/action-grammar';
+import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, grammarBlob, minConstrainedMaxTokens, readGrammarBlob } from '../../lib/action-grammar';
 import { isValidAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
 
@@ -82,4 +82,29 @@ test("free text cannot spell a tokenizer token: every added token starts with '<
     for (const tok of QWEN3_VL_ADDED_TOKENS) assert.equal(p.test(`a${tok}b`), false, `${p} admits ${tok}`);
     assert.equal(p.test('a > b, 3 = 3; [x] ~ ok'), true);
   }
+});
+
+test('the stored grammar says its whitespace; a bare schema (an older blob) reads as compact; a malformed one is refused', () => {
+  const compact = actionGrammar(TREE, 128);
+  const any = actionGrammar(TREE, 128, 'any');
+  assert.deepEqual(grammarBlob(compact), { schema: compact.schema, any_whitespace: false });
+  assert.deepEqual(grammarBlob(any), { schema: compact.schema, any_whitespace: true });
+  // Through JSON, as the blob store keeps it.
+  for (const g of [compact, any]) assert.deepEqual(readGrammarBlob(JSON.parse(JSON.stringify(grammarBlob(g)))), grammarBlob(g));
+  assert.deepEqual(readGrammarBlob(compact.schema), { schema: compact.schema, any_whitespace: false });
+  assert.throws(() => readGrammarBlob({ schema: compact.schema, any_whitespace: 'yes' }), /any_whitespace must be true or false/);
+  assert.throws(() => readGrammarBlob({ schema: [], any_whitespace: true }), /schema must be a JSON object/);
+  assert.throws(() => readGrammarBlob([1]), /a grammar blob is a JSON object/);
+});
+
+test('free whitespace has no bound: maxBytes and the text budget stay the compact ones', () => {
+  for (const budget of [128, 256]) {
+    const compact = actionGrammar(TREE, budget);
+    const any = actionGrammar(TREE, budget, 'any');
+    assert.equal(any.whitespace, 'any');
+    assert.equal(compact.whitespace, 'compact');
+    assert.equal(any.maxBytes, compact.maxBytes);
+    assert.equal(any.textMax, compact.textMax);
+  }
+  assert.throws(() => actionGrammar(TREE, 60, 'any'), /raise policy\.maxTokens to at least \d+/);
 });

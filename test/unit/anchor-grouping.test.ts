@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { anchorGroupAdvantages, anchorRollout, discountedReturns, mergeAnchorStats, type AnchorRollout } from '../../lib/anchor-groups';
 import { AnchorRolloutSchema } from '../../lib/experience';
+import { anchorStateKey, normaliseAxtree, normaliseAxtreeForAnchor, stateKey } from '../../lib/rewards/shaping';
 import { TrainingMetricsSchema } from '../../lib/run-metrics';
 import { iterationMetrics } from '../../lib/training-metrics';
 
@@ -134,13 +135,63 @@ test('a step with no state key is never grouped; equal returns give zeros', () =
   assert.deepEqual(r.stats, { anchor_groups: 1, anchor_group_size_mean: 2, anchor_group_size_max: 2, step_signal_share: 0.5 });
 });
 
-test('a recorded trajectory is read as a rollout: shaped rewards and the state keys the steps acted from', () => {
-  const obs = (stateKey?: string) => ({ url: 'u', step: 0, screenshotRef: 's', axtreeRef: 'a', ...(stateKey ? { stateKey } : {}) });
-  const step = (total: number, stateKey?: string) => ({ shaped: { total, terms: [] }, observation: obs(stateKey) });
-  const r = anchorRollout({ steps: [step(0.1, 's0'), step(-0.5), step(10, 's2')] });
-  assert.deepEqual(r, { rewards: [0.1, -0.5, 10], stateKeys: ['s0', undefined, 's2'] });
+test('a recorded trajectory is read as a rollout: shaped rewards and the anchor keys of the pages the steps acted from', () => {
+  const trees: Record<string, string> = { a: '[1] button "Send" @(1,1)', b: '[1] button "Sent" @(1,1)' };
+  const step = (total: number, url: string, axtreeRef: string) => ({
+    shaped: { total, terms: [] },
+    observation: { url, step: 0, screenshotRef: 's', axtreeRef, stateKey: 'recorded shaping key' },
+  });
+  const r = anchorRollout({ steps: [step(0.1, 'https://x/', 'a'), step(-0.5, 'https://x/', 'b'), step(10, 'https://x/?q=1', 'a')] }, (ref) => trees[ref]);
+  assert.deepEqual(r.rewards, [0.1, -0.5, 10]);
+  assert.deepEqual(r.stateKeys, [
+    anchorStateKey({ url: 'https://x/', axtree: trees.a }),
+    anchorStateKey({ url: 'https://x/', axtree: trees.b }),
+    anchorStateKey({ url: 'https://x/', axtree: trees.a }), // the query is left out, as in the shaping key
+  ]);
+  assert.notEqual(r.stateKeys[0], r.stateKeys[1]);
   assert.equal(AnchorRolloutSchema.safeParse(r).success, true);
   assert.equal(AnchorRolloutSchema.safeParse({ rewards: [Number.NaN], stateKeys: ['s0'] }).success, false);
+});
+
+// The pages after typing into the "To" field: the text differs, or only what the shaping key ignores does.
+const MAIL = 'https://mail.example/compose';
+const typed = (to: string, at = '@(400,40)', focus = ' focused') => ({ url: MAIL, axtree: `[1] button "Send" @(60,120)\n[2] textbox "To" value="${to}"${focus} ${at}` });
+
+test('anchor keys tell field contents apart by a hash of the text; the shaping key only sees empty or filled', () => {
+  assert.notEqual(anchorStateKey(typed('alice@example.com')), anchorStateKey(typed('bob@example.com')), 'two recipients, two anchor keys');
+  assert.equal(anchorStateKey(typed('alice@example.com')), anchorStateKey(typed('alice@example.com', '@(401,90)', '')), 'one recipient, one anchor key');
+  assert.notEqual(anchorStateKey(typed('')), anchorStateKey(typed('a')));
+  assert.equal(anchorStateKey(typed('')), anchorStateKey(typed('  ')), 'blank counts as empty');
+  // Shaping keeps "filled": another letter typed is no new state to pay for.
+  assert.equal(stateKey(typed('alice@example.com')), stateKey(typed('bob@example.com')));
+  // The key holds a hash of the text, never the text.
+  const tree = normaliseAxtreeForAnchor(typed('alice@example.com').axtree);
+  assert.equal(tree.includes('alice'), false);
+  assert.match(tree, /textbox "To" value=#[0-9a-f]{8}$/);
+  assert.match(normaliseAxtree(typed('alice@example.com').axtree), /textbox "To" value=\*$/);
+  assert.match(anchorStateKey(typed('x')), /^[0-9a-f]{8}$/);
+});
+
+test('typing the right and the wrong recipient puts the next steps in two anchor groups', () => {
+  // Three rollouts type a recipient, then press Send. A and C type the right one; B the wrong one and fails.
+  const axtrees: Record<string, string> = { start: typed('').axtree, right: typed('alice@example.com').axtree, wrong: typed('bob@example.com').axtree };
+  const rollout = (after: string, rewards: number[]) => ({
+    steps: rewards.map((total, k) => ({
+      shaped: { total, terms: [] },
+      observation: { url: MAIL, step: k, screenshotRef: 's', axtreeRef: k === 0 ? 'start' : after },
+    })),
+  });
+  const rs = [rollout('right', [0, 1]), rollout('wrong', [0, 0]), rollout('right', [0, 0.5])].map((t) => anchorRollout(t, (ref) => axtrees[ref]));
+  const r = anchorGroupAdvantages(rs, { episodeWeight: 0, stepWeight: 1, discount: 1 });
+  // Step 2 of A and C share a state (the right recipient); B's page is another state: no comparison, step term 0.
+  assert.deepEqual(
+    r.groupSizes.map((g) => g[1]),
+    [2, 1, 2],
+  );
+  close(
+    r.advantages.map((a) => [a[1]]),
+    [[0.25], [0], [-0.25]],
+  );
 });
 
 test('bad parameters and mismatched rollouts are rejected', () => {

@@ -6,6 +6,7 @@ import { join, normalize, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
 import { identicalCandidatesProblem, parseConfig } from '../../lib/config';
+import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
 import { loadConfigFile } from '../../host/config-file';
 import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/credentials';
 import { chromiumSandboxed } from '../../env/browser';
@@ -279,6 +280,9 @@ test("vLLM serves the learner's model with runtime LoRA loading, and sees adapte
   assert.equal(flag('--gpu-memory-utilization'), '0.5');
   // The sampler's log-probs are the learner's old log-probs: after temperature, as the learner computes them.
   assert.equal(flag('--logprobs-mode'), 'processed_logprobs');
+  // Constrained decoding: the server's whitespace is the one the learner compiles by default (policy.grammarWhitespace).
+  assert.equal(parseConfig({}).policy.grammarWhitespace, 'compact');
+  assert.deepEqual(JSON.parse(flag('--structured-outputs-config') ?? 'null'), JSON.parse(vllmStructuredOutputsConfig('compact')));
   assert.match(env(v).VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? '', /^true$/i);
   const learner = env(services.learner);
   assert.ok(args.includes(learner.HALO_MODEL), `vLLM serves ${learner.HALO_MODEL}, the learner's HALO_MODEL`);

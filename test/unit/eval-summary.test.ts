@@ -223,7 +223,7 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   });
   const plan = resolveEvalPlan(cfg, base, {
     env: { HALO_CREDENTIAL_CRITIC_ENV: 'MY_KEY', MY_KEY: 'sk-test' },
-    listAdapterVersions: (run) => (run === 'grpo-local' ? [1, 2, 5] : []),
+    listAdapterVersions: (run) => (run === 'grpo-local' ? [1, 2, 4, 5] : []),
     miniwobTasks: ['click-button', 'enter-text'],
   });
   assert.equal(plan.evalId, 'ev1');

@@ -21,8 +21,11 @@ const store = () => new BlobStore(mkdtempSync(join(tmpdir(), 'halo-experience-')
 const el = (id: number): Action => ({ type: 'click_element', id });
 
 test('the sampler’s tokens: non-empty ids, one log-prob per id or none', () => {
-  assert.deepEqual(SampledTokensSchema.parse({ token_ids: [1, 2] }), { token_ids: [1, 2], logprobs: null, grammar_ref: null });
+  assert.deepEqual(SampledTokensSchema.parse({ token_ids: [1, 2] }), { token_ids: [1, 2], logprobs: null, grammar_ref: null, prompt_ref: null });
   assert.equal(SampledTokensSchema.safeParse({ token_ids: [1, 2], logprobs: [-1, -2], grammar_ref: null }).success, true);
+  // An unknown log-prob (vLLM's -9999 placeholder) is null at its position, never a number.
+  assert.equal(SampledTokensSchema.safeParse({ token_ids: [1, 2], logprobs: [-1, null] }).success, true);
+  assert.equal(SampledTokensSchema.safeParse({ token_ids: [1, 2], prompt_ref: 'not-a-ref' }).success, false);
   const bad = SampledTokensSchema.safeParse({ token_ids: [1, 2], logprobs: [-1] });
   assert.equal(bad.success, false);
   assert.match(bad.error!.issues[0].message, /logprobs has 1 entries but token_ids has 2/);

@@ -5,6 +5,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../client/processes';
+import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
 
 // launch.sh: `gpu --dry-run` and `resume --dry-run` print every command (bin/launch-gpu.sh) and run none; Node's version is checked first.
 function launch(args: string[], env: Record<string, string> = {}): string {
@@ -42,6 +43,10 @@ test('./launch.sh --skip-setup gpu --dry-run: vLLM in its own venv with the flag
   assert.match(serve, / --max-lora-rank 128 /, 'max rank ≥ HALO_LORA_RANK');
   assert.match(serve, / --gpu-memory-utilization 0\.5 /, 'half the GPU: the learner shares it');
   assert.match(serve, / --logprobs-mode processed_logprobs/);
+  // Constrained decoding without free whitespace: the grammar the learner compiles (policy.grammarWhitespace compact).
+  const so = / --structured-outputs-config '([^']*)'/.exec(serve);
+  assert.ok(so, `no --structured-outputs-config in ${serve}`);
+  assert.deepEqual(JSON.parse(so[1]), JSON.parse(vllmStructuredOutputsConfig('compact')));
   assert.match(serve, /\( VLLM_API_KEY="\$HALO_POLICY_API_KEY" VLLM_ALLOW_RUNTIME_LORA_UPDATING=True setsid /, 'the key reaches vLLM through its environment');
   assert.doesNotMatch(serve, /--api-key/, 'never on the command line, where ps shows it');
   assert.equal(spawnSync('bash', ['-n', '-c', serve]).status, 0, 'the printed command is valid bash');

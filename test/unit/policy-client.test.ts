@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/common';
-import { chatCompletions, classifyPolicyError, missingModelOf, sampledTokens, wantsTokenIds } from '../../activities/policy-client';
+import { chatCompletions, classifyPolicyError, missingModelOf, NEUTRAL_SAMPLING, sampledTokens, vllmLike, wantsTokenIds } from '../../activities/policy-client';
 import { parseConfig, type PolicyConfig } from '../../lib/config';
 import { fakeLogprob, fakeTokenIds, startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 
@@ -21,7 +21,7 @@ test('token ids come from token_ids, else from "token_id:N" strings; log-probs p
   const choice = (extra: object) => ({ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'x', refusal: null }, logprobs: null, ...extra }) as never;
   assert.deepEqual(sampledTokens(choice({ token_ids: [5, 6], logprobs: content(['a', 'b'], [-0.1, -0.2]) })), { tokenIds: [5, 6], logprobs: [-0.1, -0.2] });
   // A server older than 0.10.2: no token_ids, the ids are in the token strings (return_tokens_as_token_ids).
-  assert.deepEqual(sampledTokens(choice({ logprobs: content(['token_id:7', 'token_id:2'], [-0.5, -9999]) })), { tokenIds: [7, 2], logprobs: [-0.5, -9999] });
+  assert.deepEqual(sampledTokens(choice({ logprobs: content(['token_id:7', 'token_id:2'], [-0.5, -0.25]) })), { tokenIds: [7, 2], logprobs: [-0.5, -0.25] });
   // Token strings that are text: log-probs only (the learner retokenises and pairs them if the count agrees).
   assert.deepEqual(sampledTokens(choice({ logprobs: content(['a', 'b'], [-0.1, -0.2]) })), { logprobs: [-0.1, -0.2] });
   // Counts that disagree: the ids win, the log-probs go.
@@ -32,9 +32,42 @@ test('token ids come from token_ids, else from "token_id:N" strings; log-probs p
   assert.deepEqual(sampledTokens(choice({})), {});
   // float32 log-probs (what vLLM computes) come through float32-exact in 9 significant digits.
   const f32 = [Math.fround(-0.013059139), Math.fround(-1.23456789), Math.fround(-3.09944e-6)];
-  const kept = sampledTokens(choice({ token_ids: [1, 2, 3], logprobs: content(['a', 'b', 'c'], f32) })).logprobs!;
+  const kept = sampledTokens(choice({ token_ids: [1, 2, 3], logprobs: content(['a', 'b', 'c'], f32) })).logprobs as number[];
   assert.deepEqual(kept.map(Math.fround), f32);
   assert.ok(kept.every((x, i) => String(x).length < String(f32[i]).length));
+});
+
+test("vLLM's -9999 placeholder (or below), null, a missing or non-finite log-prob is unknown: null in place, counted", () => {
+  const choice = (lps: unknown[]) =>
+    ({
+      index: 0,
+      finish_reason: 'stop',
+      message: { role: 'assistant', content: 'x', refusal: null },
+      token_ids: lps.map((_, i) => 10 + i),
+      logprobs: { content: lps.map((lp) => ({ token: 't', ...(lp === 'missing' ? {} : { logprob: lp }), bytes: [], top_logprobs: [] })) },
+    }) as never;
+  assert.deepEqual(sampledTokens(choice([-0.5, -9999, -0.25])), { tokenIds: [10, 11, 12], logprobs: [-0.5, null, -0.25], unknownLogprobs: 1 });
+  assert.deepEqual(sampledTokens(choice([-1e5, null, 'missing', -0.1])), { tokenIds: [10, 11, 12, 13], logprobs: [null, null, null, -0.1], unknownLogprobs: 3 });
+  // Just above the placeholder is a (tiny) probability, kept.
+  assert.deepEqual(sampledTokens(choice([-9998.5])).logprobs, [-9998.5]);
+  assert.deepEqual(sampledTokens(choice([-0.1, -0.2])), { tokenIds: [10, 11], logprobs: [-0.1, -0.2] }, 'none unknown: no count');
+});
+
+test("every request to a vLLM-like server states the whole distribution at neutral values; OpenAI's API gets none of it", async () => {
+  const capture = await strictServer({ refuse: false, tokens: true });
+  try {
+    await chatCompletions(policyAt(capture.url), 1, user);
+    await chatCompletions(policyAt(capture.url), 1, user, undefined, { tokens: true });
+    for (const b of capture.bodies) {
+      assert.deepEqual([b.top_p, b.top_k, b.min_p, b.presence_penalty, b.frequency_penalty, b.repetition_penalty, b.temperature], [1, 0, 0, 0, 0, 1, 0.7]);
+    }
+    assert.deepEqual(NEUTRAL_SAMPLING, { top_p: 1, top_k: 0, min_p: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1 });
+  } finally {
+    await capture.close();
+  }
+  // The one rule for "vLLM-like", which also decides tokenIds auto.
+  for (const url of ['https://api.openai.com/v1', 'https://x.openai.azure.com/openai', 'not a url']) assert.equal(vllmLike(url), false, url);
+  for (const url of ['http://127.0.0.1:8000/v1', 'http://vllm:8000/v1', 'https://openai.com.example/v1']) assert.equal(vllmLike(url), true, url);
 });
 
 test("tokenIds: auto asks every server but OpenAI's own API; on and off are what they say", () => {
@@ -65,6 +98,12 @@ test("with tokens the request carries vLLM's fields and the completions the samp
       c.tokenIds!.map((id, t) => fakeLogprob(id, t)),
     );
   }
+  // The prompt as the server encoded it, top-level in vLLM's answer: the same prompt, the same ids.
+  assert.ok(res.promptTokenIds && res.promptTokenIds.length > 0 && res.promptTokenIds.every((id) => Number.isInteger(id) && id >= 0));
+  const again = await chatCompletions(policyAt(fake.url), 1, user, undefined, { tokens: true });
+  assert.deepEqual(again.promptTokenIds, res.promptTokenIds);
+  const other = await chatCompletions(policyAt(fake.url), 1, [{ role: 'user', content: 'hello' }], undefined, { tokens: true });
+  assert.notDeepEqual(other.promptTokenIds, res.promptTokenIds);
 });
 
 test('without tokens (the critic, tokenIds off) none of the extension fields is sent', async () => {
@@ -75,10 +114,14 @@ test('without tokens (the critic, tokenIds off) none of the extension fields is 
   assert.equal(res.askedForTokens, false);
   assert.equal(res.completions[0].tokenIds, undefined);
   assert.equal(res.completions[0].logprobs, undefined);
+  assert.equal(res.promptTokenIds, undefined);
 });
 
-/** A server that rejects unknown fields the way OpenAI's API does. */
-async function strictServer(): Promise<{ url: string; bodies: Record<string, unknown>[]; close(): Promise<void> }> {
+/**
+ * A server that rejects the token fields the way OpenAI's API rejects unknown fields (`refuse`), or takes them and
+ * answers without any token field (a proxy that drops them, a server that ignores them).
+ */
+async function strictServer(opts: { refuse: boolean; tokens?: boolean } = { refuse: true }): Promise<{ url: string; bodies: Record<string, unknown>[]; close(): Promise<void> }> {
   const bodies: Record<string, unknown>[] = [];
   const server: Server = createServer((req, res) => {
     let raw = '';
@@ -86,13 +129,23 @@ async function strictServer(): Promise<{ url: string; bodies: Record<string, unk
     req.on('end', () => {
       const body = JSON.parse(raw) as Record<string, unknown>;
       bodies.push(body);
-      const unknown = Object.keys(body).find((k) => k.startsWith('return_token'));
+      const unknown = opts.refuse ? Object.keys(body).find((k) => k.startsWith('return_token')) : undefined;
+      const ids =
+        opts.tokens && body.return_token_ids
+          ? { token_ids: [5, 2], logprobs: { content: [-0.1, -0.2].map((logprob) => ({ token: 'x', logprob, bytes: [], top_logprobs: [] })) } }
+          : {};
       res.writeHead(unknown ? 400 : 200, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify(
           unknown
             ? { error: { message: `Unrecognized request argument supplied: ${unknown}`, type: 'invalid_request_error', param: null, code: null } }
-            : { id: 'x', object: 'chat.completion', created: 0, model: body.model, choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }] },
+            : {
+                id: 'x',
+                object: 'chat.completion',
+                created: 0,
+                model: body.model,
+                choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' }, ...ids }],
+              },
         ),
       );
     });
@@ -101,25 +154,44 @@ async function strictServer(): Promise<{ url: string; bodies: Record<string, unk
   return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`, bodies, close: () => new Promise((r) => server.close(() => r())) };
 }
 
-test('auto: a server that refuses the fields is asked again without them, and not asked with them again', async () => {
+test('a server that refuses the token fields fails the request with the way on (tokenIds off), every time: no silent fallback', async () => {
   const strict = await strictServer();
   try {
     const policy = policyAt(strict.url);
-    assert.equal(wantsTokenIds(policy), true);
-    const res = await chatCompletions(policy, 1, user, undefined, { tokens: wantsTokenIds(policy) });
-    assert.equal(res.completions[0].text, 'ok');
-    assert.equal(res.askedForTokens, false);
+    for (const attempt of [1, 2]) {
+      assert.equal(wantsTokenIds(policy), true, `still asked, attempt ${attempt}`);
+      const err = await chatCompletions(policy, 1, user, undefined, { tokens: wantsTokenIds(policy) }).catch((e: unknown) => e);
+      assert.ok(err instanceof ApplicationFailure && err.nonRetryable, String(err));
+      assert.equal(err.type, 'PolicyTokenIdsMissing');
+      assert.ok(err.message.includes(strict.url), 'names the server');
+      assert.match(err.message, /HTTP 400: 400 Unrecognized request argument supplied: return_token_ids/);
+      assert.match(err.message, /set policy\.tokenIds: off/);
+    }
     assert.deepEqual(
       strict.bodies.map((b) => 'return_token_ids' in b),
-      [true, false],
+      [true, true],
+      'asked each time, never asked again without',
     );
-    assert.equal(wantsTokenIds(policy), false, 'remembered for this server');
-    // on: the refusal is the user's to see (non-retryable, with the server's words).
-    const err = await chatCompletions(policyAt(strict.url, { tokenIds: 'on' }), 1, user, undefined, { tokens: true }).catch((e: unknown) => e);
-    assert.ok(err instanceof ApplicationFailure && err.nonRetryable);
-    assert.match(err.message, /HTTP 400: 400 Unrecognized request argument supplied: return_token_ids/);
+    // on: the same.
+    const on = await chatCompletions(policyAt(strict.url, { tokenIds: 'on' }), 1, user, undefined, { tokens: true }).catch((e: unknown) => e);
+    assert.ok(on instanceof ApplicationFailure && on.nonRetryable && /policy\.tokenIds: off/.test(on.message));
   } finally {
     await strict.close();
+  }
+});
+
+test('a server that takes the token fields and answers without ids fails the request the same way', async () => {
+  const quiet = await strictServer({ refuse: false });
+  try {
+    const err = await chatCompletions(policyAt(quiet.url), 1, user, undefined, { tokens: true }).catch((e: unknown) => e);
+    assert.ok(err instanceof ApplicationFailure && err.nonRetryable, String(err));
+    assert.match(err.message, /answered without the sampled token ids/);
+    assert.match(err.message, /set policy\.tokenIds: off \(the learner then retokenises the text, ratio 1\)/);
+    // Not asked: the same answer is fine.
+    const res = await chatCompletions(policyAt(quiet.url, { tokenIds: 'off' }), 1, user, undefined, { tokens: false });
+    assert.equal(res.completions[0].text, 'ok');
+  } finally {
+    await quiet.close();
   }
 });
 

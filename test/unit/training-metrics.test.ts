@@ -48,6 +48,24 @@ test("iteration metrics carry the learner's retokenisation counts when it report
   assert.ok(!('retokenized' in iterationMetrics(base)));
 });
 
+test("iteration metrics carry the learner's unknown log-probs and prompt mismatches; rows with or without them parse", () => {
+  const base = { groups: [{ rewards: [1, 0] }], episodes: [], phaseSeconds: {} };
+  const line = { run_id: 'r', iteration: 1, time: '2026-01-01T00:00:00Z' };
+  const m = iterationMetrics({ ...base, update: { loss: 0.1, grad_norm: 0.5, version: 2, tokens: 40, unknown_logprobs: 4, prompt_mismatch_rate: 1 / 3 } });
+  assert.equal(m.unknown_logprobs, 4);
+  assert.equal(m.prompt_mismatch_rate, 0.333333333);
+  const parsed = MetricsLineSchema.parse({ ...line, ...m });
+  assert.equal(parsed.unknown_logprobs, 4);
+  assert.equal(parsed.prompt_mismatch_rate, 0.333333333);
+  // A learner from before them (absent) or a reused version written before them (null): no keys, and the row parses.
+  for (const u of [{}, { unknown_logprobs: null, prompt_mismatch_rate: null }]) {
+    const old = iterationMetrics({ ...base, update: { loss: 0.1, grad_norm: 0.5, version: 2, tokens: 40, ...u } });
+    assert.ok(!('unknown_logprobs' in old) && !('prompt_mismatch_rate' in old));
+    assert.ok(!('unknown_logprobs' in MetricsLineSchema.parse({ ...line, ...old })));
+  }
+  assert.throws(() => MetricsLineSchema.parse({ ...line, ...m, prompt_mismatch_rate: 1.5 }));
+});
+
 test('iteration metrics of an empty iteration are zeros and nulls, never NaN', () => {
   const m = iterationMetrics({ groups: [], episodes: [], phaseSeconds: {} });
   assert.deepEqual(m, {

@@ -129,6 +129,8 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
               tokens: update.tokens,
               retokenized: update.retokenized,
               token_mismatch_rate: update.token_mismatch_rate,
+              unknown_logprobs: update.unknown_logprobs,
+              prompt_mismatch_rate: update.prompt_mismatch_rate,
               kl: update.kl,
               clip_fraction: update.clip_fraction,
               mean_ratio: update.mean_ratio,

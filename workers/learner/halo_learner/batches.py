@@ -1,4 +1,10 @@
-"""From a batch blob to the samples an update trains on (DPO pairs here; GRPO items in learner.py).
+"""From a batch blob to the samples an update trains on (GRPO items and DPO pairs).
+
+A GRPO item's sampler log-probs may be unknown at some positions (vLLM's -9999 placeholder, or none reported):
+the update uses its own log-prob there (ratio 1, grpo.py) and counts those tokens. When the sampler recorded the
+prompt ids the server encoded (the token blob's `prompt_ref`), they are compared with the learner's own encoding
+of the stored prompt; a difference is counted and the first one logged, and the item is still scored on the
+learner's encoding (the chat template and image processor that training uses), with the sampler's log-probs.
 
 A DPO pair's completions are the sampler's own tokens when the pair references them (`chosen_tokens_ref` /
 `rejected_tokens_ref`, SampledTokens blobs); only a pair without them is scored on its retokenised text, and
@@ -9,18 +15,119 @@ scores them over the same support the sampler drew from.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from .dpo import DpoSample
-from .payloads import DpoBatch, SampledTokens
-from .prompts import PromptCache, completion_ids_from_text, prompt_key
+from .grpo import GrpoSample
+from .payloads import DpoBatch, GrpoBatch, SampledTokens
+from .prompts import (
+    PromptCache,
+    PromptIdsMismatch,
+    Retokenized,
+    compare_prompt_ids,
+    completion_ids_from_text,
+    prompt_key,
+)
+
+log = logging.getLogger("halo_learner")
 
 
 class InvalidBatch(ValueError):
     pass
+
+
+@dataclass
+class PreparedGrpo:
+    samples: list[GrpoSample]
+    retokenized: int  # items trained on retokenised text (no tokens_ref)
+    mismatched: int  # of those, retokenisations that may differ from what was sampled
+    unknown_logprobs: int = 0  # sampler tokens whose log-prob is unknown: the update's own is used (ratio 1)
+    prompts_compared: int = 0  # items whose token blob carried the server's prompt ids
+    prompts_mismatched: int = 0  # of those, prompts the learner encodes to other ids
+    first_prompt_mismatch: tuple[int, PromptIdsMismatch] | None = None  # (item, where)
+
+    @property
+    def token_mismatch_rate(self) -> float:
+        return self.mismatched / self.retokenized if self.retokenized else 0.0
+
+    @property
+    def prompt_mismatch_rate(self) -> float:
+        return self.prompts_mismatched / self.prompts_compared if self.prompts_compared else 0.0
+
+
+def grpo_samples(
+    batch: GrpoBatch,
+    prompts: PromptCache,
+    tokenizer,
+    sampled_tokens: Callable[[str, str], SampledTokens],
+    prompt_token_ids: Callable[[str, str], list[int]],
+    grammar_bitmask: Callable[[str, list[int]], torch.Tensor],
+    on_item: Callable[[], None] | None = None,
+    retokenise: Callable[..., Retokenized] = completion_ids_from_text,
+) -> PreparedGrpo:
+    """`sampled_tokens(ref, where)` / `prompt_token_ids(ref, where)` read and check a token / prompt-ids blob (an
+    InvalidBatch naming `where` when malformed); `grammar_bitmask` as for dpo_samples; `retokenise` gives the ids
+    of a text-only item (the caller's, so a caller that wraps it sees every item it decides)."""
+    vocab = len(tokenizer)
+    out = PreparedGrpo(samples=[], retokenized=0, mismatched=0)
+    for i, it in enumerate(batch.items):
+        prompt = prompts.get(it.prompt)
+        if it.tokens_ref is not None:
+            sampled = sampled_tokens(it.tokens_ref, f"items[{i}].tokens_ref")
+            ids = list(sampled.token_ids)
+            old, _ = sampled.known_logprobs()
+            if max(ids) >= vocab:
+                raise InvalidBatch(
+                    f"items[{i}].tokens_ref {it.tokens_ref} has ids outside the vocabulary (0..{vocab - 1})"
+                )
+            if sampled.prompt_ref is not None:
+                server = prompt_token_ids(sampled.prompt_ref, f"items[{i}].tokens_ref.prompt_ref")
+                diff = compare_prompt_ids(tokenizer, server, prompt.input_ids.tolist())
+                out.prompts_compared += 1
+                if diff is not None:
+                    out.prompts_mismatched += 1
+                    out.first_prompt_mismatch = out.first_prompt_mismatch or (i, diff)
+        else:
+            r = retokenise(tokenizer, prompt.text, it.completion, end_of_turn=it.finish_reason != "length")
+            ids, old = r.ids, None
+            out.retokenized += 1
+            out.mismatched += r.mismatch
+        if batch.max_completion_len is not None and len(ids) > batch.max_completion_len:
+            ids = ids[: batch.max_completion_len]
+            old = old[: batch.max_completion_len] if old is not None else None
+        if old is not None:
+            out.unknown_logprobs += sum(lp is None for lp in old)
+        try:
+            bitmask = grammar_bitmask(it.grammar_ref, ids) if it.grammar_ref else None
+        except ValueError as e:
+            raise InvalidBatch(f"items[{i}]: {e}") from e
+        out.samples.append(
+            GrpoSample(
+                prompt=prompt,
+                prompt_key=prompt_key(it.prompt),
+                ids=ids,
+                advantage=it.advantage,
+                old_logprobs=old,
+                bitmask=bitmask,
+            )
+        )
+        if on_item:
+            on_item()
+    if out.first_prompt_mismatch is not None:
+        item, diff = out.first_prompt_mismatch
+        log.warning(
+            "%d of %d completions were sampled on prompt ids that differ from the learner's encoding (scored on the "
+            "learner's); items[%d]: %s",
+            out.prompts_mismatched,
+            out.prompts_compared,
+            item,
+            diff.describe(),
+        )
+    return out
 
 
 @dataclass
@@ -58,6 +165,8 @@ def dpo_samples(
                 out.retokenized += 1
                 out.mismatched += r.mismatch
             else:
+                # DPO uses no sampler log-probs (unknown entries are simply never read) and does not compare the
+                # blob's prompt_ref: pairs are scored on the learner's encoding, the reference pass on the same.
                 sampled = sampled_tokens(ref, where)
                 ids = list(sampled.token_ids)
                 if max(ids) >= vocab:

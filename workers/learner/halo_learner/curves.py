@@ -67,6 +67,8 @@ LEARNER_KEYS = frozenset(
         "tokens",
         "retokenized",
         "token_mismatch_rate",
+        "unknown_logprobs",
+        "prompt_mismatch_rate",
     }
 )
 SKIP_KEYS = frozenset({"run_id", "iteration", "time"})

@@ -1,9 +1,11 @@
 """Constrained action decoding with xgrammar: the sampler's token mask, and the same mask for the learner.
 
-The schema comes from the TypeScript side (lib/action-grammar.ts) as a blob, compiled here with the model's
-tokenizer exactly as vLLM's xgrammar backend compiles `structured_outputs.json` with
-`disable_any_whitespace` (compact JSON, properties in schema order). vLLM reports log-probs after the grammar
-mask, so both the colocated sampler and the learner's recomputation use masked log-probs: the importance
+The schema comes from the TypeScript side (lib/action-grammar.ts) as a blob `{"schema", "any_whitespace"}` (an
+older blob is the bare schema, sampled compact), compiled here with the model's tokenizer exactly as vLLM's
+xgrammar backend compiles `structured_outputs.json`: the free whitespace is the server's setting
+(`--structured-outputs-config` disable_any_whitespace, which the blob records), properties in schema order; any
+other difference would refuse completions the server sampled (GrammarMismatch). vLLM reports log-probs after the
+grammar mask, so both the colocated sampler and the learner's recomputation use masked log-probs: the importance
 ratio compares two distributions over the same allowed tokens, and forced tokens (one allowed) carry no
 gradient.
 
@@ -33,6 +35,28 @@ def _xgr():
     return xgrammar
 
 
+def grammar_spec(blob: bytes | str) -> tuple[str, bool]:
+    """(schema JSON, any_whitespace) of a grammar blob, in either format (lib/action-grammar.ts readGrammarBlob)."""
+    value = json.loads(blob)
+    if not isinstance(value, dict):
+        raise ValueError(f"a grammar blob is a JSON object, got {type(value).__name__}")
+    if set(value) != {"schema", "any_whitespace"}:
+        return json.dumps(value), False
+    schema, any_ws = value["schema"], value["any_whitespace"]
+    if not isinstance(schema, dict):
+        raise ValueError("grammar blob: schema must be a JSON object")
+    if not isinstance(any_ws, bool):
+        raise ValueError(f"grammar blob: any_whitespace must be true or false, got {any_ws!r}")
+    return json.dumps(schema), any_ws
+
+
+def compile_like_vllm(compiler, schema: str, any_whitespace: bool):
+    """vLLM's call (v1/structured_output/backend_xgrammar.py, 0.33): `compile_json_schema(spec,
+    any_whitespace=not disable_any_whitespace)` and nothing else, so xgrammar's defaults (strict_mode, separators,
+    unbounded whitespace) are the server's too; passing any of them here could only make the masks differ."""
+    return compiler.compile_json_schema(schema, any_whitespace=any_whitespace)
+
+
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """(..., ceil(V/32)) int32 bitmask -> (..., V) bool, True = allowed; on the bitmask's device."""
     shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
@@ -57,8 +81,8 @@ class Grammars:
         with self._lock:
             hit = self._compiled.get(ref)
             if hit is None:
-                schema = json.loads(self.blobs.get(ref))
-                hit = self._compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
+                schema, any_whitespace = grammar_spec(self.blobs.get(ref))
+                hit = compile_like_vllm(self._compiler, schema, any_whitespace)
                 self._compiled[ref] = hit
             return hit
 
@@ -83,7 +107,8 @@ class Grammars:
             if not m.accept_token(tok):
                 raise GrammarMismatch(
                     f"token {tok} at position {t} is not allowed by grammar {ref}: the completion was not sampled "
-                    "under it (a sampler without constrained decoding, or another tokenizer)"
+                    "under it (a sampler without constrained decoding, another tokenizer, or a vLLM whose free whitespace "
+                    "is not the blob's: compare its --structured-outputs-config with policy.grammarWhitespace, halo doctor)"
                 )
             word, bit = divmod(tok, 32)
             if not (int(out[t, word]) >> bit) & 1:

@@ -82,7 +82,9 @@ class GrpoSample:
     prompt_key: str
     ids: list[int]
     advantage: float
-    old_logprobs: list[float] | None
+    # The sampler's log-prob of each id; None for all of them (no sampler log-probs) or at a position where it is
+    # unknown: the loss then uses the policy's own log-prob there (ratio 1).
+    old_logprobs: list[float | None] | None
     # Constrained decoding: (len(ids), ceil(V/32)) int32 grammar bitmask of each position (grammar.py).
     bitmask: torch.Tensor | None = None
 
@@ -157,12 +159,14 @@ class GrpoStats:
 
 
 def _row_table(samples: list[GrpoSample], L: int, device):
-    """Advantages (B,1) and old log-probs (B,L) with NaN where the sampler's log-probs are unknown."""
+    """Advantages (B,1) and old log-probs (B,L) with NaN where the sampler's log-probs are unknown: whole rows
+    without them and single unknown positions alike, which the loss replaces with the policy's own (loss_fn)."""
     adv = torch.tensor([[s.advantage] for s in samples], dtype=torch.float32, device=device)
     old = torch.full((len(samples), L), float("nan"), dtype=torch.float32, device=device)
     for i, s in enumerate(samples):
         if s.old_logprobs is not None:
-            old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+            row = [math.nan if lp is None else lp for lp in s.old_logprobs]
+            old[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
     return adv, old
 
 
@@ -294,7 +298,7 @@ def grpo_backward(
         T = logp.shape[1]
         o = old[rows, cols][:, :T]
         known = ~torch.isnan(o)
-        o = torch.where(known, o, logp.detach())  # no sampler log-probs: ratio 1, plain PG
+        o = torch.where(known, o, logp.detach())  # unknown sampler log-prob (row or position): ratio 1, plain PG
         m = mask[rows, cols][:, :T] > 0
         if ratios is not None:
             ratios.add(logp - o, known & m, clip_eps)

@@ -25,7 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from . import adapters, retention
 from .adapters import check_model
-from .batches import InvalidBatch, dpo_samples
+from .batches import InvalidBatch, dpo_samples, grpo_samples
 from .blobs import BlobStore
 from .dpo import DpoSample, dpo_step, plan_chunks
 from .grammar import Grammars
@@ -45,8 +45,9 @@ from .payloads import (
     UpdatePolicyOutput,
     Completion,
     Prompt,
+    PromptTokenIds,
 )
-from .prompts import PromptCache, completion_ids_from_text, encode_prompt, prompt_key
+from .prompts import PromptCache, completion_ids_from_text, encode_prompt
 from .sampling import sample, stop_ids
 
 log = logging.getLogger("halo_learner")
@@ -249,6 +250,8 @@ class Learner:
                 **self._reused(self._vdir(inp.run_id, inp.version)),
                 retokenized=m.get("retokenized", 0),
                 token_mismatch_rate=m.get("token_mismatch_rate", 0.0),
+                unknown_logprobs=m.get("unknown_logprobs"),
+                prompt_mismatch_rate=m.get("prompt_mismatch_rate"),
                 **{k: m.get(k) for k in GRPO_STAT_KEYS},
             )
         batch = GrpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
@@ -261,7 +264,17 @@ class Learner:
         self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
         # Encoding a large batch's screenshots takes seconds before the first chunk: heartbeat through it too.
         preparing = (lambda: progress({"phase": "update_policy", "stage": "prepare"})) if progress else None
-        samples, retok, mismatched = self._grpo_samples(batch, preparing)
+        prep = grpo_samples(
+            batch,
+            PromptCache(self.policy.processor, self.blobs),
+            self.policy.tokenizer,
+            self._sampled_tokens,
+            self._prompt_token_ids,
+            lambda ref, ids: self.grammars.completion_bitmask(ref, ids),
+            preparing,
+            retokenise=completion_ids_from_text,
+        )
+        samples, retok = prep.samples, prep.retokenized
         plan = self._plan(inp.batch_ref, samples)
         beat = _beater(progress, "update_policy", len(samples), micro_batch=plan.micro_batch)
         self.resident = None  # weights are about to change; unknown until committed
@@ -297,7 +310,9 @@ class Learner:
             seconds=stats.seconds,
             items=len(samples),
             retokenized=retok,
-            token_mismatch_rate=(mismatched / retok) if retok else 0.0,
+            token_mismatch_rate=prep.token_mismatch_rate,
+            unknown_logprobs=prep.unknown_logprobs,
+            prompt_mismatch_rate=prep.prompt_mismatch_rate,
             max_abs_log_ratio=ratios.max_abs_log_ratio,
             **update_stats,
             estimated_peak_gib=plan.peak_bytes / 2**30,
@@ -308,7 +323,7 @@ class Learner:
             return self.update_policy(inp, progress)
         log.info(
             "update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
-            "%d tokens with sampler log-probs, %.3f clipped, micro-batch %d) in %.2fs",
+            "%d tokens with sampler log-probs, %d unknown, %.3f clipped, micro-batch %d) in %.2fs",
             inp.run_id,
             inp.version,
             stats.loss,
@@ -318,6 +333,7 @@ class Learner:
             ts.entropy or 0.0,
             retok,
             ratios.tokens,
+            prep.unknown_logprobs,
             ratios.clip_fraction,
             plan.micro_batch,
             stats.seconds,
@@ -329,60 +345,27 @@ class Learner:
             stats,
             retokenized=retok,
             token_mismatch_rate=metrics["token_mismatch_rate"],
+            unknown_logprobs=prep.unknown_logprobs,
+            prompt_mismatch_rate=prep.prompt_mismatch_rate,
             **update_stats,
         )
-
-    def _grpo_samples(
-        self, batch: GrpoBatch, on_item: Callable[[], None] | None = None
-    ) -> tuple[list[GrpoSample], int, int]:
-        prompts = PromptCache(self.policy.processor, self.blobs)
-        tok = self.policy.tokenizer
-        vocab = len(tok)
-        samples, retok, mismatched = [], 0, 0
-        for i, it in enumerate(batch.items):
-            prompt = prompts.get(it.prompt)
-            if it.tokens_ref is not None:
-                sampled = self._sampled_tokens(it.tokens_ref, f"items[{i}].tokens_ref")
-                ids, old = list(sampled.token_ids), sampled.logprobs
-                if max(ids) >= vocab:
-                    raise InvalidBatch(
-                        f"items[{i}].tokens_ref {it.tokens_ref} has ids outside the vocabulary (0..{vocab - 1})"
-                    )
-            else:
-                r = completion_ids_from_text(tok, prompt.text, it.completion, end_of_turn=it.finish_reason != "length")
-                ids, old, retok = r.ids, None, retok + 1
-                mismatched += r.mismatch
-            if batch.max_completion_len is not None and len(ids) > batch.max_completion_len:
-                ids = ids[: batch.max_completion_len]
-                old = old[: batch.max_completion_len] if old is not None else None
-            try:
-                bitmask = self.grammars.completion_bitmask(it.grammar_ref, ids) if it.grammar_ref else None
-            except ValueError as e:
-                raise InvalidBatch(f"items[{i}]: {e}") from e
-            samples.append(
-                GrpoSample(
-                    prompt=prompt,
-                    prompt_key=prompt_key(it.prompt),
-                    ids=ids,
-                    advantage=it.advantage,
-                    old_logprobs=old,
-                    bitmask=bitmask,
-                )
-            )
-            if on_item:
-                on_item()
-        return samples, retok, mismatched
 
     def _sampled_tokens(self, ref: str, where: str) -> SampledTokens:
         """The sampler's tokens behind a reference, checked (ids non-empty, one log-prob per id); a missing blob is
         BlobNotFound, one that breaks the schema an InvalidBatch naming the item."""
+        return self._checked_blob(SampledTokens, ref, where, "the sampler's tokens")
+
+    def _prompt_token_ids(self, ref: str, where: str) -> list[int]:
+        return self._checked_blob(PromptTokenIds, ref, where, "the server's prompt ids").prompt_token_ids
+
+    def _checked_blob(self, model, ref: str, where: str, what: str):
         raw = self.blobs.get(ref)
         try:
-            return SampledTokens.model_validate_json(raw)
+            return model.model_validate_json(raw)
         except ValidationError as e:
             first = e.errors()[0]
             field = ".".join(str(x) for x in first["loc"]) or "(root)"
-            raise InvalidBatch(f"{where}: {ref} is not the sampler's tokens: {field}: {first['msg']}") from None
+            raise InvalidBatch(f"{where}: {ref} is not {what}: {field}: {first['msg']}") from None
 
     # ---- update_dpo ------------------------------------------------------------------------------
 

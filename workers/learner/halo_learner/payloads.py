@@ -50,21 +50,45 @@ Prompt = Annotated[list[PromptMessage], Field(min_length=1)]
 # ---- the sampler's tokens (lib/experience.ts SampledTokens) --------------------------------------
 
 
+# vLLM clamps a log-prob to max(lp, -9999.0): -inf (a token masked out) or nothing measured comes back as this.
+UNKNOWN_LOGPROB_FLOOR = -9999.0
+
+
 class SampledTokens(_Strict):
     """The blob behind a tokens_ref: the sampled ids (end-of-turn token included) and the log-prob of each, after
     temperature (vLLM's processed_logprobs, or sampling.py), as the sampler wrote them."""
 
     token_ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
     # Null when the server gave ids without log-probs: the update then has no sampler log-probs (ratio 1).
-    logprobs: list[float] | None = None
+    # A null entry is one unknown log-prob (vLLM's -9999 placeholder, or none reported); so is a number at or below
+    # UNKNOWN_LOGPROB_FLOOR in blobs written before the entries could be null. See known_logprobs.
+    logprobs: list[float | None] | None = None
     # Written by the colocated sampler: the grammar the tokens were sampled under (constrained decoding).
     grammar_ref: str | None = None
+    # The prompt token ids the server encoded for this request (a PromptTokenIds blob), to compare with the
+    # learner's own encoding of the stored prompt.
+    prompt_ref: BlobRef | None = None
 
     @model_validator(mode="after")
     def _paired(self) -> "SampledTokens":
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ValueError(f"logprobs has {len(self.logprobs)} entries but token_ids has {len(self.token_ids)}")
         return self
+
+    def known_logprobs(self) -> tuple[list[float | None] | None, int]:
+        """The log-probs with every unknown entry as None, and how many are unknown."""
+        if self.logprobs is None:
+            return None, 0
+        out = [
+            None if lp is None or not math.isfinite(lp) or lp <= UNKNOWN_LOGPROB_FLOOR else lp for lp in self.logprobs
+        ]
+        return out, sum(lp is None for lp in out)
+
+
+class PromptTokenIds(_Strict):
+    """The blob behind a SampledTokens prompt_ref: vLLM's `prompt_token_ids` of the request."""
+
+    prompt_token_ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
 
 
 # ---- update_policy -------------------------------------------------------------------------------
@@ -145,6 +169,10 @@ class UpdatePolicyOutput(UpdateOutput):
     # retokenisation is not a faithful stand-in for what was sampled (their old log-probs are not used).
     retokenized: int
     token_mismatch_rate: float
+    # Sampler tokens whose log-prob was unknown (the update used its own there: ratio 1), and the share of the
+    # completions with the server's prompt ids whose ids differ from the learner's encoding; null: written before.
+    unknown_logprobs: int | None = None
+    prompt_mismatch_rate: float | None = None
     # Per-update statistics (TRL / CleanRL style), measured before the optimiser step; null when unknown
     # (kl without a reference pass, ratio figures without sampler log-probs, versions written before them).
     kl: float | None = None  # mean k3 estimate of KL(pi_theta || pi_ref) per completion token

@@ -110,6 +110,44 @@ class PromptCache:
         return self._cache[key]
 
 
+@dataclass
+class PromptIdsMismatch:
+    """Where the server's prompt ids first part from the learner's (`position` may be the shorter one's length)."""
+
+    position: int
+    server_id: int | None  # None: the server's ids end here
+    learner_id: int | None
+    server_text: str  # the decoded neighbourhood of the position on each side
+    learner_text: str
+    lengths: tuple[int, int]  # (server, learner)
+
+    def describe(self) -> str:
+        return (
+            f"first difference at position {self.position} of ({self.lengths[0]} server, {self.lengths[1]} learner) "
+            f"ids: server {self.server_id} vs learner {self.learner_id}; "
+            f"server ...{self.server_text!r}... learner ...{self.learner_text!r}..."
+        )
+
+
+def compare_prompt_ids(tokenizer, server: list[int], learner: list[int], context: int = 8) -> PromptIdsMismatch | None:
+    """None when the server encoded the prompt to exactly the learner's ids, else the first difference."""
+    if server == learner:
+        return None
+    pos = next((i for i, (a, b) in enumerate(zip(server, learner)) if a != b), min(len(server), len(learner)))
+
+    def around(ids: list[int]) -> str:
+        return tokenizer.decode(ids[max(0, pos - context) : pos + context], skip_special_tokens=False)
+
+    return PromptIdsMismatch(
+        position=pos,
+        server_id=server[pos] if pos < len(server) else None,
+        learner_id=learner[pos] if pos < len(learner) else None,
+        server_text=around(server),
+        learner_text=around(learner),
+        lengths=(len(server), len(learner)),
+    )
+
+
 # ---- completions ---------------------------------------------------------------------------------
 
 

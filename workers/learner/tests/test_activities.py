@@ -135,6 +135,8 @@ def test_round_trip_snake_case_payloads(learner, blobs):
         "reused",
         "retokenized",
         "token_mismatch_rate",
+        "unknown_logprobs",
+        "prompt_mismatch_rate",
         "kl",
         "clip_fraction",
         "mean_ratio",
@@ -179,6 +181,7 @@ def test_round_trip_snake_case_payloads(learner, blobs):
             "token_ids": inline["token_ids"],
             "logprobs": inline["logprobs"],
             "grammar_ref": None,
+            "prompt_ref": None,
         }
     d = acts.update_dpo(
         {

@@ -1,0 +1,83 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { hasFreeWhitespace, vllmGrammarWhitespaceCheck } from '../../client/doctor-grammar-whitespace';
+import { vllmChecks } from '../../client/doctor-vllm';
+import { parseConfig } from '../../lib/config';
+import { FAKE_BYTE_OFFSET } from '../../testing/fake-policy-server';
+import { startFakeVllmServer } from '../../testing/fake-vllm-server';
+
+// `halo doctor` finds out whether vLLM allows free whitespace in constrained JSON (a server setting) and compares it
+// with policy.grammarWhitespace, the grammar the learner compiles.
+
+const cfgFor = (url: string, grammarWhitespace: 'compact' | 'any', constrained = true) =>
+  parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model: 'Qwen/Qwen3-VL-8B-Instruct', constrained, grammarWhitespace } });
+
+async function whitespaceCheck(disableAnyWhitespace: boolean, grammarWhitespace: 'compact' | 'any', constrained = true) {
+  const vllm = await startFakeVllmServer({ disableAnyWhitespace });
+  try {
+    const checks = await vllmChecks(cfgFor(vllm.url, grammarWhitespace, constrained), {}, 5000);
+    const c = checks.find((x) => x.id === 'vllm.grammar-whitespace');
+    assert.ok(c, JSON.stringify(checks));
+    return { check: c, requests: vllm.requests };
+  } finally {
+    await vllm.close();
+  }
+}
+
+test('doctor: a vLLM started without disable_any_whitespace fails a compact config, naming the server flag and the setting', async () => {
+  const { check, requests } = await whitespaceCheck(false, 'compact');
+  assert.equal(check.status, 'fail', JSON.stringify(check));
+  assert.match(check.detail, /free whitespace/);
+  assert.match(check.fix ?? '', /--structured-outputs-config '\{"backend":"xgrammar","disable_any_whitespace":true\}'/);
+  assert.match(check.fix ?? '', /policy\.grammarWhitespace: any/);
+  // The probe favours the whitespace tokens the server's own tokenizer names, under a JSON schema.
+  const tokenize = requests.filter((r) => r.path === '/tokenize').map((r) => (r.body as { prompt: string }).prompt);
+  assert.deepEqual(tokenize, [' ', '\n']);
+  const probe = requests.filter((r) => r.path === '/v1/chat/completions').at(-1)!.body as { logit_bias: Record<string, number>; structured_outputs: { json: unknown } };
+  assert.deepEqual(Object.keys(probe.logit_bias).map(Number).sort(), [FAKE_BYTE_OFFSET + 0x0a, FAKE_BYTE_OFFSET + 0x20]);
+  assert.ok(probe.structured_outputs.json);
+});
+
+test('doctor: server and config agree → pass (compact) or a warning (any: whitespace has no bound); they disagree the other way → fail', async () => {
+  const agreed = await whitespaceCheck(true, 'compact');
+  assert.equal(agreed.check.status, 'pass', JSON.stringify(agreed.check));
+  const any = await whitespaceCheck(false, 'any');
+  assert.equal(any.check.status, 'warn', JSON.stringify(any.check));
+  assert.match(any.check.detail, /no bound/);
+  const wider = await whitespaceCheck(true, 'any');
+  assert.equal(wider.check.status, 'fail', JSON.stringify(wider.check));
+  assert.match(wider.check.fix ?? '', /policy\.grammarWhitespace: compact/);
+  const off = await whitespaceCheck(false, 'compact', false);
+  assert.equal(off.check.status, 'skip');
+  assert.equal(off.requests.filter((r) => r.path === '/tokenize').length, 0, 'nothing probed');
+});
+
+test('doctor: a server without /tokenize leaves the whitespace unknown (a warning), never a guess', async () => {
+  const server = createServer((_req, res) => {
+    res.writeHead(404, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ detail: 'Not Found' }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const c = await vllmGrammarWhitespaceCheck(cfgFor(url, 'compact'), `${url}/v1`, { 'content-type': 'application/json' }, 5000);
+    assert.equal(c.status, 'warn');
+    assert.match(c.detail, /^unknown: .*\/tokenize does not exist/);
+    assert.match(c.fix ?? '', /disable_any_whitespace/);
+  } finally {
+    server.close();
+  }
+});
+
+test('free whitespace is whitespace outside strings other than the compact separators, within the first JSON value', () => {
+  assert.equal(hasFreeWhitespace('{"a": 1, "b": [1, 2]}'), false);
+  assert.equal(hasFreeWhitespace('{"a":1,"b":2}'), false);
+  assert.equal(hasFreeWhitespace('{"a": "x  y\\" \\n z"}'), false);
+  assert.equal(hasFreeWhitespace('<tool_call>\n{"a": 1}\n</tool_call>'), false);
+  assert.equal(hasFreeWhitespace('{ "a": 1}'), true);
+  assert.equal(hasFreeWhitespace('{"a" : 1}'), true);
+  assert.equal(hasFreeWhitespace('{"a": 1,\n"b": 2}'), true);
+  assert.equal(hasFreeWhitespace('{\n\n\n'), true, 'cut off in whitespace');
+  assert.equal(hasFreeWhitespace('no json'), false);
+});
