@@ -185,10 +185,6 @@ function refusedTokenFields(err: unknown): boolean {
 }
 
 /**
- * OpenAI's reasoning models (o-series, gpt-5 class) reject `max_tokens` and any temperature but the default;
- * vLLM and older models take `max_tokens` and `temperature`.
- */
-/**
  * vLLM's structured-output request field (0.11+; the `guided_*` fields it replaced are ignored from 0.12 on,
  * with unconstrained output) for a stored grammar blob (lib/action-grammar.ts): its JSON schema. The whitespace
  * the output may hold is the server's setting (`--structured-outputs-config`, policy.grammarWhitespace): vLLM's
@@ -200,6 +196,10 @@ export function structuredOutputs(grammar: Record<string, unknown>): { structure
   return { structured_outputs: { json: schema, disable_any_whitespace: !any_whitespace } };
 }
 
+/**
+ * OpenAI's reasoning models (o-series, gpt-5 class) reject `max_tokens` and any temperature but the default;
+ * vLLM and older models take `max_tokens` and `temperature`.
+ */
 export function samplingParams(policy: Pick<PolicyConfig, 'model' | 'maxTokens' | 'temperature'>): { max_tokens?: number; max_completion_tokens?: number; temperature?: number } {
   const name = policy.model.split('/').pop() ?? policy.model;
   if (/^(o\d|gpt-5)/i.test(name)) return { max_completion_tokens: policy.maxTokens };

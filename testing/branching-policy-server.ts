@@ -1,5 +1,5 @@
 import { chatCompletion, startChatServer } from './chat-server';
-import { promptOf, scriptedAnswer, toolCall } from './fake-policy-server';
+import { promptOf, scriptedAnswer, toolCall, vllmTokenFields } from './fake-policy-server';
 
 /**
  * An OpenAI-compatible "policy" that branches: for `n` choices, choice 0 is the fake policy server's scripted
@@ -21,7 +21,8 @@ export async function startBranchingPolicyServer(): Promise<{ url: string; reque
         const y = 40 + ((h >>> 8) % 250);
         content = toolCall({ action: 'left_click', coordinate: [x, y] });
       }
-      return { index: i, finish_reason: 'stop', message: { role: 'assistant', content } };
+      // The sampled tokens when asked, as vLLM gives them: a client that asked for ids and got none fails.
+      return { index: i, finish_reason: 'stop', message: { role: 'assistant', content }, ...vllmTokenFields(content, 'stop', body) };
     });
     return chatCompletion(`chatcmpl-branch-${index}`, body.model, choices);
   });

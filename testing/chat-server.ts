@@ -14,6 +14,14 @@ export interface ChatRequest {
   logprobs?: boolean;
   return_token_ids?: boolean;
   return_tokens_as_token_ids?: boolean;
+  top_p?: number | null;
+  top_k?: number | null;
+  min_p?: number | null;
+  presence_penalty?: number | null;
+  frequency_penalty?: number | null;
+  repetition_penalty?: number | null;
+  /** vLLM's constrained decoding; the fakes read its `json` schema (fake-constrained.ts). */
+  structured_outputs?: { json?: unknown } | null;
 }
 
 /** One part of a user message's content: text, or an image as a data URL. */
@@ -29,8 +37,8 @@ export interface JsonReply {
   body: unknown;
 }
 
-/** A `chat.completion` answer around `choices`, in the shape the OpenAI client parses. */
-export function chatCompletion(id: string, model: string, choices: unknown[]): JsonReply {
+/** A `chat.completion` answer around `choices`, in the shape the OpenAI client parses; `extra`: top-level fields (vLLM's `prompt_token_ids`). */
+export function chatCompletion(id: string, model: string, choices: unknown[], extra: Record<string, unknown> = {}): JsonReply {
   return {
     status: 200,
     body: {
@@ -40,6 +48,7 @@ export function chatCompletion(id: string, model: string, choices: unknown[]): J
       model,
       choices,
       usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+      ...extra,
     },
   };
 }

@@ -1,4 +1,7 @@
 import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } from './chat-server';
+import { constrainedAnswer, jsonSchemaOf } from './fake-constrained';
+import { effectiveSampling, fakePromptTokenIds, placeholderPositions, truncatedLogprob, type EffectiveSampling } from './fake-vllm-sampling';
+import { answerIds, DEFAULT_VOCAB, tokenText, type FakeVocab } from './fake-vocab';
 
 /**
  * A local stand-in for vLLM's OpenAI-compatible chat endpoint. It reads the goal and the accessibility
@@ -8,7 +11,9 @@ import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } fro
  * - `custom`: `answer` writes choice `choice` of a request from the parsed prompt (to script branching policies);
  * - `status`: an HTTP error with the given status.
  * Asked for `logprobs` / `return_token_ids` / `return_tokens_as_token_ids`, it answers with vLLM's token fields
- * (`vllmTokenFields`), ids from a byte-level stand-in tokenizer (`fakeTokenIds`).
+ * (`vllmTokenFields`), ids from a byte-level stand-in tokenizer (`fakeTokenIds`, or the model's own byte tokens:
+ * fake-vocab.ts), and the prompt's ids (`prompt_token_ids`) with `return_token_ids`. A request with
+ * `structured_outputs.json` gets the bare JSON of what the model meant, as the grammar allows it (fake-constrained.ts).
  */
 export interface EmailScript {
   to: string;
@@ -32,6 +37,18 @@ export interface RecordedRequest {
   logprobs?: boolean;
   returnTokenIds?: boolean;
   returnTokensAsTokenIds?: boolean;
+  /** The distribution the request was sampled from: its fields over the server's defaults (fake-vllm-sampling.ts). */
+  sampling: EffectiveSampling;
+}
+
+/** How a server answers beyond the request: a server older than 0.10.2, its sampling defaults, -9999 placeholders. */
+export interface AnswerOptions {
+  legacyTokens?: boolean;
+  defaults?: Partial<EffectiveSampling>;
+  /** Log-prob positions reported as -9999: a fraction (below 1) or a count. */
+  logprobPlaceholders?: number;
+  /** The ids text is written in (default: the made-up byte vocabulary). */
+  vocab?: FakeVocab;
 }
 
 export interface FakePolicyServer {
@@ -110,17 +127,14 @@ export function scriptedAnswer(goal: string, tree: string, previous: string[], e
   return toolCall({ action: 'wait', time: 0 });
 }
 
-/**
- * The fake's tokenizer: one id per UTF-8 byte (`FAKE_BYTE_OFFSET + byte`), then `FAKE_EOS_ID` when the answer
- * ended by itself (vLLM's `token_ids` include the end-of-turn token). Ids stay below 272, inside the tiny learner
- * model's 400-token vocabulary, whose `<|im_end|>` is id 2.
- */
-export const FAKE_BYTE_OFFSET = 16;
-export const FAKE_EOS_ID = 2;
+export { FAKE_BYTE_OFFSET, FAKE_EOS_ID } from './fake-vocab';
 
+/**
+ * The fake's default tokenizer: one id per UTF-8 byte (`FAKE_BYTE_OFFSET + byte`), then `FAKE_EOS_ID` when the
+ * answer ended by itself (vLLM's `token_ids` include the end-of-turn token).
+ */
 export function fakeTokenIds(text: string, finishReason: string): number[] {
-  const ids = [...Buffer.from(text, 'utf8')].map((b) => FAKE_BYTE_OFFSET + b);
-  return finishReason === 'stop' ? [...ids, FAKE_EOS_ID] : ids;
+  return answerIds(DEFAULT_VOCAB, text, finishReason);
 }
 
 /** A made-up but deterministic log-prob per position: different tokens, different values, all in [-0.9, -0.01]. */
@@ -131,18 +145,27 @@ export function fakeLogprob(id: number, position: number): number {
 /**
  * The per-choice token fields vLLM adds when asked (`vllm/entrypoints/openai` chat protocol): `token_ids` with
  * `return_token_ids` (unless `legacy`, a server older than 0.10.2 that lacks it), and `logprobs.content` with
- * `logprobs`, its `token` written as `"token_id:N"` with `return_tokens_as_token_ids`.
+ * `logprobs`, its `token` written as `"token_id:N"` with `return_tokens_as_token_ids`. The log-probs are those of
+ * the distribution sampled from (`sampling`: cut by top-k/top-p/min-p, `truncatedLogprob`), -9999 at placeholders.
  */
-export function vllmTokenFields(text: string, finishReason: string, body: ChatRequest, legacy = false): Record<string, unknown> {
-  const ids = fakeTokenIds(text, finishReason);
+export function vllmTokenFields(
+  text: string,
+  finishReason: string,
+  body: ChatRequest,
+  legacy = false,
+  opts: { sampling?: EffectiveSampling; logprobPlaceholders?: number; vocab?: FakeVocab } = {},
+): Record<string, unknown> {
+  const vocab = opts.vocab ?? DEFAULT_VOCAB;
+  const ids = answerIds(vocab, text, finishReason);
   const out: Record<string, unknown> = {};
   if (body.return_token_ids === true && !legacy) out.token_ids = ids;
   if (body.logprobs === true) {
     const asIds = body.return_tokens_as_token_ids === true;
+    const unknown = placeholderPositions(ids.length, opts.logprobPlaceholders);
     out.logprobs = {
       content: ids.map((id, t) => {
-        const token = asIds ? `token_id:${id}` : id === FAKE_EOS_ID ? '' : String.fromCharCode(id - FAKE_BYTE_OFFSET);
-        const lp = fakeLogprob(id, t);
+        const token = asIds ? `token_id:${id}` : tokenText(vocab, id);
+        const lp = unknown.has(t) ? -9999 : opts.sampling ? truncatedLogprob(fakeLogprob(id, t), opts.sampling) : fakeLogprob(id, t);
         return { token, logprob: lp, bytes: [...Buffer.from(token, 'latin1')], top_logprobs: [] };
       }),
     };
@@ -167,7 +190,7 @@ export function promptOf(body: ChatRequest): { hasImage: boolean; goal: string; 
 }
 
 /** A chat request as recorded: what our system asked for. */
-function record(body: ChatRequest, hasImage: boolean, goal: string): RecordedRequest {
+function record(body: ChatRequest, hasImage: boolean, goal: string, sampling: EffectiveSampling): RecordedRequest {
   return {
     model: body.model,
     n: body.n ?? 1,
@@ -178,6 +201,7 @@ function record(body: ChatRequest, hasImage: boolean, goal: string): RecordedReq
     logprobs: body.logprobs,
     returnTokenIds: body.return_token_ids,
     returnTokensAsTokenIds: body.return_tokens_as_token_ids,
+    sampling,
   };
 }
 
@@ -187,7 +211,7 @@ export interface ChatResponder {
   delayMs: number;
   onRequest?: (index: number) => Promise<void> | void;
   /** Answers a parsed `/v1/chat/completions` body: the status and the JSON body to send. */
-  answer(body: ChatRequest, opts?: { legacyTokens?: boolean }): Promise<JsonReply>;
+  answer(body: ChatRequest, opts?: AnswerOptions): Promise<JsonReply>;
 }
 
 /** The "model" behind the fake servers: scripted answers, with the token fields vLLM returns when asked. */
@@ -200,26 +224,32 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
     async answer(body, opts = {}) {
       const { hasImage, goal, tree, previous } = promptOf(body);
       const index = r.requests.length;
-      r.requests.push(record(body, hasImage, goal));
+      const sampling = effectiveSampling(body, opts.defaults);
+      r.requests.push(record(body, hasImage, goal, sampling));
       await r.onRequest?.(index);
       if (r.delayMs > 0) await new Promise((res) => setTimeout(res, r.delayMs));
       if (mode.kind === 'status') return { status: mode.status, body: { error: { message: `fake server says ${mode.status}`, type: 'Error' } } };
       const n = Math.max(1, Number(body.n ?? 1));
+      const vocab = opts.vocab ?? DEFAULT_VOCAB;
+      const json = body.structured_outputs?.json;
+      const schema = json == null ? undefined : jsonSchemaOf(json);
       const choices = Array.from({ length: n }, (_, i) => {
-        const content =
+        const free =
           mode.kind === 'garbage'
             ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
             : mode.kind === 'custom'
               ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1) })
               : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
+        const content = schema ? constrainedAnswer(schema, free) : free;
         return {
           index: i,
           finish_reason: 'stop',
           message: { role: 'assistant', content },
-          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens),
+          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens, { sampling, logprobPlaceholders: opts.logprobPlaceholders, vocab }),
         };
       });
-      return chatCompletion(`chatcmpl-fake-${index}`, body.model, choices);
+      const prompt = body.return_token_ids === true && !opts.legacyTokens ? { prompt_token_ids: fakePromptTokenIds(body, vocab) } : {};
+      return chatCompletion(`chatcmpl-fake-${index}`, body.model, choices, prompt);
     },
   };
   return r;

@@ -4,6 +4,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { join } from 'node:path';
 import type { ChatRequest } from './chat-server';
 import { createChatResponder, type FakeMode, type RecordedRequest } from './fake-policy-server';
+import { fakeTokenize, withFreeWhitespace } from './fake-whitespace';
+import { effectiveSampling, QWEN3_VL_GENERATION_CONFIG, samplingError, serverDefaults } from './fake-vllm-sampling';
+import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -21,11 +24,24 @@ import { createChatResponder, type FakeMode, type RecordedRequest } from './fake
  *   NotFoundError `The model \`<name>\` does not exist.` (param "model", as from 0.14). Answers come from the
  *   scripted fake model (fake-policy-server.ts), with `token_ids` and `logprobs.content` when asked
  *   (`return_token_ids`, `logprobs`, `return_tokens_as_token_ids`); `legacyTokens` plays a server older than
- *   0.10.2, which ignores `return_token_ids`.
+ *   0.10.2, which ignores `return_token_ids`. With `return_token_ids` the answer carries the prompt's ids
+ *   (top-level `prompt_token_ids`, the fake's own encoding of the prompt).
+ * - Sampling (fake-vllm-sampling.ts): a field the request leaves out comes from `generationConfig` (default: Qwen3-VL's
+ *   for a Qwen3-VL base model), unless `vllmGenerationConfig` (`--generation-config vllm`); the log-probs are then
+ *   those of the cut distribution, and `chats[i].sampling` records what was sampled from. Values out of vLLM's
+ *   ranges → 400 BadRequestError with `SamplingParams._verify_args`'s message. `logprobPlaceholders` reports that
+ *   fraction (below 1) or count of log-prob positions as -9999, as vLLM clamps a missing or -inf one.
  * - Images (`image_url` parts): taken as they come, unless `maxImagesPerPrompt` is set (`--limit-mm-per-prompt`:
  *   more image parts → 400 BadRequestError `At most <N> image(s) may be provided in one prompt.`, param "image"; 0
  *   plays a text-only server) or `checkImages` is on (a data URL whose bytes are no PNG, JPEG, GIF or WebP → 400
  *   BadRequestError `cannot identify image file <_io.BytesIO object at 0x…>`, PIL's complaint that vLLM passes on).
+ * - Constrained answers (`structured_outputs.json`): the bare JSON value of the scripted action that the schema admits
+ *   (fake-constrained.ts), then the end of turn; with free whitespace unless `disableAnyWhitespace` (the server
+ *   flag; the request's `disable_any_whitespace` is ignored, as vLLM does): fake-whitespace.ts. `POST /tokenize
+ *   {prompt}` gives the fake tokenizer's ids.
+ * - Token ids: a made-up byte vocabulary, or with `tokenizer` (a byte-level BPE `tokenizer.json`, e.g. the learner's
+ *   tiny model's; `setTokenizer` when it exists only after the server started) the model's own single-byte tokens
+ *   and its `<|im_end|>` (fake-vocab.ts): ids the model's tokenizer and xgrammar accept.
  * - `restart()`: what a restarted vLLM remembers of its runtime adapters: nothing.
  * - Errors: `{"error": {"message", "type", "param": null, "code": <status>}}`; non-JSON bodies → 415 like
  *   vLLM's `validate_json_request`. With `runtimeLoraUpdating: false` the two POST routes do not exist
@@ -47,6 +63,8 @@ export interface FakeVllmServer {
   /** Times `restart()` was called. */
   restarts: number;
   setMode(mode: FakeMode): void;
+  /** Answers in the ids of this byte-level BPE `tokenizer.json` from now on (the `tokenizer` start option). */
+  setTokenizer(tokenizerJson: string): void;
   /** Added to every chat answer (a real model's latency). */
   delayMs: number;
   /** The next `count` requests answer this status with a vLLM-shaped error (e.g. 500, 503). */
@@ -68,6 +86,16 @@ export async function startFakeVllmServer(
     maxImagesPerPrompt?: number;
     /** Refuse images whose bytes no image decoder knows, as vLLM (PIL) does. */
     checkImages?: boolean;
+    /** `--structured-outputs-config '{"disable_any_whitespace":true}'`; default false, vLLM's: constrained answers hold free whitespace (fake-whitespace.ts). */
+    disableAnyWhitespace?: boolean;
+    /** The model's generation_config.json sampling fields; default Qwen3-VL's when the base model is a Qwen3-VL, else none. */
+    generationConfig?: Record<string, number>;
+    /** `--generation-config vllm`: the model's generation config is not applied. */
+    vllmGenerationConfig?: boolean;
+    /** Log-prob positions reported as -9999: a fraction (below 1) or a count. */
+    logprobPlaceholders?: number;
+    /** A byte-level BPE `tokenizer.json`: ids are its single-byte tokens and its `<|im_end|>` (default: made-up ids). */
+    tokenizer?: string;
   } = {},
 ): Promise<FakeVllmServer> {
   const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
@@ -78,7 +106,11 @@ export async function startFakeVllmServer(
   const messages: unknown[][] = [];
   const chat = createChatResponder(opts.mode ?? { kind: 'scripted' });
   const created = Math.floor(Date.now() / 1000);
+  const ph = opts.logprobPlaceholders;
+  if (ph !== undefined && !(ph >= 0 && (ph < 1 || Number.isInteger(ph)))) throw new Error(`logprobPlaceholders must be a fraction in [0, 1) or a whole count, got ${ph}`);
+  const defaults = serverDefaults(opts.generationConfig ?? (/qwen3-vl/i.test(baseModel) ? QWEN3_VL_GENERATION_CONFIG : {}), opts.vllmGenerationConfig ?? false);
   let failing: { status: number; count: number } | undefined;
+  let vocab: FakeVocab = opts.tokenizer ? byteLevelVocab(opts.tokenizer) : DEFAULT_VOCAB;
 
   const server = createServer((req, res) => {
     void handle(req, res).catch((err) => sendError(res, 500, 'InternalServerError', String(err)));
@@ -134,6 +166,16 @@ export async function startFakeVllmServer(
       });
     }
 
+    // vLLM's tokenizer route (serve/tokenize/api_router.py): `{model?, prompt}` → `{count, max_model_len, tokens, token_strs}`.
+    if (req.method === 'POST' && path === '/tokenize') {
+      const b = (typeof body === 'object' && body !== null ? body : {}) as { model?: unknown; prompt?: unknown };
+      if (typeof b.model === 'string' && b.model && b.model !== baseModel && !adapters.has(b.model)) {
+        return sendJson(res, 404, { error: { message: `The model \`${b.model}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } });
+      }
+      if (typeof b.prompt !== 'string') return sendError(res, 400, 'BadRequestError', 'prompt: Field required');
+      return sendJson(res, 200, fakeTokenize(b.prompt, 8192, vocab));
+    }
+
     if (req.method === 'GET' && path === '/health') {
       res.writeHead(200, { 'content-length': 0 });
       return res.end();
@@ -152,9 +194,12 @@ export async function startFakeVllmServer(
       if (imageError) return sendJson(res, 400, { error: { message: imageError.message, type: 'BadRequestError', param: imageError.param, code: 400 } });
       const constraint = structuredOutputsError(body as Record<string, unknown>);
       if (constraint) return sendError(res, 400, 'BadRequestError', constraint);
+      const sampling = samplingError(effectiveSampling(body as ChatRequest, defaults));
+      if (sampling) return sendJson(res, 400, { error: { message: sampling.message, type: 'BadRequestError', param: sampling.param, code: 400 } });
       if (opts.recordMessages) messages.push((body as { messages?: unknown[] }).messages ?? []);
-      const out = await chat.answer(body as ChatRequest, { legacyTokens: opts.legacyTokens });
-      return sendJson(res, out.status, out.body);
+      const out = await chat.answer(body as ChatRequest, { legacyTokens: opts.legacyTokens, defaults, logprobPlaceholders: opts.logprobPlaceholders, vocab });
+      const reply = opts.disableAnyWhitespace ? out : withFreeWhitespace(out, body as Record<string, unknown>, vocab);
+      return sendJson(res, reply.status, reply.body);
     }
 
     const lora = (path === '/v1/load_lora_adapter' || path === '/v1/unload_lora_adapter') && opts.runtimeLoraUpdating !== false;
@@ -202,6 +247,9 @@ export async function startFakeVllmServer(
     unknownModels,
     restarts: 0,
     setMode: (m) => chat.setMode(m),
+    setTokenizer(tokenizerJson) {
+      vocab = byteLevelVocab(tokenizerJson);
+    },
     get delayMs() {
       return chat.delayMs;
     },

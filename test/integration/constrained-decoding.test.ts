@@ -7,14 +7,17 @@ import { join } from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
-import { actionGrammar, elementIdsOf } from '../../lib/action-grammar';
+import { actionGrammar, elementIdsOf, grammarBlob } from '../../lib/action-grammar';
 import { isValidAction } from '../../lib/actions';
 import { parseConfig } from '../../lib/config';
 import type { PromptObservationRef } from '../../lib/episode-types';
 import { parseAction } from '../../lib/parse';
 import { buildPrompt } from '../../lib/prompt';
 import { crc32, PNG_SIGNATURE } from '../../host/png';
+import { FAKE_BYTE_OFFSET, fakeTokenIds } from '../../testing/fake-policy-server';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
+import { constrainedAnswer } from '../../testing/fake-constrained';
+import { byteLevelVocab } from '../../testing/fake-vocab';
 import { failureOf } from '../helpers/application-failure';
 
 // Constrained action decoding, both backends, with the real grammar builder and the real parser: the colocated
@@ -76,7 +79,7 @@ test('the grammar lists exactly the page ids', () => {
 test('colocated: hundreds of samples from the random local model all parse into valid actions on the page', async () => {
   const grammar = actionGrammar(AXTREE, MAX_TOKENS);
   {
-    const gRef = await blobs.putJson(grammar.schema);
+    const gRef = await blobs.putJson(grammarBlob(grammar));
     const promptRef = await blobs.putJson(buildPrompt({ ...observation, axtree: AXTREE }, [], 5));
     const out = execFileSync(join(process.cwd(), '.venv/bin/python'), ['test/helpers/constrained-sample.py', promptRef, gRef, '25', '8', String(MAX_TOKENS)], {
       env: { ...process.env, HALO_HOME: root, HF_HUB_OFFLINE: '1', TOKENIZERS_PARALLELISM: 'false' },
@@ -105,13 +108,13 @@ describe('openai backend', () => {
   let vllm: FakeVllmServer;
   let control: ReturnType<typeof createControlActivities>;
   before(async () => {
-    vllm = await startFakeVllmServer({ baseModel: 'base-model' });
+    vllm = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: true });
     control = createControlActivities(blobs);
   });
   after(async () => vllm?.close());
 
-  const policy = (constrained: boolean, maxTokens = MAX_TOKENS) =>
-    parseConfig({ policy: { baseUrl: `${vllm.url}/v1`, model: 'base-model', maxAttempts: 1, constrained, maxTokens } }).policy;
+  const policy = (constrained: boolean, maxTokens = MAX_TOKENS, grammarWhitespace: 'compact' | 'any' = 'compact') =>
+    parseConfig({ policy: { baseUrl: `${vllm.url}/v1`, model: 'base-model', maxAttempts: 1, constrained, maxTokens, grammarWhitespace } }).policy;
   const lastChat = () => vllm.requests.filter((r) => r.path === '/v1/chat/completions').at(-1)?.body as Record<string, unknown>;
 
   test('a constrained request carries the page grammar in structured_outputs, and the result names it', async () => {
@@ -123,7 +126,16 @@ describe('openai backend', () => {
     assert.match(JSON.stringify(so.json), new RegExp(`"enum":\\[${PAGE_IDS.join(',')}\\]`));
     for (const legacy of ['guided_json', 'guided_grammar', 'guided_decoding_backend', 'response_format']) assert.equal(body[legacy], undefined, legacy);
     assert.ok(res.grammarRef);
-    assert.deepEqual(await blobs.getJson(res.grammarRef!), so.json);
+    // The blob says which whitespace the server sampled under, for the learner's mask.
+    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: false });
+  });
+
+  test('policy.grammarWhitespace any: the blob records free whitespace; the request sends the same schema', async () => {
+    const res = await control.samplePolicy({ policy: policy(true, MAX_TOKENS, 'any'), n: 1, observation, history: [] });
+    const so = lastChat().structured_outputs as { json: Record<string, unknown>; disable_any_whitespace: boolean };
+    assert.deepEqual(so.json, actionGrammar(AXTREE, MAX_TOKENS).schema);
+    assert.equal(so.disable_any_whitespace, false);
+    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: true });
   });
 
   test('an unconstrained request asks for no structure', async () => {
@@ -140,6 +152,41 @@ describe('openai backend', () => {
     assert.equal(vllm.requests.length, before, 'nothing was sent');
   });
 
+  test("the local server, started as vLLM's default (any whitespace), answers constrained requests with free whitespace whatever the request says; token ids follow the text", async () => {
+    const loose = await startFakeVllmServer({ baseModel: 'base-model' });
+    try {
+      const ask = async (extra: Record<string, unknown>) => {
+        const res = await fetch(`${loose.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'base-model', messages: [{ role: 'user', content: 'x' }], max_tokens: 40, logprobs: true, return_token_ids: true, ...extra }),
+        });
+        assert.equal(res.status, 200);
+        const c = ((await res.json()) as { choices: { message: { content: string }; token_ids: number[]; finish_reason: string; logprobs: { content: unknown[] } }[] }).choices[0];
+        assert.deepEqual(c.token_ids, fakeTokenIds(c.message.content, c.finish_reason));
+        assert.equal(c.logprobs.content.length, c.token_ids.length);
+        return c;
+      };
+      const plain = await ask({});
+      assert.doesNotMatch(plain.message.content, /\{ /, 'unconstrained: as scripted');
+      const so = { json: actionGrammar(AXTREE, MAX_TOKENS).schema, disable_any_whitespace: true };
+      const loose1 = await ask({ structured_outputs: so });
+      assert.match(loose1.message.content, /\{ "name" : "computer_use" , "arguments" : \{ /);
+      assert.deepEqual(
+        JSON.parse(loose1.message.content.slice(loose1.message.content.indexOf('{'), loose1.message.content.lastIndexOf('}') + 1)),
+        // What the scripted model wrote unconstrained, as far as the grammar lets it (its `wait` 0 is below the minimum).
+        JSON.parse(constrainedAnswer(so.json, plain.message.content)),
+      );
+      // Whitespace favoured by logit_bias: greedy decoding writes it until max_tokens.
+      const biased = await ask({ structured_outputs: so, logit_bias: { [String(FAKE_BYTE_OFFSET + 0x20)]: 100 } });
+      assert.equal(biased.finish_reason, 'length');
+      assert.equal(biased.token_ids.length, 40);
+      assert.match(biased.message.content, /\{ +$/);
+    } finally {
+      await loose.close();
+    }
+  });
+
   test('the local server refuses what vLLM refuses: two constraints, or none', async () => {
     for (const so of [{ json: {}, regex: 'a' }, { disable_any_whitespace: true }]) {
       const res = await fetch(`${vllm.url}/v1/chat/completions`, {
@@ -150,5 +197,76 @@ describe('openai backend', () => {
       assert.equal(res.status, 400);
       assert.match(((await res.json()) as { error: { message: string } }).error.message, /kind of structured outputs constraint/);
     }
+  });
+});
+
+describe("the local server's constrained answers, in the tiny model's token ids, pass the learner's grammar check", () => {
+  const python = join(process.cwd(), '.venv/bin/python');
+  const check = (args: string[]) =>
+    JSON.parse(
+      execFileSync(python, ['test/helpers/grammar-check.py', ...args], {
+        env: { ...process.env, HALO_HOME: root, HF_HUB_OFFLINE: '1', TOKENIZERS_PARALLELISM: 'false' },
+        encoding: 'utf8',
+        maxBuffer: 64 << 20,
+      }),
+    );
+  let tokenizer: string;
+  before(() => {
+    tokenizer = (check([]) as { tokenizer: string }).tokenizer;
+  });
+
+  // The scripted model's choice for each goal, as xgrammar writes it compact: properties in schema order.
+  const cases = [
+    { goal: 'Click on the "okay" button.', compact: '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [60, 327]}}' },
+    { goal: 'Enter "hello" into the text field', compact: '{"name": "computer_use", "arguments": {"action": "type", "element_id": 8, "text": "hello"}}' },
+    // The scripted fallback `wait` 0 is below the grammar's minimum: the first action the grammar admits instead.
+    { goal: 'Do nothing in particular', compact: '{"name": "computer_use", "arguments": {"action": "click_element", "element_id": 3}}' },
+  ];
+
+  async function sample(server: FakeVllmServer, grammarWhitespace: 'compact' | 'any') {
+    const control = createControlActivities(blobs);
+    const policy = parseConfig({
+      policy: { baseUrl: `${server.url}/v1`, model: 'base-model', maxAttempts: 1, constrained: true, maxTokens: MAX_TOKENS, grammarWhitespace, tokenIds: 'on' },
+    }).policy;
+    const out: { grammarRef: string; tokensRef: string; text: string; compact: string }[] = [];
+    for (const { goal, compact } of cases) {
+      const res = await control.samplePolicy({ policy, n: 2, observation: { ...observation, goal }, history: [] });
+      assert.ok(res.grammarRef);
+      for (const c of res.candidates) {
+        assert.equal(c.finishReason, 'stop');
+        assert.ok(c.tokensRef, 'the server gave token ids');
+        out.push({ grammarRef: res.grammarRef, tokensRef: c.tokensRef, text: (await blobs.get(c.completionRef)).toString('utf8'), compact });
+      }
+    }
+    return out;
+  }
+
+  test('bare JSON in schema order, then <|im_end|>; every completion a path through its grammar (compact and free whitespace); made-up ids are not', async () => {
+    const eos = byteLevelVocab(tokenizer).eos;
+    const pairs: [string, string][] = [];
+    for (const ws of ['compact', 'any'] as const) {
+      const server = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: ws === 'compact', tokenizer });
+      try {
+        for (const s of await sample(server, ws)) {
+          if (ws === 'compact') assert.equal(s.text, s.compact);
+          else assert.match(s.text, /^\{ "name" : "computer_use" , "arguments" : \{ "action" : /);
+          assert.deepEqual(JSON.parse(s.text), JSON.parse(s.compact));
+          assert.ok(isValidAction(parseAction(s.text)), s.text);
+          const ids = (await blobs.getJson<{ token_ids: number[] }>(s.tokensRef)).token_ids;
+          assert.equal(ids.length, Buffer.byteLength(s.text) + 1, 'one token per byte, then the end of turn');
+          assert.equal(ids.at(-1), eos);
+          pairs.push([s.grammarRef, s.tokensRef]);
+        }
+      } finally {
+        await server.close();
+      }
+    }
+    // The control: the same answers in the made-up byte ids, which are not the tiny model's tokens.
+    const madeUp = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: true });
+    const wrong = await sample(madeUp, 'compact').finally(() => madeUp.close());
+    const { results, widened } = check([JSON.stringify([...pairs, ...wrong.map((s) => [s.grammarRef, s.tokensRef])])]) as { results: (string | null)[]; widened: number };
+    assert.deepEqual(results.slice(0, pairs.length), Array(pairs.length).fill(null));
+    assert.equal(widened, 0, 'every token was inside the mask xgrammar computes');
+    for (const r of results.slice(pairs.length)) assert.match(r ?? '', /is not allowed by grammar/);
   });
 });

@@ -14,22 +14,37 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 // The production job rehearsed: configs/grpo-real.yaml's shape (openai backend served by vLLM with runtime
 // LoRA loading, step grouping N=8, parallelism 4, REAL v2 through HALO_REAL_ORIGIN), the Python learner on
 // the gpu queue, against a local server that enforces vLLM's contract. vLLM is restarted mid-run and forgets
-// every adapter; the run must go on sampling from the adapter it trains.
+// every adapter; the run must go on sampling from the adapter it trains. It runs with constrained decoding off (the
+// shipped setting) and on, and every request must state the whole sampling distribution: the stand-in applies
+// Qwen3-VL's generation config (top_k 20, top_p 0.8) to whatever a request leaves out, as vLLM does.
 let site: FakeRealSite;
 let vllm: FakeVllmServer;
 let stack: TestStack;
-const RUN = 'grpo-rehearsal';
+let RUN = 'grpo-rehearsal';
 const BASE = 'Qwen/Qwen3-VL-8B-Instruct';
 
-before(async () => {
-  site = await startFakeRealSite();
-  vllm = await startFakeVllmServer({
+// Started as compose starts vLLM (disable_any_whitespace), answering in the ids of the learner's model (the tiny
+// model's tokenizer, written when the learner started): ids the learner's tokenizer and grammar check take as sampled.
+const startVllm = () =>
+  startFakeVllmServer({
     baseModel: BASE,
+    disableAnyWhitespace: true,
+    tokenizer: tinyTokenizer(),
     mode: {
       kind: 'scripted',
       email: { to: 'brian.king@example.com', subject: 'Meeting notes', body: 'Hi Brian, could you please send me the notes from our meeting? Thanks!' },
     },
   });
+
+function tinyTokenizer(): string {
+  const models = join(stack.home, 'models');
+  const tiny = existsSync(models) ? readdirSync(models).find((d) => d.startsWith('tiny-random-')) : undefined;
+  if (!tiny) throw new Error(`the learner wrote no tiny model under ${models}`);
+  return join(models, tiny, 'tokenizer.json');
+}
+
+before(async () => {
+  site = await startFakeRealSite();
   process.env.HALO_REAL_ORIGIN = site.origin; // inherited by the browser workers
   // Fewer site slots than N: the old per-session limiter deadlocked at the first step group with these numbers.
   process.env.HALO_SITE_CONCURRENCY = '2';
@@ -41,13 +56,13 @@ after(async () => {
   await site?.close();
 });
 
-function rehearsalConfig() {
+function rehearsalConfig(constrained: boolean) {
   const shipped = loadConfigFile(join(__dirname, '..', '..', 'configs', 'grpo-real.yaml'));
   // The shipped file, with only what a local rehearsal must change: addresses, queues, size.
   return parseConfig({
     ...shipped,
     temporal: { ...shipped.temporal, address: stack.address, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
-    policy: { ...shipped.policy, baseUrl: `${vllm.url}/v1`, timeoutMs: 20_000 },
+    policy: { ...shipped.policy, baseUrl: `${vllm.url}/v1`, timeoutMs: 20_000, constrained },
     episode: { ...shipped.episode, maxSteps: 1, sessionStartTimeoutMs: 20_000, heartbeatTimeoutMs: 10_000 },
     train: {
       ...shipped.train,
@@ -67,8 +82,20 @@ function rehearsalConfig() {
 
 const version = (model: string) => (model === BASE ? 0 : Number(/-v(\d+)$/.exec(model)?.[1] ?? NaN));
 
-test('grpo-real shape: every iteration samples the adapter it trained, through a vLLM restart; adapters v1..v3 once', async () => {
-  const cfg = rehearsalConfig();
+// Constrained on: the stand-in answers the bare JSON of the action schema in the tiny model's ids, and the learner's
+// grammar check must take every completion (a GrammarMismatch fails the update, so the run).
+for (const constrained of [false, true]) {
+  const name = `grpo-real shape (constrained ${constrained}): every iteration samples the adapter it trained, through a vLLM restart; adapters v1..v3 once`;
+  test(name, async () => {
+    await vllm?.close();
+    vllm = await startVllm();
+    RUN = constrained ? 'grpo-rehearsal-constrained' : 'grpo-rehearsal';
+    await rehearse(constrained);
+  });
+}
+
+async function rehearse(constrained: boolean) {
+  const cfg = rehearsalConfig(constrained);
   assert.equal(cfg.train.numGenerations, 8, 'the shipped N');
   assert.equal(cfg.train.parallelism, 4, 'the shipped parallelism');
   assert.equal(cfg.train.grouping, 'step');
@@ -84,7 +111,12 @@ test('grpo-real shape: every iteration samples the adapter it trained, through a
     }
     vllm.restart();
   })();
-  const result = (await handle.result()) as TrainingResult;
+  // A failed run says why: the causes' messages, not only "Workflow execution failed".
+  const result = (await handle.result().catch((err: unknown) => {
+    const why: string[] = [];
+    for (let e = err as { message?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e) why.push(String(e.message));
+    throw new Error(why.join(' <- '));
+  })) as TrainingResult;
   await restarted;
   assert.deepEqual(result, { runId: RUN, iterations: 3, adapterVersion: 3, stoppedEarly: false });
 
@@ -99,7 +131,19 @@ test('grpo-real shape: every iteration samples the adapter it trained, through a
     assert.equal(version(body.model ?? ''), expected, `a request named ${body.model} while v${expected} was the newest adapter`);
     assert.equal(body.logprobs, true, 'sampling asks for log-probs');
     assert.equal(body.return_token_ids, true, 'sampling asks for token ids');
+    const sent = body as Record<string, unknown>;
+    assert.deepEqual(
+      [sent.top_p, sent.top_k, sent.min_p, sent.presence_penalty, sent.frequency_penalty, sent.repetition_penalty],
+      [1, 0, 0, 0, 0, 1],
+      `every request states the distribution, neutral: ${JSON.stringify(sent)}`,
+    );
+    assert.equal(sent.structured_outputs !== undefined, constrained, 'constrained requests carry the grammar');
     named.push(expected);
+  }
+
+  for (const c of vllm.chats) {
+    const { temperature: _, ...rest } = c.sampling;
+    assert.deepEqual(rest, { top_p: 1, top_k: 0, min_p: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1 }, 'sampled from the uncut distribution');
   }
   for (const v of [0, 1, 2]) assert.ok(named.includes(v), `some requests sampled from v${v}: ${[...new Set(named)]}`);
   assert.ok(!named.includes(3), 'nothing samples from v3: the run ends with its update');
@@ -133,5 +177,6 @@ test('grpo-real shape: every iteration samples the adapter it trained, through a
   for (const l of lines) {
     assert.ok(l.tokens > 0, 'the update trained on tokens');
     assert.equal((l as { retokenized?: number }).retokenized ?? 0, 0, 'every completion came with its token ids');
+    assert.equal((l as { token_mismatch_rate?: number }).token_mismatch_rate ?? 0, 0, 'no retokenisation differed from what was sampled');
   }
-});
+}
