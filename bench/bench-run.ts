@@ -16,6 +16,17 @@ export const machine = () => `${cpus().length}-core CPU VM (${cpus()[0]?.model ?
 /** Milliseconds as seconds. */
 export const fmt = (msv: number, digits = 2) => (msv / 1000).toFixed(digits);
 
+/** A small deterministic generator (xorshift32), so a bench's random schedule (kills, preemptions) can be repeated. */
+export function rng(seed: number): () => number {
+  let s = seed >>> 0 || 1;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 2 ** 32;
+  };
+}
+
 /** A report's first lines: which bench with which arguments, when, on what, and the load it started under. */
 export function printBenchHeader(name: string): void {
   console.log(`# ${name}: ${new Date().toISOString()}, ${machine()}, load avg at start ${load()}`);

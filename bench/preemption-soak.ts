@@ -32,7 +32,7 @@ import { stringify } from 'yaml';
 import { assertPortFree } from '../client/temporal-server';
 import { parseMetricsJsonl } from '../lib/run-metrics';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
-import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { load, median, printBenchHeader, printLoadAtEnd, rng, runBench } from './bench-run';
 
 const { values } = parseArgs({
   options: {
@@ -56,17 +56,6 @@ const MCTS_RUN = 'soak-mcts';
 const BASE = 'Qwen/Qwen3-VL-8B-Instruct';
 const ADDRESS = '127.0.0.1:7233';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** A small deterministic generator, so a soak's preemption schedule can be repeated. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
-}
 
 /** This checkout as git sees it (tracked and untracked, not ignored), with the installed tool folders linked. */
 function copyCheckout(): string {
@@ -127,10 +116,12 @@ function versionsOf(dir: string, runId: string): number[] {
     : [];
 }
 
-function iterationsOf(dir: string, runId: string): number[] {
+function rowsOf(dir: string, runId: string): { iteration: number; adapter_version: number | null }[] {
   const f = join(dir, 'runs', runId, 'metrics.jsonl');
-  return existsSync(f) ? parseMetricsJsonl(readFileSync(f, 'utf8')).map((r) => r.iteration) : [];
+  return existsSync(f) ? parseMetricsJsonl(readFileSync(f, 'utf8')) : [];
 }
+
+const iterationsOf = (dir: string, runId: string) => rowsOf(dir, runId).map((r) => r.iteration);
 
 const contiguous = (xs: number[]) => xs.every((x, i) => x === i + 1);
 
@@ -262,11 +253,16 @@ async function main(): Promise<void> {
     const versions = versionsOf(dir, id);
     const iters = iterationsOf(dir, id);
     const dup = iters.filter((x, i) => iters.indexOf(x) !== i);
-    const once = contiguous(versions) && contiguous(iters) && dup.length === 0 && versions.length === iters.length;
+    // An iteration whose update was skipped (MCTS: no pair) writes its row without a version, and no adapter:
+    // every version the rows name exists once, and nothing beyond the newest.
+    const rows = rowsOf(dir, id);
+    const named = Math.max(0, ...rows.map((r) => r.adapter_version ?? 0));
+    const skipped = rows.filter((r) => r.adapter_version === null).length;
+    const once = contiguous(versions) && contiguous(iters) && dup.length === 0 && versions.length === named;
     console.log(`${id}: ${ended[id]}; ${iters.length} iterations; children started ${kids.length}, completed ${done.length}, not completed ${notDone.length}`);
     for (const k of notDone.slice(0, 5)) console.log(`  not completed: ${k.type} ${k.id} ${k.status}`);
     console.log(
-      `  adapter versions ${versions.length ? `v${versions[0]}..v${versions.at(-1)}` : 'none'} (${versions.length}), metrics rows ${iters.length}: ${once ? 'each exactly once' : `NOT exactly once: versions ${versions.join(',')} rows ${iters.join(',')}`}`,
+      `  adapter versions ${versions.length ? `v${versions[0]}..v${versions.at(-1)}` : 'none'} (${versions.length}), metrics rows ${iters.length} (${skipped} without an update): ${once ? 'each exactly once' : `NOT exactly once: versions ${versions.join(',')} rows ${iters.join(',')}, newest named v${named}`}`,
     );
     if (!once || notDone.length > 0 || ended[id] !== 'stopped') bad++;
   }

@@ -37,7 +37,7 @@ import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { scriptedPolicy, stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack, type TestStack } from '../testing/stack';
 import { stopSignal } from '../workflows/messages';
-import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { load, median, printBenchHeader, printLoadAtEnd, rng, runBench } from './bench-run';
 
 const { values } = parseArgs({
   options: {
@@ -64,17 +64,6 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
 const kindOf = (p: ChildProcess): 'learner' | 'browser' | 'control' =>
   p.spawnargs.includes('halo_learner.worker') ? 'learner' : p.spawnargs.some((a) => a.endsWith('browser.ts')) ? 'browser' : 'control';
-
-/** A small deterministic generator, so a soak's kill schedule can be repeated. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
-}
 
 function percentile(xs: number[], p: number): number {
   if (!xs.length) return NaN;
