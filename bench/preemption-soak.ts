@@ -93,6 +93,14 @@ function killMachine(dir: string): string[] {
   for (const f of readdirSync(pids)) {
     const pid = Number(readFileSync(join(pids, f), 'utf8').trim());
     if (!Number.isInteger(pid) || pid <= 0) continue;
+    // A pid file can outlive its process, and the pid be reused: only a process of this copy is killed.
+    let cmdline = '';
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (!cmdline.includes(dir)) continue;
     for (const target of [-pid, pid]) {
       try {
         process.kill(target, 'SIGKILL');
@@ -275,6 +283,9 @@ async function main(): Promise<void> {
   printLoadAtEnd();
   await connection.close();
   await run(dir, 'down.log', 'npx', ['halo', 'down'], env);
+  // Whatever `halo down` left (it gives up on a process that does not stop in time) goes as in a preemption.
+  const left = killMachine(dir);
+  if (left.length) console.log(`still running after halo down, killed: ${left.join(', ')}`);
   await vllm.close();
   if (!values.keep) rmSync(dir, { recursive: true, force: true });
   else console.log(`kept ${dir}`);
