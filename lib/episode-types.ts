@@ -233,6 +233,16 @@ export function episodeInput(p: {
   };
 }
 
+/** Browser work, counted where the sessions are (workflows/durable-session.ts `Sessions`). */
+export interface BrowserWork {
+  /** Sessions started: the first, forks, rebuilds of lost ones. */
+  sessions: number;
+  /** Actions the policy chose that a browser executed as steps (every candidate of a step group included). */
+  steps: number;
+  /** Actions replayed to start or reset sessions (0 for a fork from a state copy). */
+  replayedActions: number;
+}
+
 export interface EpisodeResult {
   workflowId: string;
   task: TaskRef;
@@ -252,5 +262,7 @@ export interface EpisodeResult {
   /** REAL step groups (real.forkMode snapshot): forks from a state copy, and copies that differed and replayed. */
   forkSnapshots?: number;
   forkReplayFallbacks?: number;
+  /** The episode's browser work; absent from results recorded before it was counted. */
+  browser?: BrowserWork;
   trajectoryRef: string;
 }

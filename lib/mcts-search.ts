@@ -36,6 +36,13 @@ export interface SessionReuseCounters {
   fresh: number;
   /** Spares: sessions brought to a restored node in the background (reset in place, or new) for a later simulation. */
   prepared: number;
+  /**
+   * Of the spares, those that opened a new session and got it (the other sessions a search opens are `fresh`),
+   * and the actions all spares that got there replayed (restores' replays are `MctsCounters.replayedActions`).
+   * Counted by workflows/parked-sessions.ts from the first such spare on; absent: none (or a search from before them).
+   */
+  spareSessions?: number;
+  spareReplayedActions?: number;
 }
 
 export interface MctsCounters {

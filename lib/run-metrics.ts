@@ -9,7 +9,8 @@ import { z } from 'zod';
 // Line: `{ run_id, iteration, time, ...TrainingMetrics }` (snake_case, like the learner payloads):
 //   - `algorithm` ('grpo' | 'mcts'; absent in rows written before MCTS shared this file: read as 'grpo');
 //   - the keys every algorithm has (success_rate, mean_return, loss, grad_norm, adapter_version,
-//     num_episodes, seconds, and eval / failed_episodes / staleness when they apply);
+//     num_episodes, seconds, the browser work env_steps / sessions_opened / replayed_actions, and eval /
+//     failed_episodes / staleness when they apply);
 //   - GRPO's own keys at the top level (mean_reward, reward_std, …: where they always were), required in a
 //     GRPO row;
 //   - MCTS's own keys in the `mcts` section, required in an MCTS row.
@@ -87,6 +88,28 @@ const commonShape = {
   adapter_version: int.min(0).nullable(),
   /** Episodes (GRPO) or searches (MCTS) the iteration's numbers are over. */
   num_episodes: int.min(0),
+  /**
+   * The browser work of the iteration's training rollouts (not its evaluation), so that methods compare on
+   * it; absent from rows written before it was counted.
+   * env_steps: actions the policy chose that a browser executed. GRPO: every step in every session of its
+   * episodes, so with `train.grouping: step` each candidate is one (an episode recorded before this was
+   * counted stands for its own steps). MCTS: the steps of its simulations (a new child's action, rollout
+   * steps); bringing a session to a node is replaying, not stepping.
+   */
+  env_steps: int.min(0).optional(),
+  /**
+   * Browser sessions started, each a new browser context and page load. GRPO: each episode's first one, its
+   * step groups' forks, rebuilds of lost ones. MCTS: restores and rebuilds that opened a new session, and
+   * spares that did (`mcts.parkedSessions`; a parked session reused or reset in place is not one). Absent
+   * when some episode or search of the iteration did not count it.
+   */
+  sessions_opened: int.min(0).optional(),
+  /**
+   * Actions replayed to bring sessions to a state: every start's replay (none for a REAL fork from a state
+   * copy) and every reset in place's; MCTS also parked sessions stepped forward to a node. GRPO: absent when
+   * some episode of the iteration did not count it.
+   */
+  replayed_actions: int.min(0).optional(),
   /** Wall-clock seconds per phase (`rollout`, `search`, `update`, `eval`, …). */
   seconds: z.record(z.string(), finite.min(0)),
   eval: EvalMetricsSchema.optional(),

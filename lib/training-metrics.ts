@@ -4,8 +4,9 @@
 
 import { roundReward } from './rewards/shaping';
 import type { AnchorStats } from './anchor-groups';
+import type { BrowserWork } from './episode-types';
 import { checkFinite, isZeroStdGroup, mean, populationStd } from './grpo';
-import type { MctsSearchResult } from './mcts-search';
+import type { MctsCounters, MctsSearchResult } from './mcts-search';
 import type { GrpoTrainingMetrics, MctsTrainingMetrics } from './run-metrics';
 
 // ---- GRPO -------------------------------------------------------------------------------------------
@@ -17,6 +18,8 @@ export interface EpisodeSummary {
   shapedReturn: number;
   forkSnapshots?: number;
   forkReplayFallbacks?: number;
+  /** The episode's browser work; absent from episodes recorded before it was counted. */
+  browser?: BrowserWork;
 }
 
 export interface UpdateSummary {
@@ -111,7 +114,28 @@ export function iterationMetrics(input: IterationMetricsInput): GrpoTrainingMetr
     ...(input.anchor ? { ...input.anchor } : {}),
     ...(forkSnapshots + forkFallbacks > 0 ? { fork_snapshots: forkSnapshots, fork_replay_fallbacks: forkFallbacks } : {}),
     ...(input.staleness ? { sampled_adapter_version: input.staleness.sampledVersion, staleness: input.staleness.value } : {}),
+    ...grpoBrowserWork(eps),
   };
+}
+
+/**
+ * The episodes' browser work as metrics keys. An episode recorded before it was counted stands for its own
+ * steps in env_steps (its step groups' other candidates unknown); sessions and replays are reported only
+ * when every episode counted them, rather than as a sum that silently leaves some out.
+ */
+function grpoBrowserWork(eps: readonly EpisodeSummary[]): Pick<GrpoTrainingMetrics, 'env_steps' | 'sessions_opened' | 'replayed_actions'> {
+  let envSteps = 0;
+  let sessions = 0;
+  let replayed = 0;
+  eps.forEach((e, i) => {
+    const b = e.browser;
+    if (b) checkFinite([b.steps, b.sessions, b.replayedActions], `episodes[${i}].browser (steps, sessions, replayedActions)`);
+    envSteps += b ? b.steps : e.steps;
+    sessions += b ? b.sessions : 0;
+    replayed += b ? b.replayedActions : 0;
+  });
+  const allCounted = eps.every((e) => e.browser !== undefined);
+  return { env_steps: envSteps, ...(allCounted ? { sessions_opened: sessions, replayed_actions: replayed } : {}) };
 }
 
 /** The learner's per-update statistics that it measured (finite), as metrics fields. */
@@ -172,6 +196,7 @@ export function mctsIterationMetrics(input: MctsIterationMetricsInput): MctsTrai
     grad_norm: u ? u.grad_norm : null,
     adapter_version: u ? input.adapterVersion : null,
     num_episodes: s.length,
+    ...mctsBrowserWork(s),
     seconds: phaseSeconds(input.seconds, 'seconds'),
     mcts: {
       simulations: sum((r) => r.simulations),
@@ -189,4 +214,25 @@ export function mctsIterationMetrics(input: MctsIterationMetricsInput): MctsTrai
       session_rebuilds: sum((r) => r.counters.sessionRebuilds),
     },
   };
+}
+
+/**
+ * The searches' browser work as metrics keys: steps of their simulations, new sessions (restores and rebuilds
+ * that opened one, and spares that did), and actions replayed (restores, parked sessions stepped forward,
+ * spares). sessions_opened is left out when a search predates its counters, rather than undercounted.
+ */
+function mctsBrowserWork(searches: MctsIterationMetricsInput['searches']): Pick<MctsTrainingMetrics, 'env_steps' | 'sessions_opened' | 'replayed_actions'> {
+  let envSteps = 0;
+  let sessions = 0;
+  let replayed = 0;
+  let allCounted = true;
+  for (const { counters: c } of searches) {
+    // Typed as always there; results recorded before the reuse counters existed lack them.
+    const reuse = c.sessionReuse as MctsCounters['sessionReuse'] | undefined;
+    envSteps += c.browserSteps;
+    replayed += c.replayedActions + (reuse?.spareReplayedActions ?? 0);
+    if (reuse) sessions += reuse.fresh + (reuse.spareSessions ?? 0);
+    else allCounted = false;
+  }
+  return { env_steps: envSteps, replayed_actions: replayed, ...(allCounted ? { sessions_opened: sessions } : {}) };
 }

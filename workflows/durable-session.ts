@@ -1,7 +1,7 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { SessionActivities } from '../activities/session';
 import type { Action } from '../lib/actions';
-import type { EnvOptions, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
+import type { BrowserWork, EnvOptions, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
 import type { RewardState } from '../lib/rewards/types';
 import type { RewardWeights } from '../lib/rewards/weights';
 import { isSessionLost } from './session-lost';
@@ -38,6 +38,13 @@ export class Sessions {
 
   /** REAL forks from a copy of the parent's client state, and those whose copy differed and replayed instead. */
   readonly forks = { snapshot: 0, replayFallback: 0 };
+
+  /**
+   * The browser work of these sessions, for comparing methods on it: sessions started (forks and rebuilds
+   * included), actions replayed to start or reset them (a snapshot fork replays none), and actions executed
+   * as steps of any of them (a step group's candidates included). Counts successes only.
+   */
+  readonly browser: BrowserWork = { sessions: 0, steps: 0, replayedActions: 0 };
 
   constructor(readonly settings: SessionSettings) {}
 
@@ -80,6 +87,8 @@ export class Sessions {
     });
     if (started.fork === 'snapshot') this.forks.snapshot++;
     else if (started.fork === 'replay-fallback') this.forks.replayFallback++;
+    this.browser.sessions++;
+    if (started.fork !== 'snapshot') this.browser.replayedActions += (s.base?.length ?? 0) + path.length;
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
   }
 
@@ -97,6 +106,7 @@ export class Sessions {
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
     });
+    this.browser.replayedActions += (s.base?.length ?? 0) + path.length;
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
   }
 
@@ -160,6 +170,7 @@ export class DurableSession {
       action,
       rewardState: this.rewardState,
     });
+    this.sessions.browser.steps++;
     this.path.push(action);
     this.observation = { ...out.observation, goal: this.observation.goal };
     this.rewardState = out.rewardState;

@@ -39,6 +39,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     actionPath,
     sessionRebuilds: ep.budget.used,
     ...(sessions.forks.snapshot + sessions.forks.replayFallback > 0 ? { forkSnapshots: sessions.forks.snapshot, forkReplayFallbacks: sessions.forks.replayFallback } : {}),
+    browser: { ...sessions.browser },
     trajectoryRef,
     groups: ep.groups.length,
   };

@@ -160,7 +160,10 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
     policy: input.policy,
     run,
     sessions,
-    parked: parkedSessions > 0 && patched('mcts-session-reuse') ? new ParkedSessions(sessions, parkedSessions, parkedMaxAgeMs(task.env, run.envOptions?.miniwobTimeLimit)) : null,
+    parked:
+      parkedSessions > 0 && patched('mcts-session-reuse')
+        ? new ParkedSessions(sessions, parkedSessions, parkedMaxAgeMs(task.env, run.envOptions?.miniwobTimeLimit), () => state.counters.sessionReuse)
+        : null,
     sampler: {
       policy: input.policy,
       adapterVersion: input.adapterVersion,

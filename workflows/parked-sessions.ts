@@ -1,5 +1,6 @@
 import type { SessionHandle } from '../lib/episode-types';
 import type { DurableSession, Sessions } from './durable-session';
+import type { SessionReuseCounters } from '../lib/mcts-search';
 import type { ParkedSpot } from '../lib/parked-choice';
 
 /** A parked session, or one being reset to `node` in the background (`session` settles when it is there). */
@@ -29,6 +30,11 @@ export class ParkedSessions {
     readonly limit: number,
     /** Past this age (workflow clock, from the episode's reset) a session serves resets only (lib/parked-choice.ts `parkedMaxAgeMs`). */
     private readonly maxAgeMs: number,
+    /**
+     * Where the spares' browser work is counted: the search's counters (a getter, since a continued search
+     * replaces them with its snapshot's). Absent: not counted.
+     */
+    private readonly reuse?: () => SessionReuseCounters,
   ) {}
 
   get size(): number {
@@ -54,10 +60,23 @@ export class ParkedSessions {
   /** Keeps a session that a background reset is bringing to `node` (`session` must never reject). */
   prepare(handle: SessionHandle | null, node: number, begunAt: number, session: Promise<DurableSession | undefined>): void {
     const entry: Parked = { handle, node, begunAt, session, preparing: true };
-    void session.then(() => {
+    void session.then((s) => {
       entry.preparing = false;
+      if (s) this.countSpare(s, handle === null);
     });
     this.keep(entry);
+  }
+
+  /**
+   * A spare that got to its node: a new session (`opened`) or a parked one reset in place, either way having
+   * replayed the root path and the node's path. Counted here, before anything else waits on the spare, so a
+   * snapshot taken after `closeAll` and `flush` has it.
+   */
+  private countSpare(s: DurableSession, opened: boolean): void {
+    const r = this.reuse?.();
+    if (!r) return;
+    if (opened) r.spareSessions = (r.spareSessions ?? 0) + 1;
+    r.spareReplayedActions = (r.spareReplayedActions ?? 0) + (this.sessions.settings.base?.length ?? 0) + s.path.length;
   }
 
   private keep(entry: Parked): void {

@@ -36,7 +36,7 @@ after(async () => {
   rmSync(out, { recursive: true, force: true });
 });
 
-// About 12 minutes on 2 cores; a slower machine could pass the suite's 15-minute limit per test, so it sets its own.
+// About 12 minutes on 2 cores; launch.sh gives each test file 30 minutes, and so does this test's own limit.
 test('GRPO on click-test: greedy success on held-out seeds clearly above the base model', { timeout: 1_800_000 }, async () => {
   const cfg = stackGrpoConfig(stack, {
     runId: 'learn-test',

@@ -74,8 +74,8 @@ test('all 125 registered tasks reset, screenshot and step', async () => {
     assert.equal(out.actionError, undefined);
     assert.equal(out.observation.step, 1);
   }
-  const perTask = (Date.now() - t0) / tasks.length;
-  assert.ok(perTask < 2_000, `too slow: ${perTask.toFixed(0)} ms per task`);
+  // Reported, not asserted: speed belongs to bench/, where it is measured side by side.
+  console.log(`reset + screenshot + step: ${((Date.now() - t0) / tasks.length).toFixed(0)} ms per task`);
 });
 
 test('click-button seed 3 is solved by click_element', async () => {

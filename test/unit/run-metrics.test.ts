@@ -172,16 +172,23 @@ test('bad run ids, bad metrics and corrupt files fail non-retryably with a clear
   assert.equal(fileLines(file('run-2')).length, 4, 'nothing appended to a corrupt file');
 });
 
-function mctsMetrics(pairs = 3): MctsTrainingMetrics {
-  const counters = { ...emptyCounters(), candidates: 4, invalidCandidates: 1 };
-  const search = {
+function mctsSearch(pairs = 3) {
+  return {
     simulations: 6,
     stats: { nodes: 4, maxDepth: 1, totalVisits: 6, leaves: 3, terminalNodes: 1 },
     bestPath: { nodeIds: [0, 1], actions: ['click'], success: true, terminal: true, reward: 1 },
     pairs: { ref: 'sha256:x', count: pairs, meanAbsDeltaQ: 0.4, withRefLogprobs: 0 },
-    counters,
+    counters: { ...emptyCounters(), candidates: 4, invalidCandidates: 1 },
   };
-  return mctsIterationMetrics({ searches: [search], update: { loss: 0.69, reward_margin: 0, accuracy: 0.5, grad_norm: 4.4 }, adapterVersion: 1, seconds: { search: 21.2 } });
+}
+
+function mctsMetrics(pairs = 3): MctsTrainingMetrics {
+  return mctsIterationMetrics({
+    searches: [mctsSearch(pairs)],
+    update: { loss: 0.69, reward_margin: 0, accuracy: 0.5, grad_norm: 4.4 },
+    adapterVersion: 1,
+    seconds: { search: 21.2 },
+  });
 }
 
 test('one file for every algorithm: an MCTS row goes through the same activity and parser, its own keys in its section', async () => {
@@ -198,6 +205,29 @@ test('one file for every algorithm: an MCTS row goes through the same activity a
   await acts.appendIterationMetrics({ run_id: 'run-1', iteration: 2, metrics: withEval, time: TIME });
   const second = parseMetricsJsonl(readFileSync(file(), 'utf8'))[1];
   assert.deepEqual([second.eval, second.failed_episodes, second.staleness], [withEval.eval, 1, 0]);
+});
+
+test('the browser work keys are common keys: written and read back the same way for GRPO and MCTS rows', async () => {
+  const { acts } = setup();
+  const grpo = iterationMetrics({
+    groups: [{ rewards: [0, 1] }],
+    episodes: [
+      { success: true, steps: 2, validActions: 2, shapedReturn: 1, browser: { sessions: 7, steps: 6, replayedActions: 3 } },
+      { success: false, steps: 3, validActions: 3, shapedReturn: 0 }, // recorded before the count: its steps stand in
+    ],
+    phaseSeconds: {},
+  });
+  const counters = { ...emptyCounters(), browserSteps: 11, replayedActions: 4 };
+  counters.sessionReuse = { ...counters.sessionReuse, fresh: 3, reused: 2, spareSessions: 1, spareReplayedActions: 2 };
+  const mcts = mctsIterationMetrics({ searches: [{ ...mctsSearch(), counters }], update: null, adapterVersion: 0, seconds: {} });
+  await acts.appendIterationMetrics({ run_id: 'run-1', iteration: 0, metrics: grpo, time: TIME });
+  await acts.appendIterationMetrics({ run_id: 'run-1', iteration: 1, metrics: mcts, time: TIME });
+  const rows = await acts.readRunMetrics({ run_id: 'run-1' });
+  const work = (r: MetricsLine) => [r.env_steps, r.sessions_opened, r.replayed_actions];
+  assert.deepEqual(rows.map(work), [
+    [9, undefined, undefined],
+    [11, 4, 6],
+  ]);
 });
 
 test('each algorithm needs its own keys; a row without an algorithm is a GRPO row from before', () => {

@@ -84,6 +84,9 @@ test('iteration metrics of an empty iteration are zeros and nulls, never NaN', (
     seconds: {},
     num_groups: 0,
     num_episodes: 0,
+    env_steps: 0,
+    sessions_opened: 0,
+    replayed_actions: 0,
   });
   // episodes of zero steps: validity 0, not NaN
   const z = iterationMetrics({ groups: [{ rewards: [] }], episodes: [{ success: false, steps: 0, validActions: 0, shapedReturn: 0 }], phaseSeconds: {} });
@@ -124,6 +127,32 @@ test('a GRPO row is a training metrics row of algorithm grpo', () => {
   assert.equal(m.algorithm, 'grpo');
   assert.deepEqual([m.sampled_adapter_version, m.staleness], [2, 1]);
   assert.deepEqual(TrainingMetricsSchema.parse(m), m);
+});
+
+test("a GRPO row's browser work is its episodes' (every candidate's step, every fork's session and replay)", () => {
+  const line = { run_id: 'r', iteration: 1, time: '2026-01-01T00:00:00Z' };
+  // Step groups of 3 candidates: 2 steps → 6 candidate steps in 1 + 6 sessions.
+  const grouped = { success: true, steps: 2, validActions: 2, shapedReturn: 1, browser: { sessions: 7, steps: 6, replayedActions: 3 } };
+  const plain = { success: false, steps: 4, validActions: 4, shapedReturn: 0, browser: { sessions: 2, steps: 4, replayedActions: 2 } };
+  const m = iterationMetrics({ groups: [{ rewards: [1, 0] }], episodes: [grouped, plain], phaseSeconds: {} });
+  assert.deepEqual([m.env_steps, m.sessions_opened, m.replayed_actions], [10, 9, 5]);
+  assert.equal(m.episode_length, 3, "episode_length stays the episodes' own steps");
+  const parsed = MetricsLineSchema.parse({ ...line, ...m });
+  assert.deepEqual([parsed.env_steps, parsed.sessions_opened, parsed.replayed_actions], [10, 9, 5]);
+
+  // An episode recorded before the count: its own steps stand in for env_steps, the other keys are not guessed.
+  const old = { success: true, steps: 5, validActions: 5, shapedReturn: 1 };
+  const mixed = iterationMetrics({ groups: [], episodes: [grouped, old], phaseSeconds: {} });
+  assert.equal(mixed.env_steps, 11);
+  assert.ok(!('sessions_opened' in mixed) && !('replayed_actions' in mixed));
+  assert.equal(iterationMetrics({ groups: [], episodes: [old, old], phaseSeconds: {} }).env_steps, 10);
+  assert.equal(MetricsLineSchema.safeParse({ ...line, ...mixed }).success, true);
+  assert.throws(() => iterationMetrics({ groups: [], episodes: [{ ...grouped, browser: { ...grouped.browser, steps: Number.NaN } }], phaseSeconds: {} }), /browser/);
+  // Rows written before the keys existed still parse; negative or fractional counts do not.
+  const { env_steps: _e, sessions_opened: _s, replayed_actions: _r, ...before } = m;
+  assert.equal(MetricsLineSchema.safeParse({ ...line, ...before }).success, true);
+  assert.equal(MetricsLineSchema.safeParse({ ...line, ...m, env_steps: -1 }).success, false);
+  assert.equal(MetricsLineSchema.safeParse({ ...line, ...m, sessions_opened: 1.5 }).success, false);
 });
 
 // ---- MCTS -------------------------------------------------------------------------------------------
@@ -178,10 +207,40 @@ test('MCTS metrics: the searches are the episodes, their best paths the success 
         critic_failures: 3,
         session_rebuilds: 6,
       },
+      env_steps: 0,
+      sessions_opened: 0,
+      replayed_actions: 0,
     },
   );
   close(m.mcts.mean_abs_delta_q!, (2 * 0.5 + 0.2) / 3); // weighted by each search's pairs
   assert.deepEqual(TrainingMetricsSchema.parse(m), m);
+});
+
+test("an MCTS row's browser work is its searches' steps, new sessions (restores, rebuilds, spares) and replays", () => {
+  const counters = (o: { steps: number; replayed: number; fresh: number; reused: number; spares?: { sessions: number; replayed: number } }): Search['counters'] => ({
+    ...emptyCounters(),
+    browserSteps: o.steps,
+    replayedActions: o.replayed,
+    sessionReuse: {
+      ...emptyCounters().sessionReuse,
+      fresh: o.fresh,
+      reused: o.reused,
+      resetInPlace: 4,
+      prepared: 3,
+      ...(o.spares ? { spareSessions: o.spares.sessions, spareReplayedActions: o.spares.replayed } : {}),
+    },
+  });
+  const parked = { ...search(), counters: counters({ steps: 12, replayed: 9, fresh: 2, reused: 5, spares: { sessions: 1, replayed: 6 } }) };
+  const unparked = { ...search(), counters: counters({ steps: 8, replayed: 10, fresh: 5, reused: 0 }) };
+  const m = mctsIterationMetrics({ searches: [parked, unparked], update: null, adapterVersion: 1, seconds: {} });
+  // Reused and reset-in-place sessions are no new sessions; spares that opened one are.
+  assert.deepEqual([m.env_steps, m.sessions_opened, m.replayed_actions], [20, 2 + 1 + 5, 9 + 6 + 10]);
+  assert.equal(TrainingMetricsSchema.safeParse(m).success, true);
+  // A search recorded before its reuse counters: steps and replays still add up, new sessions are not guessed.
+  const { sessionReuse: _, ...before } = unparked.counters;
+  const old = mctsIterationMetrics({ searches: [parked, { ...unparked, counters: before as Search['counters'] }], update: null, adapterVersion: 1, seconds: {} });
+  assert.deepEqual([old.env_steps, old.replayed_actions], [20, 25]);
+  assert.ok(!('sessions_opened' in old));
 });
 
 test('MCTS metrics without an update or searches: no loss, no adapter version, zeros never NaN', () => {

@@ -142,6 +142,8 @@ describe('episode: lost sessions', { timeout: 60_000 }, () => {
       browser.steps.map((s) => `${s.sessionId} #${s.index} ${s.action.type === 'click' ? s.action.y : '?'}`),
       ['s1 #0 100', 's1 #1 101', 's2 #1 101', 's2 #2 102'],
     );
+    // The step the lost session never answered is not counted; the rebuild is a session and replays one action.
+    assert.deepEqual(r.browser, { sessions: 2, steps: 3, replayedActions: 1 });
     assert.deepEqual(
       control.samples.map((s) => s.step),
       [0, 1, 2],
@@ -181,6 +183,15 @@ describe('episode: step groups', { timeout: 60_000 }, () => {
 
     // Each candidate ran in its own fork: three forks per step, the step-2 forks replaying step 1's winner.
     assert.equal(browser.starts.length, 1 + 3 + 3);
+    // The browser work counts every fork and every candidate's step: N·T steps in 1 + N·T sessions, while the
+    // episode's own steps are T.
+    assert.equal(r.steps, 2);
+    assert.deepEqual(r.browser, { sessions: 1 + 3 * 2, steps: 3 * 2, replayedActions: 3 * 1 });
+    assert.equal(r.browser!.steps, browser.steps.length);
+    assert.equal(
+      r.browser!.replayedActions,
+      browser.starts.reduce((n, s) => n + s.replay.length, 0),
+    );
     assert.deepEqual(
       browser.starts.slice(1, 4).map((s) => s.replay),
       [[], [], []],

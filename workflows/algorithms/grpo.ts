@@ -83,6 +83,7 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
         validActions: e.validActions,
         shapedReturn: e.shapedReturn,
         ...(e.forkSnapshots !== undefined ? { forkSnapshots: e.forkSnapshots, forkReplayFallbacks: e.forkReplayFallbacks } : {}),
+        ...(e.browser ? { browser: e.browser } : {}),
       })),
       failed: rollout.failed.length,
       seconds,
