@@ -111,6 +111,8 @@ for (const valueMode of ['critic', 'rollout'] as const) {
     t.diagnostic(`startSession: ${fresh.starts} without parking, ${parked.starts} with`);
     assert.equal(fresh.starts, f.restores);
     assert.ok(parked.starts < fresh.starts, `fewer sessions opened (${parked.starts} vs ${fresh.starts})`);
+    // The search counts every session it opened: restores that needed a new one, and spares opened in the background.
+    assert.equal(p.sessionReuse.fresh + (p.sessionReuse.spareSessions ?? 0), parked.starts);
     assert.equal(p.sessionRebuilds, 0);
   });
 }
