@@ -27,7 +27,7 @@ import { runEval } from '../client/commands/eval';
 import { startOrAttachMcts } from '../client/commands/mcts';
 import { preflightTasks } from '../client/run-flags';
 import { connectClient, stackStatus } from '../client/stack';
-import { progressNumbers, startOrAttachTrain } from '../client/train';
+import { followStatus, progressNumbers, startOrAttachTrain } from '../client/train';
 import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { loadConfigFile } from '../host/config-file';
@@ -53,8 +53,7 @@ import {
   type TaskEvalEpisode,
 } from '../lib/methods-table';
 import { parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
-import { statusQuery } from '../workflows/messages';
-import type { TrainingResult, TrainingStatus } from '../workflows/train-engine';
+import type { TrainingResult } from '../workflows/train-engine';
 import { printBenchHeader, printLoadAtEnd } from './bench-run';
 
 const USAGE = `usage: node --import tsx bench/methods.ts [options]
@@ -202,32 +201,17 @@ function unavailable(err: unknown): boolean {
 }
 
 /** Waits for a run, printing a line whenever its iteration, phase or last numbers change. */
-async function followRun(handle: WorkflowHandle, method: Method): Promise<TrainingResult> {
-  let shown = '';
-  let busy = false;
-  const timer = setInterval(async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      const st = (await handle.query(statusQuery)) as TrainingStatus;
+function followRun(handle: WorkflowHandle, method: Method): Promise<TrainingResult> {
+  return followStatus(
+    handle,
+    (st) => {
       const m = st.lastMetrics;
       const last = m ? ` · last: ${progressNumbers(m)}${m.eval ? `, held-out ${pct(m.eval.success_rate)}` : ''}` : '';
-      const line = `${method}: iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${last} · adapter v${st.adapterVersion}`;
-      if (line !== shown) {
-        shown = line;
-        say(line);
-      }
-    } catch {
-      /* between runs of a continue-as-new chain, or no worker yet */
-    } finally {
-      busy = false;
-    }
-  }, 2000);
-  try {
-    return (await handle.result()) as TrainingResult;
-  } finally {
-    clearInterval(timer);
-  }
+      return `${method}: iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${last} · adapter v${st.adapterVersion}`;
+    },
+    say,
+    2000,
+  );
 }
 
 function readMetrics(cfg: HaloConfig, runId: string): MetricsLine[] {

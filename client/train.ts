@@ -56,29 +56,52 @@ export async function refuseEndedBadly(handle: WorkflowHandle, runId: string, id
   );
 }
 
-/** Waits for the run, printing a progress line per iteration (iteration, the last iteration's numbers). */
-export async function followTrain(handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
+/**
+ * Waits for a training run (following continue-as-new to the run that finishes), polling its `status` query
+ * every `intervalMs` and printing the line `render` makes of it whenever that line changes. One poll at a time;
+ * a failed poll (between runs of a continue-as-new chain, no worker yet) is skipped.
+ */
+export async function followStatus(
+  handle: WorkflowHandle,
+  render: (st: TrainingStatus) => string | Promise<string>,
+  say: (line: string) => void,
+  intervalMs = 1000,
+): Promise<TrainingResult> {
   let shown = '';
+  let busy = false;
   const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
     try {
-      const st = (await handle.query(statusQuery)) as TrainingStatus;
-      const m = st.lastMetrics;
-      const bar = progressBar(st.iteration - 1, st.iterations);
-      const line = `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · ${progressNumbers(m)}` : ''} · adapter v${st.adapterVersion}`;
+      const line = await render((await handle.query(statusQuery)) as TrainingStatus);
       if (line !== shown) {
         shown = line;
         say(line);
       }
     } catch {
       /* between runs of a continue-as-new chain, or no worker yet */
+    } finally {
+      busy = false;
     }
-  }, 1000);
+  }, intervalMs);
   try {
-    // Follows continue-as-new to the run that finishes.
     return (await handle.result()) as TrainingResult;
   } finally {
     clearInterval(timer);
   }
+}
+
+/** Waits for the run, printing a progress line per iteration (iteration, the last iteration's numbers). */
+export function followTrain(handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
+  return followStatus(
+    handle,
+    (st) => {
+      const m = st.lastMetrics;
+      const bar = progressBar(st.iteration - 1, st.iterations);
+      return `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · ${progressNumbers(m)}` : ''} · adapter v${st.adapterVersion}`;
+    },
+    say,
+  );
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(0)}%`;

@@ -12,7 +12,7 @@ import { bestPathView, collectPairs, searchWorkflowId, type MctsSearchResult, ty
 import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
-import { progressNumbers, refuseEndedBadly } from '../train';
+import { followStatus, progressNumbers, refuseEndedBadly } from '../train';
 import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from '../run-flags';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
@@ -71,15 +71,11 @@ export function describeIteration(iteration: number, m: TrainingMetrics): string
 }
 
 /** Waits for the run, printing a line whenever its progress changes, and one per finished iteration. */
-export async function followMcts(client: Client, handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
-  let shown = '';
+export function followMcts(client: Client, handle: WorkflowHandle, say: (line: string) => void): Promise<TrainingResult> {
   let reported = 0;
-  let busy = false;
-  const timer = setInterval(async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      const st = (await handle.query(statusQuery)) as TrainingStatus;
+  return followStatus(
+    handle,
+    async (st) => {
       if (st.lastMetrics && st.iteration - 1 > reported) {
         reported = st.iteration - 1;
         say(describeIteration(reported, st.lastMetrics));
@@ -92,22 +88,10 @@ export async function followMcts(client: Client, handle: WorkflowHandle, say: (l
           .catch(() => undefined);
         if (p) parts.push(`${id.slice(id.indexOf(`-it${st.iteration}-`) + `-it${st.iteration}-`.length)} ${p.simulations}/${p.numSimulations} sims, ${p.stats.nodes} nodes`);
       }
-      const line = `${bar(st.iteration - 1, st.iterations)} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${parts.length ? ` · ${parts.join(' · ')}` : ''} · adapter v${st.adapterVersion}`;
-      if (line !== shown) {
-        shown = line;
-        say(line);
-      }
-    } catch {
-      /* between runs of a continue-as-new chain, or no worker yet */
-    } finally {
-      busy = false;
-    }
-  }, 1000);
-  try {
-    return (await handle.result()) as TrainingResult;
-  } finally {
-    clearInterval(timer);
-  }
+      return `${bar(st.iteration - 1, st.iterations)} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${parts.length ? ` · ${parts.join(' · ')}` : ''} · adapter v${st.adapterVersion}`;
+    },
+    say,
+  );
 }
 
 /**
