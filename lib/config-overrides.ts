@@ -427,17 +427,21 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
     num('simulations', 'mcts.numSimulations');
     num('ucbC', 'mcts.ucbConstant');
     if (flags.episodes !== undefined) {
-      // One search per task per iteration: the budget is iterations × tasks searches.
+      // mcts.searchesPerTask searches per task per iteration: the budget is iterations × that many searches.
       const budget = flagInt('episodes', flags.episodes, 1);
+      const defaults = parseConfig({}).mcts;
       const given = getPath(raw, 'mcts.tasks');
-      const count = Array.isArray(given) ? given.length : parseConfig({}).mcts.tasks.length;
-      if (flags.iterations !== undefined) throw new ConfigError('--episodes and --iterations: give one of them (halo mcts runs one search per task per iteration)');
+      const givenRepeats = getPath(raw, 'mcts.searchesPerTask');
+      const repeats = typeof givenRepeats === 'number' ? givenRepeats : defaults.searchesPerTask;
+      const count = (Array.isArray(given) ? given.length : defaults.tasks.length) * repeats;
+      const perIteration = repeats === 1 ? 'one search per task per iteration' : `${repeats} searches per task per iteration`;
+      if (flags.iterations !== undefined) throw new ConfigError(`--episodes and --iterations: give one of them (halo mcts runs ${perIteration})`);
       const iterations = Math.floor(budget / count);
-      if (iterations < 1) throw new ConfigError(`--episodes: ${budget} searches cannot cover the ${count} tasks of one iteration (one search per task per iteration)`);
+      if (iterations < 1) throw new ConfigError(`--episodes: ${budget} searches cannot cover the ${count} searches of one iteration (${perIteration})`);
       set('mcts.iterations', iterations, '--episodes (mcts.iterations)');
       const used = iterations * count;
       notes.push(
-        `--episodes ${budget}: ${iterations} iterations × ${count} tasks = ${used} searches${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`,
+        `--episodes ${budget}: ${iterations} iterations × ${count} searches = ${used} searches${used < budget ? ` (${budget - used} left over: less than one more iteration)` : ''}`,
       );
     }
   }

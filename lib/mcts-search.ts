@@ -358,13 +358,17 @@ export function criticText(a: AgentAction, preview: string): string {
 }
 
 /** Child workflow id of the search of `task` in `iteration` of `runId`. */
-export function searchWorkflowId(runId: string, iteration: number, task: string): string {
-  return `${runId}-it${iteration}-${task}`;
+export function searchWorkflowId(runId: string, iteration: number, task: string, repeat = 0): string {
+  return repeat === 0 ? `${runId}-it${iteration}-${task}` : `${runId}-it${iteration}-${task}-${repeat + 1}`;
 }
 
-/** The task's seed in an iteration: derived from run id, iteration and task (deterministic). */
-export function searchSeed(runId: string, iteration: number, task: string): number {
-  return parseInt(fnv1a32(`${runId}:${iteration}:${task}`), 16) % 100_000;
+/**
+ * The seed of a task's search in an iteration: derived from run id, iteration, task and which of the task's
+ * searches it is (`mcts.searchesPerTask`; the first keeps the key it always had, so older runs replay).
+ */
+export function searchSeed(runId: string, iteration: number, task: string, repeat = 0): number {
+  const key = repeat === 0 ? `${runId}:${iteration}:${task}` : `${runId}:${iteration}:${task}#${repeat + 1}`;
+  return parseInt(fnv1a32(key), 16) % 100_000;
 }
 
 /** One line per node for logs and the UI: `[4] click (500, 300) N=3 Q=0.62`. */

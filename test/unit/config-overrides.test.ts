@@ -147,7 +147,7 @@ const bad: [string, OverrideFlags, RegExp][] = [
   ['mcts', { simulations: '0' }, /^--simulations: must be >= 1$/],
   ['mcts', { policyUrl: 'not a url' }, /^--policy-url: /],
   ['mcts', { episodes: '0' }, /^--episodes: must be >= 1$/],
-  ['mcts', { episodes: '5', tasks: 'a,b,c,d,e,f' }, /^--episodes: 5 searches cannot cover the 6 tasks of one iteration/],
+  ['mcts', { episodes: '5', tasks: 'a,b,c,d,e,f' }, /^--episodes: 5 searches cannot cover the 6 searches of one iteration/],
   ['mcts', { ucbC: '-1' }, /^--ucb-c: must be >= 0$/],
   ['mcts', { temperature: '0' }, /^--temperature: must be > 0$/],
   ['mcts', { numGenerations: '0' }, /^--num-generations: must be >= 1$/],
@@ -321,12 +321,15 @@ test('halo mcts --episodes n: one search per task per iteration, never more than
   const o = applyRunOverrides('mcts', { mcts: { tasks: ['a', 'b', 'c'] } }, { episodes: '20' }, ctx);
   assert.equal(halo(o).mcts.iterations, 6);
   assert.ok(
-    o.notes.some((n) => /--episodes 20: 6 iterations × 3 tasks = 18 searches \(2 left over/.test(n)),
+    o.notes.some((n) => /--episodes 20: 6 iterations × 3 searches = 18 searches \(2 left over/.test(n)),
     o.notes.join('\n'),
   );
   assert.equal(mcts({ episodes: '4' }).mcts.iterations, 4, 'the default task list has one task');
   assert.equal(mcts({ tasks: 'a,b', episodes: '7' }).mcts.iterations, 3);
   assert.throws(() => mcts({ episodes: '4', iterations: '2' }), /--episodes and --iterations: give one of them/);
+  const repeated = applyRunOverrides('mcts', { mcts: { tasks: ['a', 'b'], searchesPerTask: 3 } }, { episodes: '20' }, ctx);
+  assert.equal(halo(repeated).mcts.iterations, 3, 'searchesPerTask counts: 2 tasks × 3 searches per iteration');
+  assert.throws(() => applyRunOverrides('mcts', { mcts: { tasks: ['a'], searchesPerTask: 4 } }, { episodes: '3' }, ctx), /3 searches cannot cover the 4 searches of one iteration \(4 searches per task/);
 });
 
 test('a REAL task flag on the local tiny-random config is an error naming the REAL config', () => {

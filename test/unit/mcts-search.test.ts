@@ -196,6 +196,12 @@ test('search ids and seeds are deterministic', () => {
   assert.equal(searchSeed('r', 1, 'click-button'), searchSeed('r', 1, 'click-button'));
   assert.notEqual(searchSeed('r', 1, 'click-button'), searchSeed('r', 2, 'click-button'));
   assert.ok(searchSeed('r', 1, 'x') >= 0 && searchSeed('r', 1, 'x') < 100_000);
+  // A task's further searches (mcts.searchesPerTask) get ids and seeds of their own; the first keeps the old ones.
+  assert.equal(searchSeed('r', 1, 'x', 0), searchSeed('r', 1, 'x'));
+  assert.equal(searchWorkflowId('mcts-local', 3, 'click-button', 0), 'mcts-local-it3-click-button');
+  assert.equal(searchWorkflowId('mcts-local', 3, 'click-button', 1), 'mcts-local-it3-click-button-2');
+  const seeds = new Set([0, 1, 2, 3].map((r) => searchSeed('r', 1, 'x', r)));
+  assert.equal(seeds.size, 4);
 });
 
 test('config: the mcts section, its defaults, the critic switch and the shipped configs', () => {

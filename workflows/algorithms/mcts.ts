@@ -14,13 +14,16 @@ export interface MctsExperience {
   pairs: number;
 }
 
-/** The iteration's searches: one per task, its seed from the pick key, iteration and task. */
+/** The iteration's searches: `searchesPerTask` per task, each seed from the pick key, iteration, task and repeat. */
 function searchPicks(scope: RunScope, it: number) {
-  return scope.cfg.mcts.tasks.map((task) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task), id: searchWorkflowId(scope.runId, it, task) }));
+  const repeats = Array.from({ length: scope.cfg.mcts.searchesPerTask }, (_, r) => r);
+  return scope.cfg.mcts.tasks.flatMap((task) =>
+    repeats.map((r) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task, r), id: searchWorkflowId(scope.runId, it, task, r) })),
+  );
 }
 
 /**
- * Agent Q's MCTS-guided DPO: per iteration one search per task (child workflows, workflows/mcts-search.ts)
+ * Agent Q's MCTS-guided DPO: per iteration `searchesPerTask` searches per task (child workflows, workflows/mcts-search.ts)
  * with the previous iteration's adapter, the step-level pairs of all searches in one DPO batch, then the
  * learner's `update_dpo` (the reference policy is the one that sampled, through the logged log-probs). An
  * iteration without pairs skips the update and keeps the adapter.
