@@ -55,8 +55,10 @@ class PreparedGrpo:
         return self.mismatched / self.retokenized if self.retokenized else 0.0
 
     @property
-    def prompt_mismatch_rate(self) -> float:
-        return self.prompts_mismatched / self.prompts_compared if self.prompts_compared else 0.0
+    def prompt_mismatch_rate(self) -> float | None:
+        # None when no item carried the server's prompt ids (colocated sampling): nothing was compared, and a 0
+        # would read as "every prompt matched".
+        return self.prompts_mismatched / self.prompts_compared if self.prompts_compared else None
 
 
 def grpo_samples(
