@@ -274,13 +274,7 @@ export const mctsSchema = z
       .default(['click-button'])
       .refine((t) => new Set(t).size === t.length, 'tasks must be distinct (each is searched once per iteration)')
       .describe('every iteration runs searchesPerTask searches per task (seed derived from run id, iteration and task)'),
-    searchesPerTask: z
-      .number()
-      .int()
-      .min(1)
-      .max(64)
-      .default(1)
-      .describe('searches of each task per iteration, each on its own seed: more pairs per update from one task'),
+    searchesPerTask: z.number().int().min(1).max(64).default(1).describe('searches of each task per iteration, each on its own seed: more pairs per update from one task'),
     parallelism: z.number().int().min(1).max(64).default(1).describe('searches running at once'),
     numSimulations: z.number().int().min(1).max(10_000).default(50).describe('simulations (select, expand, evaluate, backpropagate) per search'),
     ucbConstant: z.number().min(0).max(100).default(1.414).describe('UCB1 exploration constant c'),

@@ -329,7 +329,10 @@ test('halo mcts --episodes n: one search per task per iteration, never more than
   assert.throws(() => mcts({ episodes: '4', iterations: '2' }), /--episodes and --iterations: give one of them/);
   const repeated = applyRunOverrides('mcts', { mcts: { tasks: ['a', 'b'], searchesPerTask: 3 } }, { episodes: '20' }, ctx);
   assert.equal(halo(repeated).mcts.iterations, 3, 'searchesPerTask counts: 2 tasks × 3 searches per iteration');
-  assert.throws(() => applyRunOverrides('mcts', { mcts: { tasks: ['a'], searchesPerTask: 4 } }, { episodes: '3' }, ctx), /3 searches cannot cover the 4 searches of one iteration \(4 searches per task/);
+  assert.throws(
+    () => applyRunOverrides('mcts', { mcts: { tasks: ['a'], searchesPerTask: 4 } }, { episodes: '3' }, ctx),
+    /3 searches cannot cover the 4 searches of one iteration \(4 searches per task/,
+  );
 });
 
 test('a REAL task flag on the local tiny-random config is an error naming the REAL config', () => {

@@ -17,9 +17,7 @@ export interface MctsExperience {
 /** The iteration's searches: `searchesPerTask` per task, each seed from the pick key, iteration, task and repeat. */
 function searchPicks(scope: RunScope, it: number) {
   const repeats = Array.from({ length: scope.cfg.mcts.searchesPerTask }, (_, r) => r);
-  return scope.cfg.mcts.tasks.flatMap((task) =>
-    repeats.map((r) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task, r), id: searchWorkflowId(scope.runId, it, task, r) })),
-  );
+  return scope.cfg.mcts.tasks.flatMap((task) => repeats.map((r) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task, r), id: searchWorkflowId(scope.runId, it, task, r) })));
 }
 
 /**
