@@ -272,7 +272,7 @@ export const mctsSchema = z
       .min(1)
       .max(MAX_TASKS)
       .default(['click-button'])
-      .refine((t) => new Set(t).size === t.length, 'tasks must be distinct (each is searched once per iteration)')
+      .refine((t) => new Set(t).size === t.length, 'tasks must be distinct (searchesPerTask repeats a task)')
       .describe('every iteration runs searchesPerTask searches per task (seed derived from run id, iteration and task)'),
     searchesPerTask: z.number().int().min(1).max(64).default(1).describe('searches of each task per iteration, each on its own seed: more pairs per update from one task'),
     parallelism: z.number().int().min(1).max(64).default(1).describe('searches running at once'),

@@ -87,6 +87,31 @@ describe('trainMcts', { timeout: 90_000 }, () => {
     });
   });
 
+  test('searchesPerTask: several searches of one task per iteration, each on its own seed, their pairs in one update', async () => {
+    await withFakeWorkers(env, 'mcts-repeats', { browser: { step: succeedsAt100 } }, async ({ q, runId, control, learner }) => {
+      const handle = await env.client.workflow.start('trainMcts', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: mctsConfig(q, runId, 1, 10, { searchesPerTask: 3, parallelism: 2 }) }],
+      });
+      const result = (await handle.result()) as TrainingResult;
+      assert.deepEqual(result, { runId, iterations: 1, adapterVersion: 1, stoppedEarly: false });
+      const searches = await childWorkflows(env, runId, handle.firstExecutionRunId);
+      assert.deepEqual(searches.map((c) => c.workflowId).sort(), [`${runId}-it1-click-button`, `${runId}-it1-click-button-2`, `${runId}-it1-click-button-3`]);
+      const seeds = await Promise.all(
+        searches.map(async (c) => {
+          const history = await env.client.workflow.getHandle(c.workflowId, c.runId).fetchHistory();
+          const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
+          return (JSON.parse(Buffer.from(payload ?? []).toString('utf8')) as { task: { seed: number } }).task.seed;
+        }),
+      );
+      assert.equal(new Set(seeds).size, 3, `each search on its own seed: ${seeds}`);
+      assert.equal(learner.samples.length, 3, 'one expansion per search');
+      assert.deepEqual(control.mctsMetrics, [{ iteration: 1, adapterVersion: 1, pairs: 3 }], "the three searches' pairs in the one update");
+      assert.equal(learner.updates.length, 1);
+    });
+  });
+
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
       const { browser, control, learner } = w;
