@@ -62,7 +62,7 @@ def rewards(new_state: float) -> tuple[dict[str, float], dict[str, float]]:
     return first, second
 
 
-def exported_prompts(folder: Path, blobs_root: Path) -> tuple[list[str], list[str]]:
+def exported_prompts(folder: Path, blobs: BlobStore) -> tuple[list[str], list[str]]:
     """Prompt refs of first steps and of second steps on the expanded page, one per seed, in seed order."""
     first: dict[int, str] = {}
     expanded: dict[int, str] = {}
@@ -70,12 +70,10 @@ def exported_prompts(folder: Path, blobs_root: Path) -> tuple[list[str], list[st
         records = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         seed = records[0]["seed"]
         for step in records[1:]:
-            digest = step["axtreeRef"].split(":", 1)[1]
-            axtree = (blobs_root / digest[:2] / digest[2:]).read_text()
             if step["step"] == 1:
                 first.setdefault(seed, step["promptRef"])
-            elif "expanded" in axtree:
-                expanded.setdefault(seed, step["promptRef"])
+            elif seed not in expanded and b"expanded" in blobs.get(step["axtreeRef"]):
+                expanded[seed] = step["promptRef"]
     return [first[s] for s in sorted(first)], [expanded[s] for s in sorted(expanded)]
 
 
@@ -91,7 +89,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=6e-3)
     args = ap.parse_args()
 
-    first, expanded = exported_prompts(args.export, args.blobs)
+    first, expanded = exported_prompts(args.export, BlobStore(args.blobs))
     if len(first) < 12 or len(expanded) < 12:
         sys.exit(
             f"need at least 12 seeds of each page (8 held out): {len(first)} first pages, {len(expanded)} expanded"
