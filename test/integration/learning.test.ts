@@ -19,7 +19,7 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 // action was right. HALO_LEARNING_TEST_LR overrides the learning rate (a near-zero one makes this test fail);
 // HALO_LEARNING_TEST_STALENESS=1 runs the same check with pipelined iterations (train.maxStaleness 1).
 
-const ITERATIONS = 12;
+const ITERATIONS = 16;
 const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 6e-3);
 const MAX_STALENESS = Number(process.env.HALO_LEARNING_TEST_STALENESS ?? 0);
 // Training seeds are below 100,000 (train-grpo's pickTasks): these were never trained on.
@@ -36,7 +36,7 @@ after(async () => {
   rmSync(out, { recursive: true, force: true });
 });
 
-// About 12 minutes on 2 cores; launch.sh gives each test file 30 minutes, and so does this test's own limit.
+// About 10 minutes on 2 cores; launch.sh gives each test file 30 minutes, and so does this test's own limit.
 test('GRPO on click-test: greedy success on held-out seeds clearly above the base model', { timeout: 1_800_000 }, async () => {
   const cfg = stackGrpoConfig(stack, {
     runId: 'learn-test',
