@@ -1,17 +1,19 @@
-import { ApplicationFailure, Context, heartbeat } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
 import type { BlobStore } from '../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
-import { SiteUnreachableError, checkSiteHealth } from '../env/real-site';
+import { checkSiteHealth } from '../env/real-site';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
+import { getRealTask } from '../env/real-tasks';
 import { UnscorableTaskError } from '../env/real-eval';
-import { UnknownRealTaskError, getRealTask } from '../env/real-tasks';
-import { SiteLimiter, SiteSlotTimeoutError, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
+import { SiteLimiter, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
+import { ForkMismatch, permanentEnvError, sessionStartFailure } from './session-errors';
 import { MiniWobEnv } from '../env/miniwob';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { Observation, StepOutcome, TaskSpec } from '../env/types';
+import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
 import { actionKey, type Action } from '../lib/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardView } from '../lib/rewards/types';
@@ -66,6 +68,13 @@ export interface SessionDeps {
   siteSlotTimeoutMs?: number;
   /** A session no activity touched for this long is closed (default 1 hour). */
   sessionIdleMs?: number;
+  /**
+   * Loaded MiniWoB++ pages kept after their sessions close, for later sessions of the same task to reset in
+   * place (0: every session opens a context and loads its page). Default: none (the browser worker sets it).
+   */
+  warmPages?: number;
+  /** How long a kept page waits to be taken (default 5 minutes). */
+  warmIdleMs?: number;
 }
 
 export const DEFAULT_SESSION_IDLE_MS = 60 * 60_000;
@@ -75,27 +84,6 @@ export interface StartOptions {
   signal?: AbortSignal;
   /** The longest wait for a site slot that still leaves the activity time to reset and replay. */
   maxSlotWaitMs?: number;
-}
-
-/** A snapshot fork whose /finish or URL differs from its parent's. */
-class ForkMismatch extends Error {}
-
-/** Known permanent environment errors become non-retryable failures that say what is wrong. */
-function permanentEnvError(err: unknown): ApplicationFailure | undefined {
-  if (err instanceof UnknownRealTaskError || err instanceof UnscorableTaskError || err instanceof SiteUnreachableError) {
-    return ApplicationFailure.nonRetryable((err as Error).message, (err as Error).name);
-  }
-  return undefined;
-}
-
-/**
- * No site slot in time: the site is busy with other episodes, which end and free their slots, so this is
- * transient. Retryable: Temporal retries the start with backoff (and a workflow counts a start that still
- * fails as a lost session within its rebuild budget); the message names the numbers to change when it persists.
- */
-export function sessionStartFailure(err: unknown): unknown {
-  if (err instanceof SiteSlotTimeoutError) return ApplicationFailure.retryable(err.message, 'SiteSlotTimeout');
-  return permanentEnvError(err) ?? err;
 }
 
 /**
@@ -111,12 +99,15 @@ export class SessionManager {
   private readonly idleMs: number;
   private readonly sweeper: NodeJS.Timeout;
   private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
+  private readonly warm: WarmPages;
 
   constructor(private readonly deps: SessionDeps) {
     this.siteLimiter = new SiteLimiter(deps.siteConcurrency ?? 4);
     this.slotTimeoutMs = deps.siteSlotTimeoutMs ?? siteSlotTimeoutFromEnv();
     this.idleMs = deps.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
-    this.sweeper = setInterval(() => void this.closeIdle(), Math.min(60_000, Math.max(1_000, this.idleMs / 4)));
+    this.warm = new WarmPages(deps.warmPages ?? 0, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS);
+    const sweepMs = Math.min(60_000, Math.max(1_000, Math.min(this.idleMs, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS) / 4));
+    this.sweeper = setInterval(() => void this.closeIdle(), sweepMs);
     this.sweeper.unref();
   }
 
@@ -134,13 +125,21 @@ export class SessionManager {
     return { ...this.forks };
   }
 
+  /** MiniWoB++ starts served by a kept page, starts that loaded their page, and kept pages that could not serve. */
+  warmCounters(): { warm_starts: number; cold_starts: number; warm_misses: number; warm_pages: number } {
+    return { ...this.warm.counters, warm_pages: this.warm.size };
+  }
+
   private async ensureBrowser(env: TaskSpec['env']): Promise<Browser> {
     const current = this.browsers.get(env);
     if (current?.isConnected()) return current;
     const browser = await launchChromium({ hideScrollbars: env === 'real', egressGuard: env === 'real' });
     // A crashed browser takes its sessions with it (their episodes rebuild them from the action path), and
     // their site slots at once: episodes waiting for one must not wait for the sessions' closes.
-    browser.on('disconnected', () => this.dropSessionsOf(browser));
+    browser.on('disconnected', () => {
+      this.dropSessionsOf(browser);
+      void this.warm.sweep(Date.now(), browser);
+    });
     this.browsers.set(env, browser);
     return browser;
   }
@@ -163,6 +162,7 @@ export class SessionManager {
     for (const s of [...this.sessions.values()]) {
       if (s.busy === 0 && now - s.lastUsed > this.idleMs) await this.close(s.id);
     }
+    await this.warm.sweep(now);
   }
 
   /**
@@ -242,6 +242,9 @@ export class SessionManager {
   }
 
   private async startByReplay(input: StartSessionInput, site: string | null, browser: Browser, beat: (d: unknown) => void, opts: StartOptions): Promise<StartSessionResult> {
+    const warm = await this.startWarm(input, site, browser, beat, opts);
+    if (warm) return warm;
+    if (input.spec.env === 'miniwob') this.warm.counters.cold_starts++;
     // Service workers would bypass the navigation guard of REAL pages.
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     let env: SessionEnv | undefined;
@@ -263,6 +266,53 @@ export class SessionManager {
       await context.close().catch(() => {});
       throw err;
     }
+  }
+
+  /**
+   * A start on a kept page of the same task: a new episode in place, then the replay. Undefined when no kept
+   * page can serve it (the caller loads a page); a kept page that fails to restart is closed. A failure after
+   * the restart is the start's own, as on a loaded page.
+   */
+  private async startWarm(
+    input: StartSessionInput,
+    site: string | null,
+    browser: Browser,
+    beat: (d: unknown) => void,
+    opts: StartOptions,
+  ): Promise<StartSessionResult | undefined> {
+    const key = warmKey(input.spec, input.envOptions);
+    if (key === undefined) return undefined;
+    for (let page = this.warm.take(key); page; page = this.warm.take(key)) {
+      if (page.browser !== browser) {
+        await closeWarm(page);
+        continue;
+      }
+      let restarted = false;
+      try {
+        await page.env.thaw();
+        restarted = await page.env.restartInPlace(input.spec);
+      } catch {
+        // A kept page that cannot start again is just gone.
+      }
+      if (!restarted) {
+        this.warm.counters.warm_misses++;
+        await closeWarm(page);
+        continue;
+      }
+      try {
+        for (const [i, action] of input.replay.entries()) {
+          await page.env.apply(action);
+          beat({ replayed: i + 1 });
+        }
+        const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts);
+        this.warm.counters.warm_starts++;
+        return started;
+      } catch (err) {
+        await closeWarm(page);
+        throw err;
+      }
+    }
+    return undefined;
   }
 
   /**
@@ -503,10 +553,24 @@ export class SessionManager {
     return result;
   }
 
+  /**
+   * Ends a session. A MiniWoB++ page nothing runs on any more is kept loaded for the next session of its task
+   * (the pool's limit permitting); everything else is closed.
+   */
   async close(sessionId: string): Promise<void> {
     const s = this.sessions.get(sessionId);
     if (!s) return;
     this.sessions.delete(sessionId);
+    if (s.env instanceof MiniWobEnv && s.busy === 0 && this.warm.limit > 0) {
+      const key = pageKey(s.env);
+      const frozen =
+        key !== undefined &&
+        (await s.env.freeze().then(
+          () => true,
+          () => false,
+        ));
+      if (key && frozen && this.warm.put({ key, context: s.context, env: s.env, browser: s.browser })) return;
+    }
     // The env first: a REAL env gives back its site slot there.
     await s.env.close().catch(() => {});
     await s.context.close().catch(() => {});
@@ -515,6 +579,7 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     clearInterval(this.sweeper);
     for (const id of [...this.sessions.keys()]) await this.close(id);
+    await this.warm.closeAll();
     for (const browser of this.browsers.values()) await browser.close().catch(() => {});
   }
 
@@ -531,47 +596,3 @@ export class SessionManager {
     };
   }
 }
-
-/** Heartbeats every second while `work` runs, so a dead worker is noticed within the heartbeat timeout. */
-async function withHeartbeat<T>(work: (beat: (d: unknown) => void) => Promise<T>): Promise<T> {
-  let details: unknown;
-  const beat = (d: unknown) => {
-    details = d;
-    heartbeat(d);
-  };
-  heartbeat();
-  const timer = setInterval(() => heartbeat(details), 1000);
-  try {
-    return await work(beat);
-  } finally {
-    clearInterval(timer);
-  }
-}
-
-export function createSessionActivities(manager: SessionManager) {
-  return {
-    async startSession(input: StartSessionInput): Promise<StartSessionResult> {
-      const { info, cancellationSignal } = Context.current();
-      // A slot wait cut short by the activity's own timeout would end without saying why: end it first, with
-      // time left for the reset and the replay.
-      const budget = info.startToCloseTimeoutMs;
-      const maxSlotWaitMs = budget > 0 ? Math.max(1_000, budget - Math.min(60_000, budget / 4)) : undefined;
-      return withHeartbeat((beat) => manager.start(input, beat, { signal: cancellationSignal, ...(maxSlotWaitMs ? { maxSlotWaitMs } : {}) }));
-    },
-    async stepSession(input: StepSessionInput): Promise<StepSessionResult> {
-      Context.current().log.debug('step', { sessionId: input.sessionId, index: input.index });
-      return withHeartbeat(() => manager.step(input));
-    },
-    async resetSession(input: ResetSessionInput): Promise<StartSessionResult> {
-      return withHeartbeat((beat) => manager.reset(input, beat));
-    },
-    async finishSession(input: { sessionId: string }): Promise<FinishSessionResult> {
-      return withHeartbeat(() => manager.finish(input.sessionId));
-    },
-    async closeSession(input: { sessionId: string }): Promise<void> {
-      await manager.close(input.sessionId);
-    },
-  };
-}
-
-export type SessionActivities = ReturnType<typeof createSessionActivities>;

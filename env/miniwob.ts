@@ -102,6 +102,11 @@ export class MiniWobEnv implements Environment {
     });
   }
 
+  /** The task of the episode on the page (done or not); undefined before a reset and after a failed one. */
+  get loadedTask(): string | undefined {
+    return this.episode?.task;
+  }
+
   private get viewport(): { width: number; height: number } {
     return this.page.viewportSize() ?? DEFAULT_VIEWPORT;
   }
@@ -246,8 +251,26 @@ export class MiniWobEnv implements Environment {
 
   /** PNG of the top-left (viewport / zoom) CSS px of the visual viewport, rendered at `zoom`. */
   private async capture(scrollX: number, scrollY: number): Promise<Buffer> {
+    return captureViewport(await this.cdpSession(), { zoom: this.zoom, viewport: this.viewport }, scrollX, scrollY);
+  }
+
+  private async cdpSession(): Promise<CDPSession> {
     if (!this.cdp) this.cdp = await this.page.context().newCDPSession(this.page);
-    return captureViewport(this.cdp, { zoom: this.zoom, viewport: this.viewport }, scrollX, scrollY);
+    return this.cdp;
+  }
+
+  /**
+   * Stops the page's timers and scripts while it waits unused (a task's clock and animations would keep
+   * running): Chromium's frozen lifecycle state. `thaw` before anything else runs on it.
+   */
+  async freeze(): Promise<void> {
+    this.assertUsable();
+    await (await this.cdpSession()).send('Page.setWebLifecycleState', { state: 'frozen' });
+  }
+
+  async thaw(): Promise<void> {
+    this.assertUsable();
+    await (await this.cdpSession()).send('Page.setWebLifecycleState', { state: 'active' });
   }
 
   async step(action: Action): Promise<StepOutcome> {

@@ -3,12 +3,14 @@ import { Worker } from '@temporalio/worker';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { blobStoreFor } from '../blob/store';
-import { SessionManager, createSessionActivities } from '../activities/session';
+import { SessionManager } from '../activities/session';
+import { createSessionActivities } from '../activities/session-activities';
 import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
+import { warmPagesFromEnv } from '../activities/warm-pages';
 
 /**
  * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
@@ -30,6 +32,7 @@ async function main() {
     workerName,
     realOriginOverride: process.env.HALO_REAL_ORIGIN || undefined,
     siteConcurrency: Number(process.env.HALO_SITE_CONCURRENCY || 4),
+    warmPages: warmPagesFromEnv(),
   });
   const activities = createSessionActivities(manager);
   const shared = await Worker.create({

@@ -1,5 +1,5 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
-import type { SessionActivities } from '../activities/session';
+import type { SessionActivities } from '../activities/session-activities';
 import type { Action } from '../lib/actions';
 import type { BrowserWork, EnvOptions, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
 import type { RewardState } from '../lib/rewards/types';

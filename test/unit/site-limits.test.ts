@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
-import { sessionStartFailure } from '../../activities/session';
+import { sessionStartFailure } from '../../activities/session-errors';
 import { DEFAULT_SITE_SLOT_TIMEOUT_MS, SiteLimiter, SiteSlotTimeoutError, siteSlotTimeoutFromEnv, slotHolder } from '../../env/site-limits';
 
 const SITE = 'https://gomail.test';

@@ -1,0 +1,112 @@
+/**
+ * Rollout time of the default job with and without the browser worker's warm pages (HALO_WARM_PAGES): the
+ * job of configs/default.yaml as `./launch.sh` runs it (colocated tiny-random learner, MiniWoB++ in Chromium),
+ * on a private stack per run, `cold` (HALO_WARM_PAGES=0: every session opens a context and loads its page, the
+ * code path before the pool) and `warm` (the worker's default pool) alternately. Reports per mode the rollout
+ * seconds per iteration (metrics `seconds.rollout`, the first iteration left out: fresh processes), sessions
+ * opened, the success rate over the last five iterations (the learning curve must not change), and the
+ * warm / cold ratio of the medians.
+ *
+ *   node --import tsx bench/rollout-speed.ts [--iterations 18] [--rounds 1] [--modes cold,warm] [--config configs/default.yaml]
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startOrAttachTrain } from '../client/train';
+import { loadConfigFile } from '../host/config-file';
+import { parseConfig } from '../lib/config';
+import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
+import { startTestStack } from '../testing/stack';
+import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+
+const { values } = parseArgs({
+  options: {
+    iterations: { type: 'string', default: '18' },
+    rounds: { type: 'string', default: '1' },
+    modes: { type: 'string', default: 'cold,warm' },
+    config: { type: 'string', default: 'configs/default.yaml' },
+  },
+});
+const iterations = Number(values.iterations);
+const rounds = Number(values.rounds);
+const modes = values.modes!.split(',').map((m) => {
+  if (m !== 'cold' && m !== 'warm') throw new Error(`--modes: cold or warm, got ${JSON.stringify(m)}`);
+  return m;
+});
+if (!(iterations >= 2)) throw new Error('--iterations: at least 2 (the first is left out)');
+
+interface RunResult {
+  mode: 'cold' | 'warm';
+  round: number;
+  rollout: number[];
+  sessions: number[];
+  success: number[];
+  wallS: number;
+  load: string;
+}
+
+async function runOnce(mode: 'cold' | 'warm', round: number): Promise<RunResult> {
+  // The browser worker reads it at start; the stack's workers take this process's environment.
+  process.env.HALO_WARM_PAGES = mode === 'cold' ? '0' : '';
+  const stack = await startTestStack({ browserWorkers: 1, learner: true });
+  try {
+    const base = loadConfigFile(values.config!);
+    const runId = `rollout-${mode}-${round}`;
+    const cfg = parseConfig({
+      ...base,
+      temporal: { ...base.temporal, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+      train: { ...base.train, runId, iterations, gpuTaskQueue: stack.gpuQueue },
+    });
+    const t0 = Date.now();
+    const { handle } = await startOrAttachTrain(stack.client, cfg);
+    await handle.result();
+    const wallS = (Date.now() - t0) / 1000;
+    const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
+    const r: RunResult = {
+      mode,
+      round,
+      rollout: lines.map((l) => l.seconds?.rollout ?? NaN),
+      sessions: lines.map((l) => l.sessions_opened ?? NaN),
+      success: lines.map((l) => l.success_rate),
+      wallS,
+      load: load(),
+    };
+    console.error(
+      `${mode} round ${round}: ${iterations} iterations in ${wallS.toFixed(0)} s, rollout s ${r.rollout.map((x) => x.toFixed(1)).join(' ')}, success ${r.success.map((x) => x.toFixed(2)).join(' ')}`,
+    );
+    return r;
+  } finally {
+    await stack.stop();
+  }
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+async function main() {
+  printBenchHeader('rollout-speed');
+  const results: RunResult[] = [];
+  for (let round = 1; round <= rounds; round++) for (const mode of modes) results.push(await runOnce(mode, round));
+
+  console.log('');
+  console.log(`${values.config}, ${iterations} iterations per run; rollout = metrics seconds.rollout, iteration 1 (fresh processes) left out`);
+  console.log('');
+  console.log('| mode | round | rollout s / iteration, median (min-max) | sessions opened / iteration | success, last 5 iterations | run wall s | load avg at its end |');
+  console.log('|---|---|---|---|---|---|---|');
+  for (const r of results) {
+    const ro = r.rollout.slice(1);
+    console.log(
+      `| ${r.mode} | ${r.round} | ${median(ro).toFixed(2)} (${Math.min(...ro).toFixed(2)}-${Math.max(...ro).toFixed(2)}) | ${median(r.sessions.slice(1))} | ${mean(r.success.slice(-5)).toFixed(2)} | ${r.wallS.toFixed(0)} | ${r.load} |`,
+    );
+  }
+  const of = (mode: string) => median(results.filter((r) => r.mode === mode).flatMap((r) => r.rollout.slice(1)));
+  if (modes.includes('cold') && modes.includes('warm')) {
+    const ratio = of('warm') / of('cold');
+    console.log('');
+    console.log(
+      `warm / cold rollout seconds per iteration (medians over all rounds): ${of('warm').toFixed(2)} / ${of('cold').toFixed(2)} = ${ratio.toFixed(2)} (target <= 0.50: ${ratio <= 0.5 ? 'MET' : 'NOT MET'})`,
+    );
+  }
+  printLoadAtEnd();
+}
+
+runBench(main);
