@@ -114,7 +114,8 @@ setup() {
   if [ "$CMD" = test ] || [ "$CMD" = setup ]; then
     if [ ! -f .venv/.halo-test-stamp ] || [ "$(cat .venv/.halo-test-stamp)" != "$PY_TEST_TOOLS" ]; then
       say "pip install $PY_TEST_TOOLS (tests)"
-      .venv/bin/pip install --quiet --disable-pip-version-check $PY_TEST_TOOLS
+      # agisdk is installed without its agent stack on purpose: pip need not list what it lacks.
+      .venv/bin/pip install --quiet --disable-pip-version-check --no-warn-conflicts $PY_TEST_TOOLS
       echo "$PY_TEST_TOOLS" > .venv/.halo-test-stamp
     fi
     if [ ! -f .venv-miniwob-official/.halo-stamp ] || [ "$(cat .venv-miniwob-official/.halo-stamp)" != "$PY_MINIWOB_OFFICIAL" ]; then
