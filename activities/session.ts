@@ -255,10 +255,7 @@ export class SessionManager {
       } catch (err) {
         throw sessionStartFailure(err);
       }
-      for (const [i, action] of input.replay.entries()) {
-        await env.apply(action);
-        beat({ replayed: i + 1 });
-      }
+      await replayOnto(env, input.replay, beat);
       return await this.register(input, context, env, site, browser, input.replay.length, opts);
     } catch (err) {
       // The env first: a REAL env gives back its site slot there.
@@ -300,10 +297,7 @@ export class SessionManager {
         continue;
       }
       try {
-        for (const [i, action] of input.replay.entries()) {
-          await page.env.apply(action);
-          beat({ replayed: i + 1 });
-        }
+        await replayOnto(page.env, input.replay, beat);
         const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts);
         this.warm.counters.warm_starts++;
         return started;
@@ -337,10 +331,7 @@ export class SessionManager {
       s.snapshot = undefined;
       try {
         if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
-        for (const [i, action] of input.replay.entries()) {
-          await env.apply(action);
-          beat({ replayed: i + 1 });
-        }
+        await replayOnto(env, input.replay, beat);
         const obs = await env.observe();
         const observation = await this.toRef(obs);
         s.view = await this.rewardView(env, obs);
@@ -561,15 +552,11 @@ export class SessionManager {
     const s = this.sessions.get(sessionId);
     if (!s) return;
     this.sessions.delete(sessionId);
-    if (s.env instanceof MiniWobEnv && s.busy === 0 && this.warm.limit > 0) {
-      const key = pageKey(s.env);
-      const frozen =
-        key !== undefined &&
-        (await s.env.freeze().then(
-          () => true,
-          () => false,
-        ));
-      if (key && frozen && this.warm.put({ key, context: s.context, env: s.env, browser: s.browser })) return;
+    const env = s.env;
+    if (env instanceof MiniWobEnv && s.busy === 0 && this.warm.limit > 0) {
+      const key = pageKey(env);
+      const keep = () => key !== undefined && this.warm.put({ key, context: s.context, env, browser: s.browser });
+      if (key !== undefined && (await env.freeze().then(keep, () => false))) return;
     }
     // The env first: a REAL env gives back its site slot there.
     await s.env.close().catch(() => {});
@@ -594,5 +581,13 @@ export class SessionManager {
       axtreeRef: await this.deps.blobs.put(obs.axtree, 'txt'),
       stateKey: stateKey({ url: obs.url, axtree: obs.axtree }),
     };
+  }
+}
+
+/** A started or reset page walks the episode's action path again, a heartbeat detail per action. */
+async function replayOnto(env: SessionEnv, replay: readonly Action[], beat: (d: unknown) => void): Promise<void> {
+  for (const [i, action] of replay.entries()) {
+    await env.apply(action);
+    beat({ replayed: i + 1 });
   }
 }

@@ -92,7 +92,8 @@ test('a session on a kept page answers as one that loaded its page, step after s
 });
 
 test('the pool keeps at most its limit (newest pages), and closes pages idle for longer than it keeps them', async () => {
-  const m = manager(2, 1_500);
+  // Long enough that the sweep cannot take a page before the counts below are read, even on a loaded machine.
+  const m = manager(2, 8_000);
   try {
     const started = [];
     for (const seed of [1, 2, 3]) started.push(await m.start(input('click-button', seed)));
@@ -102,7 +103,7 @@ test('the pool keeps at most its limit (newest pages), and closes pages idle for
     await m.close((await m.start(input('focus-text', 1))).sessionId);
     assert.equal(m.warmCounters().warm_starts, 0);
     assert.equal(m.warmCounters().warm_pages, 2, 'the newest two: the focus-text page pushed out the oldest');
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000;
     while (m.warmCounters().warm_pages > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
     assert.equal(m.warmCounters().warm_pages, 0, 'idle pages are closed by the sweep');
     await m.start(input('click-button', 4));
