@@ -4,6 +4,7 @@ import { clip, type AgentAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
 import { actionGrammar, grammarBlob, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
+import type { ToolAction } from '../lib/actions';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
 import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';
@@ -25,13 +26,13 @@ function activitySignal(): AbortSignal | undefined {
 export function createControlActivities(blobs: BlobStore) {
   /**
    * Constrained decoding: the action grammar of this page as a blob, with the whitespace its sampler allows (the
-   * colocated sampler: compact), so the learner applies the mask it was sampled under; a budget it cannot fit is
-   * the config's fault.
+   * colocated sampler: compact), so the learner applies the mask it was sampled under; a budget it cannot fit, or
+   * `policy.actions` that leave nothing on the page, is the config's fault.
    */
-  async function storeGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact'): Promise<string> {
+  async function storeGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact', actions?: readonly ToolAction[]): Promise<string> {
     let grammar: ActionGrammar;
     try {
-      grammar = actionGrammar(axtree, maxTokens, whitespace);
+      grammar = actionGrammar(axtree, maxTokens, whitespace, actions);
     } catch (err) {
       throw ApplicationFailure.nonRetryable(err instanceof Error ? err.message : String(err), 'ConfigError');
     }
@@ -62,10 +63,12 @@ export function createControlActivities(blobs: BlobStore) {
     },
 
     /** The colocated sampler's prompt and, for constrained decoding, the page's action grammar (both blobs). */
-    async writePromptAndGrammar(input: Omit<SampleInput, 'policy'> & { historyLength: number; maxTokens: number }): Promise<{ promptRef: string; grammarRef: string }> {
+    async writePromptAndGrammar(
+      input: Omit<SampleInput, 'policy'> & { historyLength: number; maxTokens: number; actions?: ToolAction[] },
+    ): Promise<{ promptRef: string; grammarRef: string }> {
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
       const promptRef = await blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
-      return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens) };
+      return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens, 'compact', input.actions) };
     },
 
     /**
@@ -87,7 +90,7 @@ export function createControlActivities(blobs: BlobStore) {
       const prompt = buildPrompt({ ...input.observation, axtree }, input.history, policy.historyLength);
       const promptRef = await blobs.putJson(prompt);
       const messages = await toOpenAiMessages(blobs, prompt);
-      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.grammarWhitespace) : undefined;
+      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.grammarWhitespace, policy.actions) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
       const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
       let adapterLoad: SampleResult['adapterLoad'];

@@ -1,4 +1,4 @@
-import { GRID_MAX } from './actions';
+import { GRID_MAX, TOOL_ACTIONS, type ToolAction } from './actions';
 
 /**
  * The grammar of constrained action decoding (`policy.constrained`): a JSON schema of one computer_use tool
@@ -88,16 +88,18 @@ const obj = (properties: Record<string, unknown>): Record<string, unknown> => ({
 
 const text = (max: number) => ({ type: 'string', pattern: `^${TEXT_CHARS}{0,${max}}$` });
 
-function variants(ids: number[], textMax: number): { schema: Record<string, unknown>; longest: Record<string, unknown> }[] {
+type Variant = { schema: Record<string, unknown>; longest: Record<string, unknown> };
+
+function variants(ids: number[], textMax: number, allowed: readonly ToolAction[]): Variant[] {
   const element = { enum: ids };
   const widestId = ids.length ? Math.max(...ids) : 0;
   const coordinate = { type: 'array', items: { type: 'integer', minimum: 0, maximum: GRID_MAX }, minItems: 2, maxItems: 2 };
-  const pointer = ['left_click', 'double_click', 'right_click', 'mouse_move'];
+  const pointer = (['left_click', 'double_click', 'right_click', 'mouse_move'] as const).filter((a) => allowed.includes(a));
   const longText = 'x'.repeat(textMax);
-  const out: { schema: Record<string, unknown>; longest: Record<string, unknown> }[] = [
+  const out: Variant[] = [
     {
       schema: obj({ action: { enum: pointer }, coordinate }),
-      longest: { action: 'double_click', coordinate: [GRID_MAX, GRID_MAX] },
+      longest: { action: pointer.includes('double_click') ? 'double_click' : (pointer[0] ?? 'left_click'), coordinate: [GRID_MAX, GRID_MAX] },
     },
     {
       schema: obj({ action: { const: 'key' }, keys: { type: 'array', items: { type: 'string', pattern: KEY_PATTERN }, minItems: 1, maxItems: MAX_KEYS } }),
@@ -124,7 +126,10 @@ function variants(ids: number[], textMax: number): { schema: Record<string, unkn
       { schema: obj({ action: { const: 'type' }, element_id: element, text: text(textMax) }), longest: { action: 'type', element_id: widestId, text: longText } },
     );
   }
-  return out;
+  return out.filter((v) => {
+    const action = v.schema.properties as { action: { const?: ToolAction; enum?: readonly ToolAction[] } };
+    return action.action.const !== undefined ? allowed.includes(action.action.const) : (action.action.enum ?? []).length > 0;
+  });
 }
 
 /** Compact JSON the way xgrammar writes it without free whitespace: `", "` between items, `": "` after keys. */
@@ -141,25 +146,31 @@ function separators(value: unknown): number {
   return 0;
 }
 
-function build(ids: number[], textMax: number, whitespace: GrammarWhitespace): ActionGrammar {
-  const vs = variants(ids, textMax);
+function build(ids: number[], textMax: number, whitespace: GrammarWhitespace, allowed: readonly ToolAction[] = TOOL_ACTIONS): ActionGrammar {
+  const vs = variants(ids, textMax, allowed);
+  if (vs.length === 0) {
+    throw new Error(
+      `policy.actions [${allowed.join(', ')}] leaves no action on this page${ids.length === 0 ? ' (it has no element ids for click_element or type)' : ''}; allow one that needs no element (answer, left_click, scroll, …)`,
+    );
+  }
   const schema = obj({ name: { const: 'computer_use' }, arguments: { anyOf: vs.map((v) => v.schema) } });
   const maxBytes = Math.max(...vs.map((v) => jsonBytes({ name: 'computer_use', arguments: v.longest })));
   return { schema, maxBytes, whitespace, elementIds: ids, textMax };
 }
 
 /**
- * The grammar for one observation under a token budget (`policy.maxTokens`, stop token included). Throws when
- * even the shortest useful text does not fit, naming the value to raise.
+ * The grammar for one observation under a token budget (`policy.maxTokens`, stop token included), limited to the
+ * `allowed` actions (`policy.actions`). Throws when even the shortest useful text does not fit, naming the value
+ * to raise, or when no allowed action is possible on the page.
  */
-export function actionGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact'): ActionGrammar {
+export function actionGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact', allowed: readonly ToolAction[] = TOOL_ACTIONS): ActionGrammar {
   const ids = elementIdsOf(axtree);
   const budget = maxTokens - 1; // the stop token
   for (let textMax = GRAMMAR_TEXT_MAX; textMax >= GRAMMAR_TEXT_MIN; textMax--) {
-    const g = build(ids, textMax, whitespace);
+    const g = build(ids, textMax, whitespace, allowed);
     if (g.maxBytes <= budget) return g;
   }
-  const needed = build(ids, GRAMMAR_TEXT_MIN, whitespace).maxBytes + 1;
+  const needed = build(ids, GRAMMAR_TEXT_MIN, whitespace, allowed).maxBytes + 1;
   throw new Error(
     `policy.maxTokens ${maxTokens} is too small for constrained decoding on this page: the longest action needs ${needed} tokens; raise policy.maxTokens to at least ${needed}`,
   );

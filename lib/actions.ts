@@ -2,6 +2,10 @@ import { z } from 'zod';
 
 // Coordinates live on Qwen3-VL's 0-1000 grid, independent of the screenshot size.
 export const GRID_MAX = 1000;
+
+/** The `action` values of the computer_use tool, as the model writes them (lib/prompt.ts describes each). */
+export const TOOL_ACTIONS = ['left_click', 'double_click', 'right_click', 'mouse_move', 'click_element', 'type', 'key', 'scroll', 'wait', 'answer'] as const;
+export type ToolAction = (typeof TOOL_ACTIONS)[number];
 const coord = z.number().finite().min(0).max(GRID_MAX);
 
 export const clickAction = z.object({

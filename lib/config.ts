@@ -3,6 +3,7 @@ import { ConfigError, formatConfigIssues } from './config-error';
 import { rewardWeightsSchema } from './rewards/weights';
 import { CREDENTIAL_NAMES } from './credentials';
 import { GRAMMAR_WHITESPACE } from './action-grammar';
+import { TOOL_ACTIONS } from './actions';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
@@ -88,6 +89,14 @@ export const policySchema = z
       .describe(
         "constrained action decoding: every sample is a valid action of the tool-call schema, element ids limited to those on the page and coordinates inside the grid (colocated: xgrammar in the learner; openai: vLLM's structured_outputs field with the same JSON schema). The learner applies the same grammar mask when it recomputes log-probs",
       ),
+    actions: z
+      .array(z.enum(TOOL_ACTIONS))
+      .min(1)
+      .refine((a) => new Set(a).size === a.length, 'actions must be distinct')
+      .optional()
+      .describe(
+        "constrained decoding only: the computer_use actions the grammar admits (default: all of them). A smaller action space for tasks that need no other (MiniWoB++'s click tasks: [click_element, answer]); the prompt still describes the whole tool",
+      ),
     /**
      * The free whitespace vLLM's xgrammar backend allows in constrained output. It is a server setting (the
      * request's own disable_any_whitespace is ignored), so this says how the server was started and the learner
@@ -99,6 +108,10 @@ export const policySchema = z
       .describe(
         'openai backend, constrained: the whitespace vLLM allows around JSON tokens. compact: vLLM started with --structured-outputs-config {"backend":"xgrammar","disable_any_whitespace":true} (docker-compose.yml, ./launch.sh gpu and the README do); any: the vLLM default, free whitespace, which no token budget bounds, so a sample may run out of tokens (an invalid action): a warning-level choice. The colocated sampler always samples compact',
       ),
+  })
+  .refine((p) => p.actions === undefined || p.constrained, {
+    message: 'actions limits the constrained grammar: set policy.constrained: true (unconstrained output may be any action)',
+    path: ['actions'],
   })
   .prefault({});
 
@@ -283,9 +296,17 @@ export const mctsSchema = z
     pairThreshold: z.number().min(0).max(1).default(0.1).describe('minimum composite-Q gap between two explored siblings for a DPO pair'),
     maxDepth: z.number().int().min(1).max(200).default(6).describe('depth cap of the tree and of rollouts (a node there that is not done is terminal with reward 0)'),
     valueMode: z
-      .enum(['rollout', 'critic'])
+      .enum(['rollout', 'critic', 'shaped'])
       .default('rollout')
-      .describe("value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state"),
+      .describe(
+        "value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state; shaped = the same rollout valued by the episode's shaped return from the search's root (rewards file) over shapedScale, clamped to [0, 1] (test-time search values as rollout: the shaped return reads the task's success)",
+      ),
+    shapedScale: z
+      .number()
+      .gt(0)
+      .max(1_000_000)
+      .default(10)
+      .describe('valueMode shaped: the shaped return from the root that is worth value 1 (the return of a successful episode, e.g. ~21 for two steps under configs/rewards-multistep.yaml)'),
     temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
     continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),
     parkedSessions: z

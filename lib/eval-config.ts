@@ -469,6 +469,8 @@ export function testTimeSearchParams(
   }
   return {
     ...p,
+    // A shaped return counts the task's success: a test-time search must not read it.
+    valueMode: p.valueMode === 'shaped' ? 'rollout' : p.valueMode,
     numSimulations: t.simulations,
     maxChildren: t.maxChildren ?? p.maxChildren,
     maxDepth: t.maxDepth ?? p.maxDepth,

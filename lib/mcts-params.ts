@@ -11,7 +11,9 @@ export interface MctsParams {
   alpha: number;
   pairThreshold: number;
   maxDepth: number;
-  valueMode: 'rollout' | 'critic';
+  valueMode: 'rollout' | 'critic' | 'shaped';
+  /** valueMode shaped: the shaped return worth value 1. Inputs recorded before it existed use another valueMode. */
+  shapedScale?: number;
   /** Sampling temperature of expansions and rollouts. */
   temperature: number;
   continueAsNewEvery: number;
@@ -42,6 +44,7 @@ export function mctsParams(cfg: HaloConfig): MctsParams {
     pairThreshold: m.pairThreshold,
     maxDepth: m.maxDepth,
     valueMode: m.valueMode,
+    shapedScale: m.shapedScale,
     temperature: m.temperature,
     continueAsNewEvery: m.continueAsNewEvery,
     parkedSessions: m.parkedSessions,

@@ -51,6 +51,8 @@ export interface NodeData {
   outcome?: string;
   /** The environment's complaint when the action could not be applied (the state did not change). */
   actionError?: string;
+  /** The shaped reward of this node's action (the rewards file's terms), once it has run. */
+  shaped?: number;
 }
 
 export interface MctsNode {

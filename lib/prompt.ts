@@ -1,4 +1,4 @@
-import { GRID_MAX } from './actions';
+import { GRID_MAX, TOOL_ACTIONS } from './actions';
 import { neutraliseAddedTokens } from './prompt-text';
 
 // One prompt builder for every policy backend (vLLM, colocated learner, OpenAI baseline), so a
@@ -37,7 +37,7 @@ export const COMPUTER_USE_TOOL = {
       properties: {
         action: {
           type: 'string',
-          enum: ['left_click', 'double_click', 'right_click', 'mouse_move', 'click_element', 'type', 'key', 'scroll', 'wait', 'answer'],
+          enum: TOOL_ACTIONS,
           description:
             'left_click/double_click/right_click/mouse_move at `coordinate`; click_element clicks the element ' +
             'with `element_id` from the accessibility tree; type enters `text` (into `element_id` if given); key ' +

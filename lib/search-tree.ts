@@ -68,6 +68,22 @@ export function markEnded(tree: Tree, id: number, reward: number, outcome: strin
   getNode(tree, id).data.outcome = outcome;
 }
 
+/** Records the shaped reward of node `id`'s action. */
+export function recordShaped(tree: Tree, id: number, reward: number): void {
+  getNode(tree, id).data.shaped = reward;
+}
+
+/**
+ * valueMode shaped: the value of the episode whose actions from the search's root lead to node `id` and then
+ * `more` (a rollout's shaped rewards): its shaped return over `scale`, clamped to [0, 1]. Siblings share their
+ * ancestors' rewards, so they are told apart by what their own action and what follows it earned.
+ */
+export function shapedValue(tree: Tree, id: number, more: number, scale: number): number {
+  let total = more;
+  for (let n = getNode(tree, id); n.parent !== null; n = getNode(tree, n.parent)) total += n.data.shaped ?? 0;
+  return Math.min(1, Math.max(0, total / scale));
+}
+
 /** The error of a node's action that ran but failed on the page (clipped: every node is stored, and shown in the tree view). */
 export function recordActionError(tree: Tree, id: number, error: string): void {
   getNode(tree, id).data.actionError = clip(error, 200);

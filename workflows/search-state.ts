@@ -21,7 +21,7 @@ import {
   type MctsTreeView,
   type SearchTask,
 } from '../lib/mcts-search';
-import { addChildren, describeSimulation, markEnded, recordActionError, type SearchCandidate, type Valuation, type Verdict } from '../lib/search-tree';
+import { addChildren, describeSimulation, markEnded, recordActionError, recordShaped, shapedValue, type SearchCandidate, type Valuation, type Verdict } from '../lib/search-tree';
 import { workflowClockMs } from './clock';
 
 /** What a search runs on and with (from its input; the same in every run of its continue-as-new chain). */
@@ -229,6 +229,20 @@ export class SearchState {
 
   ended(id: number, reward: number, outcome: string): void {
     markEnded(this.tree, id, reward, outcome);
+  }
+
+  rewarded(id: number, shaped: number): void {
+    recordShaped(this.tree, id, shaped);
+  }
+
+  /**
+   * The value of an episode that reached node `id` and then earned `more` (a rollout's shaped rewards), or
+   * `otherwise` (the outcome's value) unless the search values by shaped return.
+   */
+  valueAt(id: number, more: number, otherwise: number): number {
+    const P = this.params;
+    if (P.valueMode !== 'shaped') return otherwise;
+    return shapedValue(this.tree, id, more, P.shapedScale ?? 1);
   }
 
   actionFailed(id: number, error: string): void {

@@ -210,7 +210,7 @@ export const distinctClicks: PolicyScript = (step, n) => Array.from({ length: n 
  * as records.
  */
 export class FakeControl {
-  private readonly blobs = new Map<string, unknown>();
+  readonly blobs = new Map<string, unknown>();
   readonly samples: { step: number; n: number; model: string }[] = [];
   /** `tokens`: each step's sampler tokens as the trajectory carries them (a reference, 'inline', or none). */
   readonly trajectories: { workflowId: string; actions: unknown[]; tokens: (string | null)[] }[] = [];

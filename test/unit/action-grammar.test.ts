@@ -5,6 +5,7 @@ import { QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
 import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, grammarBlob, minConstrainedMaxTokens, readGrammarBlob } from '../../lib/action-grammar';
 import { isValidAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
+import { parseConfig } from '../../lib/config';
 
 const TREE = '[3] text "Click the button." @(200,111)\n[5] button "Click Me!" @(76,629)\n[12] textbox value="" @(1,2)';
 
@@ -48,6 +49,28 @@ test('every variant has its fields in a fixed order, all required, nothing else 
 test('a page without element ids offers no element actions', () => {
   const args = variantsOf(actionGrammar('', 256).schema);
   assert.ok(args.every((v) => !('element_id' in v.properties)));
+});
+
+test('policy.actions: only the allowed actions, maxBytes theirs; a page where none is possible is a clear error', () => {
+  const g = actionGrammar(TREE, 256, 'compact', ['click_element', 'answer']);
+  assert.deepEqual(
+    variantsOf(g.schema).map((v) => v.properties.action.const),
+    ['click_element', 'answer'],
+  );
+  assert.equal(g.maxBytes, xgrammarJson({ name: 'computer_use', arguments: { action: 'answer', text: 'y'.repeat(g.textMax) } }).length);
+  const clicks = actionGrammar(TREE, 256, 'compact', ['left_click', 'click_element']);
+  const kinds = variantsOf(clicks.schema).map((v) => v.properties.action.const ?? v.properties.action.enum?.join('|'));
+  assert.deepEqual(kinds, ['click_element', 'left_click']);
+  assert.equal(clicks.maxBytes, xgrammarJson({ name: 'computer_use', arguments: { action: 'left_click', coordinate: [1000, 1000] } }).length);
+  assert.throws(() => actionGrammar('', 256, 'compact', ['click_element']), /policy\.actions \[click_element\] leaves no action on this page \(it has no element ids/);
+});
+
+test('policy.actions needs constrained decoding and names only tool actions', () => {
+  assert.deepEqual(parseConfig({ policy: { constrained: true, actions: ['click_element', 'answer'] } }).policy.actions, ['click_element', 'answer']);
+  assert.equal(parseConfig({}).policy.actions, undefined);
+  assert.throws(() => parseConfig({ policy: { actions: ['click_element'] } }), /policy\.actions: actions limits the constrained grammar/);
+  assert.throws(() => parseConfig({ policy: { constrained: true, actions: ['click'] } }), /policy\.actions/);
+  assert.throws(() => parseConfig({ policy: { constrained: true, actions: ['answer', 'answer'] } }), /distinct/);
 });
 
 test('maxBytes is the longest completion, and the longest completions parse into valid actions', () => {

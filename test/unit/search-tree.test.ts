@@ -2,7 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AgentAction } from '../../lib/actions';
 import { backpropagate, getNode, newTree } from '../../lib/mcts';
-import { addChildren, describeSimulation, markEnded, NEUTRAL_PRIOR, recordActionError, type SearchCandidate } from '../../lib/search-tree';
+import { addChildren, describeSimulation, markEnded, NEUTRAL_PRIOR, recordActionError, recordShaped, shapedValue, type SearchCandidate } from '../../lib/search-tree';
+import { testTimeSearchParams } from '../../lib/eval-config';
+import { parseConfig } from '../../lib/config';
 
 const el = (id: number): AgentAction => ({ type: 'click_element', id });
 const garbage: AgentAction = { type: 'invalid', reason: 'no action found', excerpt: 'hmm' };
@@ -46,6 +48,33 @@ test('ended nodes and action errors are recorded on the node', () => {
   const n = getNode(tree, 1);
   assert.deepEqual([n.terminal, n.reward, n.data.outcome], [true, 1, 'success']);
   assert.ok(n.data.actionError!.length <= 200 && n.data.actionError!.startsWith('eee'));
+});
+
+test('valueMode shaped: the shaped return from the root over the scale, clamped to [0, 1]; siblings differ by their own part', () => {
+  const tree = newTree();
+  addChildren(tree, 0, 'p', [cand(el(5)), cand(el(10))], null, 2);
+  addChildren(tree, 1, 'p1', [cand(el(10)), cand(el(3))], null, 2);
+  // Header (new page, 10.1), then Submit (success, 11.1) or the goal text (0.1); Submit first fails (-0.9).
+  recordShaped(tree, 1, 10.1);
+  recordShaped(tree, 2, -0.9);
+  recordShaped(tree, 3, 11.1);
+  recordShaped(tree, 4, 0.1);
+  assert.equal(getNode(tree, 3).data.shaped, 11.1);
+  assert.equal(shapedValue(tree, 3, 0, 21.2), 1);
+  assert.ok(Math.abs(shapedValue(tree, 4, 0, 21.2) - 10.2 / 21.2) < 1e-12);
+  assert.equal(shapedValue(tree, 2, 0, 21.2), 0, 'a negative return is worth 0');
+  assert.equal(shapedValue(tree, 0, 0, 21.2), 0, 'the root earned nothing');
+  // A rollout's rewards count after the node's own path; a node whose action has not run counts 0.
+  assert.ok(Math.abs(shapedValue(tree, 1, 11.1, 42.4) - 0.5) < 1e-12);
+  assert.equal(shapedValue(tree, 1, 100, 21.2), 1);
+});
+
+test('a test-time search never values by shaped return (it counts the task success): it rolls out', () => {
+  const base = parseConfig({ mcts: { valueMode: 'shaped', shapedScale: 21 } });
+  assert.equal(base.mcts.valueMode, 'shaped');
+  assert.equal(testTimeSearchParams(base, { simulations: 4 }).valueMode, 'rollout');
+  assert.equal(testTimeSearchParams(parseConfig({}), { simulations: 4 }).valueMode, 'rollout');
+  assert.throws(() => parseConfig({ mcts: { shapedScale: 0 } }), /shapedScale/);
 });
 
 test('the simulation summary names the selected and evaluated nodes, the value and the tree', () => {

@@ -112,6 +112,33 @@ describe('trainMcts', { timeout: 90_000 }, () => {
     });
   });
 
+  test('valueMode shaped: children that never end are valued by their shaped return over shapedScale (rollout: 0 at the depth cap)', async () => {
+    // No action ends the episode: the click at x = 100 reaches a new page (shaped 1), any other earns 0.25.
+    const step = (c: { action: Action }) => ({ shaped: c.action.type === 'click' && c.action.x === 100 ? 1 : 0.25 });
+    for (const [valueMode, expected] of [
+      ['rollout', [0, 0]],
+      ['shaped', [0.5, 0.125]],
+    ] as const) {
+      await withFakeWorkers(env, `mcts-value-${valueMode}`, { browser: { step } }, async ({ q, runId, control }) => {
+        const handle = await env.client.workflow.start('trainMcts', {
+          taskQueue: q.control,
+          workflowId: runId,
+          args: [{ config: mctsConfig(q, runId, 1, 10, { valueMode, shapedScale: 2, maxDepth: 1 }) }],
+        });
+        await handle.result();
+        const nodes = [...control.blobs.values()].flatMap((v) => ((v as { nodes?: { depth: number; action: Action; valueSum: number; data: { shaped?: number } }[] }).nodes ?? []));
+        const children = nodes.filter((n) => n.depth === 1).sort((a, b) => (a.action.type === 'click' ? a.action.x : 0) - (b.action.type === 'click' ? b.action.x : 0));
+        assert.deepEqual(
+          children.map((n) => [n.action.type === 'click' ? n.action.x : -1, n.data.shaped, n.valueSum]),
+          [
+            [100, 1, expected[0]],
+            [200, 0.25, expected[1]],
+          ],
+        );
+      });
+    }
+  });
+
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
       const { browser, control, learner } = w;
