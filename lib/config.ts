@@ -306,7 +306,9 @@ export const mctsSchema = z
       .gt(0)
       .max(1_000_000)
       .default(10)
-      .describe('valueMode shaped: the shaped return from the root that is worth value 1 (the return of a successful episode, e.g. ~21 for two steps under configs/rewards-multistep.yaml)'),
+      .describe(
+        'valueMode shaped: the shaped return from the root that is worth value 1 (the return of a successful episode, e.g. ~21 for two steps under configs/rewards-multistep.yaml)',
+      ),
     temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
     continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),
     parkedSessions: z

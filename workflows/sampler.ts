@@ -78,7 +78,11 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
   const promptInput = { observation: req.observation, history: req.history, historyLength: policy.historyLength };
   // Runs recorded before constrained decoding never set `constrained`, so they replay the plain prompt activity.
   const { promptRef, grammarRef } = policy.constrained
-    ? await control(`${req.summary}: prompt and grammar`).writePromptAndGrammar({ ...promptInput, maxTokens: policy.maxTokens, ...(policy.actions ? { actions: policy.actions } : {}) })
+    ? await control(`${req.summary}: prompt and grammar`).writePromptAndGrammar({
+        ...promptInput,
+        maxTokens: policy.maxTokens,
+        ...(policy.actions ? { actions: policy.actions } : {}),
+      })
     : { promptRef: await control(`${req.summary}: prompt`).writePrompt(promptInput), grammarRef: undefined };
   const out = await learnerActivities({
     taskQueue: s.gpuTaskQueue,

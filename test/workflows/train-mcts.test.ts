@@ -126,7 +126,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
           args: [{ config: mctsConfig(q, runId, 1, 10, { valueMode, shapedScale: 2, maxDepth: 1 }) }],
         });
         await handle.result();
-        const nodes = [...control.blobs.values()].flatMap((v) => ((v as { nodes?: { depth: number; action: Action; valueSum: number; data: { shaped?: number } }[] }).nodes ?? []));
+        const nodes = [...control.blobs.values()].flatMap((v) => (v as { nodes?: { depth: number; action: Action; valueSum: number; data: { shaped?: number } }[] }).nodes ?? []);
         const children = nodes.filter((n) => n.depth === 1).sort((a, b) => (a.action.type === 'click' ? a.action.x : 0) - (b.action.type === 'click' ? b.action.x : 0));
         assert.deepEqual(
           children.map((n) => [n.action.type === 'click' ? n.action.x : -1, n.data.shaped, n.valueSum]),
