@@ -299,7 +299,7 @@ export const mctsSchema = z
       .enum(['rollout', 'critic', 'shaped'])
       .default('rollout')
       .describe(
-        "value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state; shaped = the same rollout valued by the episode's shaped return from the search's root (rewards file) over shapedScale, clamped to [0, 1] (test-time search values as rollout: the shaped return reads the task's success)",
+        "value of a new node: rollout = the policy plays on to a terminal state or maxDepth (reward 1 on success, else 0); critic = the critic's estimate for its state; shaped = the same rollout, a success worth 1 and any other episode half its shaped return from the search's root (rewards file) over shapedScale, at most 0.5 (test-time search values as rollout: the shaped return reads the task's success)",
       ),
     shapedScale: z
       .number()
@@ -307,7 +307,7 @@ export const mctsSchema = z
       .max(1_000_000)
       .default(10)
       .describe(
-        'valueMode shaped: the shaped return from the root that is worth value 1 (the return of a successful episode, e.g. ~21 for two steps under configs/rewards-multistep.yaml)',
+        'valueMode shaped: the shaped return from the root of an unsuccessful episode that is worth 0.5, the most progress counts (e.g. 20: two page changes under configs/rewards-multistep.yaml)',
       ),
     temperature: z.number().gt(0).max(2).default(1).describe('sampling temperature of expansions and rollouts (1 keeps the sampler log-probs usable as DPO reference)'),
     continueAsNewEvery: z.number().int().min(1).max(1000).default(10).describe('a search continues as new after this many simulations (tree snapshot in the blob store)'),

@@ -75,13 +75,16 @@ export function recordShaped(tree: Tree, id: number, reward: number): void {
 
 /**
  * valueMode shaped: the value of the episode whose actions from the search's root lead to node `id` and then
- * `more` (a rollout's shaped rewards): its shaped return over `scale`, clamped to [0, 1]. Siblings share their
- * ancestors' rewards, so they are told apart by what their own action and what follows it earned.
+ * `more` (a rollout's shaped rewards). A success is worth 1, as under rollout values; any other episode half its
+ * shaped return over `scale`, clamped to [0, 0.5], so progress orders the failures and never outranks a success
+ * (a page change earns the same whether it leads on or back, as clicking the header twice does). Siblings share
+ * their ancestors' rewards, so they are told apart by what their own action and what follows it earned.
  */
-export function shapedValue(tree: Tree, id: number, more: number, scale: number): number {
+export function shapedValue(tree: Tree, id: number, more: number, scale: number, success: boolean): number {
+  if (success) return 1;
   let total = more;
   for (let n = getNode(tree, id); n.parent !== null; n = getNode(tree, n.parent)) total += n.data.shaped ?? 0;
-  return Math.min(1, Math.max(0, total / scale));
+  return 0.5 * Math.min(1, Math.max(0, total / scale));
 }
 
 /** The error of a node's action that ran but failed on the page (clipped: every node is stored, and shown in the tree view). */

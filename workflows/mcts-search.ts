@@ -404,12 +404,12 @@ async function evaluateChild(search: Search, id: number, s: DurableSession, ctx:
   if (out.actionError) state.actionFailed(id, out.actionError);
   if (out.done || isTerminal(action)) {
     const end = await endValue(search, s, out.success, ctx.tag);
-    const value = state.valueAt(id, 0, end.value);
+    const value = state.valueAt(id, 0, out.success, end.value);
     state.ended(id, value, end.outcome);
     return { node: id, value, how: `terminal: ${end.outcome}${shapedNote(P, value)}` };
   }
   if (node.depth >= P.maxDepth) {
-    const value = state.valueAt(id, 0, 0);
+    const value = state.valueAt(id, 0, false, 0);
     state.ended(id, value, 'depth cap');
     return { node: id, value, how: `depth cap ${P.maxDepth}${shapedNote(P, value)}` };
   }
@@ -427,30 +427,30 @@ async function rollout(search: Search, from: number, s: DurableSession, ctx: Sim
   let depth = getNode(state.tree, from).depth;
   let steps = 0;
   let shaped = 0;
-  const valued = (otherwise: number, how: string): Valuation => {
-    const value = state.valueAt(from, shaped, otherwise);
+  const valued = (success: boolean, otherwise: number, how: string): Valuation => {
+    const value = state.valueAt(from, shaped, success, otherwise);
     return { node: from, value, how: `rollout: ${how}${shapedNote(P, value)}` };
   };
   while (depth < P.maxDepth) {
     state.phase = `${ctx.tag}: rollout step ${steps + 1} from node ${from}`;
     const { candidates } = await sampleAt(search, s, 1, false, `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`);
     const c = candidates[0];
-    if (!isValidAction(c.action)) return valued(0, `unparseable output at depth ${depth + 1}`);
+    if (!isValidAction(c.action)) return valued(false, 0, `unparseable output at depth ${depth + 1}`);
     const out = await step(search, s, c.action, ctx, `${ctx.tag} · rollout step ${steps + 1}: ${describeAction(c.action)}`, true);
     steps++;
     depth++;
     shaped += out.shaped.total;
     if (out.done || isTerminal(c.action)) {
       const end = await endValue(search, s, out.success, ctx.tag);
-      return valued(end.value, `${end.outcome} after ${steps} steps`);
+      return valued(out.success, end.value, `${end.outcome} after ${steps} steps`);
     }
   }
-  return valued(0, `depth cap ${P.maxDepth} after ${steps} steps`);
+  return valued(false, 0, `depth cap ${P.maxDepth} after ${steps} steps`);
 }
 
 /** How a value came from the shaped return (valueMode shaped), for the simulation's log and details. */
 function shapedNote(P: MctsParams, value: number): string {
-  return P.valueMode === 'shaped' ? `, shaped return / ${P.shapedScale ?? 1} = ${round(value)}` : '';
+  return P.valueMode === 'shaped' ? `, shaped value ${round(value)} (scale ${P.shapedScale ?? 1})` : '';
 }
 
 /**

@@ -236,13 +236,13 @@ export class SearchState {
   }
 
   /**
-   * The value of an episode that reached node `id` and then earned `more` (a rollout's shaped rewards), or
-   * `otherwise` (the outcome's value) unless the search values by shaped return.
+   * The value of an episode that reached node `id`, then earned `more` (a rollout's shaped rewards) and ended in
+   * `success` or not; `otherwise` (the outcome's value) unless the search values by shaped return.
    */
-  valueAt(id: number, more: number, otherwise: number): number {
+  valueAt(id: number, more: number, success: boolean, otherwise: number): number {
     const P = this.params;
     if (P.valueMode !== 'shaped') return otherwise;
-    return shapedValue(this.tree, id, more, P.shapedScale ?? 1);
+    return shapedValue(this.tree, id, more, P.shapedScale ?? 1, success);
   }
 
   actionFailed(id: number, error: string): void {

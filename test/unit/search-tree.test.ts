@@ -50,23 +50,31 @@ test('ended nodes and action errors are recorded on the node', () => {
   assert.ok(n.data.actionError!.length <= 200 && n.data.actionError!.startsWith('eee'));
 });
 
-test('valueMode shaped: the shaped return from the root over the scale, clamped to [0, 1]; siblings differ by their own part', () => {
+test('valueMode shaped: a success is worth 1, any other episode half its shaped return from the root over the scale', () => {
   const tree = newTree();
   addChildren(tree, 0, 'p', [cand(el(5)), cand(el(10))], null, 2);
-  addChildren(tree, 1, 'p1', [cand(el(10)), cand(el(3))], null, 2);
-  // Header (new page, 10.1), then Submit (success, 11.1) or the goal text (0.1); Submit first fails (-0.9).
-  recordShaped(tree, 1, 10.1);
-  recordShaped(tree, 2, -0.9);
-  recordShaped(tree, 3, 11.1);
-  recordShaped(tree, 4, 0.1);
+  addChildren(tree, 1, 'p1', [cand(el(10)), cand(el(3)), cand(el(5))], null, 3);
+  // Header (new page, 10.1), then Submit (success, 11.1), the goal text (0.1) or the header again (collapsed: a
+  // new page too, 10.1); Submit first fails (-0.9).
+  for (const [id, r] of [
+    [1, 10.1],
+    [2, -0.9],
+    [3, 11.1],
+    [4, 0.1],
+    [5, 10.1],
+  ] as const)
+    recordShaped(tree, id, r);
   assert.equal(getNode(tree, 3).data.shaped, 11.1);
-  assert.equal(shapedValue(tree, 3, 0, 21.2), 1);
-  assert.ok(Math.abs(shapedValue(tree, 4, 0, 21.2) - 10.2 / 21.2) < 1e-12);
-  assert.equal(shapedValue(tree, 2, 0, 21.2), 0, 'a negative return is worth 0');
-  assert.equal(shapedValue(tree, 0, 0, 21.2), 0, 'the root earned nothing');
-  // A rollout's rewards count after the node's own path; a node whose action has not run counts 0.
-  assert.ok(Math.abs(shapedValue(tree, 1, 11.1, 42.4) - 0.5) < 1e-12);
-  assert.equal(shapedValue(tree, 1, 100, 21.2), 1);
+  const v = (id: number, success = false, more = 0) => shapedValue(tree, id, more, 20, success);
+  assert.equal(v(3, true), 1);
+  assert.equal(v(5), 0.5, 'two page changes: as much progress as the scale, still half a success');
+  assert.ok(Math.abs(v(4) - (0.5 * 10.2) / 20) < 1e-12);
+  assert.equal(v(2), 0, 'a negative return is worth 0');
+  assert.equal(v(0), 0, 'the root earned nothing');
+  // A rollout's rewards count after the node's own path.
+  assert.ok(Math.abs(v(1, false, 4.9) - (0.5 * 15) / 20) < 1e-12);
+  assert.equal(v(1, false, 100), 0.5);
+  assert.ok(v(3, true) - v(5) >= 0.5 && v(5) > v(4) && v(4) > v(2), 'success, then progress, orders the siblings');
 });
 
 test('a test-time search never values by shaped return (it counts the task success): it rolls out', () => {

@@ -117,7 +117,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
     const step = (c: { action: Action }) => ({ shaped: c.action.type === 'click' && c.action.x === 100 ? 1 : 0.25 });
     for (const [valueMode, expected] of [
       ['rollout', [0, 0]],
-      ['shaped', [0.5, 0.125]],
+      ['shaped', [0.25, 0.0625]],
     ] as const) {
       await withFakeWorkers(env, `mcts-value-${valueMode}`, { browser: { step } }, async ({ q, runId, control }) => {
         const handle = await env.client.workflow.start('trainMcts', {

@@ -1,0 +1,93 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runEval } from '../../client/commands/eval';
+import { startOrAttachTrain } from '../../client/train';
+import { loadConfigFile } from '../../host/config-file';
+import { parseEvalConfig } from '../../lib/eval-config';
+import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import { parseConfig } from '../../lib/config';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import type { TrainingResult } from '../../workflows/train-engine';
+import { startTestStack, type TestStack } from '../../testing/stack';
+
+// Credit over two steps, learned from scratch on the real stack: configs/multistep.yaml's task (MiniWoB++'s
+// click-collapsible-nodelay: expand the section, then click Submit; clicking Submit first ends the episode as a
+// failure) with step grouping, the tiny random Qwen3-VL under the config's action grammar, and the config's own
+// settings except the run id. Then the trained adapter and the base model play the same held-out seeds greedily:
+// both actions must be right, in order, on pages the run never saw. HALO_MULTISTEP_TEST_LR overrides the learning
+// rate (a near-zero one makes this test fail).
+
+const LR = process.env.HALO_MULTISTEP_TEST_LR === undefined ? undefined : Number(process.env.HALO_MULTISTEP_TEST_LR);
+
+let stack: TestStack;
+let out: string;
+before(async () => {
+  stack = await startTestStack({ browserWorkers: 1, learner: true });
+  out = mkdtempSync(join(tmpdir(), 'halo-multistep-'));
+});
+after(async () => {
+  await stack?.stop();
+  rmSync(out, { recursive: true, force: true });
+});
+
+// About 10 minutes on 2 cores (12 iterations of 64 browser steps, then 16 evaluation episodes); launch.sh gives each
+// test file 30 minutes, and so does this test's own limit.
+test('GRPO with step grouping on a two-action task: greedy held-out success clearly above the base model', { timeout: 1_800_000 }, async () => {
+  const file = loadConfigFile(join(__dirname, '..', '..', 'configs', 'multistep.yaml'));
+  const runId = 'multistep-test';
+  const cfg = parseConfig({
+    ...file,
+    temporal: { ...file.temporal, controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },
+    stack: { ...file.stack, home: stack.home },
+    train: {
+      ...file.train,
+      runId,
+      grouping: 'step',
+      evalEvery: 0,
+      gpuTaskQueue: stack.gpuQueue,
+      ...(LR === undefined ? {} : { learningRate: LR }),
+    },
+  });
+  assert.ok(cfg.episode.maxSteps >= 2, 'a multi-step task');
+  const ITERATIONS = cfg.train.iterations;
+  const { handle } = await startOrAttachTrain(stack.client, cfg);
+  const result = (await handle.result()) as TrainingResult;
+  assert.equal(result.adapterVersion, ITERATIONS);
+  const lines = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
+  assert.equal(lines.length, ITERATIONS);
+
+  const seeds = cfg.train.evalSeeds ?? [];
+  assert.ok(seeds.length >= 8, 'the config names its held-out seeds');
+  const evalCfg = parseEvalConfig({
+    runId: 'multistep-eval',
+    env: 'miniwob',
+    tasks: cfg.train.tasks,
+    seeds,
+    maxSteps: cfg.episode.maxSteps,
+    parallelism: 4,
+    modes: [
+      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
+      { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: runId, version: ITERATIONS } },
+    ],
+  });
+  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
+  const episodes = readFileSync(run.files.episodes, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
+  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
+  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
+  const n = episodes.filter((e) => e.mode === 'qwen3vl_base').length;
+  const base = wins('qwen3vl_base');
+  const trained = wins('qwen3vl_grpo');
+  const curve = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
+  const steps = lines.map((l) => l.episode_length.toFixed(2)).join(' ');
+  console.log(`training success per iteration: ${curve}; episode length: ${steps}; greedy held-out (${n} episodes): base ${base}, trained ${trained}`);
+  assert.ok(
+    trained >= base + Math.ceil(n / 3) && trained >= n / 2,
+    `greedy successes on ${n} held-out episodes: base ${base}, trained v${ITERATIONS} ${trained} (training success per iteration: ${curve})`,
+  );
+});
