@@ -88,7 +88,8 @@ const obj = (properties: Record<string, unknown>): Record<string, unknown> => ({
 
 const text = (max: number) => ({ type: 'string', pattern: `^${TEXT_CHARS}{0,${max}}$` });
 
-type Variant = { schema: Record<string, unknown>; longest: Record<string, unknown> };
+/** One kind of tool call: the actions it admits, its schema, and its longest completion. */
+type Variant = { actions: readonly ToolAction[]; schema: Record<string, unknown>; longest: Record<string, unknown> };
 
 function variants(ids: number[], textMax: number, allowed: readonly ToolAction[]): Variant[] {
   const element = { enum: ids };
@@ -98,14 +99,17 @@ function variants(ids: number[], textMax: number, allowed: readonly ToolAction[]
   const longText = 'x'.repeat(textMax);
   const out: Variant[] = [
     {
+      actions: pointer,
       schema: obj({ action: { enum: pointer }, coordinate }),
       longest: { action: pointer.includes('double_click') ? 'double_click' : (pointer[0] ?? 'left_click'), coordinate: [GRID_MAX, GRID_MAX] },
     },
     {
+      actions: ['key'],
       schema: obj({ action: { const: 'key' }, keys: { type: 'array', items: { type: 'string', pattern: KEY_PATTERN }, minItems: 1, maxItems: MAX_KEYS } }),
       longest: { action: 'key', keys: Array(MAX_KEYS).fill('x'.repeat(10)) },
     },
     {
+      actions: ['scroll'],
       schema: obj({
         action: { const: 'scroll' },
         pixels: {
@@ -117,19 +121,20 @@ function variants(ids: number[], textMax: number, allowed: readonly ToolAction[]
       }),
       longest: { action: 'scroll', pixels: -SCROLL_MAX },
     },
-    { schema: obj({ action: { const: 'wait' }, time: { type: 'integer', minimum: 1, maximum: WAIT_MAX } }), longest: { action: 'wait', time: WAIT_MAX } },
-    { schema: obj({ action: { const: 'answer' }, text: text(textMax) }), longest: { action: 'answer', text: longText } },
+    { actions: ['wait'], schema: obj({ action: { const: 'wait' }, time: { type: 'integer', minimum: 1, maximum: WAIT_MAX } }), longest: { action: 'wait', time: WAIT_MAX } },
+    { actions: ['answer'], schema: obj({ action: { const: 'answer' }, text: text(textMax) }), longest: { action: 'answer', text: longText } },
   ];
   if (ids.length > 0) {
     out.unshift(
-      { schema: obj({ action: { const: 'click_element' }, element_id: element }), longest: { action: 'click_element', element_id: widestId } },
-      { schema: obj({ action: { const: 'type' }, element_id: element, text: text(textMax) }), longest: { action: 'type', element_id: widestId, text: longText } },
+      { actions: ['click_element'], schema: obj({ action: { const: 'click_element' }, element_id: element }), longest: { action: 'click_element', element_id: widestId } },
+      {
+        actions: ['type'],
+        schema: obj({ action: { const: 'type' }, element_id: element, text: text(textMax) }),
+        longest: { action: 'type', element_id: widestId, text: longText },
+      },
     );
   }
-  return out.filter((v) => {
-    const action = v.schema.properties as { action: { const?: ToolAction; enum?: readonly ToolAction[] } };
-    return action.action.const !== undefined ? allowed.includes(action.action.const) : (action.action.enum ?? []).length > 0;
-  });
+  return out.filter((v) => v.actions.length > 0 && v.actions.every((a) => allowed.includes(a)));
 }
 
 /** Compact JSON the way xgrammar writes it without free whitespace: `", "` between items, `": "` after keys. */
