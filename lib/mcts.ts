@@ -20,6 +20,7 @@
  * Afterwards `bestPath` is the search's answer and `dpoPairs` are the step-level DPO pairs.
  */
 import { actionKey, type Action } from './actions';
+import type { RewardState } from './rewards/types';
 
 /** Where a node's browser state is stored (blob references; no image bytes in workflow state). */
 export interface NodeObservation {
@@ -53,6 +54,12 @@ export interface NodeData {
   actionError?: string;
   /** The shaped reward of this node's action (the rewards file's terms), once it has run. */
   shaped?: number;
+  /**
+   * The shaping state at this node (pages visited, milestones fired since the task's reset), once known. A session
+   * restored here by replaying the path starts a fresh one, which forgets the pages before it: the search gives it
+   * this one, so an action is paid the same however its session got here.
+   */
+  rewardState?: RewardState;
 }
 
 export interface MctsNode {

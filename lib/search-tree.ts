@@ -1,6 +1,7 @@
 import { clip, isValidAction, type AgentAction } from './actions';
 import { expand, getNode, markTerminal, pathTo, qMcts, setCriticValue, treeStats, type Tree } from './mcts';
 import { asTreeAction, bestPathView, describeTreeNode, round } from './mcts-search';
+import type { RewardState } from './rewards/types';
 
 /**
  * What a simulation of `mctsSearch` writes into its tree and how the Temporal UI is told (pure; the tree
@@ -68,9 +69,11 @@ export function markEnded(tree: Tree, id: number, reward: number, outcome: strin
   getNode(tree, id).data.outcome = outcome;
 }
 
-/** Records the shaped reward of node `id`'s action. */
-export function recordShaped(tree: Tree, id: number, reward: number): void {
-  getNode(tree, id).data.shaped = reward;
+/** Records the shaped reward of node `id`'s action and the shaping state after it. */
+export function recordShaped(tree: Tree, id: number, reward: number, state?: RewardState): void {
+  const data = getNode(tree, id).data;
+  data.shaped = reward;
+  if (state) data.rewardState = state;
 }
 
 /**

@@ -261,6 +261,7 @@ async function restore(search: Search, id: number, ctx: Sim, summary: string, ag
   const episodeId = `${search.state.workflowId}#${ctx.sim}`;
   const parked = search.parked ? await fromParked(search, search.parked, id, path, episodeId, summary) : undefined;
   const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`));
+  s.rewardState = search.state.rewardStateAt(id, s.rewardState) ?? s.rewardState;
   if (search.parked && again) prepareSpare(search, search.parked, id, path, episodeId, summary);
   return s;
 }
@@ -400,7 +401,7 @@ async function evaluateChild(search: Search, id: number, s: DurableSession, ctx:
   state.phase = `${ctx.tag}: evaluate node ${id}`;
   const out = await step(search, s, action, ctx, `${ctx.tag} · evaluate node ${id}: ${describeAction(action)}`);
   state.observed(id, s.observation);
-  state.rewarded(id, out.shaped.total);
+  state.rewarded(id, out.shaped.total, s.rewardState);
   if (out.actionError) state.actionFailed(id, out.actionError);
   if (out.done || isTerminal(action)) {
     const end = await endValue(search, s, out.success, ctx.tag);

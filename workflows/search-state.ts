@@ -1,7 +1,8 @@
 import { ApplicationFailure } from '@temporalio/workflow';
 import { isValidAction, type Action } from '../lib/actions';
 import type { ObservationRef, PromptObservationRef } from '../lib/episode-types';
-import { backpropagate, newTree, setObservation, treeStats, type Tree } from '../lib/mcts';
+import { backpropagate, getNode, newTree, setObservation, treeStats, type Tree } from '../lib/mcts';
+import type { RewardState } from '../lib/rewards/types';
 import type { MctsParams } from '../lib/mcts-params';
 import {
   bestPathView,
@@ -231,8 +232,21 @@ export class SearchState {
     markEnded(this.tree, id, reward, outcome);
   }
 
-  rewarded(id: number, shaped: number): void {
-    recordShaped(this.tree, id, shaped);
+  rewarded(id: number, shaped: number, rewardState: RewardState): void {
+    recordShaped(this.tree, id, shaped, rewardState);
+  }
+
+  /**
+   * The shaping state a session at node `id` continues from: the one recorded there, else (the root, first
+   * restored) the session's own, which is then recorded. Null for a node whose state was never recorded (a tree
+   * from before shaping states were kept): the session keeps its own.
+   */
+  rewardStateAt(id: number, session: RewardState): RewardState | null {
+    const data = getNode(this.tree, id).data;
+    if (data.rewardState) return data.rewardState;
+    if (id !== 0) return null;
+    data.rewardState = session;
+    return session;
   }
 
   /**

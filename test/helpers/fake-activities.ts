@@ -98,7 +98,7 @@ export interface FakeBrowserOptions {
  */
 export class FakeBrowser {
   readonly starts: { sessionId: string; replay: Action[]; episodeId: string }[] = [];
-  readonly steps: { sessionId: string; index: number; action: Action }[] = [];
+  readonly steps: { sessionId: string; index: number; action: Action; visited: string[] }[] = [];
   /** In-place resets of open sessions (MCTS parked sessions), on the session queue. */
   readonly resets: { sessionId: string; replay: Action[]; episodeId: string }[] = [];
   readonly closes: string[] = [];
@@ -154,7 +154,7 @@ export class FakeBrowser {
       },
       stepSession: async (input: StepSessionInput): Promise<StepSessionResult> => {
         const sessionSteps = this.stepsBySession.get(input.sessionId) ?? 0;
-        this.steps.push({ sessionId: input.sessionId, index: input.index, action: input.action });
+        this.steps.push({ sessionId: input.sessionId, index: input.index, action: input.action, visited: [...input.rewardState.visited] });
         this.events.push(`step ${input.sessionId} #${input.index}`);
         const out = this.opts.step?.({ sessionId: input.sessionId, index: input.index, action: input.action, sessionSteps }) ?? {};
         this.stepsBySession.set(input.sessionId, sessionSteps + 1);

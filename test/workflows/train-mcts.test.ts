@@ -139,6 +139,26 @@ describe('trainMcts', { timeout: 90_000 }, () => {
     }
   });
 
+  test('a session restored by replaying a path continues the shaping state recorded at its node, not a fresh one', async () => {
+    // parkedSessions 0: every simulation opens a new session and replays its node's path. The fake step appends
+    // `state-<n>` to the pages visited, and a new session starts with none.
+    await withFakeWorkers(env, 'mcts-reward-state', {}, async ({ q, runId, browser }) => {
+      const handle = await env.client.workflow.start('trainMcts', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: mctsConfig(q, runId, 1, 10, { numSimulations: 4, maxDepth: 2, parkedSessions: 0, valueMode: 'shaped' }) }],
+      });
+      await handle.result();
+      const second = browser.steps.filter((s) => s.index === 1);
+      assert.ok(
+        browser.starts.some((s) => s.replay.length === 1),
+        'a depth-1 node was restored by replay',
+      );
+      assert.ok(second.length > 0);
+      for (const s of second) assert.deepEqual(s.visited, ['state-1'], `the second action (${s.sessionId}) is paid against the first one's pages`);
+    });
+  });
+
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'mcts-pause', { browser: { step: succeedsAt100 } }, async (w) => {
       const { browser, control, learner } = w;
