@@ -1,10 +1,9 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import { clip, type AgentAction } from '../lib/actions';
+import { clip, type AgentAction, type ToolAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
 import { actionGrammar, grammarBlob, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
-import type { ToolAction } from '../lib/actions';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
 import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';

@@ -79,9 +79,9 @@ export function recordShaped(tree: Tree, id: number, reward: number, state?: Rew
 /**
  * valueMode shaped: the value of the episode whose actions from the search's root lead to node `id` and then
  * `more` (a rollout's shaped rewards). A success is worth 1, as under rollout values; any other episode half its
- * shaped return over `scale`, clamped to [0, 0.5], so progress orders the failures and never outranks a success
- * (a page change earns the same whether it leads on or back, as clicking the header twice does). Siblings share
- * their ancestors' rewards, so they are told apart by what their own action and what follows it earned.
+ * shaped return over `scale`, clamped to [0, 0.5], so progress orders the failures and never outranks a success.
+ * Siblings share their ancestors' rewards, so they are told apart by what their own action and what follows it
+ * earned.
  */
 export function shapedValue(tree: Tree, id: number, more: number, scale: number, success: boolean): number {
   if (success) return 1;
