@@ -221,19 +221,22 @@ function sampleTree(workflowId: string) {
 /** Waits until the search has done `sims` simulations and only browser activities are running (none of the control worker's). */
 async function waitForBrowserOnly(workflowId: string, sims: number, types: string[], timeoutMs = 120_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  let seen = 'no progress answered';
   while (Date.now() < deadline) {
     const h = stack.client.workflow.getHandle(workflowId);
     const p = await h.query<MctsProgress>('progress').catch(() => undefined);
+    if (p) seen = `simulation ${p.simulations}`;
     if (p && p.simulations >= sims) {
       const d = await h.describe().catch(() => undefined);
       const pending = d?.raw.pendingActivities ?? [];
       const names = pending.map((a) => a.activityType?.name ?? '');
+      seen = `simulation ${p.simulations}, ${d?.status.name ?? 'not described'}, pending [${pending.map((a) => `${a.activityType?.name} state ${a.state} attempt ${a.attempt}`).join(', ')}]`;
       if (pending.some((a) => types.includes(a.activityType?.name ?? '') && a.state === 2) && names.every((n) => ['startSession', 'stepSession', 'closeSession'].includes(n)))
         return;
     }
     await sleep(30);
   }
-  throw new Error(`${workflowId} did not reach simulation ${sims} with a browser activity running within ${timeoutMs / 1000}s`);
+  throw new Error(`${workflowId} did not reach simulation ${sims} with a browser activity running within ${timeoutMs / 1000}s (last seen: ${seen})`);
 }
 
 test('a deeper search (branching scripted policy): control worker SIGKILL in a continued run, browser worker SIGKILL mid-step; tree intact, simulations exact', async (t) => {
