@@ -3,14 +3,12 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runEval } from '../../client/commands/eval';
 import { startOrAttachTrain } from '../../client/train';
-import { parseEvalConfig } from '../../lib/eval-config';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
 import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 
 // The loop learns, on the real stack: MiniWoB++'s click-test in Chromium, the tiny random Qwen3-VL sampling
 // under the action grammar in the learner, GRPO updates, and every iteration sampling from the new adapter.
@@ -65,29 +63,16 @@ test('GRPO on click-test: greedy success on held-out seeds clearly above the bas
   );
   for (const l of lines) assert.equal(l.action_validity, 1, 'constrained decoding: every sample is a valid action');
 
-  const evalCfg = parseEvalConfig({
+  // The stack's home: the evaluation's records are read back from its blob store.
+  const stackCfg = { ...cfg, stack: { ...cfg.stack, home: stack.home } };
+  const { base, trained } = await greedyBaseVsTrained(stack, stackCfg, out, {
     runId: 'learn-eval',
-    env: 'miniwob',
     tasks: ['click-test'],
     seeds: HELD_OUT,
     maxSteps: 1,
     parallelism: 4,
-    modes: [
-      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
-      { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: 'learn-test', version: ITERATIONS } },
-    ],
+    trained: { name: 'qwen3vl_grpo', run: 'learn-test', version: ITERATIONS },
   });
-  // The stack's home: the evaluation's records are read back from its blob store.
-  const stackCfg = { ...cfg, stack: { ...cfg.stack, home: stack.home } };
-  const run = await runEval(evalCfg, stack.client, { base: stackCfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
-  const episodes = readFileSync(run.files.episodes, 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
-  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
-  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
-  const base = wins('qwen3vl_base');
-  const trained = wins('qwen3vl_grpo');
   const curve = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
   const rewards = lines.map((l) => l.mean_reward.toFixed(2)).join(' ');
   console.log(`training success rate per iteration: ${curve}; mean candidate reward: ${rewards}; greedy held-out: base ${base}, trained ${trained}`);

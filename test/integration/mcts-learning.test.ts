@@ -4,13 +4,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startOrAttachMcts } from '../../client/commands/mcts';
-import { runEval } from '../../client/commands/eval';
 import { parseConfig } from '../../lib/config';
-import { parseEvalConfig } from '../../lib/eval-config';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
 import { isMctsMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 
 // Agent Q learns, on the real stack: MiniWoB++'s click-test and focus-text in Chromium, the tiny random Qwen3-VL
 // sampling under the action grammar in the learner, one search per task and iteration (K = 16 candidates at the
@@ -71,27 +69,14 @@ test('MCTS + DPO on click-test and focus-text: greedy success on held-out seeds 
   for (const l of lines) assert.equal(l.mcts.invalid_candidates, 0, `iteration ${l.iteration}: constrained decoding makes every candidate a valid action`);
   assert.ok(result.adapterVersion >= 1, 'at least one iteration found pairs and updated the adapter');
 
-  const evalCfg = parseEvalConfig({
+  const { base, trained } = await greedyBaseVsTrained(stack, cfg, out, {
     runId: 'mcts-learn-eval',
-    env: 'miniwob',
     tasks: TASKS,
     seeds: HELD_OUT,
     maxSteps: 1,
     parallelism: 2,
-    modes: [
-      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
-      { name: 'qwen3vl_mcts', backend: 'colocated', adapter: { run: RUN_ID, version: result.adapterVersion } },
-    ],
+    trained: { name: 'qwen3vl_mcts', run: RUN_ID, version: result.adapterVersion },
   });
-  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
-  const episodes = readFileSync(run.files.episodes, 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
-  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
-  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
-  const base = wins('qwen3vl_base');
-  const trained = wins('qwen3vl_mcts');
   const total = TASKS.length * HELD_OUT.length;
   const pairs = lines.map((l) => l.mcts.pairs).join(' ');
   const found = lines.map((l) => l.success_rate.toFixed(2)).join(' ');

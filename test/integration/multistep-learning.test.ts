@@ -3,15 +3,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runEval } from '../../client/commands/eval';
 import { startOrAttachTrain } from '../../client/train';
 import { loadConfigFile } from '../../host/config-file';
-import { parseEvalConfig } from '../../lib/eval-config';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
 import { parseConfig } from '../../lib/config';
 import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 
 // Credit over two steps, learned from scratch on the real stack: configs/multistep.yaml's task (MiniWoB++'s
 // click-collapsible-nodelay: expand the section, then click Submit; clicking Submit first ends the episode as a
@@ -61,28 +59,18 @@ test('GRPO with step grouping on a two-action task: greedy held-out success clea
 
   const seeds = cfg.train.evalSeeds ?? [];
   assert.ok(seeds.length >= 8, 'the config names its held-out seeds');
-  const evalCfg = parseEvalConfig({
+  const {
+    base,
+    trained,
+    episodes: n,
+  } = await greedyBaseVsTrained(stack, cfg, out, {
     runId: 'multistep-eval',
-    env: 'miniwob',
     tasks: cfg.train.tasks,
     seeds,
     maxSteps: cfg.episode.maxSteps,
     parallelism: 4,
-    modes: [
-      { name: 'qwen3vl_base', backend: 'colocated', adapter: { run: 'base', version: 0 } },
-      { name: 'qwen3vl_grpo', backend: 'colocated', adapter: { run: runId, version: ITERATIONS } },
-    ],
+    trained: { name: 'qwen3vl_grpo', run: runId, version: ITERATIONS },
   });
-  const run = await runEval(evalCfg, stack.client, { base: cfg, outDir: join(out, 'eval'), checkpoints: stack.checkpoints, pollMs: 500 });
-  const episodes = readFileSync(run.files.episodes, 'utf8')
-    .trim()
-    .split('\n')
-    .map((l) => JSON.parse(l) as EvalEpisodeRecord);
-  for (const e of episodes) assert.equal(e.error, undefined, `${e.workflowId}: ${e.error}`);
-  const wins = (mode: string) => episodes.filter((e) => e.mode === mode && e.success).length;
-  const n = episodes.filter((e) => e.mode === 'qwen3vl_base').length;
-  const base = wins('qwen3vl_base');
-  const trained = wins('qwen3vl_grpo');
   const curve = lines.map((l) => l.success_rate.toFixed(2)).join(' ');
   const steps = lines.map((l) => l.episode_length.toFixed(2)).join(' ');
   console.log(`training success per iteration: ${curve}; episode length: ${steps}; greedy held-out (${n} episodes): base ${base}, trained ${trained}`);
