@@ -39,6 +39,28 @@ export function parseMethods(text: string): Method[] {
   return out;
 }
 
+/**
+ * `--rewards grpo-anchor=configs/rewards.yaml,…`: rows that train with a rewards file of their own instead of
+ * the config's. Only trained rows of `methods`; each at most once.
+ */
+export function parseRowRewards(text: string, methods: readonly Method[]): Map<Method, string> {
+  const out = new Map<Method, string>();
+  for (const part of text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
+    const eq = part.indexOf('=');
+    const row = part.slice(0, eq).trim();
+    const file = part.slice(eq + 1).trim();
+    if (eq <= 0 || !file) throw new Error(`--rewards: "${part}" is not ROW=FILE`);
+    if (!(methods as readonly string[]).includes(row)) throw new Error(`--rewards: row "${row}" is not among --rows (${methods.join(', ')})`);
+    if (row === 'base') throw new Error('--rewards: row base trains nothing');
+    if (out.has(row as Method)) throw new Error(`--rewards: row "${row}" is given twice`);
+    out.set(row as Method, file);
+  }
+  return out;
+}
+
 const sameSet = <T>(a: readonly T[], b: readonly T[]) => a.length === b.length && a.every((x) => b.includes(x));
 const list = (xs: readonly (string | number)[]) => `[${xs.join(', ')}]`;
 
@@ -220,6 +242,8 @@ export interface MethodRow {
   /** Env steps at the first evaluation that reached the threshold. */
   stepsToThreshold: number | null;
   stepsToThresholdEstimated: boolean;
+  /** Browser sessions opened up to that evaluation's iteration; null when not reached or not recorded by every iteration up to it. */
+  sessionsToThreshold: number | null;
   /** No evaluation point at all: "not evaluated" rather than "not reached". */
   evaluated: boolean;
   curve: CurvePoint[];
@@ -228,6 +252,18 @@ export interface MethodRow {
 
 const successOf = (r: EvalSummaryRow | undefined): SuccessNumbers | null =>
   r ? { successRate: r.successRate, successes: r.successes, n: r.n, errors: r.errors, ci95: { ...r.ci95 } } : null;
+
+/** Sum of `sessions_opened` over the iterations up to `iteration`; null when one of them lacks it. */
+function sessionsUpTo(rows: readonly MetricsLine[], iteration: number): number | null {
+  let total = 0;
+  for (const r of rows) {
+    if (r.iteration > iteration) continue;
+    const n = countOf(r, 'sessions_opened');
+    if (n === undefined) return null;
+    total += n;
+  }
+  return total;
+}
 
 function sumCount(rows: readonly MetricsLine[], key: CountKey): { total: number | null; partial: boolean } {
   const present = rows.map((r) => countOf(r, key)).filter((v): v is number => v !== undefined);
@@ -261,6 +297,7 @@ export function methodRow(input: MethodInput, threshold = SUCCESS_THRESHOLD): Me
     learnerSeconds: rows.reduce((s, r) => s + (r.seconds.update ?? 0), 0),
     stepsToThreshold: hit?.envSteps ?? null,
     stepsToThresholdEstimated: hit?.estimated ?? false,
+    sessionsToThreshold: hit ? sessionsUpTo(rows, hit.iteration) : null,
     evaluated: curve.length > 0,
     curve,
     taskThresholds: input.taskEpisodes ? taskThresholds(rows, input.taskEpisodes, threshold) : null,
@@ -299,6 +336,13 @@ function thresholdCell(r: MethodRow): string {
   return r.stepsToThreshold === null ? 'not reached' : approx(r.stepsToThreshold, r.stepsToThresholdEstimated);
 }
 
+function sessionsToThresholdCell(r: MethodRow): string {
+  if (r.algorithm === 'none') return '–';
+  if (!r.evaluated) return 'not evaluated';
+  if (r.stepsToThreshold === null) return 'not reached';
+  return r.sessionsToThreshold === null ? 'not recorded' : String(r.sessionsToThreshold);
+}
+
 function sessionsCell(r: MethodRow): string {
   if (r.algorithm === 'none') return '–';
   if (r.browserSessions === null) return 'not recorded';
@@ -319,6 +363,7 @@ export function methodsMarkdown(report: MethodsReport): string {
     'wall time (s)',
     'learner time (s)',
     `env steps to ${t} success`,
+    `browser sessions to ${t} success`,
   ];
   const lines = [report.command, '', `| ${head.join(' | ')} |`, `|${head.map((_, i) => (i === 0 ? '---' : i <= 1 + searchHead.length ? '---' : '---:')).join('|')}|`];
   for (const r of report.rows) {
@@ -335,6 +380,7 @@ export function methodsMarkdown(report: MethodsReport): string {
       trained ? seconds(r.wallSeconds) : '–',
       trained ? seconds(r.learnerSeconds) : '–',
       thresholdCell(r),
+      sessionsToThresholdCell(r),
     ];
     lines.push(`| ${cells.map(cell).join(' | ')} |`);
   }
@@ -344,7 +390,7 @@ export function methodsMarkdown(report: MethodsReport): string {
   );
   if (report.search) lines.push(`Test-time MCTS: ${report.search.simulations} simulations before every step (mcts.maxChildren), no critic.`);
   lines.push(
-    `Env steps: browser actions of the training (rollouts, forks, MCTS simulations), evaluations not counted. Env steps to ${t}: cumulative env steps at the first per-iteration evaluation with held-out success ≥ ${t}.`,
+    `Env steps: browser actions of the training (rollouts, forks, MCTS simulations), evaluations not counted. Env steps (browser sessions) to ${t}: cumulative env steps (sessions opened) at the first per-iteration evaluation with held-out success ≥ ${t}.`,
   );
   if (report.rows.some((r) => r.envStepsEstimated || r.stepsToThresholdEstimated)) {
     lines.push(

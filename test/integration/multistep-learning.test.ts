@@ -14,7 +14,8 @@ import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 // Credit over two steps, learned from scratch on the real stack: configs/multistep.yaml's task (MiniWoB++'s
 // click-collapsible-nodelay: expand the section, then click Submit; clicking Submit first ends the episode as a
 // failure) with step grouping, the tiny random Qwen3-VL under the config's action grammar, and the config's own
-// settings except the run id. Then the trained adapter and the base model play the same held-out seeds greedily:
+// settings except the run id and 12 iterations (the config's 16 are for anchor grouping; every step-grouping run with
+// clicks alone had 8 of 8 by iteration 12). Then the trained adapter and the base model play the same held-out seeds greedily:
 // both actions must be right, in order, on pages the run never saw. HALO_MULTISTEP_TEST_LR overrides the learning
 // rate (a near-zero one makes this test fail).
 
@@ -44,6 +45,7 @@ test('GRPO with step grouping on a two-action task: greedy held-out success clea
       ...file.train,
       runId,
       grouping: 'step',
+      iterations: 12,
       evalEvery: 0,
       gpuTaskQueue: stack.gpuQueue,
       ...(LR === undefined ? {} : { learningRate: LR }),

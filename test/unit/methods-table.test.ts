@@ -11,6 +11,7 @@ import {
   methodRow,
   methodsMarkdown,
   parseMethods,
+  parseRowRewards,
   sampleEfficiencySpec,
   taskThresholds,
   type MethodsReport,
@@ -169,9 +170,9 @@ test('without env_steps the numbers are estimates, marked as such', () => {
   const measured = methodRow({ method: 'grpo-step', metrics: [grpo(1, { env_steps: 30, evalRate: 0.9 })] });
   const md = methodsMarkdown(report([r, m, measured]));
   const line = (method: string) => md.split('\n').find((l) => l.startsWith(`| ${method} |`))!;
-  assert.match(line('grpo-episode'), /\| ~17 \|.*\| ~17 \|$/);
+  assert.match(line('grpo-episode'), /\| ~17 \|.*\| ~17 \| not recorded \|$/);
   assert.match(line('mcts-dpo'), /\| 6 searches \| ~44 \|/);
-  assert.match(line('grpo-step'), /\| 30 \|.*\| 30 \|$/, 'measured numbers carry no mark');
+  assert.match(line('grpo-step'), /\| 30 \|.*\| 30 \| not recorded \|$/, 'measured numbers carry no mark');
   assert.match(md, /~: estimated/);
   assert.doesNotMatch(methodsMarkdown(report([measured])), /~: estimated/, 'no estimate, no footnote');
 });
@@ -186,6 +187,19 @@ test('sessions and replays: summed when recorded, a lower bound when only some r
   assert.equal(some.browserSessionsPartial, true);
   const none = methodRow({ method: 'grpo-step', metrics: [grpo(1)] });
   assert.equal(none.browserSessions, null);
+  // Sessions to the threshold: opened up to the first evaluation that reached it, not after.
+  const reached = methodRow({
+    method: 'grpo-anchor',
+    metrics: [grpo(1, { sessions_opened: 32, evalRate: 0 }), grpo(2, { sessions_opened: 32, evalRate: 1 }), grpo(3, { sessions_opened: 32, evalRate: 1 })],
+  });
+  assert.equal(reached.sessionsToThreshold, 64);
+  assert.match(methodsMarkdown(report([reached])), /\| 96 \|.*\| 64 \|$/m);
+  assert.equal(methodRow({ method: 'grpo-anchor', metrics: [grpo(1, { sessions_opened: 32, evalRate: 0.5 })] }).sessionsToThreshold, null, 'never reached');
+  assert.equal(
+    methodRow({ method: 'grpo-anchor', metrics: [grpo(1, { evalRate: 0.5 }), grpo(2, { sessions_opened: 6, evalRate: 1 })] }).sessionsToThreshold,
+    null,
+    'an iteration before it did not count',
+  );
   const md = methodsMarkdown(report([all, some, none]));
   assert.match(md, /\| 11 \|/);
   assert.match(md, /\| ≥6 \|/);
@@ -310,6 +324,24 @@ test('the charts: curve points per method, sample efficiency per task or over al
     assert.match(svg, /<svg/);
     assert.match(svg, /grpo-step/);
   }
+});
+
+test('--rewards: ROW=FILE pairs of trained rows among --rows, each once', () => {
+  const rows = parseMethods('base,grpo-step,grpo-anchor,mcts-dpo');
+  assert.deepEqual([...parseRowRewards('', rows)], []);
+  assert.deepEqual(
+    [...parseRowRewards(' grpo-anchor=configs/rewards.yaml , mcts-dpo=r.yaml', rows)],
+    [
+      ['grpo-anchor', 'configs/rewards.yaml'],
+      ['mcts-dpo', 'r.yaml'],
+    ],
+  );
+  assert.throws(() => parseRowRewards('grpo-anchor', rows), /"grpo-anchor" is not ROW=FILE/);
+  assert.throws(() => parseRowRewards('grpo-anchor=', rows), /not ROW=FILE/);
+  assert.throws(() => parseRowRewards('=x.yaml', rows), /not ROW=FILE/);
+  assert.throws(() => parseRowRewards('grpo-episode=x.yaml', rows), /row "grpo-episode" is not among --rows/);
+  assert.throws(() => parseRowRewards('base=x.yaml', rows), /base trains nothing/);
+  assert.throws(() => parseRowRewards('grpo-step=a.yaml,grpo-step=b.yaml', rows), /given twice/);
 });
 
 test('rows: known names once each; the config must compare every method on the same tasks and seeds', () => {
