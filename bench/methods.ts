@@ -3,14 +3,15 @@
  * system trained as an ordinary run on the user's stack (`npx halo up`), then one evaluation of them all.
  *
  *   node --import tsx bench/methods.ts [--config configs/multistep.yaml] [--tag methods]
- *        [--rows base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo] [--rewards ROW=FILE,…] [--no-search]
+ *        [--rows base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo] [--row-config ROW=FILE,…] [--no-search]
  *        [--out bench/methods]
  *
  * - Rows `grpo-episode`, `grpo-step`, `grpo-anchor`: `trainGrpo` runs `<tag>-<row>` with the config's train
  *   section and that grouping; `mcts-dpo`: a `trainMcts` run with its mcts section (same training tasks and
  *   held-out seeds, or it refuses); `base`: no training. One run after another (start, or attach by run id).
- * - `--rewards grpo-anchor=configs/rewards.yaml`: that row trains with its own reward weights (a method that
- *   needs other shaping than the config's; the table's notes say which row used which file).
+ * - `--row-config grpo-anchor=configs/multistep-anchor.yaml`: that row trains with its own config file (a
+ *   method that needs other rewards or a learning rate of its own), which must name the same environment, policy,
+ *   tasks and held-out seeds; the table's notes say which row used which file.
  * - Then the evaluation `<tag>-eval` (an `evaluate` workflow): base and each trained adapter (its last
  *   version) greedily, and, unless --no-search, each with test-time MCTS (mcts.maxChildren simulations per step,
  *   no critic); train.heldOutTasks × train.evalSeeds for every mode.
@@ -33,7 +34,7 @@ import { connectClient, stackStatus } from '../client/stack';
 import { followStatus, progressNumbers, startOrAttachTrain } from '../client/train';
 import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
-import { loadConfigFile, readRewardsFile } from '../host/config-file';
+import { loadConfigFile } from '../host/config-file';
 import { adapterVersionsOnDisk, defaultCheckpoints } from '../host/eval-config-file';
 import { runMetricsFile } from '../host/run-metrics-file';
 import { ConfigError, identicalCandidatesProblem, mctsCriticSchema, parseConfig, type HaloConfig } from '../lib/config';
@@ -49,7 +50,8 @@ import {
   methodRow,
   methodsMarkdown,
   parseMethods,
-  parseRowRewards,
+  parseRowConfigs,
+  rowConfigProblems,
   sampleEfficiencySpec,
   type Method,
   type MethodInput,
@@ -69,8 +71,9 @@ The same command again attaches to the runs and the evaluation it started (after
   --config FILE   halo config with train and mcts sections (default configs/multistep.yaml)
   --tag TAG       run ids <tag>-<row>, evaluation <tag>-eval (default methods)
   --rows LIST     comma-separated, run in the order given (default base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo)
-  --rewards LIST  ROW=FILE,…: those rows train with that rewards file instead of the config's (e.g.
-                  grpo-anchor=configs/rewards.yaml); the table's notes name them
+  --row-config LIST  ROW=FILE,…: those rows train with that config file instead of --config's (e.g.
+                  grpo-anchor=configs/multistep-anchor.yaml): same environment, policy, tasks and held-out
+                  seeds, its own rewards, learning rate and so on; the table's notes name them
   --no-search     leave test-time MCTS out of the evaluation
   --out DIR       output folder (default bench/methods)
   -h, --help      this text
@@ -84,8 +87,8 @@ interface Args {
   config: string;
   tag: string;
   methods: Method[];
-  /** Rows that train with a rewards file of their own (`--rewards`). */
-  rewards: Map<Method, string>;
+  /** Rows that train with a config file of their own (`--row-config`). */
+  rowConfigs: Map<Method, string>;
   search: boolean;
   out: string;
 }
@@ -99,7 +102,7 @@ function parseCli(argv: string[]): Args {
         config: { type: 'string', default: 'configs/multistep.yaml' },
         tag: { type: 'string', default: 'methods' },
         rows: { type: 'string', default: 'base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo' },
-        rewards: { type: 'string', default: '' },
+        'row-config': { type: 'string', default: '' },
         'no-search': { type: 'boolean', default: false },
         out: { type: 'string', default: 'bench/methods' },
         help: { type: 'boolean', short: 'h', default: false },
@@ -116,14 +119,14 @@ function parseCli(argv: string[]): Args {
   // The longest id made from it: <tag>-grpo-episode, within a run id's 81 characters.
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,67}$/.test(tag)) throw new ConfigError(`--tag ${JSON.stringify(tag)}: letters, digits, . _ - (at most 68)`);
   let methods: Method[];
-  let rewards: Map<Method, string>;
+  let rowConfigs: Map<Method, string>;
   try {
     methods = parseMethods(values.rows as string);
-    rewards = parseRowRewards(values.rewards as string, methods);
+    rowConfigs = parseRowConfigs(values['row-config'] as string, methods);
   } catch (err) {
     throw new ConfigError((err as Error).message);
   }
-  return { config: values.config as string, tag, methods, rewards, search: !values['no-search'], out: values.out as string };
+  return { config: values.config as string, tag, methods, rowConfigs, search: !values['no-search'], out: values.out as string };
 }
 
 const shellWord = (s: string) => (/^[A-Za-z0-9_./,=:@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
@@ -148,22 +151,38 @@ interface RowPlan {
 }
 
 /**
- * Each trained row's config: the shared one with its run id (and grouping, and its own rewards file if
- * `--rewards` names one), validated like `halo train` / `halo mcts`.
+ * Each trained row's config: the shared one (or the row's own file, `--row-config`) with its run id (and
+ * grouping), validated like `halo train` / `halo mcts`.
  */
-function rowPlans(cfg: HaloConfig, tag: string, methods: readonly Method[], rewardFiles: ReadonlyMap<Method, string>): RowPlan[] {
+function rowPlans(cfg: HaloConfig, tag: string, methods: readonly Method[], rowFiles: ReadonlyMap<Method, string>): RowPlan[] {
   return methods.flatMap((method) => {
     if (method === 'base') return [];
     const runId = `${tag}-${method}`;
     const grouping = groupingOf(method);
-    const file = rewardFiles.get(method);
-    const base = file ? { ...cfg, rewards: readRewardsFile(resolve(file)) } : cfg;
-    const raw = grouping ? { ...base, train: { ...cfg.train, runId, grouping } } : { ...base, mcts: { ...cfg.mcts, runId } };
+    const file = rowFiles.get(method);
+    const src = file ? loadRowConfig(cfg, method, file) : cfg;
+    const raw = grouping ? { ...src, train: { ...src.train, runId, grouping } } : { ...src, mcts: { ...src.mcts, runId } };
     const rowCfg = parseConfig(raw, `config of row ${method}`);
     const same = grouping ? identicalCandidatesProblem(rowCfg) : undefined;
     if (same) throw new ConfigError(`row ${method}: ${same}`);
     return [{ method, runId, cfg: rowCfg }];
   });
+}
+
+function loadRowConfig(shared: HaloConfig, method: Method, file: string): HaloConfig {
+  const path = resolve(file);
+  if (!existsSync(path)) throw new ConfigError(`--row-config ${method}=${file}: no such file`);
+  const own = loadConfigFile(path);
+  const problems = rowConfigProblems(shared, own, method);
+  if (problems.length) throw new ConfigError(`--row-config ${method}=${file} cannot stand in this comparison:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  return own;
+}
+
+/** One note per file of `--row-config`: which rows trained with it. */
+function rowConfigNotes(files: ReadonlyMap<Method, string>): string[] {
+  const byFile = new Map<string, Method[]>();
+  for (const [method, file] of files) byFile.set(file, [...(byFile.get(file) ?? []), method]);
+  return [...byFile].map(([file, rows]) => `${rows.length > 1 ? 'rows' : 'row'} ${rows.join(', ')} trained with the config file ${file}; the other rows with --config's`);
 }
 
 /** The tasks exist (MiniWoB++: in the installed package; REAL: known and reachable), before anything starts. */
@@ -388,13 +407,13 @@ async function main(): Promise<void> {
   const cfg = loadConfigFile(configPath);
   const problems = comparisonProblems(cfg, args.methods);
   if (problems.length) throw new ConfigError(`config ${args.config} cannot compare the methods:\n${problems.map((p) => `  ${p}`).join('\n')}`);
-  const plans = rowPlans(cfg, args.tag, args.methods, args.rewards);
+  const plans = rowPlans(cfg, args.tag, args.methods, args.rowConfigs);
   if (args.search) testTimeSearchParams(cfg, { simulations: cfg.mcts.maxChildren, critic: mctsCriticSchema.parse({ backend: 'none' }) });
   await checkTasks(cfg);
   const outDir = resolve(args.out, args.tag);
 
   printBenchHeader('methods');
-  const notes: string[] = [...args.rewards].map(([method, file]) => `row ${method} trained with the rewards file ${file}, the others with the config's`);
+  const notes: string[] = rowConfigNotes(args.rowConfigs);
   if (cfg.train.seed === undefined && plans.filter((p) => groupingOf(p.method)).length > 1) {
     notes.push('train.seed is not set, so each GRPO run draws its training seeds from its own run id (set it for the same training episodes in every run)');
   }

@@ -21,18 +21,13 @@ export function loadConfigFile(path: string): HaloConfig {
   return parseConfig(readConfigRaw(path), `config file ${path}`);
 }
 
-/** A rewards file (like configs/rewards.yaml) as a plain object, validated with the config that takes it. */
-export function readRewardsFile(path: string): unknown {
-  return readYaml(path, 'rewards file');
-}
-
 /** A config file as a plain object before validation (`rewards: <file>` read in), for command-line overrides. */
 export function readConfigRaw(path: string): unknown {
   let raw = readYaml(path, 'config file');
   // `rewards: <file>` points at a weights file (like configs/rewards.yaml), relative to this config file.
   if (raw && typeof raw === 'object' && typeof (raw as { rewards?: unknown }).rewards === 'string') {
     const file = resolve(dirname(path), (raw as { rewards: string }).rewards);
-    raw = { ...(raw as object), rewards: readRewardsFile(file) };
+    raw = { ...(raw as object), rewards: readYaml(file, 'rewards file') };
   }
   return raw;
 }

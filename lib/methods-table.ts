@@ -40,10 +40,10 @@ export function parseMethods(text: string): Method[] {
 }
 
 /**
- * `--rewards grpo-anchor=configs/rewards.yaml,…`: rows that train with a rewards file of their own instead of
- * the config's. Only trained rows of `methods`; each at most once.
+ * `--row-config grpo-anchor=configs/multistep-anchor.yaml,…`: rows that train with a config file of their own
+ * instead of --config's. Only trained rows of `methods`; each at most once.
  */
-export function parseRowRewards(text: string, methods: readonly Method[]): Map<Method, string> {
+export function parseRowConfigs(text: string, methods: readonly Method[]): Map<Method, string> {
   const out = new Map<Method, string>();
   for (const part of text
     .split(',')
@@ -52,10 +52,10 @@ export function parseRowRewards(text: string, methods: readonly Method[]): Map<M
     const eq = part.indexOf('=');
     const row = part.slice(0, eq).trim();
     const file = part.slice(eq + 1).trim();
-    if (eq <= 0 || !file) throw new Error(`--rewards: "${part}" is not ROW=FILE`);
-    if (!(methods as readonly string[]).includes(row)) throw new Error(`--rewards: row "${row}" is not among --rows (${methods.join(', ')})`);
-    if (row === 'base') throw new Error('--rewards: row base trains nothing');
-    if (out.has(row as Method)) throw new Error(`--rewards: row "${row}" is given twice`);
+    if (eq <= 0 || !file) throw new Error(`--row-config: "${part}" is not ROW=FILE`);
+    if (!(methods as readonly string[]).includes(row)) throw new Error(`--row-config: row "${row}" is not among --rows (${methods.join(', ')})`);
+    if (row === 'base') throw new Error('--row-config: row base trains nothing');
+    if (out.has(row as Method)) throw new Error(`--row-config: row "${row}" is given twice`);
     out.set(row as Method, file);
   }
   return out;
@@ -96,6 +96,27 @@ export function comparisonProblems(cfg: HaloConfig, methods: readonly Method[]):
     if (m.evalEvery === 0 && m.evalEverySteps === 0)
       out.push('mcts.evalEvery and mcts.evalEverySteps are 0: the MCTS run would never evaluate, so there is no learning curve (set mcts.evalEvery, e.g. 1)');
   }
+  return out;
+}
+
+/**
+ * Why a row's own config (`--row-config`) cannot stand in the comparison: it must train the same policy on the
+ * same environment and tasks, and be evaluated on the same tasks and seeds as the shared config. Empty when it can.
+ */
+export function rowConfigProblems(shared: HaloConfig, row: HaloConfig, method: Method): string[] {
+  const out: string[] = [];
+  const differs = (what: string, a: unknown, b: unknown) => {
+    if (JSON.stringify(a) !== JSON.stringify(b)) out.push(`${what} ${JSON.stringify(a)} differs from --config's ${JSON.stringify(b)}`);
+  };
+  differs('episode.env', row.episode.env, shared.episode.env);
+  differs('episode.maxSteps', row.episode.maxSteps, shared.episode.maxSteps);
+  differs('policy.model', row.policy.model, shared.policy.model);
+  differs('policy.actions', row.policy.actions, shared.policy.actions);
+  if (algorithmOf(method) === 'grpo') differs('train.tasks', [...row.train.tasks].sort(), [...shared.train.tasks].sort());
+  else differs('mcts.tasks', [...row.mcts.tasks].sort(), [...shared.mcts.tasks].sort());
+  differs('train.heldOutTasks', [...row.train.heldOutTasks].sort(), [...shared.train.heldOutTasks].sort());
+  differs('train.evalSeeds', row.train.evalSeeds, shared.train.evalSeeds);
+  out.push(...comparisonProblems(row, [method]));
   return out;
 }
 

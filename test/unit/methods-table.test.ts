@@ -11,7 +11,8 @@ import {
   methodRow,
   methodsMarkdown,
   parseMethods,
-  parseRowRewards,
+  parseRowConfigs,
+  rowConfigProblems,
   sampleEfficiencySpec,
   taskThresholds,
   type MethodsReport,
@@ -326,22 +327,40 @@ test('the charts: curve points per method, sample efficiency per task or over al
   }
 });
 
-test('--rewards: ROW=FILE pairs of trained rows among --rows, each once', () => {
+test('--row-config: ROW=FILE pairs of trained rows among --rows, each once', () => {
   const rows = parseMethods('base,grpo-step,grpo-anchor,mcts-dpo');
-  assert.deepEqual([...parseRowRewards('', rows)], []);
+  assert.deepEqual([...parseRowConfigs('', rows)], []);
   assert.deepEqual(
-    [...parseRowRewards(' grpo-anchor=configs/rewards.yaml , mcts-dpo=r.yaml', rows)],
+    [...parseRowConfigs(' grpo-anchor=configs/a.yaml , mcts-dpo=m.yaml', rows)],
     [
-      ['grpo-anchor', 'configs/rewards.yaml'],
-      ['mcts-dpo', 'r.yaml'],
+      ['grpo-anchor', 'configs/a.yaml'],
+      ['mcts-dpo', 'm.yaml'],
     ],
   );
-  assert.throws(() => parseRowRewards('grpo-anchor', rows), /"grpo-anchor" is not ROW=FILE/);
-  assert.throws(() => parseRowRewards('grpo-anchor=', rows), /not ROW=FILE/);
-  assert.throws(() => parseRowRewards('=x.yaml', rows), /not ROW=FILE/);
-  assert.throws(() => parseRowRewards('grpo-episode=x.yaml', rows), /row "grpo-episode" is not among --rows/);
-  assert.throws(() => parseRowRewards('base=x.yaml', rows), /base trains nothing/);
-  assert.throws(() => parseRowRewards('grpo-step=a.yaml,grpo-step=b.yaml', rows), /given twice/);
+  assert.throws(() => parseRowConfigs('grpo-anchor', rows), /"grpo-anchor" is not ROW=FILE/);
+  assert.throws(() => parseRowConfigs('grpo-anchor=', rows), /not ROW=FILE/);
+  assert.throws(() => parseRowConfigs('=x.yaml', rows), /not ROW=FILE/);
+  assert.throws(() => parseRowConfigs('grpo-episode=x.yaml', rows), /row "grpo-episode" is not among --rows/);
+  assert.throws(() => parseRowConfigs('base=x.yaml', rows), /base trains nothing/);
+  assert.throws(() => parseRowConfigs('grpo-step=a.yaml,grpo-step=b.yaml', rows), /given twice/);
+});
+
+test("a row's own config must train the same policy on the same tasks and be evaluated on the same seeds", () => {
+  const tasks = ['click-a'];
+  const seeds = [100000, 100001];
+  const shared = parseConfig({ train: { tasks, heldOutTasks: tasks, evalSeeds: seeds, evalEvery: 4 }, mcts: { tasks, evalSeeds: seeds, evalEvery: 4 } });
+  const own = (o: { train?: object; policy?: object; mcts?: object }) =>
+    parseConfig({
+      policy: o.policy ?? {},
+      train: { tasks, heldOutTasks: tasks, evalSeeds: seeds, evalEvery: 4, ...o.train },
+      mcts: { tasks, evalSeeds: seeds, evalEvery: 4, ...o.mcts },
+    });
+  assert.deepEqual(rowConfigProblems(shared, own({ train: { learningRate: 0.012, iterations: 16 } }), 'grpo-anchor'), [], 'its own learning rate and iterations');
+  assert.match(rowConfigProblems(shared, own({ train: { evalSeeds: [100000, 100002] } }), 'grpo-anchor').join('\n'), /train\.evalSeeds \[100000,100002\] differs/);
+  assert.match(rowConfigProblems(shared, own({ train: { tasks: ['click-b'] } }), 'grpo-anchor').join('\n'), /train\.tasks \["click-b"\] differs/);
+  assert.match(rowConfigProblems(shared, own({ policy: { temperature: 0.5, actions: ['click_element'], constrained: true } }), 'grpo-step').join('\n'), /policy\.actions/);
+  assert.match(rowConfigProblems(shared, own({ mcts: { tasks: ['click-b'] } }), 'mcts-dpo').join('\n'), /mcts\.tasks \["click-b"\] differs/);
+  assert.match(rowConfigProblems(shared, own({ train: { evalEvery: 0 } }), 'grpo-anchor').join('\n'), /never evaluate/, 'and what the comparison needs of any config');
 });
 
 test('rows: known names once each; the config must compare every method on the same tasks and seeds', () => {
