@@ -170,9 +170,7 @@ function rowPlans(cfg: HaloConfig, tag: string, methods: readonly Method[], rowF
 }
 
 function loadRowConfig(shared: HaloConfig, method: Method, file: string): HaloConfig {
-  const path = resolve(file);
-  if (!existsSync(path)) throw new ConfigError(`--row-config ${method}=${file}: no such file`);
-  const own = loadConfigFile(path);
+  const own = loadConfigFile(resolve(file)); // a missing or bad file: its ConfigError names it
   const problems = rowConfigProblems(shared, own, method);
   if (problems.length) throw new ConfigError(`--row-config ${method}=${file} cannot stand in this comparison:\n${problems.map((p) => `  ${p}`).join('\n')}`);
   return own;

@@ -24,11 +24,15 @@ export function algorithmOf(method: Method): MethodAlgorithm {
 }
 
 /** `--rows base,grpo-step`: known names, each once, in the order given. */
-export function parseMethods(text: string): Method[] {
-  const names = text
+/** `a, b,,c` → ['a', 'b', 'c']: a flag's comma-separated items, blanks dropped. */
+const commaItems = (text: string) =>
+  text
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+export function parseMethods(text: string): Method[] {
+  const names = commaItems(text);
   if (names.length === 0) throw new Error(`--rows: name at least one of ${METHODS.join(', ')}`);
   const out: Method[] = [];
   for (const n of names) {
@@ -45,10 +49,7 @@ export function parseMethods(text: string): Method[] {
  */
 export function parseRowConfigs(text: string, methods: readonly Method[]): Map<Method, string> {
   const out = new Map<Method, string>();
-  for (const part of text
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)) {
+  for (const part of commaItems(text)) {
     const eq = part.indexOf('=');
     const row = part.slice(0, eq).trim();
     const file = part.slice(eq + 1).trim();
@@ -105,16 +106,17 @@ export function comparisonProblems(cfg: HaloConfig, methods: readonly Method[]):
  */
 export function rowConfigProblems(shared: HaloConfig, row: HaloConfig, method: Method): string[] {
   const out: string[] = [];
-  const differs = (what: string, a: unknown, b: unknown) => {
-    if (JSON.stringify(a) !== JSON.stringify(b)) out.push(`${what} ${JSON.stringify(a)} differs from --config's ${JSON.stringify(b)}`);
+  const differs = (what: string, a: unknown, b: unknown, same = JSON.stringify(a) === JSON.stringify(b)) => {
+    if (!same) out.push(`${what} ${JSON.stringify(a)} differs from --config's ${JSON.stringify(b)}`);
   };
+  const tasks = (what: string, a: readonly string[], b: readonly string[]) => differs(what, a, b, sameSet(a, b));
   differs('episode.env', row.episode.env, shared.episode.env);
   differs('episode.maxSteps', row.episode.maxSteps, shared.episode.maxSteps);
   differs('policy.model', row.policy.model, shared.policy.model);
   differs('policy.actions', row.policy.actions, shared.policy.actions);
-  if (algorithmOf(method) === 'grpo') differs('train.tasks', [...row.train.tasks].sort(), [...shared.train.tasks].sort());
-  else differs('mcts.tasks', [...row.mcts.tasks].sort(), [...shared.mcts.tasks].sort());
-  differs('train.heldOutTasks', [...row.train.heldOutTasks].sort(), [...shared.train.heldOutTasks].sort());
+  if (algorithmOf(method) === 'grpo') tasks('train.tasks', row.train.tasks, shared.train.tasks);
+  else tasks('mcts.tasks', row.mcts.tasks, shared.mcts.tasks);
+  tasks('train.heldOutTasks', row.train.heldOutTasks, shared.train.heldOutTasks);
   differs('train.evalSeeds', row.train.evalSeeds, shared.train.evalSeeds);
   out.push(...comparisonProblems(row, [method]));
   return out;
@@ -351,17 +353,11 @@ function successCell(s: SuccessNumbers | null, failed: string | null): string {
   return `${formatSuccess(s)}, ${s.successes}/${s.n}${s.errors ? ` (${s.errors} episodes failed)` : ''}`;
 }
 
-function thresholdCell(r: MethodRow): string {
+/** A "… to the threshold" cell: '–', 'not evaluated', 'not reached', or `reached` (the count when it was). */
+function thresholdCell(r: MethodRow, reached: () => string): string {
   if (r.algorithm === 'none') return '–';
   if (!r.evaluated) return 'not evaluated';
-  return r.stepsToThreshold === null ? 'not reached' : approx(r.stepsToThreshold, r.stepsToThresholdEstimated);
-}
-
-function sessionsToThresholdCell(r: MethodRow): string {
-  if (r.algorithm === 'none') return '–';
-  if (!r.evaluated) return 'not evaluated';
-  if (r.stepsToThreshold === null) return 'not reached';
-  return r.sessionsToThreshold === null ? 'not recorded' : String(r.sessionsToThreshold);
+  return r.stepsToThreshold === null ? 'not reached' : reached();
 }
 
 function sessionsCell(r: MethodRow): string {
@@ -400,8 +396,8 @@ export function methodsMarkdown(report: MethodsReport): string {
       sessionsCell(r),
       trained ? seconds(r.wallSeconds) : '–',
       trained ? seconds(r.learnerSeconds) : '–',
-      thresholdCell(r),
-      sessionsToThresholdCell(r),
+      thresholdCell(r, () => approx(r.stepsToThreshold!, r.stepsToThresholdEstimated)),
+      thresholdCell(r, () => (r.sessionsToThreshold === null ? 'not recorded' : String(r.sessionsToThreshold))),
     ];
     lines.push(`| ${cells.map(cell).join(' | ')} |`);
   }
