@@ -156,8 +156,10 @@ case "$CMD" in
     .venv/bin/python -m pytest -q workers/learner
     say "TypeScript tests (node --test)"
     # --test-timeout bounds each test file as a whole, not only its tests: the learning tests take 10-15 min on
-    # 2 cores, so a file gets 30 min (a test that needs less sets its own, tighter timeout).
-    exec node --import tsx --test --test-concurrency=1 --test-timeout=1800000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
+    # 2 cores, so a file gets 30 min (a test that needs less sets its own, tighter timeout). The spec reporter ends
+    # with every failing test and its error, so the tail of a long log says what failed.
+    exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 \
+      --test-timeout=1800000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
     ;;
   gpu)
     run_plan "$DRY_RUN" gpu_plan "${REST[@]+"${REST[@]}"}"
