@@ -27,6 +27,11 @@ export function rng(seed: number): () => number {
   };
 }
 
+const shellWord = (s: string) => (/^[A-Za-z0-9_./,=:@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/** This bench's command line as a user would type it again (arguments quoted for the shell where needed). */
+export const benchCommandLine = (name: string) => [`node --import tsx bench/${name}.ts`, ...process.argv.slice(2).map(shellWord)].join(' ');
+
 /** A report's first lines: which bench with which arguments, when, on what, and the load it started under. */
 export function printBenchHeader(name: string): void {
   console.log(`# ${name}: ${new Date().toISOString()}, ${machine()}, load avg at start ${load()}`);

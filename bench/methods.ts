@@ -49,7 +49,7 @@ import {
   type MethodsReport,
   type TaskEvalEpisode,
 } from '../lib/methods-table';
-import { printBenchHeader, printLoadAtEnd } from './bench-run';
+import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
 import { StackDown, checkTasks, checkWorkers, connectOrExit, mapLimit, reasonOf, unavailable, rowConfigNotes, rowPlans, runRow, type RowOutcome } from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/methods.ts [options]
@@ -116,10 +116,7 @@ function parseCli(argv: string[]): Args {
   return { config: values.config as string, tag, methods, rowConfigs, search: !values['no-search'], out: values.out as string };
 }
 
-const shellWord = (s: string) => (/^[A-Za-z0-9_./,=:@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
-const commandLine = () => ['node --import tsx bench/methods.ts', ...process.argv.slice(2).map(shellWord)].join(' ');
 const say = (line: string) => console.error(`methods: ${line}`);
-const pct = (x: number) => `${Math.round(x * 100)}%`;
 
 /** The evaluation's modes: base, each trained adapter, and (with search) each again with test-time MCTS. */
 function evalModes(cfg: HaloConfig, outcomes: readonly RowOutcome[], search: boolean): NonNullable<EvalConfigInput['modes']> {
@@ -271,7 +268,7 @@ async function main(): Promise<void> {
       };
     });
     const report: MethodsReport = {
-      command: commandLine(),
+      command: benchCommandLine('methods'),
       env: cfg.episode.env,
       tasks: cfg.train.heldOutTasks,
       seeds: cfg.train.evalSeeds ?? [],

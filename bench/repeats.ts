@@ -25,7 +25,7 @@ import { loadConfigFile } from '../host/config-file';
 import { ConfigError } from '../lib/config';
 import { SUCCESS_THRESHOLD, comparisonProblems, methodRow, parseMethods, parseRowConfigs, type Method } from '../lib/methods-table';
 import { repeatRun, repeatSummary, repeatsMarkdown, type RepeatsReport } from '../lib/repeat-runs';
-import { printBenchHeader, printLoadAtEnd } from './bench-run';
+import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
 import { StackDown, checkTasks, checkWorkers, connectOrExit, mapLimit, rowConfigNotes, rowPlans, runRow, type RowPlan } from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/repeats.ts [options]
@@ -111,8 +111,6 @@ function parseCli(argv: string[]): Args {
   };
 }
 
-const shellWord = (s: string) => (/^[A-Za-z0-9_./,=:@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
-const commandLine = () => ['node --import tsx bench/repeats.ts', ...process.argv.slice(2).map(shellWord)].join(' ');
 const say = (line: string) => console.error(`repeats: ${line}`);
 
 async function main(): Promise<void> {
@@ -147,7 +145,7 @@ async function main(): Promise<void> {
     const unevaluated = outcomes.filter((o) => !o.failed && !o.metrics.some((m) => m.eval || m.mcts?.eval_success_rate !== undefined));
     if (unevaluated.length) notes.push(`no held-out evaluation in ${unevaluated.map((o) => o.runId).join(', ')}: set train.evalEvery (or evalEverySteps) / mcts.evalEvery`);
     const report: RepeatsReport = {
-      command: commandLine(),
+      command: benchCommandLine('repeats'),
       threshold: SUCCESS_THRESHOLD,
       tasks: cfg.train.heldOutTasks,
       seeds: cfg.train.evalSeeds ?? [],
