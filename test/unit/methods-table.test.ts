@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { renderChartSvg } from '../../client/report-charts';
+import { loadConfigFile } from '../../host/config-file';
 import { parseConfig } from '../../lib/config';
 import { summarizeGroup, type EvalEpisodeRecord, type EvalSummaryRow } from '../../lib/eval-summary';
 import {
@@ -329,6 +331,17 @@ test("a row's own config must train the same policy on the same tasks and be eva
   assert.match(rowConfigProblems(shared, own({ policy: { temperature: 0.5, actions: ['click_element'], constrained: true } }), 'grpo-step').join('\n'), /policy\.actions/);
   assert.match(rowConfigProblems(shared, own({ mcts: { tasks: ['click-b'] } }), 'mcts-dpo').join('\n'), /mcts\.tasks \["click-b"\] differs/);
   assert.match(rowConfigProblems(shared, own({ train: { evalEvery: 0 } }), 'grpo-anchor').join('\n'), /never evaluate/, 'and what the comparison needs of any config');
+});
+
+test("configs/multistep.yaml's companions can stand in its comparison: same task, policy and held-out seeds", () => {
+  const dir = join(__dirname, '..', '..', 'configs');
+  const shared = loadConfigFile(join(dir, 'multistep.yaml'));
+  assert.deepEqual(comparisonProblems(shared, ['base', 'grpo-episode', 'grpo-step', 'grpo-anchor', 'mcts-dpo']), []);
+  for (const file of ['multistep-anchor.yaml', 'multistep-anchor-immediate.yaml']) {
+    const own = loadConfigFile(join(dir, file));
+    assert.deepEqual(rowConfigProblems(shared, own, 'grpo-anchor'), [], file);
+    assert.equal(own.train.grouping, 'anchor', file);
+  }
 });
 
 test('rows: known names once each; the config must compare every method on the same tasks and seeds', () => {
