@@ -70,10 +70,11 @@ export function loadRowConfig(shared: HaloConfig, method: Method, file: string):
 }
 
 /** One note per file of `--row-config`: which rows trained with it. */
-export function rowConfigNotes(files: ReadonlyMap<Method, string>): string[] {
+export function rowConfigNotes(files: ReadonlyMap<Method, string>, methods: readonly Method[]): string[] {
   const byFile = new Map<string, Method[]>();
   for (const [method, file] of files) byFile.set(file, [...(byFile.get(file) ?? []), method]);
-  return [...byFile].map(([file, rows]) => `${rows.length > 1 ? 'rows' : 'row'} ${rows.join(', ')} trained with the config file ${file}; the other rows with --config's`);
+  const others = methods.some((m) => !files.has(m)) ? "; the other rows with --config's" : '';
+  return [...byFile].map(([file, rows]) => `${rows.length > 1 ? 'rows' : 'row'} ${rows.join(', ')} trained with the config file ${file}${others}`);
 }
 
 /** The tasks exist (MiniWoB++: in the installed package; REAL: known and reachable), before anything starts. */

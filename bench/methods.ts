@@ -231,7 +231,7 @@ async function main(): Promise<void> {
   const outDir = resolve(args.out, args.tag);
 
   printBenchHeader('methods');
-  const notes: string[] = rowConfigNotes(args.rowConfigs);
+  const notes: string[] = rowConfigNotes(args.rowConfigs, args.methods);
   if (cfg.train.seed === undefined && plans.filter((p) => groupingOf(p.method)).length > 1) {
     notes.push('train.seed is not set, so each GRPO run draws its training seeds from its own run id (set it for the same training episodes in every run)');
   }

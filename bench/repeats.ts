@@ -141,7 +141,7 @@ async function main(): Promise<void> {
         .map((o) => repeatRun(methodRow({ method, runId: o.runId!, metrics: o.metrics, ...(o.failed ? { failed: o.failed } : {}) })));
       return repeatSummary(method, runs, SUCCESS_THRESHOLD);
     });
-    const notes = [...rowConfigNotes(args.rowConfigs), ...outcomes.flatMap((o) => (o.note ? [o.note] : []))];
+    const notes = [...rowConfigNotes(args.rowConfigs, args.methods), ...outcomes.flatMap((o) => (o.note ? [o.note] : []))];
     const unevaluated = outcomes.filter((o) => !o.failed && !o.metrics.some((m) => m.eval || m.mcts?.eval_success_rate !== undefined));
     if (unevaluated.length) notes.push(`no held-out evaluation in ${unevaluated.map((o) => o.runId).join(', ')}: set train.evalEvery (or evalEverySteps) / mcts.evalEvery`);
     const report: RepeatsReport = {
