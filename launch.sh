@@ -101,13 +101,15 @@ setup() {
   local stamp
   stamp="$(printf '%s\n%s\n' "$PY_TOOLS" "$PY_NODEPS" | cat - workers/learner/requirements.txt | sha256sum | cut -c1-16)"
   if [ ! -f .venv/.halo-stamp ] || [ "$(cat .venv/.halo-stamp)" != "$stamp" ]; then
+    # --no-compile: Python compiles a module when it is first imported, so only what runs gets compiled. Measured on
+    # the learner's install (torch, then its requirements): 34 s instead of 59 s, and 6 s more on the first import.
     say "pip install $PY_TOOLS $PY_NODEPS"
-    .venv/bin/pip install --quiet --disable-pip-version-check $PY_TOOLS
-    .venv/bin/pip install --quiet --disable-pip-version-check --no-deps $PY_NODEPS
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile $PY_TOOLS
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile --no-deps $PY_NODEPS
     # torch first and alone: the pinned build, never a newer one pulled in by another package.
     say "pip install torch==2.13.0 and the learner's pinned requirements"
-    .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
-    .venv/bin/pip install --quiet --disable-pip-version-check -r workers/learner/requirements.txt
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile torch==2.13.0
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile -r workers/learner/requirements.txt
     echo "$stamp" > .venv/.halo-stamp
   fi
   # What only the tests use: the main job does not wait for it.
