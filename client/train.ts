@@ -69,11 +69,15 @@ export async function followStatus(
 ): Promise<TrainingResult> {
   let shown = '';
   let busy = false;
+  let total = 0;
   const timer = setInterval(async () => {
     if (busy) return;
     busy = true;
     try {
-      const line = await render((await handle.query(statusQuery)) as TrainingStatus);
+      const st = (await handle.query(statusQuery)) as TrainingStatus;
+      // Each run of a continue-as-new chain answers 0 iterations until it has read its config: keep the known total.
+      if (st.iterations > 0) total = st.iterations;
+      const line = await render(st.iterations > 0 ? st : { ...st, iterations: total });
       if (line !== shown) {
         shown = line;
         say(line);
