@@ -5,6 +5,7 @@
 import type { Client, Connection, WorkflowHandle } from '@temporalio/client';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { startOrAttachMcts } from '../client/commands/mcts';
 import { preflightTasks } from '../client/run-flags';
 import { connectClient, stackStatus } from '../client/stack';
@@ -15,11 +16,42 @@ import { loadConfigFile } from '../host/config-file';
 import { adapterVersionsOnDisk, defaultCheckpoints } from '../host/eval-config-file';
 import { runMetricsFile } from '../host/run-metrics-file';
 import { ConfigError, identicalCandidatesProblem, parseConfig, type HaloConfig } from '../lib/config';
-import { algorithmOf, groupingOf, rowConfigProblems, type Method } from '../lib/methods-table';
+import { algorithmOf, groupingOf, parseMethods, parseRowConfigs, rowConfigProblems, type Method } from '../lib/methods-table';
 import { parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
 import type { TrainingResult } from '../workflows/train-engine';
 
 const pct = (x: number) => `${Math.round(x * 100)}%`;
+
+export type BenchValues = Record<string, string | boolean | undefined>;
+
+/** A bench's flags: a bad one is a ConfigError followed by the usage; --help prints the usage and exits. */
+export function parseBenchCli(argv: string[], options: NonNullable<ParseArgsConfig['options']>, usage: string): BenchValues {
+  let values: BenchValues;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h', default: false } } }));
+  } catch (err) {
+    throw new ConfigError(`${(err as Error).message}\n\n${usage}`);
+  }
+  if (values.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  return values;
+}
+
+/** --tag (at most `maxTag` characters, so the longest run id made from it fits), --rows and --row-config. */
+export function rowArgs(values: BenchValues, maxTag: number): { tag: string; methods: Method[]; rowConfigs: Map<Method, string> } {
+  const tag = values.tag as string;
+  if (!new RegExp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,${maxTag - 1}}$`).test(tag)) {
+    throw new ConfigError(`--tag ${JSON.stringify(tag)}: letters, digits, . _ - (at most ${maxTag})`);
+  }
+  try {
+    const methods = parseMethods(values.rows as string);
+    return { tag, methods, rowConfigs: parseRowConfigs(values['row-config'] as string, methods) };
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+}
 
 /** Temporal or a worker does not answer: exit 2. */
 export class StackDown extends Error {}

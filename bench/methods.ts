@@ -26,7 +26,6 @@ import '../host/load-env'; // first: .env fills in what the environment does not
 import type { Client } from '@temporalio/client';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { runEval } from '../client/commands/eval';
 import { loadConfigFile } from '../host/config-file';
 import { ConfigError, mctsCriticSchema, type HaloConfig } from '../lib/config';
@@ -41,8 +40,6 @@ import {
   groupingOf,
   methodRow,
   methodsMarkdown,
-  parseMethods,
-  parseRowConfigs,
   sampleEfficiencySpec,
   type Method,
   type MethodInput,
@@ -50,7 +47,21 @@ import {
   type TaskEvalEpisode,
 } from '../lib/methods-table';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
-import { StackDown, checkTasks, checkWorkers, connectOrExit, mapLimit, reasonOf, unavailable, rowConfigNotes, rowPlans, runRow, type RowOutcome } from './method-runs';
+import {
+  StackDown,
+  parseBenchCli,
+  rowArgs,
+  checkTasks,
+  checkWorkers,
+  connectOrExit,
+  mapLimit,
+  reasonOf,
+  unavailable,
+  rowConfigNotes,
+  rowPlans,
+  runRow,
+  type RowOutcome,
+} from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/methods.ts [options]
 
@@ -81,38 +92,20 @@ interface Args {
 }
 
 function parseCli(argv: string[]): Args {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        config: { type: 'string', default: 'configs/multistep.yaml' },
-        tag: { type: 'string', default: 'methods' },
-        rows: { type: 'string', default: 'base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo' },
-        'row-config': { type: 'string', default: '' },
-        'no-search': { type: 'boolean', default: false },
-        out: { type: 'string', default: 'bench/methods' },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    }));
-  } catch (err) {
-    throw new ConfigError(`${(err as Error).message}\n\n${USAGE}`);
-  }
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
-  const tag = values.tag as string;
-  // The longest id made from it: <tag>-grpo-episode, within a run id's 81 characters.
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,67}$/.test(tag)) throw new ConfigError(`--tag ${JSON.stringify(tag)}: letters, digits, . _ - (at most 68)`);
-  let methods: Method[];
-  let rowConfigs: Map<Method, string>;
-  try {
-    methods = parseMethods(values.rows as string);
-    rowConfigs = parseRowConfigs(values['row-config'] as string, methods);
-  } catch (err) {
-    throw new ConfigError((err as Error).message);
-  }
+  const values = parseBenchCli(
+    argv,
+    {
+      config: { type: 'string', default: 'configs/multistep.yaml' },
+      tag: { type: 'string', default: 'methods' },
+      rows: { type: 'string', default: 'base,grpo-episode,grpo-step,grpo-anchor,mcts-dpo' },
+      'row-config': { type: 'string', default: '' },
+      'no-search': { type: 'boolean', default: false },
+      out: { type: 'string', default: 'bench/methods' },
+    },
+    USAGE,
+  );
+  // The longest id made from the tag: <tag>-grpo-episode, within a run id's 81 characters.
+  const { tag, methods, rowConfigs } = rowArgs(values, 68);
   return { config: values.config as string, tag, methods, rowConfigs, search: !values['no-search'], out: values.out as string };
 }
 

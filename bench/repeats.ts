@@ -20,13 +20,12 @@
 import '../host/load-env'; // first: .env fills in what the environment does not set (HALO_CHECKPOINTS, TEMPORAL_ADDRESS, …)
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { loadConfigFile } from '../host/config-file';
 import { ConfigError } from '../lib/config';
-import { SUCCESS_THRESHOLD, comparisonProblems, methodRow, parseMethods, parseRowConfigs, type Method } from '../lib/methods-table';
+import { SUCCESS_THRESHOLD, comparisonProblems, methodRow, type Method } from '../lib/methods-table';
 import { repeatRun, repeatSummary, repeatsMarkdown, type RepeatsReport } from '../lib/repeat-runs';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
-import { StackDown, checkTasks, checkWorkers, connectOrExit, mapLimit, rowConfigNotes, rowPlans, runRow, type RowPlan } from './method-runs';
+import { StackDown, parseBenchCli, rowArgs, checkTasks, checkWorkers, connectOrExit, mapLimit, rowConfigNotes, rowPlans, runRow, type RowPlan } from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/repeats.ts [options]
 
@@ -66,39 +65,21 @@ function count(flag: string, text: string, max: number): number {
 }
 
 function parseCli(argv: string[]): Args {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        config: { type: 'string', default: 'configs/multistep.yaml' },
-        rows: { type: 'string', default: 'grpo-step,grpo-anchor' },
-        'row-config': { type: 'string', default: '' },
-        runs: { type: 'string', default: '3' },
-        parallel: { type: 'string', default: '1' },
-        tag: { type: 'string', default: 'repeats' },
-        out: { type: 'string', default: 'bench/repeats' },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-    }));
-  } catch (err) {
-    throw new ConfigError(`${(err as Error).message}\n\n${USAGE}`);
-  }
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
-  const tag = values.tag as string;
-  // The longest id made from it: <tag>-r99-grpo-episode, within a run id's 81 characters.
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(tag)) throw new ConfigError(`--tag ${JSON.stringify(tag)}: letters, digits, . _ - (at most 64)`);
-  let methods: Method[];
-  let rowConfigs: Map<Method, string>;
-  try {
-    methods = parseMethods(values.rows as string);
-    rowConfigs = parseRowConfigs(values['row-config'] as string, methods);
-  } catch (err) {
-    throw new ConfigError((err as Error).message);
-  }
+  const values = parseBenchCli(
+    argv,
+    {
+      config: { type: 'string', default: 'configs/multistep.yaml' },
+      rows: { type: 'string', default: 'grpo-step,grpo-anchor' },
+      'row-config': { type: 'string', default: '' },
+      runs: { type: 'string', default: '3' },
+      parallel: { type: 'string', default: '1' },
+      tag: { type: 'string', default: 'repeats' },
+      out: { type: 'string', default: 'bench/repeats' },
+    },
+    USAGE,
+  );
+  // The longest id made from the tag: <tag>-r99-grpo-episode, within a run id's 81 characters.
+  const { tag, methods, rowConfigs } = rowArgs(values, 64);
   if (methods.includes('base')) throw new ConfigError('--rows: base trains nothing, so it has nothing to repeat (bench/methods.ts has its row)');
   return {
     config: values.config as string,
