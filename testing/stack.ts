@@ -105,9 +105,10 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       await waitForServer(address, 90_000, server);
     },
     async stop() {
-      for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
-      await Promise.all(workers.map((w) => (w.exitCode === null && w.signalCode === null ? new Promise((r) => w.once('exit', r)) : null)));
-      await connection.close();
+      // Bounded: a worker stuck in its shutdown (a browser that does not close, a poll against a restarted
+      // server) is SIGKILLed after the grace, so a test file never outlives its tests.
+      await Promise.all(workers.map((w) => stopChild(w, STOP_GRACE_MS)));
+      await Promise.race([connection.close(), sleep(10_000)]).catch(() => {});
       try {
         process.kill(server.pid, 'SIGTERM');
         await waitExit(server.pid);
@@ -132,15 +133,39 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
   return stack;
 }
 
+const STOP_GRACE_MS = 30_000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+
+async function stopChild(w: ChildProcess, graceMs: number): Promise<void> {
+  const running = () => w.exitCode === null && w.signalCode === null;
+  if (!running()) return;
+  const exited = new Promise<void>((r) => w.once('exit', () => r()));
+  w.kill('SIGTERM');
+  await Promise.race([exited, sleep(graceMs)]);
+  if (!running()) return;
+  process.stderr.write(`test stack: ${w.spawnargs.join(' ')} (pid ${w.pid}) did not exit ${graceMs / 1000} s after SIGTERM: SIGKILL\n`);
+  w.kill('SIGKILL');
+  await Promise.race([exited, sleep(5_000)]);
+}
+
+/** Waits for `pid` to go (SIGKILL after `timeoutMs`), so a restart can bind the same port again. */
 async function waitExit(pid: number, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+  const gone = () => {
     try {
       process.kill(pid, 0);
+      return false;
     } catch {
-      return;
+      return true;
     }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  };
+  const until = async (deadline: number) => {
+    while (Date.now() < deadline) {
+      if (gone()) return true;
+      await sleep(100);
+    }
+    return gone();
+  };
+  if (await until(Date.now() + timeoutMs)) return;
   process.kill(pid, 'SIGKILL');
+  await until(Date.now() + 5_000);
 }

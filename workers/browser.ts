@@ -43,6 +43,8 @@ async function main() {
     maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
+    // A shutdown never hangs: an activity that ignores its cancellation is given up after this.
+    shutdownForceTime: '25s',
   });
   const own = await Worker.create({
     connection,
@@ -51,6 +53,7 @@ async function main() {
     activities,
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
+    shutdownForceTime: '25s',
   });
   log.info({ sharedQueue: queueNames().browser, ownQueue, miniwob: miniwob.baseUrl, pid: process.pid }, 'browser worker ready');
   await Promise.all([shared.run(), own.run()]);

@@ -46,6 +46,8 @@ async function main() {
     },
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: '10s',
+    // A shutdown never hangs: an activity that ignores its cancellation is given up after this.
+    shutdownForceTime: '25s',
   });
   log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');
   await worker.run();

@@ -12,14 +12,54 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 // Preemption, automated: during a GRPO run, SIGKILL the browser worker mid-episode, SIGKILL the learner in
 // the middle of an update, restart the Temporal server. The run must finish as if nothing happened.
 let stack: TestStack;
-before(async () => {
-  stack = await startTestStack({ browserWorkers: 1, learner: true });
-});
-after(async () => {
-  await stack?.stop();
-});
+before(
+  async () => {
+    stack = await startTestStack({ browserWorkers: 1, learner: true });
+  },
+  { timeout: 5 * 60_000 },
+);
+after(
+  async () => {
+    await stack?.stop();
+  },
+  { timeout: 3 * 60_000 },
+);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Locally a chaos run takes under a minute; a phase that outlasts its bound fails the test with what the run
+// was waiting on, instead of holding the file until the runner's own timeout.
+const PHASE_MS = 240_000;
+const TEST_MS = 12 * 60_000;
+
+/** What a stalled phase reports: the run's pending activities and the last lines of every process's log. */
+async function diagnosis(runId: string): Promise<string> {
+  const d = await stack.client.workflow
+    .getHandle(runId)
+    .describe()
+    .catch((e: Error) => ({ error: e.message }));
+  const pending = 'raw' in d ? (d.raw.pendingActivities ?? []).map((a) => `${a.activityType?.name} state ${a.state} attempt ${a.attempt}`).join('; ') : d.error;
+  const logs = readdirSync(stack.home)
+    .filter((f) => f.endsWith('.log'))
+    .map((f) => `--- ${f}\n${readFileSync(join(stack.home, f), 'utf8').split('\n').slice(-15).join('\n')}`);
+  return [`pending activities of ${runId}: ${pending || 'none'}`, ...logs].join('\n');
+}
+
+async function phase<T>(runId: string, what: string, work: Promise<T>, ms = PHASE_MS): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      diagnosis(runId).then(
+        (d) => reject(new Error(`${what}: not done within ${ms / 1000} s\n${d}`)),
+        (e: Error) => reject(new Error(`${what}: not done within ${ms / 1000} s (${e.message})`)),
+      );
+    }, ms);
+  });
+  try {
+    return await Promise.race([work, stalled]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
 const isLearner = (p: ChildProcess) => p.spawnargs.includes('halo_learner.worker');
 const isBrowser = (p: ChildProcess) => p.spawnargs.some((a) => a.endsWith('browser.ts'));
@@ -30,7 +70,7 @@ async function kill(p: ChildProcess): Promise<void> {
 }
 
 /** Polls until `pred` holds on the workflow's pending activities (by type and state). */
-async function waitForPending(runId: string, type: string, timeoutMs = 240_000): Promise<void> {
+async function waitForPending(runId: string, type: string, timeoutMs = PHASE_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const d = await stack.client.workflow
@@ -41,10 +81,10 @@ async function waitForPending(runId: string, type: string, timeoutMs = 240_000):
     if (pending.some((a) => a.activityType?.name === type && a.state === 2 /* STARTED */)) return;
     await sleep(50);
   }
-  throw new Error(`no ${type} activity started within ${timeoutMs / 1000}s`);
+  throw new Error(`no ${type} activity started within ${timeoutMs / 1000}s\n${await diagnosis(runId)}`);
 }
 
-async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs = 240_000): Promise<void> {
+async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs = PHASE_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   const child = `${runId}-it${iteration}-ep0`;
   while (Date.now() < deadline) {
@@ -55,7 +95,7 @@ async function waitForRolloutOfChild(runId: string, iteration: number, timeoutMs
     if ((d?.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'stepSession' || a.activityType?.name === 'startSession')) return;
     await sleep(50);
   }
-  throw new Error(`episode ${child} did not reach the browser within ${timeoutMs / 1000}s`);
+  throw new Error(`episode ${child} did not reach the browser within ${timeoutMs / 1000}s\n${await diagnosis(runId)}`);
 }
 
 /**
@@ -76,23 +116,29 @@ async function chaosRun(runId: string, browserKillIteration: number, train: Reco
 
   // 1. The browser worker dies in the middle of an episode.
   await waitForRolloutOfChild(runId, browserKillIteration);
-  await kill(stack.workers.find((w) => alive(w) && isBrowser(w))!);
-  await stack.startWorker('browser');
+  await phase(runId, 'SIGKILL of the browser worker', kill(stack.workers.find((w) => alive(w) && isBrowser(w))!));
+  await phase(runId, 'a new browser worker polling', stack.startWorker('browser'));
 
   // 2. The learner dies in the middle of an update.
   await waitForPending(runId, 'update_policy');
-  await kill(stack.workers.find((w) => alive(w) && isLearner(w))!);
-  await stack.startLearner();
+  await phase(runId, 'SIGKILL of the learner', kill(stack.workers.find((w) => alive(w) && isLearner(w))!));
+  await phase(runId, 'a new learner polling', stack.startLearner());
 
   // 3. The Temporal server restarts during iteration 2.
-  for (;;) {
-    const st = await handle.query<TrainingStatus>('status').catch(() => undefined);
-    if (st && st.iteration >= 2) break;
-    await sleep(200);
-  }
-  await stack.restartServer();
+  await phase(
+    runId,
+    'the run reaching iteration 2',
+    (async () => {
+      for (;;) {
+        const st = await handle.query<TrainingStatus>('status').catch(() => undefined);
+        if (st && st.iteration >= 2) return;
+        await sleep(200);
+      }
+    })(),
+  );
+  await phase(runId, 'the Temporal server restart', stack.restartServer());
 
-  const result = (await handle.result()) as TrainingResult;
+  const result = (await phase(runId, 'the run finishing after the restart', handle.result(), 6 * 60_000)) as TrainingResult;
   assert.deepEqual(result, { runId, iterations, adapterVersion: iterations, stoppedEarly: false });
 
   const versions = readdirSync(join(stack.checkpoints, runId)).sort();
@@ -115,7 +161,7 @@ async function chaosRun(runId: string, browserKillIteration: number, train: Reco
   return lines;
 }
 
-test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', async () => {
+test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: versions 1..I, metrics once each, no episode lost', { timeout: TEST_MS }, async () => {
   const lines = await chaosRun('chaos', 1, {});
   assert.ok(
     lines.every((l) => l.staleness === undefined),
@@ -123,7 +169,7 @@ test('browser worker SIGKILL, learner SIGKILL mid-update, Temporal restart: vers
   );
 });
 
-test('the same with pipelined iterations (maxStaleness 1): kills while rollouts and an update overlap', async () => {
+test('the same with pipelined iterations (maxStaleness 1): kills while rollouts and an update overlap', { timeout: TEST_MS }, async () => {
   // Iteration 2's rollouts run beside the update on iteration 1: the browser dies there, then the learner.
   const lines = await chaosRun('chaos-pipe', 2, { maxStaleness: 1 });
   assert.deepEqual(
