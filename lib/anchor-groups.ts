@@ -14,7 +14,11 @@
 //     R_i      = Σ_t r_t^(i)                              the rollout's shaped return
 //     G_t^(i)  = Σ_k γ^k r_{t+k}^(i)                      discounted return from step t on, within rollout i
 //     A_t^(i)  = episodeWeight · (R_i − mean_j R_j)
-//              + stepWeight    · (G_t^(i) − mean of G over the anchor group of s_t^(i))
+//              + stepWeight    · (G_t^(i) − mean of G over the anchor group of s_t^(i)) · b
+//
+// with b = 1 (GiGPO), or with `balanceGroups` b = N / the group's member count. Unbalanced, the step-1 group
+// (all N rollouts) outweighs a later state's group of the few that reached it; where a small policy tells the
+// two pages apart only weakly, the first step's credit then sets the action on both.
 //
 // As everywhere in lib/grpo.ts there is no std division (Dr. GRPO; GiGPO's "w/o std" variant, F_norm = 1).
 // A step whose anchor group has one member keeps only the episode term: its step term would be G − G = 0,
@@ -32,6 +36,11 @@ export interface AnchorParams {
   stepWeight: number;
   /** γ of the step returns G_t (0.95 in GiGPO's scripts). */
   discount: number;
+  /**
+   * Scale a group's step term by N / its member count, so that a state few rollouts reached weighs in the update
+   * as much as the start state all N share (false, as in GiGPO: every step weighs the same).
+   */
+  balanceGroups?: boolean;
 }
 
 export type { AnchorRollout };
@@ -126,8 +135,9 @@ export function anchorGroupAdvantages(rollouts: readonly AnchorRollout[], params
     sizes.push(list.length);
     signalSteps += list.length;
     const adv = groupAdvantages(list.map(({ i, t }) => stepReturns[i][t]));
+    const scale = params.balanceGroups ? rollouts.length / list.length : 1;
     list.forEach(({ i, t }, j) => {
-      stepAdv[i][t] = adv[j];
+      stepAdv[i][t] = scale * adv[j];
       groupSizes[i][t] = list.length;
     });
   }

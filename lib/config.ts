@@ -172,6 +172,10 @@ export const trainSchema = z
         episodeWeight: z.number().min(0).max(100).default(1).describe('weight of R_episode − mean R over the rollouts of one task + seed'),
         stepWeight: z.number().min(0).max(100).default(1).describe('weight of G_t − mean G over the steps acting from the same state'),
         discount: z.number().min(0).max(1).default(0.95).describe('γ of the step return G_t = Σ_k γ^k r_{t+k}'),
+        balanceGroups: z
+          .boolean()
+          .default(false)
+          .describe('scale each anchor group\'s step term by N / its member count, so a state few rollouts reached weighs as much as the start state (false: GiGPO)'),
       })
       .prefault({})
       .describe('grouping anchor: A = episodeWeight·(R − mean R) + stepWeight·(G_t − mean G over the anchor group); a step alone in its group keeps the episode term'),

@@ -79,7 +79,7 @@ test('anchor grouping: the steps of one rollout get different advantages where o
     // Sampled by the local OpenAI-compatible stand-in (scripted answers above), learned by the tiny model.
     policy: { backend: 'openai', baseUrl: policy.url, model: 'scripted' },
     episode: { sessionStartTimeoutMs: 10_000 },
-    train: { grouping: 'anchor', numGenerations: 2, anchor: { episodeWeight: 1, stepWeight: 1, discount: 0.5 } },
+    train: { grouping: 'anchor', numGenerations: 2, anchor: { episodeWeight: 1, stepWeight: 1, discount: 0.5, balanceGroups: true } },
   });
   const { handle } = await startOrAttachTrain(stack.client, cfg);
   const result = (await handle.result()) as TrainingResult;
@@ -109,14 +109,15 @@ test('anchor grouping: the steps of one rollout get different advantages where o
 
   // Advantages by hand with γ = 0.5 from the recorded shaped rewards (rollout A: a0, a1; B: b0, b1):
   //   episode terms ±(R_A − R_B)/2; step returns G_A = [a0 + 0.5·a1, a1], G_B = [b0 + 0.5·b1, b1];
-  //   one anchor group of all four steps, so each step term is G − (sum of the four G)/4.
+  //   one anchor group of all four steps, so each step term is G − (sum of the four G)/4, scaled by
+  //   balanceGroups to N / 4 = 1/2 (the group has twice as many members as there are rollouts).
   // Garbage and a wait are rewarded differently, so the two steps of one rollout differ.
   const [[a0, a1], [b0, b1]] = trajs.map((t) => t.steps.map((s) => s.shaped.total));
   assert.notEqual(a0, a1, 'an invalid output and a valid wait are rewarded differently');
   const e = (a0 + a1 - (b0 + b1)) / 2;
   const g = [a0 + 0.5 * a1, a1, b0 + 0.5 * b1, b1];
   const m = (g[0] + g[1] + g[2] + g[3]) / 4;
-  const expected = [e + g[0] - m, e + g[1] - m, -e + g[2] - m, -e + g[3] - m];
+  const expected = [e + (g[0] - m) / 2, e + (g[1] - m) / 2, -e + (g[2] - m) / 2, -e + (g[3] - m) / 2];
   const batch = await blobs.getJson<{ items: { advantage: number }[] }>(call.result.batch_ref);
   const got = batch.items.map((it) => it.advantage);
   assert.equal(got.length, 4, 'every step has a non-zero advantage');

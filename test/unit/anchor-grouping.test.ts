@@ -227,3 +227,42 @@ test('the metrics row carries the anchor stats and the metrics schema keeps them
   const plain = iterationMetrics({ groups: [{ rewards: [1, 0] }], episodes: [], phaseSeconds: {} });
   assert.equal('anchor_groups' in plain, false);
 });
+
+test('balanceGroups: a group that few rollouts reached weighs as much as the start state all N share', () => {
+  // Four rollouts from s0; three click to x (reward 1), one to y (reward 0). From x, two press "ok" (reward 10)
+  // and one "no" (reward 0); immediate credit (γ = 0), step terms only.
+  //   s0 group {1, 1, 1, 0}, mean 0.75: +0.25 ×3, −0.75. Scale N/4 = 1: unchanged.
+  //   x group {10, 10, 0}, mean 20/3: +10/3 ×2, −20/3. Scale 4/3: +40/9 ×2, −80/9.
+  const rs: AnchorRollout[] = [
+    { stateKeys: ['s0', 'x'], rewards: [1, 10] },
+    { stateKeys: ['s0', 'x'], rewards: [1, 10] },
+    { stateKeys: ['s0', 'x'], rewards: [1, 0] },
+    { stateKeys: ['s0', 'y'], rewards: [0, 0] },
+  ];
+  const p = { episodeWeight: 0, stepWeight: 1, discount: 0 };
+  const plain = anchorGroupAdvantages(rs, p).advantages;
+  const balanced = anchorGroupAdvantages(rs, { ...p, balanceGroups: true }).advantages;
+  close(
+    plain,
+    [
+      [0.25, 10 / 3],
+      [0.25, 10 / 3],
+      [0.25, -20 / 3],
+      [-0.75, 0],
+    ],
+    1e-3,
+  );
+  close(
+    balanced,
+    [
+      [0.25, 40 / 9],
+      [0.25, 40 / 9],
+      [0.25, -80 / 9],
+      [-0.75, 0],
+    ],
+    1e-3,
+  );
+  // Each group's summed absolute credit is now proportional to N, not to its member count.
+  const xMass = (a: number[][]) => a.slice(0, 3).reduce((s, r) => s + Math.abs(r[1]), 0);
+  assert.ok(Math.abs(xMass(balanced) / xMass(plain) - 4 / 3) < 1e-3);
+});

@@ -337,7 +337,7 @@ test("configs/multistep.yaml's companions can stand in its comparison: same task
   const dir = join(__dirname, '..', '..', 'configs');
   const shared = loadConfigFile(join(dir, 'multistep.yaml'));
   assert.deepEqual(comparisonProblems(shared, ['base', 'grpo-episode', 'grpo-step', 'grpo-anchor', 'mcts-dpo']), []);
-  for (const file of ['multistep-anchor.yaml', 'multistep-anchor-immediate.yaml']) {
+  for (const file of ['multistep-anchor.yaml', 'multistep-anchor-immediate.yaml', 'multistep-anchor-balanced.yaml']) {
     const own = loadConfigFile(join(dir, file));
     assert.deepEqual(rowConfigProblems(shared, own, 'grpo-anchor'), [], file);
     assert.equal(own.train.grouping, 'anchor', file);
