@@ -108,7 +108,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       // Bounded: a worker stuck in its shutdown (a browser that does not close, a poll against a restarted
       // server) is SIGKILLed after the grace, so a test file never outlives its tests.
       await Promise.all(workers.map((w) => stopChild(w, STOP_GRACE_MS)));
-      await Promise.race([connection.close(), sleep(10_000)]).catch(() => {});
+      await within(connection.close(), 10_000).catch(() => {});
       try {
         process.kill(server.pid, 'SIGTERM');
         await waitExit(server.pid);
@@ -134,18 +134,33 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
 }
 
 const STOP_GRACE_MS = 30_000;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** `p`, or undefined after `ms`; the timer is cleared either way, so it keeps no test file alive. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<undefined>((r) => {
+        timer = setTimeout(() => r(undefined), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 async function stopChild(w: ChildProcess, graceMs: number): Promise<void> {
   const running = () => w.exitCode === null && w.signalCode === null;
   if (!running()) return;
   const exited = new Promise<void>((r) => w.once('exit', () => r()));
   w.kill('SIGTERM');
-  await Promise.race([exited, sleep(graceMs)]);
+  await within(exited, graceMs);
   if (!running()) return;
   process.stderr.write(`test stack: ${w.spawnargs.join(' ')} (pid ${w.pid}) did not exit ${graceMs / 1000} s after SIGTERM: SIGKILL\n`);
   w.kill('SIGKILL');
-  await Promise.race([exited, sleep(5_000)]);
+  await within(exited, 5_000);
 }
 
 /** Waits for `pid` to go (SIGKILL after `timeoutMs`), so a restart can bind the same port again. */
