@@ -175,7 +175,7 @@ export const trainSchema = z
         balanceGroups: z
           .boolean()
           .default(false)
-          .describe('scale each anchor group\'s step term by N / its member count, so a state few rollouts reached weighs as much as the start state (false: GiGPO)'),
+          .describe("scale each anchor group's step term by N / its member count, so a state few rollouts reached weighs as much as the start state (false: GiGPO)"),
       })
       .prefault({})
       .describe('grouping anchor: A = episodeWeight·(R − mean R) + stepWeight·(G_t − mean G over the anchor group); a step alone in its group keeps the episode term'),
