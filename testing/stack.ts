@@ -137,7 +137,7 @@ const STOP_GRACE_MS = 30_000;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** `p`, or undefined after `ms`; the timer is cleared either way, so it keeps no test file alive. */
-async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     return await Promise.race([

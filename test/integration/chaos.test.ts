@@ -7,7 +7,7 @@ import { parseMetricsJsonl } from '../../lib/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
-import { startTestStack, type TestStack } from '../../testing/stack';
+import { startTestStack, within, type TestStack } from '../../testing/stack';
 
 // Preemption, automated: during a GRPO run, SIGKILL the browser worker mid-episode, SIGKILL the learner in
 // the middle of an update, restart the Temporal server. The run must finish as if nothing happened.
@@ -45,20 +45,12 @@ async function diagnosis(runId: string): Promise<string> {
 }
 
 async function phase<T>(runId: string, what: string, work: Promise<T>, ms = PHASE_MS): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const stalled = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      diagnosis(runId).then(
-        (d) => reject(new Error(`${what}: not done within ${ms / 1000} s\n${d}`)),
-        (e: Error) => reject(new Error(`${what}: not done within ${ms / 1000} s (${e.message})`)),
-      );
-    }, ms);
-  });
-  try {
-    return await Promise.race([work, stalled]);
-  } finally {
-    clearTimeout(timer);
-  }
+  const done = await within(
+    work.then((value) => ({ value })),
+    ms,
+  );
+  if (!done) throw new Error(`${what}: not done within ${ms / 1000} s\n${await diagnosis(runId)}`);
+  return done.value;
 }
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
 const isLearner = (p: ChildProcess) => p.spawnargs.includes('halo_learner.worker');

@@ -242,24 +242,17 @@ test('balanceGroups: a group that few rollouts reached weighs as much as the sta
   const p = { episodeWeight: 0, stepWeight: 1, discount: 0 };
   const plain = anchorGroupAdvantages(rs, p).advantages;
   const balanced = anchorGroupAdvantages(rs, { ...p, balanceGroups: true }).advantages;
-  close(
-    plain,
-    [
-      [0.25, 10 / 3],
-      [0.25, 10 / 3],
-      [0.25, -20 / 3],
-      [-0.75, 0],
-    ],
-    1e-3,
-  );
+  const unbalanced = [
+    [0.25, 10 / 3],
+    [0.25, 10 / 3],
+    [0.25, -20 / 3],
+    [-0.75, 0],
+  ];
+  close(plain, unbalanced, 1e-3);
+  // Only the x group (3 members of N = 4) is scaled, by 4/3.
   close(
     balanced,
-    [
-      [0.25, 40 / 9],
-      [0.25, 40 / 9],
-      [0.25, -80 / 9],
-      [-0.75, 0],
-    ],
+    unbalanced.map((r, i) => (i < 3 ? [r[0], (r[1] * 4) / 3] : r)),
     1e-3,
   );
   // Each group's summed absolute credit is now proportional to N, not to its member count.
