@@ -3,7 +3,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT, learnerCommand, workerCommand } from '../client/processes';
+import { REPO_ROOT, isAlive, learnerCommand, sleep, workerCommand } from '../client/processes';
 import { prepareNamespace, startDevServer, startDevServerOnFreePort, waitForServer } from '../client/temporal-server';
 import { waitForPollers } from '../client/stack';
 
@@ -134,7 +134,6 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
 }
 
 const STOP_GRACE_MS = 30_000;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** `p`, or undefined after `ms`; the timer is cleared either way, so it keeps no test file alive. */
 export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
@@ -165,14 +164,7 @@ async function stopChild(w: ChildProcess, graceMs: number): Promise<void> {
 
 /** Waits for `pid` to go (SIGKILL after `timeoutMs`), so a restart can bind the same port again. */
 async function waitExit(pid: number, timeoutMs = 20_000): Promise<void> {
-  const gone = () => {
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch {
-      return true;
-    }
-  };
+  const gone = () => !isAlive(pid);
   const until = async (deadline: number) => {
     while (Date.now() < deadline) {
       if (gone()) return true;
