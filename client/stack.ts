@@ -159,7 +159,10 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
   return stackStatus(cfg);
 }
 
-/** A task queue to wait for; `process` (one just started) makes the wait fail fast, with its log, if it dies. */
+/**
+ * A task queue to wait for. With `process` (one just started) the wait is for that process's own poller, and
+ * fails fast, with its log, if the process dies.
+ */
 export interface QueueWait {
   name: string;
   type: 'workflow' | 'activity';
@@ -177,7 +180,9 @@ export async function waitForPollers(conn: Connection, namespace: string, queues
         taskQueue: { name },
         taskQueueType: type === 'activity' ? 2 /* ACTIVITY */ : 1 /* WORKFLOW */,
       });
-      if ((res.pollers ?? []).length > 0) break;
+      // With a process: its own poller (identity `<pid>@<host>…`), not one a dead predecessor left listed for minutes.
+      const ours = (identity?: string | null) => !proc || (identity ?? '').startsWith(`${proc.pid}@`);
+      if ((res.pollers ?? []).some((p) => ours(p.identity))) break;
       if (proc && !isAlive(proc.pid)) {
         throw new Error(`${proc.name} (pid ${proc.pid}) exited before polling task queue ${name}; the end of ${proc.logFile}:\n${logTail(proc.logFile)}`);
       }

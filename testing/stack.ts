@@ -79,11 +79,16 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
     workers,
     async startWorker(kind) {
       const { command, args } = workerCommand(kind);
-      const fd = openSync(join(home, `${kind}-${workers.length}.log`), 'a');
+      const logFile = join(home, `${kind}-${workers.length}.log`);
+      const fd = openSync(logFile, 'a');
       const child = spawn(command, args, { cwd: REPO_ROOT, env, stdio: ['ignore', fd, fd] });
+      child.on('error', () => {}); // a missing interpreter shows as pid undefined below
       closeSync(fd);
       workers.push(child);
-      await waitForPollers(connection, namespace, [kind === 'control' ? controlQueue : browserQueue], home);
+      if (child.pid === undefined) throw new Error(`could not start the ${kind} worker (${command})`);
+      // Its own poller: a worker SIGKILLed before it stays listed on the queue for minutes.
+      const queue = kind === 'control' ? { name: controlQueue, type: 'workflow' as const } : { name: browserQueue, type: 'activity' as const };
+      await waitForPollers(connection, namespace, [{ ...queue, process: { name: `${kind} worker`, pid: child.pid, logFile } }], home);
       return child;
     },
     async startLearner() {
