@@ -5,6 +5,7 @@ import type { BlobStore } from '../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
 import { checkSiteHealth } from '../env/real-site';
+import { type Look, type ReplayCounters, replayAndLook } from './session-replay';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
 import { UnscorableTaskError } from '../env/real-eval';
@@ -29,7 +30,7 @@ import type {
   FinishSessionResult,
 } from '../lib/episode-types';
 
-type SessionEnv = MiniWobEnv | RealEnv;
+export type SessionEnv = MiniWobEnv | RealEnv;
 
 interface Session {
   id: string;
@@ -73,6 +74,9 @@ export interface SessionDeps {
    * place (0: every session opens a context and loads its page). Default: none (the browser worker sets it).
    */
   warmPages?: number;
+  /** Replays with an expected state skip their settle waits first (session-replay.ts); false: they never do. */
+  fastReplay?: boolean;
+  miniwobSettleMs?: number;
   /** How long a kept page waits to be taken (default 5 minutes). */
   warmIdleMs?: number;
 }
@@ -99,6 +103,8 @@ export class SessionManager {
   private readonly idleMs: number;
   private readonly sweeper: NodeJS.Timeout;
   private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
+  /** Replays without settle waits that reached their lived state, and those replayed again with them (read only). */
+  readonly replays: Readonly<ReplayCounters> = { fast_replays: 0, fast_replay_fallbacks: 0 };
   private readonly warm: WarmPages;
 
   constructor(private readonly deps: SessionDeps) {
@@ -249,14 +255,15 @@ export class SessionManager {
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     let env: SessionEnv | undefined;
     try {
-      env = await this.createEnv(input, context, opts);
+      const fresh = await this.createEnv(input, context, opts);
+      env = fresh;
       try {
-        await env.reset(input.spec);
+        await fresh.reset(input.spec);
       } catch (err) {
         throw sessionStartFailure(err);
       }
-      await replayOnto(env, input.replay, beat);
-      return await this.register(input, context, env, site, browser, input.replay.length, opts);
+      const look = await replayAndLook(fresh, input, beat, this.deps.fastReplay !== false, (shot) => this.look(fresh, shot), this.replays);
+      return await this.register(input, context, fresh, site, browser, input.replay.length, opts, look);
     } catch (err) {
       // The env first: a REAL env gives back its site slot there.
       await env?.close().catch(() => {});
@@ -297,8 +304,8 @@ export class SessionManager {
         continue;
       }
       try {
-        await replayOnto(page.env, input.replay, beat);
-        const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts);
+        const look = await replayAndLook(page.env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(page.env, shot), this.replays);
+        const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts, look);
         this.warm.counters.warm_starts++;
         return started;
       } catch (err) {
@@ -331,9 +338,7 @@ export class SessionManager {
       s.snapshot = undefined;
       try {
         if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
-        await replayOnto(env, input.replay, beat);
-        const obs = await env.observe();
-        const observation = await this.toRef(obs);
+        const { obs, observation, fastReplay } = await replayAndLook(env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(env, shot), this.replays);
         s.view = await this.rewardView(env, obs);
         s.applied = input.replay.length;
         s.path = input.replay.map((a) => JSON.stringify(a));
@@ -346,6 +351,7 @@ export class SessionManager {
           observation,
           replayed: input.replay.length,
           rewardState: initialRewardState(s.view, s.site),
+          ...(fastReplay ? { fastReplay } : {}),
         };
       } catch (err) {
         // Half reset is no state to keep: the caller opens a new session.
@@ -355,7 +361,12 @@ export class SessionManager {
     });
   }
 
-  /** Observes a started session and keeps it. */
+  private async look(env: SessionEnv, screenshotRef?: string): Promise<Look> {
+    const obs = await (env instanceof MiniWobEnv ? env.observe({ screenshotRef }) : env.observe());
+    return { obs, observation: await this.toRef(obs) };
+  }
+
+  /** Observes a started session (unless `look` did) and keeps it. */
   private async register(
     input: StartSessionInput,
     context: BrowserContext,
@@ -364,9 +375,9 @@ export class SessionManager {
     browser: Browser,
     replayed: number,
     opts: StartOptions,
+    look?: Look,
   ): Promise<StartSessionResult> {
-    const obs = await env.observe();
-    const observation = await this.toRef(obs);
+    const { obs, observation, fastReplay } = look ?? (await this.look(env));
     const view = await this.rewardView(env, obs);
     // Nobody would ever close a session whose start was given up on: it would keep its site slot.
     opts.signal?.throwIfAborted();
@@ -392,6 +403,7 @@ export class SessionManager {
       observation,
       replayed,
       rewardState: initialRewardState(session.view, site),
+      ...(fastReplay ? { fastReplay } : {}),
     };
   }
 
@@ -448,6 +460,7 @@ export class SessionManager {
       baseUrl: this.deps.miniwobBaseUrl,
       blobs: this.deps.blobs,
       timeLimit: input.envOptions?.miniwobTimeLimit,
+      settleMs: this.deps.miniwobSettleMs,
       reward: input.envOptions?.miniwobReward,
     });
   }
@@ -581,13 +594,5 @@ export class SessionManager {
       axtreeRef: await this.deps.blobs.put(obs.axtree, 'txt'),
       stateKey: stateKey({ url: obs.url, axtree: obs.axtree }),
     };
-  }
-}
-
-/** A started or reset page walks the episode's action path again, a heartbeat detail per action. */
-async function replayOnto(env: SessionEnv, replay: readonly Action[], beat: (d: unknown) => void): Promise<void> {
-  for (const [i, action] of replay.entries()) {
-    await env.apply(action);
-    beat({ replayed: i + 1 });
   }
 }

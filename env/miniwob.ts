@@ -30,6 +30,15 @@ export const DEFAULT_MINIWOB_ZOOM = 3.2;
 export const DEFAULT_EPISODE_MAX_TIME_MS = RAISED_EPISODE_MAX_TIME_MS;
 export const DEFAULT_SETTLE_MS = 60;
 
+/** `HALO_MINIWOB_SETTLE_MS`: the wait after each action before the page is read (unset: DEFAULT_SETTLE_MS). */
+export function settleMsFromEnv(value = process.env.HALO_MINIWOB_SETTLE_MS): number {
+  if (value === undefined || value === '') return DEFAULT_SETTLE_MS;
+  const n = Number(value);
+  if (!(Number.isInteger(n) && n >= 0 && n <= 10_000))
+    throw new Error(`HALO_MINIWOB_SETTLE_MS must be a whole number of milliseconds from 0 to 10000, got ${JSON.stringify(value)}`);
+  return n;
+}
+
 const AXTREE_MAX_LINES = 200;
 const AXTREE_MAX_CHARS = 8_192;
 
@@ -165,10 +174,16 @@ export class MiniWobEnv implements Environment {
   private async begin(spec: TaskSpec, url: string, how: 'start' | 'restart'): Promise<void> {
     // The seed goes in as a number, as MiniWoB's Python driver and BrowserGym pass it, so a seed gives the
     // same problem here as there.
-    await this.page.evaluate(`window.__halo.${how}(${JSON.stringify({ seed: spec.seed, maxTimeMs: this.episodeMaxTimeMs })})`);
-    await this.page.waitForFunction('window.WOB_TASK_READY === true', undefined, { timeout: 10_000 });
-    const goal = (await this.page.evaluate('window.__halo.utterance()')) as string;
-    await this.page.evaluate('window.__halo.afterAction()');
+    // One round trip when the task is ready at once (most are): the goal read and the ids given in the same call.
+    const opts = JSON.stringify({ seed: spec.seed, maxTimeMs: this.episodeMaxTimeMs });
+    let goal = (await this.page.evaluate(
+      `(async () => { await window.__halo.${how}(${opts}); if (window.WOB_TASK_READY !== true) return null; const goal = window.__halo.utterance(); await window.__halo.afterAction(); return goal; })()`,
+    )) as string | null;
+    if (goal === null) {
+      await this.page.waitForFunction('window.WOB_TASK_READY === true', undefined, { timeout: 10_000 });
+      goal = (await this.page.evaluate('window.__halo.utterance()')) as string;
+      await this.page.evaluate('window.__halo.afterAction()');
+    }
     this.episode = { task: spec.task, seed: spec.seed, url, goal, steps: 0 };
   }
 
@@ -177,7 +192,11 @@ export class MiniWobEnv implements Environment {
     return this.episode;
   }
 
-  async apply(action: Action): Promise<ApplyResult> {
+  /**
+   * `settle: false` reads the page's state right after the action instead of after the settle wait: for a
+   * replay whose end state is checked against the one it reached when it was lived.
+   */
+  async apply(action: Action, opts: { settle?: boolean } = {}): Promise<ApplyResult> {
     const ep = this.requireEpisode();
     this.assertUsable();
     ep.steps++;
@@ -198,7 +217,7 @@ export class MiniWobEnv implements Environment {
       if (this.isFatal(err)) throw err;
       actionError = firstLine(err);
     }
-    if (this.settleMs > 0) await sleep(this.settleMs);
+    if (this.settleMs > 0 && opts.settle !== false) await sleep(this.settleMs);
     this.assertUsable();
 
     let st: PageEpisodeState | null;
@@ -229,24 +248,22 @@ export class MiniWobEnv implements Environment {
     return executePageAction(this.page, action, { zoom: this.zoom, viewport: this.viewport });
   }
 
-  async observe(): Promise<Observation> {
+  /**
+   * `opts.screenshotRef`: a screenshot of this state taken before (a replay checked against the state it
+   * reached when lived), used instead of taking one; it has the viewport's size, as every capture here does.
+   */
+  async observe(opts: { screenshotRef?: string } = {}): Promise<Observation> {
     const ep = this.requireEpisode();
     this.assertUsable();
     const { width, height } = this.viewport;
-    const opts: AxTreeOptions = { zoom: this.zoom, width, height, maxLines: AXTREE_MAX_LINES, maxChars: AXTREE_MAX_CHARS };
-    const view = (await this.page.evaluate(`window.__halo ? window.__halo.view(${JSON.stringify(opts)}) : null`)) as PageView | null;
-    const png = await this.capture(view?.scrollX ?? 0, view?.scrollY ?? 0);
-    const size = pngSize(png);
-    const screenshotRef = await this.blobs.put(png, 'png');
-    return {
-      goal: ep.goal,
-      url: this.page.url(),
-      axtree: view?.axtree ?? '',
-      screenshotRef,
-      width: size.width,
-      height: size.height,
-      step: ep.steps,
-    };
+    const axOpts: AxTreeOptions = { zoom: this.zoom, width, height, maxLines: AXTREE_MAX_LINES, maxChars: AXTREE_MAX_CHARS };
+    const view = (await this.page.evaluate(`window.__halo ? window.__halo.view(${JSON.stringify(axOpts)}) : null`)) as PageView | null;
+    let shot = { screenshotRef: opts.screenshotRef ?? '', width, height };
+    if (opts.screenshotRef === undefined) {
+      const png = await this.capture(view?.scrollX ?? 0, view?.scrollY ?? 0);
+      shot = { screenshotRef: await this.blobs.put(png, 'png'), ...pngSize(png) };
+    }
+    return { goal: ep.goal, url: this.page.url(), axtree: view?.axtree ?? '', ...shot, step: ep.steps };
   }
 
   /** PNG of the top-left (viewport / zoom) CSS px of the visual viewport, rendered at `zoom`. */

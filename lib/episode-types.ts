@@ -52,6 +52,18 @@ export interface StartSessionInput {
   /** Held by the session for shaping every step's reward. */
   rewardWeights: RewardWeights;
   envOptions?: EnvOptions;
+  /**
+   * The state `replay` led to when it was lived. A MiniWoB++ replay then skips the settle wait after each
+   * action and keeps its result only if it reaches `lived.stateKey`, with the lived screenshot (no new one);
+   * otherwise the page is reset and replayed again with the waits. Absent: every replayed action settles.
+   */
+  lived?: LivedState;
+}
+
+/** A state as it was observed when it was lived: its key (`stateKey` of lib/rewards/shaping.ts) and screenshot. */
+export interface LivedState {
+  stateKey: string;
+  screenshotRef: string;
 }
 
 /** A new episode in an open session, on the worker that holds it: its page is reset in place, then `replay` runs. */
@@ -69,6 +81,11 @@ export interface StartSessionResult extends SessionHandle {
    * `replay-fallback` tried that, found the state differed, and replayed. Absent: a plain reset + replay.
    */
   fork?: 'snapshot' | 'replay-fallback';
+  /**
+   * With `lived`: `fast` kept the replay without settle waits (it reached the key), `settled` found
+   * another state that way and replayed again with them. Absent: no fast replay was tried.
+   */
+  fastReplay?: 'fast' | 'settled';
 }
 
 export interface StepSessionInput {

@@ -8,9 +8,11 @@ import { createSessionActivities } from '../activities/session-activities';
 import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
+import { settleMsFromEnv } from '../env/miniwob';
 import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
 import { warmPagesFromEnv } from '../activities/warm-pages';
+import { fastReplayFromEnv } from '../activities/session-replay';
 
 /**
  * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
@@ -33,6 +35,8 @@ async function main() {
     realOriginOverride: process.env.HALO_REAL_ORIGIN || undefined,
     siteConcurrency: Number(process.env.HALO_SITE_CONCURRENCY || 4),
     warmPages: warmPagesFromEnv(),
+    fastReplay: fastReplayFromEnv(),
+    miniwobSettleMs: settleMsFromEnv(),
   });
   const activities = createSessionActivities(manager);
   const shared = await Worker.create({

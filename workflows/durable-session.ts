@@ -1,7 +1,7 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { SessionActivities } from '../activities/session-activities';
 import type { Action } from '../lib/actions';
-import type { BrowserWork, EnvOptions, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
+import type { BrowserWork, EnvOptions, LivedState, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
 import type { RewardState } from '../lib/rewards/types';
 import type { RewardWeights } from '../lib/rewards/weights';
 import { isSessionLost } from './session-lost';
@@ -33,6 +33,12 @@ export interface RebuildBudget {
   onRebuild?: () => void;
 }
 
+/** Where a new session should start and the state its path reached when lived (`Sessions.open`). */
+export interface OpenAt {
+  near?: SessionHandle;
+  lived?: LivedState;
+}
+
 export class Sessions {
   private pending: Promise<void>[] = [];
 
@@ -62,21 +68,22 @@ export class Sessions {
 
   /**
    * A new session at the end of `path` (after `base`), on any browser worker, or first on the worker of
-   * `near` (a step group's forks go where their episode already holds its REAL site slot, so they are
-   * admitted with it; if that worker does not pick the start up in time, any worker will do).
+   * `at.near` (a step group's forks go where their episode already holds its REAL site slot, so they are
+   * admitted with it; if that worker does not pick the start up in time, any worker will do). `at.lived`:
+   * the state `path` reached when it was lived, so the replay may skip its settle waits (StartSessionInput).
    */
-  async open(path: readonly Action[], episodeId: string, summary: string, near?: SessionHandle): Promise<DurableSession> {
-    if (near) {
+  async open(path: readonly Action[], episodeId: string, summary: string, at: OpenAt = {}): Promise<DurableSession> {
+    if (at.near) {
       try {
-        return await this.startOn(path, episodeId, summary, near.taskQueue);
+        return await this.startOn(path, episodeId, summary, at.lived, at.near.taskQueue);
       } catch (err) {
         if (!isSessionLost(err)) throw err;
       }
     }
-    return this.startOn(path, episodeId, summary);
+    return this.startOn(path, episodeId, summary, at.lived);
   }
 
-  private async startOn(path: readonly Action[], episodeId: string, summary: string, taskQueue?: string): Promise<DurableSession> {
+  private async startOn(path: readonly Action[], episodeId: string, summary: string, lived?: LivedState, taskQueue?: string): Promise<DurableSession> {
     const s = this.settings;
     const started = await this.opener(summary, taskQueue).startSession({
       spec: s.task,
@@ -84,6 +91,7 @@ export class Sessions {
       episodeId,
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
+      ...(lived ? { lived: { stateKey: lived.stateKey, screenshotRef: lived.screenshotRef } } : {}),
     });
     if (started.fork === 'snapshot') this.forks.snapshot++;
     else if (started.fork === 'replay-fallback') this.forks.replayFallback++;
@@ -96,7 +104,7 @@ export class Sessions {
    * An open session (its page and browser context kept) reset by its worker to the end of `path`: a new
    * session's state without a new page. Lost, or an environment that cannot: a session-lost failure.
    */
-  async reset(handle: SessionHandle, path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+  async reset(handle: SessionHandle, path: readonly Action[], episodeId: string, summary: string, lived?: LivedState): Promise<DurableSession> {
     const s = this.settings;
     const started = await this.on(handle, summary).resetSession({
       sessionId: handle.sessionId,
@@ -105,6 +113,7 @@ export class Sessions {
       episodeId,
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
+      ...(lived ? { lived: { stateKey: lived.stateKey, screenshotRef: lived.screenshotRef } } : {}),
     });
     this.browser.replayedActions += (s.base?.length ?? 0) + path.length;
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
@@ -201,7 +210,7 @@ export class DurableSession {
     budget.used++;
     budget.onRebuild?.();
     onLost(this.handle);
-    const fresh = await this.sessions.open(this.path, this.episodeId, `session lost: rebuild by replaying ${this.path.length} actions`);
+    const fresh = await this.sessions.open(this.path, this.episodeId, `session lost: rebuild by replaying ${this.path.length} actions`, { lived: this.observation });
     // The shaping state stays the caller's: a rebuilt session continues the same episode's rewards.
     this.handle = fresh.handle;
     this.observation = fresh.observation;

@@ -39,7 +39,10 @@ async function runCandidate(ep: EpisodeContext, here: DurableSession, action: Ag
   for (let attempt = 0; ; attempt++) {
     let fork: DurableSession | undefined;
     try {
-      fork = await ep.sessions.open(here.path, ep.workflowId, `fork ${which} at step ${stepNo}: replay ${here.path.length} actions`, here.handle);
+      fork = await ep.sessions.open(here.path, ep.workflowId, `fork ${which} at step ${stepNo}: replay ${here.path.length} actions`, {
+        near: here.handle,
+        lived: here.observation,
+      });
       // The fork continues this episode's shaping, not the one its replay rebuilt.
       fork.rewardState = here.rewardState;
       fork.observation = { ...fork.observation, goal: here.observation.goal };

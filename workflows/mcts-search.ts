@@ -45,7 +45,7 @@ import type { MctsStoreActivities } from '../activities/mcts-store';
 import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
 import { NEUTRAL_VALUE } from '../lib/critic';
 import type { PolicyConfig } from '../lib/config';
-import { episodeRun, type LegacyEpisodeFields, type SessionHandle } from '../lib/episode-types';
+import { episodeRun, type LegacyEpisodeFields, type LivedState, type SessionHandle } from '../lib/episode-types';
 import { actionPath, getNode, select } from '../lib/mcts';
 import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/parked-choice';
 import type { MctsParams } from '../lib/mcts-params';
@@ -71,7 +71,7 @@ import { clipSummary } from '../lib/text';
 import type { RunContext } from '../lib/run-context';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
-import { type DurableSession, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
+import { type DurableSession, type OpenAt, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
 import { ParkedSessions } from './parked-sessions';
 import { isSessionLost } from './session-lost';
 import { sample, type SamplerSettings } from './sampler';
@@ -260,7 +260,7 @@ async function restore(search: Search, id: number, ctx: Sim, summary: string, ag
   const path = actionPath(search.state.tree, id);
   const episodeId = `${search.state.workflowId}#${ctx.sim}`;
   const parked = search.parked ? await fromParked(search, search.parked, id, path, episodeId, summary) : undefined;
-  const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`));
+  const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`, { lived: livedState(search, id) }));
   s.rewardState = search.state.rewardStateAt(id, s.rewardState) ?? s.rewardState;
   if (search.parked && again) prepareSpare(search, search.parked, id, path, episodeId, summary);
   return s;
@@ -285,7 +285,13 @@ function prepareSpare(search: Search, parked: ParkedSessions, id: number, path: 
     ready = p.session.then(async (old) => {
       if (!old) return undefined;
       try {
-        const s = await sessions.reset(old.handle, path, episodeId, `${summary}: spare for later simulations, parked session reset in place, replay ${replay} actions`);
+        const s = await sessions.reset(
+          old.handle,
+          path,
+          episodeId,
+          `${summary}: spare for later simulations, parked session reset in place, replay ${replay} actions`,
+          livedState(search, id),
+        );
         sessions.began(s, t0);
         return s;
       } catch {
@@ -294,13 +300,19 @@ function prepareSpare(search: Search, parked: ParkedSessions, id: number, path: 
       }
     });
   } else if (parked.size < parked.limit && !parked.spots(t0).some((p) => p.node === id)) {
-    ready = sessions.openSpare(path, episodeId, `${summary}: spare for later simulations, new session, replay ${replay} actions`).catch(() => undefined);
+    ready = sessions.openSpare(path, episodeId, `${summary}: spare for later simulations, new session, replay ${replay} actions`, livedState(search, id)).catch(() => undefined);
     handle = null;
   } else {
     return;
   }
   state.prepared();
   parked.prepare(handle, id, t0, ready);
+}
+
+/** Node `id`'s state as it was observed when its action path was lived (undefined before it was). */
+function livedState(search: Search, id: number): LivedState | undefined {
+  const o = getNode(search.state.tree, id).observationRef;
+  return o ? { stateKey: o.stateKey, screenshotRef: o.screenshotRef } : undefined;
 }
 
 /** Beyond two actions, stepping an ancestor's session forward costs about what an in-place reset does. */
@@ -335,7 +347,9 @@ async function fromParked(search: Search, parked: ParkedSessions, id: number, pa
     }
     const replay = state.spec.rootPath.length + path.length;
     const t0 = workflowClockMs();
-    const s = await state.timed('restore', () => sessions.reset(taken.handle, path, episodeId, `${summary}: parked session reset in place, replay ${replay} actions`));
+    const s = await state.timed('restore', () =>
+      sessions.reset(taken.handle, path, episodeId, `${summary}: parked session reset in place, replay ${replay} actions`, livedState(search, id)),
+    );
     sessions.began(s, t0);
     state.restored(replay, s.observation.goal, 'resetInPlace');
     return s;
@@ -560,18 +574,18 @@ class SearchSessions extends Sessions {
     super(settings);
   }
 
-  override async open(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+  override async open(path: readonly Action[], episodeId: string, summary: string, at: OpenAt = {}): Promise<DurableSession> {
     const t0 = workflowClockMs();
-    const s = await this.state.timed('restore', () => super.open(path, episodeId, summary));
+    const s = await this.state.timed('restore', () => super.open(path, episodeId, summary, at));
     this.began(s, t0);
     this.state.restored((this.settings.base?.length ?? 0) + path.length, s.observation.goal);
     return s;
   }
 
   /** A new session opened in the background, not for this simulation: not a restore of it. */
-  async openSpare(path: readonly Action[], episodeId: string, summary: string): Promise<DurableSession> {
+  async openSpare(path: readonly Action[], episodeId: string, summary: string, lived?: LivedState): Promise<DurableSession> {
     const t0 = workflowClockMs();
-    const s = await super.open(path, episodeId, summary);
+    const s = await super.open(path, episodeId, summary, { lived });
     this.began(s, t0);
     return s;
   }

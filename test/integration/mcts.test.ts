@@ -26,6 +26,9 @@ import { startTestStack, type TestStack } from '../../testing/stack';
 let stack: TestStack;
 let critic: FakeCriticServer;
 before(async () => {
+  // Steps long enough (each waits 400 ms before the page is read) that a kill lands in one: with replays that
+  // skip the waits (activities/session-replay.ts) the instant policies leave a step little time otherwise.
+  process.env.HALO_MINIWOB_SETTLE_MS = '400';
   [stack, critic] = await Promise.all([
     startTestStack({ browserWorkers: 1, learner: true }),
     // Candidates mentioning "click" first (valid clicks before unparseable outputs), value 0.7.
@@ -33,6 +36,7 @@ before(async () => {
   ]);
 });
 after(async () => {
+  delete process.env.HALO_MINIWOB_SETTLE_MS;
   await stack?.stop();
   await critic?.close();
 });

@@ -1,0 +1,66 @@
+import type { Action } from '../lib/actions';
+import type { ObservationRef, StartSessionInput } from '../lib/episode-types';
+import { MiniWobEnv } from '../env/miniwob';
+import type { Observation } from '../env/types';
+import type { SessionEnv } from './session';
+
+/** A page's observation right after its start or reset, and how its replay went. */
+export interface Look {
+  obs: Observation;
+  observation: ObservationRef;
+  fastReplay?: 'fast' | 'settled';
+}
+
+/** Replays without settle waits that reached their expected state, and those replayed again with them. */
+export interface ReplayCounters {
+  fast_replays: number;
+  fast_replay_fallbacks: number;
+}
+
+/**
+ * A page just reset to the task's start walks `input.replay` and is observed. With `input.lived` a MiniWoB++
+ * replay first runs without the settle waits (each ~60 ms, most of a replayed action's time) and, reaching the
+ * lived state key, keeps the lived screenshot (taking one costs ~35 ms). A page that ends elsewhere that way
+ * (a task whose state depends on timing) is reset and replayed again with the waits, and the state that
+ * reaches is kept, as a replay without a lived state would.
+ */
+export async function replayAndLook(
+  env: SessionEnv,
+  input: StartSessionInput,
+  beat: (d: unknown) => void,
+  allowFast: boolean,
+  /** Observes the page; with a screenshot reference, uses it instead of taking a screenshot. */
+  look: (screenshotRef?: string) => Promise<Omit<Look, 'fastReplay'>>,
+  counters: ReplayCounters,
+): Promise<Look> {
+  const lived = input.lived;
+  if (!(env instanceof MiniWobEnv) || !allowFast || input.replay.length === 0 || lived === undefined) {
+    await replayOnto(env, input.replay, beat, true);
+    return look();
+  }
+  await replayOnto(env, input.replay, beat, false);
+  const first = await look(lived.screenshotRef);
+  if (first.observation.stateKey === lived.stateKey) {
+    counters.fast_replays++;
+    return { ...first, fastReplay: 'fast' };
+  }
+  counters.fast_replay_fallbacks++;
+  if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
+  await replayOnto(env, input.replay, beat, true);
+  return { ...(await look()), fastReplay: 'settled' };
+}
+
+/** A started or reset page walks the episode's action path again, a heartbeat detail per action. */
+export async function replayOnto(env: SessionEnv, replay: readonly Action[], beat: (d: unknown) => void, settle: boolean): Promise<void> {
+  for (const [i, action] of replay.entries()) {
+    await (env instanceof MiniWobEnv ? env.apply(action, { settle }) : env.apply(action));
+    beat({ replayed: i + 1 });
+  }
+}
+
+/** `HALO_FAST_REPLAY`: unset or 1 lets replays with an expected state skip their settle waits; 0 never does. */
+export function fastReplayFromEnv(value = process.env.HALO_FAST_REPLAY): boolean {
+  if (value === undefined || value === '' || value === '1') return true;
+  if (value === '0') return false;
+  throw new Error(`HALO_FAST_REPLAY must be 0 or 1 (0 replays every action with its settle wait), got ${JSON.stringify(value)}`);
+}
