@@ -15,9 +15,9 @@ export interface InProcessSessions {
 
 /**
  * What a browser worker runs, without Temporal: a SessionManager (one Chromium) on a local MiniWoB++ server,
- * called in-process, so a bench can time the browser work alone.
+ * called in-process, so a bench can time the browser work alone. `warmPages` as a browser worker's pool (default: none).
  */
-export async function startInProcessSessions(): Promise<InProcessSessions> {
+export async function startInProcessSessions(opts: { warmPages?: number } = {}): Promise<InProcessSessions> {
   const home = mkdtempSync(join(tmpdir(), 'halo-bench-'));
   const blobs = new BlobStore(join(home, 'blobs'));
   const miniwob = await startMiniwobServer({});
@@ -27,6 +27,7 @@ export async function startInProcessSessions(): Promise<InProcessSessions> {
     miniwobTasks: listMiniwobTasks(findMiniwobHtml()),
     workerTaskQueue: 'in-process',
     workerName: 'bench',
+    ...(opts.warmPages === undefined ? {} : { warmPages: opts.warmPages }),
   });
   return {
     blobs,

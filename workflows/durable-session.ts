@@ -91,7 +91,7 @@ export class Sessions {
       episodeId,
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
-      ...(lived ? { lived: { stateKey: lived.stateKey, screenshotRef: lived.screenshotRef } } : {}),
+      ...livedInput(lived),
     });
     if (started.fork === 'snapshot') this.forks.snapshot++;
     else if (started.fork === 'replay-fallback') this.forks.replayFallback++;
@@ -113,7 +113,7 @@ export class Sessions {
       episodeId,
       rewardWeights: s.rewardWeights,
       envOptions: s.envOptions,
-      ...(lived ? { lived: { stateKey: lived.stateKey, screenshotRef: lived.screenshotRef } } : {}),
+      ...livedInput(lived),
     });
     this.browser.replayedActions += (s.base?.length ?? 0) + path.length;
     return new DurableSession(this, episodeId, started, started.observation, started.rewardState, [...path]);
@@ -223,4 +223,9 @@ export class DurableSession {
   closeQuietly(): Promise<void> {
     return this.sessions.closeQuietly(this.handle);
   }
+}
+
+/** Only the two fields of a lived state go to the worker (an observation passed as one has more). */
+function livedInput(lived: LivedState | undefined): { lived?: LivedState } {
+  return lived ? { lived: { stateKey: lived.stateKey, screenshotRef: lived.screenshotRef } } : {};
 }
