@@ -260,7 +260,7 @@ async function restore(search: Search, id: number, ctx: Sim, summary: string, ag
   const path = actionPath(search.state.tree, id);
   const episodeId = `${search.state.workflowId}#${ctx.sim}`;
   const parked = search.parked ? await fromParked(search, search.parked, id, path, episodeId, summary) : undefined;
-  const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`, { lived: livedState(search, id) }));
+  const s = parked ?? (await search.sessions.open(path, episodeId, `${summary}, replay ${path.length} actions`, { lived: search.state.livedState(id) }));
   s.rewardState = search.state.rewardStateAt(id, s.rewardState) ?? s.rewardState;
   if (search.parked && again) prepareSpare(search, search.parked, id, path, episodeId, summary);
   return s;
@@ -290,7 +290,7 @@ function prepareSpare(search: Search, parked: ParkedSessions, id: number, path: 
           path,
           episodeId,
           `${summary}: spare for later simulations, parked session reset in place, replay ${replay} actions`,
-          livedState(search, id),
+          search.state.livedState(id),
         );
         sessions.began(s, t0);
         return s;
@@ -300,19 +300,15 @@ function prepareSpare(search: Search, parked: ParkedSessions, id: number, path: 
       }
     });
   } else if (parked.size < parked.limit && !parked.spots(t0).some((p) => p.node === id)) {
-    ready = sessions.openSpare(path, episodeId, `${summary}: spare for later simulations, new session, replay ${replay} actions`, livedState(search, id)).catch(() => undefined);
+    ready = sessions
+      .openSpare(path, episodeId, `${summary}: spare for later simulations, new session, replay ${replay} actions`, search.state.livedState(id))
+      .catch(() => undefined);
     handle = null;
   } else {
     return;
   }
   state.prepared();
   parked.prepare(handle, id, t0, ready);
-}
-
-/** Node `id`'s state as it was observed when its action path was lived (undefined before it was). */
-function livedState(search: Search, id: number): LivedState | undefined {
-  const o = getNode(search.state.tree, id).observationRef;
-  return o ? { stateKey: o.stateKey, screenshotRef: o.screenshotRef } : undefined;
 }
 
 /** Beyond two actions, stepping an ancestor's session forward costs about what an in-place reset does. */
@@ -348,7 +344,7 @@ async function fromParked(search: Search, parked: ParkedSessions, id: number, pa
     const replay = state.spec.rootPath.length + path.length;
     const t0 = workflowClockMs();
     const s = await state.timed('restore', () =>
-      sessions.reset(taken.handle, path, episodeId, `${summary}: parked session reset in place, replay ${replay} actions`, livedState(search, id)),
+      sessions.reset(taken.handle, path, episodeId, `${summary}: parked session reset in place, replay ${replay} actions`, search.state.livedState(id)),
     );
     sessions.began(s, t0);
     state.restored(replay, s.observation.goal, 'resetInPlace');

@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/workflow';
 import { isValidAction, type Action } from '../lib/actions';
-import type { ObservationRef, PromptObservationRef } from '../lib/episode-types';
+import type { LivedState, ObservationRef, PromptObservationRef } from '../lib/episode-types';
 import { backpropagate, getNode, newTree, setObservation, treeStats, type Tree } from '../lib/mcts';
 import type { RewardState } from '../lib/rewards/types';
 import type { MctsParams } from '../lib/mcts-params';
@@ -234,6 +234,12 @@ export class SearchState {
 
   rewarded(id: number, shaped: number, rewardState: RewardState): void {
     recordShaped(this.tree, id, shaped, rewardState);
+  }
+
+  /** Node `id`'s state as it was observed when its action path was lived (undefined before it was). */
+  livedState(id: number): LivedState | undefined {
+    const o = getNode(this.tree, id).observationRef;
+    return o ? { stateKey: o.stateKey, screenshotRef: o.screenshotRef } : undefined;
   }
 
   /**
