@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -296,6 +297,9 @@ def test_wandb_offline_logs_each_iteration_once(tmp_path, monkeypatch):
     res = curves.sync(run, wandb_project="halo-test")
     assert res["wandb"]["iterations"] == [1, 2] and res["wandb"]["mode"] == "offline"
     assert curves.sync(run, wandb_project="halo-test")["wandb"]["written"] == 0
+    # W&B names an offline run's folder after the second it started: a sync within the same second as the
+    # first would write into that folder (syncs are iterations apart in a run, seconds at least).
+    time.sleep(1.1)
     append(run, row(3))
     assert curves.sync(run, wandb_project="halo-test")["wandb"]["iterations"] == [3]
     offline = sorted((run / "wandb").glob("offline-run-*-run-w"))
