@@ -161,7 +161,8 @@ case "$CMD" in
     # 2 cores, so a file gets 30 min (a test that needs less sets its own, tighter timeout). The spec reporter ends
     # with every failing test and its error, so the tail of a long log says what failed.
     # --test-force-exit (Node >= 20.14): a file whose tests are done ends even if a handle it leaked would keep it
-    # alive, instead of holding the suite until the file's timeout.
+    # alive, instead of holding the suite until the file's timeout. Its cost: the last verdicts of a file can be
+    # missing from the tally (nodejs/node#64833); a file with a failing test still fails the run by its exit code.
     force_exit=()
     if node --help | grep -q -- --test-force-exit; then force_exit=(--test-force-exit); fi
     exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 \
