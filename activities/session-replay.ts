@@ -18,6 +18,18 @@ export interface ReplayCounters {
 }
 
 /**
+ * Whether a page about to replay `input` may restart in place quickly (`MiniWobEnv.restartInPlace`'s `quick`):
+ * a replay with a lived state to check its end against, whose first action moves the pointer.
+ */
+export function quickRestart(input: StartSessionInput, allowFast: boolean): boolean {
+  return allowFast && input.lived !== undefined && input.replay.length > 0 && movesPointer(input.replay[0]);
+}
+
+function movesPointer(a: Action): boolean {
+  return a.type === 'click' || a.type === 'double_click' || a.type === 'move' || a.type === 'click_element' || (a.type === 'scroll' && a.x !== undefined && a.y !== undefined);
+}
+
+/**
  * A page just reset to the task's start walks `input.replay` and is observed. With `input.lived` a MiniWoB++
  * replay first runs without the settle waits (each ~60 ms, most of a replayed action's time) and, reaching the
  * lived state key, keeps the lived screenshot (taking one costs ~35 ms). A page that ends elsewhere that way
@@ -45,7 +57,7 @@ export async function replayAndLook(
     return { ...first, fastReplay: 'fast' };
   }
   counters.fast_replay_fallbacks++;
-  if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
+  await env.restart(input.spec);
   await replayOnto(env, input.replay, beat, true);
   return { ...(await look()), fastReplay: 'settled' };
 }

@@ -1,11 +1,10 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
-import type { BlobStore } from '../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
 import { checkSiteHealth } from '../env/real-site';
-import { type Look, type ReplayCounters, replayAndLook } from './session-replay';
+import { type Look, type ReplayCounters, quickRestart, replayAndLook } from './session-replay';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
 import { UnscorableTaskError } from '../env/real-eval';
@@ -14,6 +13,7 @@ import { ForkMismatch, permanentEnvError, sessionStartFailure } from './session-
 import { MiniWobEnv } from '../env/miniwob';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { Observation, StepOutcome, TaskSpec } from '../env/types';
+import type { SessionDeps } from './session-deps';
 import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
 import { actionKey, type Action } from '../lib/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
@@ -53,34 +53,6 @@ interface Session {
   busy: number;
 }
 
-export interface SessionDeps {
-  blobs: BlobStore;
-  miniwobBaseUrl: string;
-  miniwobTasks: string[];
-  /** This worker's own task queue: session activities after the first are routed here. */
-  workerTaskQueue: string;
-  workerName: string;
-  viewport?: { width: number; height: number };
-  /** Serve every REAL task from this origin instead of its own (a local mirror, or the test site). */
-  realOriginOverride?: string;
-  /** Concurrent REAL episodes per site on this worker (all sessions of one episode share its slot). */
-  siteConcurrency?: number;
-  /** How long a session waits for a site slot; default HALO_SITE_SLOT_TIMEOUT_MS, else 10 minutes. */
-  siteSlotTimeoutMs?: number;
-  /** A session no activity touched for this long is closed (default 1 hour). */
-  sessionIdleMs?: number;
-  /**
-   * Loaded MiniWoB++ pages kept after their sessions close, for later sessions of the same task to reset in
-   * place (0: every session opens a context and loads its page). Default: none (the browser worker sets it).
-   */
-  warmPages?: number;
-  /** Replays with an expected state skip their settle waits first (session-replay.ts); false: they never do. */
-  fastReplay?: boolean;
-  miniwobSettleMs?: number;
-  /** How long a kept page waits to be taken (default 5 minutes). */
-  warmIdleMs?: number;
-}
-
 export const DEFAULT_SESSION_IDLE_MS = 60 * 60_000;
 
 export interface StartOptions {
@@ -103,9 +75,13 @@ export class SessionManager {
   private readonly idleMs: number;
   private readonly sweeper: NodeJS.Timeout;
   private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
-  /** Replays without settle waits that reached their lived state, and those replayed again with them (read only). */
-  readonly replays: Readonly<ReplayCounters> = { fast_replays: 0, fast_replay_fallbacks: 0 };
+  private readonly replayCounts: ReplayCounters = { fast_replays: 0, fast_replay_fallbacks: 0 };
   private readonly warm: WarmPages;
+
+  /** Replays without settle waits that reached their lived state, and those replayed again with them. */
+  get replays(): Readonly<ReplayCounters> {
+    return { ...this.replayCounts };
+  }
 
   constructor(private readonly deps: SessionDeps) {
     this.siteLimiter = new SiteLimiter(deps.siteConcurrency ?? 4);
@@ -262,7 +238,7 @@ export class SessionManager {
       } catch (err) {
         throw sessionStartFailure(err);
       }
-      const look = await replayAndLook(fresh, input, beat, this.deps.fastReplay !== false, (shot) => this.look(fresh, shot), this.replays);
+      const look = await replayAndLook(fresh, input, beat, this.deps.fastReplay !== false, (shot) => this.look(fresh, shot), this.replayCounts);
       return await this.register(input, context, fresh, site, browser, input.replay.length, opts, look);
     } catch (err) {
       // The env first: a REAL env gives back its site slot there.
@@ -294,7 +270,7 @@ export class SessionManager {
       let restarted = false;
       try {
         await page.env.thaw();
-        restarted = await page.env.restartInPlace(input.spec);
+        restarted = await page.env.restartInPlace(input.spec, { quick: quickRestart(input, this.deps.fastReplay !== false) });
       } catch {
         // A kept page that cannot start again is just gone.
       }
@@ -304,7 +280,7 @@ export class SessionManager {
         continue;
       }
       try {
-        const look = await replayAndLook(page.env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(page.env, shot), this.replays);
+        const look = await replayAndLook(page.env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(page.env, shot), this.replayCounts);
         const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts, look);
         this.warm.counters.warm_starts++;
         return started;
@@ -337,8 +313,8 @@ export class SessionManager {
       s.last = undefined;
       s.snapshot = undefined;
       try {
-        if (!(await env.restartInPlace(input.spec))) await env.reset(input.spec);
-        const { obs, observation, fastReplay } = await replayAndLook(env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(env, shot), this.replays);
+        await env.restart(input.spec, { quick: quickRestart(input, this.deps.fastReplay !== false) });
+        const { obs, observation, fastReplay } = await replayAndLook(env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(env, shot), this.replayCounts);
         s.view = await this.rewardView(env, obs);
         s.applied = input.replay.length;
         s.path = input.replay.map((a) => JSON.stringify(a));

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { SessionManager } from '../../activities/session';
-import { fastReplayFromEnv } from '../../activities/session-replay';
+import { fastReplayFromEnv, quickRestart } from '../../activities/session-replay';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_SETTLE_MS, settleMsFromEnv } from '../../env/miniwob';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
@@ -97,6 +97,57 @@ test('a replay without settle waits that reaches the lived state is kept, on a l
       await m.shutdown();
     }
   }
+});
+
+test('a restart before a replay whose first action moves the pointer skips the pointer reset and the frame, and still reaches the lived state', async () => {
+  const m = manager(1);
+  try {
+    for (const task of TASKS) {
+      const first = await m.start(input(task, []));
+      const els = clickableElements(await axtreeOf(first.observation));
+      // A click on empty page space first (grid 900,500 is right of the task area), then the task's own elements.
+      const path: Action[] = [{ type: 'click', x: 900, y: 500, button: 'left', count: 1 }, ...els.slice(0, 2).map((e): Action => ({ type: 'click_element', id: e.id }))];
+      assert.ok(quickRestart(input(task, path, first.observation), true), `${task}: a quick restart`);
+      const lived = await m.start(input(task, path));
+      // The kept page of `first` (warm pages) and then `lived`'s own page in place: both restart quickly.
+      await m.close(first.sessionId);
+      const kept = await m.start(input(task, path, lived.observation));
+      assert.equal(kept.fastReplay, 'fast', `${task}: a kept page restarted quickly kept its fast replay`);
+      assert.equal(await axtreeOf(kept.observation), await axtreeOf(lived.observation), `${task}: the same page as lived`);
+      const again = await m.reset({ ...input(task, path, lived.observation), sessionId: lived.sessionId });
+      assert.equal(again.fastReplay, 'fast', `${task}: a page restarted quickly in place kept its fast replay`);
+      assert.equal(again.observation.stateKey, lived.observation.stateKey, `${task}: the same state after the quick restart`);
+      for (const s of [again, kept]) await m.close(s.sessionId);
+    }
+    assert.deepEqual({ ...m.replays }, { fast_replays: 2 * TASKS.length, fast_replay_fallbacks: 0 });
+  } finally {
+    await m.shutdown();
+  }
+});
+
+test('a restart is quick only before a fast replay whose first action moves the pointer', () => {
+  const lived = { stateKey: 'k', screenshotRef: 'r' } as unknown as ObservationRef;
+  const click: Action = { type: 'click', x: 1, y: 2, button: 'left', count: 1 };
+  for (const first of [
+    click,
+    { type: 'double_click', x: 1, y: 2 },
+    { type: 'move', x: 1, y: 2 },
+    { type: 'click_element', id: 3 },
+    { type: 'scroll', direction: 'down', amount: 300, x: 5, y: 5 },
+  ] as Action[]) {
+    assert.equal(quickRestart(input('click-button', [first], lived), true), true, first.type);
+  }
+  for (const first of [
+    { type: 'scroll', direction: 'down', amount: 300 },
+    { type: 'type', text: 'a' },
+    { type: 'key', keys: ['Tab'] },
+    { type: 'wait', seconds: 0 },
+  ] as Action[]) {
+    assert.equal(quickRestart(input('click-button', [first, click], lived), true), false, `${first.type} first: the pointer stays where the last episode left it`);
+  }
+  assert.equal(quickRestart(input('click-button', [click]), true), false, 'no lived state to check the end against');
+  assert.equal(quickRestart(input('click-button', [], lived), true), false, 'nothing replayed');
+  assert.equal(quickRestart(input('click-button', [click], lived), false), false, 'HALO_FAST_REPLAY=0');
 });
 
 test('a fast replay that ends in another state is replayed again with the settle waits', async () => {
