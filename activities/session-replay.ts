@@ -1,6 +1,6 @@
 import type { Action } from '../lib/actions';
 import type { ObservationRef, StartSessionInput } from '../lib/episode-types';
-import { MiniWobEnv } from '../env/miniwob';
+import { MiniWobEnv, type RestartOptions } from '../env/miniwob';
 import type { Observation } from '../env/types';
 import type { SessionEnv } from './session';
 
@@ -18,11 +18,13 @@ export interface ReplayCounters {
 }
 
 /**
- * Whether a page about to replay `input` may restart in place quickly (`MiniWobEnv.restartInPlace`'s `quick`):
- * a replay with a lived state to check its end against, whose first action moves the pointer.
+ * How a page about to replay `input` may restart in place (`MiniWobEnv.restartInPlace`): before a fast replay
+ * (a lived state to check the end against) without the frame wait, and without the pointer reset when the
+ * first replayed action moves the pointer. `type` into an element clicks it, except a <select>: not counted.
  */
-export function quickRestart(input: StartSessionInput, allowFast: boolean): boolean {
-  return allowFast && input.lived !== undefined && input.replay.length > 0 && movesPointer(input.replay[0]);
+export function quickRestart(input: StartSessionInput, allowFast: boolean): RestartOptions {
+  if (!allowFast || input.lived === undefined || input.replay.length === 0) return {};
+  return { frame: false, pointer: !movesPointer(input.replay[0]) };
 }
 
 function movesPointer(a: Action): boolean {

@@ -270,7 +270,7 @@ export class SessionManager {
       let restarted = false;
       try {
         await page.env.thaw();
-        restarted = await page.env.restartInPlace(input.spec, { quick: quickRestart(input, this.deps.fastReplay !== false) });
+        restarted = await page.env.restartInPlace(input.spec, quickRestart(input, this.deps.fastReplay !== false));
       } catch {
         // A kept page that cannot start again is just gone.
       }
@@ -313,7 +313,7 @@ export class SessionManager {
       s.last = undefined;
       s.snapshot = undefined;
       try {
-        await env.restart(input.spec, { quick: quickRestart(input, this.deps.fastReplay !== false) });
+        await env.restart(input.spec, quickRestart(input, this.deps.fastReplay !== false));
         const { obs, observation, fastReplay } = await replayAndLook(env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(env, shot), this.replayCounts);
         s.view = await this.rewardView(env, obs);
         s.applied = input.replay.length;

@@ -75,6 +75,12 @@ interface EpisodeState {
   final?: ApplyResult;
 }
 
+/** How an in-place restart may cut its waits (`MiniWobEnv.restartInPlace`); both default to true. */
+export interface RestartOptions {
+  frame?: boolean;
+  pointer?: boolean;
+}
+
 /**
  * One MiniWoB++ task page driven through Playwright. Observations are a 1280x720 screenshot of the
  * magnified task (see DEFAULT_MINIWOB_ZOOM), the URL and a compact accessibility tree whose element ids
@@ -157,12 +163,12 @@ export class MiniWobEnv implements Environment {
   }
 
   /**
-   * `resetInPlace` without the observation, for a caller that acts (replays) before it looks. `quick`: for a
-   * replay whose first action moves the pointer and whose end state is checked against the one it reached when
-   * lived (activities/session-replay.ts): the pointer is left where it is (that action moves it) and the ids are
-   * given without waiting for a frame, ~25 ms less. A state that differs for it is caught by that check.
+   * `resetInPlace` without the observation, for a caller that acts (replays) before it looks. For a replay whose
+   * end state is checked against the one it reached when lived (activities/session-replay.ts), `frame: false`
+   * gives the ids without waiting for a frame (~15 ms), and `pointer: false` leaves the pointer where it is
+   * (~10 ms) when the replay's first action moves it anyway. A state that differs for it is caught by that check.
    */
-  async restartInPlace(spec: TaskSpec, opts: { quick?: boolean } = {}): Promise<boolean> {
+  async restartInPlace(spec: TaskSpec, opts: RestartOptions = {}): Promise<boolean> {
     const ep = this.episode;
     if (spec.env !== 'miniwob' || !ep || ep.task !== spec.task || !Number.isSafeInteger(spec.seed)) return false;
     this.assertUsable();
@@ -171,13 +177,13 @@ export class MiniWobEnv implements Environment {
     if (!ok) return false;
     this.episode = undefined;
     // A fresh page has never seen the pointer: hovering whatever the last action left it over would show.
-    if (!opts.quick) await this.page.mouse.move(0, 0);
-    await this.begin(spec, ep.url, 'restart', !opts.quick);
+    if (opts.pointer !== false) await this.page.mouse.move(0, 0);
+    await this.begin(spec, ep.url, 'restart', opts.frame !== false);
     return true;
   }
 
   /** A new episode of the task: in place where the page allows it, else by loading the page again. */
-  async restart(spec: TaskSpec, opts: { quick?: boolean } = {}): Promise<void> {
+  async restart(spec: TaskSpec, opts: RestartOptions = {}): Promise<void> {
     if (!(await this.restartInPlace(spec, opts))) await this.reset(spec);
   }
 

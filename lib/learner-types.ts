@@ -180,6 +180,8 @@ export const SampleActionsOutputSchema = z.strictObject({
   model: z.string(),
   version: int,
   seconds: finite,
+  /** How many sample_actions calls the learner sampled together in this call's batch (halo_learner/sample_batcher.py). */
+  batch_calls: int.min(1).default(1),
 });
 
 // ---- types -----------------------------------------------------------------------------------------

@@ -12,12 +12,13 @@ Error classification (Temporal does the retrying; nothing here retries on its ow
                                                                       non-retryable, the rest retryable
 
 No exception may leave an activity as itself: a StopIteration raised in the executor thread cannot be put into
-an asyncio future, so the attempt would never complete and the learner's only slot would stay taken forever.
+an asyncio future, so the attempt would never complete and its slot would stay taken forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import traceback
 
@@ -32,8 +33,9 @@ from .blobs import BadBlobRef, BlobNotFound
 from .inflight import InflightLedger
 from .learner import InvalidBatch, Learner
 from .logprobs import UnsupportedAttention
-from .payloads import SampleActionsInput, UpdateDpoInput, UpdatePolicyInput
+from .payloads import SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdatePolicyInput
 from .prompt_text import PromptStructureError
+from .sample_batcher import WAIT_BEAT_S, Batching, SampleBatcher
 
 # Cancellation, and the SDK's own signal for asynchronous completion, must reach the SDK as they are.
 _PASS_THROUGH = (asyncio.CancelledError, temporalio.exceptions.CancelledError, activity._CompleteAsyncError)
@@ -72,36 +74,66 @@ def _heartbeat(details: dict) -> None:
 
 
 class LearnerActivities:
-    def __init__(self, learner: Learner, ledger: InflightLedger | None = None):
+    def __init__(self, learner: Learner, ledger: InflightLedger | None = None, batching: Batching | None = None):
         self.learner = learner
         self.ledger = ledger
-        # max_concurrent_activities=1 already serialises; the lock keeps direct callers honest too.
-        self._lock = threading.Lock()
+        # The GPU: an update holds it alone; sampling calls hold it together, as one batch (sample_batcher.py).
+        self._gpu = threading.Lock()
+        self.batcher = SampleBatcher(self._sample_batch, self._gpu, batching or Batching.from_env())
 
-    def _run(self, name: str, model: type[BaseModel], raw: dict, fn) -> dict:
+    @property
+    def slots(self) -> int:
+        """Activities the worker takes at once: as many as one sampling batch may hold."""
+        return self.batcher.batching.calls
+
+    def _sample_batch(self, inps: list[SampleActionsInput]) -> list:
+        return self.learner.sample_many(inps)
+
+    def _sample(self, inp: SampleActionsInput, beat) -> SampleActionsOutput:
+        out, calls = self.batcher.submit(inp, inp.n, beat)
+        return out.model_copy(update={"batch_calls": calls})
+
+    @contextlib.contextmanager
+    def _held(self, exclusive: bool):
+        """The GPU to this call alone (an update), heartbeating while a batch or another update has it."""
+        if not exclusive:
+            yield
+            return
+        while not self._gpu.acquire(timeout=WAIT_BEAT_S):
+            _heartbeat({"phase": "waiting for the GPU"})
         try:
-            return self._classified(name, model, raw, fn)
+            yield
+        finally:
+            self._gpu.release()
+
+    def _run(self, name: str, model: type[BaseModel], raw: dict, fn, exclusive: bool = True) -> dict:
+        try:
+            return self._classified(name, model, raw, fn, exclusive)
         except (ApplicationError, *_PASS_THROUGH):
             raise
         except BaseException as e:  # noqa: BLE001 - see the module's docstring: nothing leaves as itself
             raise as_application_error(name, e) from None
 
-    def _classified(self, name: str, model: type[BaseModel], raw: dict, fn) -> dict:
+    def _classified(self, name: str, model: type[BaseModel], raw: dict, fn, exclusive: bool) -> dict:
         try:
             inp = model.model_validate(raw)
         except ValidationError as e:
             raise ApplicationError(_describe(e, f"{name} input"), type="InvalidPayload", non_retryable=True) from None
         tracked = self.ledger is not None and activity.in_activity()
         try:
-            with self._lock:
-                self.learner.planned = None
-                if tracked:
-                    self.ledger.begin(activity.info())
-                try:
-                    return fn(inp, _heartbeat).model_dump()
-                finally:
-                    if tracked:
-                        self.ledger.end()
+            entry = self.ledger.begin(activity.info()) if tracked else None
+            try:
+                with self._held(exclusive):
+                    if exclusive:
+                        self.learner.planned = None
+                    try:
+                        return fn(inp, _heartbeat).model_dump()
+                    except torch.OutOfMemoryError as e:
+                        # Still holding the GPU: the update's bookkeeping cannot meet another's.
+                        raise self._out_of_memory(name, e, exclusive) from None
+            finally:
+                if entry is not None:
+                    self.ledger.end(entry)
         except ValidationError as e:
             raise ApplicationError(
                 _describe(e, f"{name} blob contents"), type="InvalidBatch", non_retryable=True
@@ -129,29 +161,38 @@ class LearnerActivities:
             raise ApplicationError(
                 f"{name}: {e}; lower the learning rate or check the batch", type="NonFiniteGradient", non_retryable=True
             ) from None
-        except torch.OutOfMemoryError as e:
-            self.learner.resident = None
-            failed_at = self.learner.planned[1] if self.learner.planned else None
-            nxt = self.learner.after_oom()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            first = str(e).splitlines()[0] if str(e) else "out of memory"
-            if failed_at is not None and nxt is None:
-                raise ApplicationError(
-                    f"{name}: out of GPU memory with one completion (DPO: one pair) per chunk ({first}); lower policy.maxTokens, "
-                    "give the learner more memory (HALO_LEARNER_MEMORY_GB, vLLM's --gpu-memory-utilization) or a GPU "
-                    "of its own",
-                    type="OutOfMemory",
-                    non_retryable=True,
-                ) from None
-            if nxt is not None:
-                _heartbeat({"phase": name, "oom_at_micro_batch": failed_at, "next_micro_batch": nxt})
-            raise ApplicationError(
-                f"{name}: out of GPU memory ({first}); the retry runs "
-                f"{'micro-batch ' + str(nxt) if nxt else 'the same batch again'}",
+
+    def _out_of_memory(self, name: str, e: torch.OutOfMemoryError, exclusive: bool) -> ApplicationError:
+        first = str(e).splitlines()[0] if str(e) else "out of memory"
+        if not exclusive:
+            # The batch already gave its memory back (Learner.sample_many).
+            return ApplicationError(
+                f"{name}: out of GPU memory while sampling ({first}); the retry samples again "
+                "(HALO_SAMPLE_BATCH_ROWS bounds the completions sampled at once)",
                 type="OutOfMemory",
                 non_retryable=False,
-            ) from None
+            )
+        self.learner.resident = None
+        failed_at = self.learner.planned[1] if self.learner.planned else None
+        nxt = self.learner.after_oom()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if failed_at is not None and nxt is None:
+            return ApplicationError(
+                f"{name}: out of GPU memory with one completion (DPO: one pair) per chunk ({first}); lower policy.maxTokens, "
+                "give the learner more memory (HALO_LEARNER_MEMORY_GB, vLLM's --gpu-memory-utilization) or a GPU "
+                "of its own",
+                type="OutOfMemory",
+                non_retryable=True,
+            )
+        if nxt is not None:
+            _heartbeat({"phase": name, "oom_at_micro_batch": failed_at, "next_micro_batch": nxt})
+        return ApplicationError(
+            f"{name}: out of GPU memory ({first}); the retry runs "
+            f"{'micro-batch ' + str(nxt) if nxt else 'the same batch again'}",
+            type="OutOfMemory",
+            non_retryable=False,
+        )
 
     @activity.defn(name="update_policy")
     def update_policy(self, raw: dict) -> dict:
@@ -163,7 +204,7 @@ class LearnerActivities:
 
     @activity.defn(name="sample_actions")
     def sample_actions(self, raw: dict) -> dict:
-        return self._run("sample_actions", SampleActionsInput, raw, self.learner.sample_actions)
+        return self._run("sample_actions", SampleActionsInput, raw, self._sample, exclusive=False)
 
     def all(self) -> list:
         return [self.update_policy, self.update_dpo, self.sample_actions]

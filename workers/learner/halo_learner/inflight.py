@@ -7,8 +7,9 @@ ledger its predecessor left and fails that attempt through the task token (Respo
 retry policy then schedules the next attempt right away, on the new process. Idempotency per (run_id,
 version) keeps a half-done update from being applied twice, as for any retry.
 
-A ledger is one file per process, `inflight-<queue>-<host>-<pid>.json` (mode 0600 in a 0700 folder: a task
-token completes the activity), like the TypeScript workers' (workers/inflight.ts). A learner only takes over
+A ledger is one file per attempt in flight, `inflight-<queue>-<host>-<pid>[-<n>].json` (mode 0600 in a 0700
+folder: a task token completes the activity), like the TypeScript workers' (workers/inflight.ts): sampling calls
+run several at once (sample_batcher.py), an update one at a time. A learner only takes over
 ledgers of its own queue and host whose process is gone, so learners of one queue on several hosts sharing
 a home leave each other's attempts alone.
 """
@@ -21,6 +22,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -56,7 +58,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 class InflightLedger:
-    """One JSON file per learner process: written when an activity starts, removed when it ends."""
+    """One JSON file per attempt of this learner process: written when an activity starts, removed when it ends."""
 
     def __init__(self, directory: Path, queue: str, host: str | None = None):
         self.directory = directory
@@ -64,8 +66,21 @@ class InflightLedger:
         self.host = host or socket.gethostname()
         self.prefix = f"inflight-{queue}-{self.host}-"
         self.path = directory / f"{self.prefix}{os.getpid()}.json"
+        self._taken: set[Path] = set()
+        self._lock = threading.Lock()
 
-    def begin(self, info: activity.Info) -> None:
+    def _free_path(self) -> Path:
+        """The process's own name for its first attempt in flight, `-<n>` for each one beside it."""
+        with self._lock:
+            path, n = self.path, 1
+            while path in self._taken:
+                path = self.directory / f"{self.prefix}{os.getpid()}-{n}.json"
+                n += 1
+            self._taken.add(path)
+            return path
+
+    def begin(self, info: activity.Info) -> Path:
+        """Records the attempt; returns its file, for `end`."""
         record = {
             "pid": os.getpid(),
             "task_token": base64.b64encode(info.task_token).decode("ascii"),
@@ -77,19 +92,28 @@ class InflightLedger:
         }
         record["queue"] = self.queue
         record["host"] = self.host
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.directory, 0o700)
-        _write_private(self.path, json.dumps(record))
+        path = self._free_path()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.directory, 0o700)
+            _write_private(path, json.dumps(record))
+        except BaseException:
+            self.end(path)
+            raise
+        return path
 
-    def end(self) -> None:
-        self.path.unlink(missing_ok=True)
+    def end(self, path: Path | None = None) -> None:
+        path = path or self.path
+        path.unlink(missing_ok=True)
+        with self._lock:
+            self._taken.discard(path)
 
     def orphans(self) -> list[tuple[Path, dict]]:
         """Unfinished attempts of dead learners of this queue and host: (ledger file, record). Unreadable
         ledgers are removed; ledgers of live processes, other queues and other hosts are left alone."""
         if not self.directory.is_dir():
             return []
-        name = re.compile(re.escape(self.prefix) + r"(\d+)\.json")
+        name = re.compile(re.escape(self.prefix) + r"(\d+)(-\d+)?\.json")
         out: list[tuple[Path, dict]] = []
         for path in sorted(self.directory.iterdir()):
             if not name.fullmatch(path.name):

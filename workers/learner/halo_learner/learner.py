@@ -48,7 +48,7 @@ from .payloads import (
     PromptTokenIds,
 )
 from .prompts import PromptCache, completion_ids_from_text, encode_prompt
-from .sampling import sample, stop_ids
+from .sampling import SampleRequest, Sampled, sample_batch, stop_ids
 
 log = logging.getLogger("halo_learner")
 Progress = Callable[[dict], None]
@@ -464,20 +464,56 @@ class Learner:
     # ---- sample_actions --------------------------------------------------------------------------
 
     def sample_actions(self, inp: SampleActionsInput, progress: Progress | None = None) -> SampleActionsOutput:
-        t0 = time.monotonic()
-        check_model(inp.base_model, self.policy.model_id, f"sample_actions for {inp.run_id}")
-        msgs = PROMPT_ADAPTER.validate_python(self.blobs.get_json(inp.prompt_ref))
-        prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
-        if progress:
-            progress({"phase": "sample_actions", "prompt_tokens": len(prompt)})
-        grammar = dict(grammars=self.grammars, grammar_ref=inp.grammar_ref) if inp.grammar_ref else {}
-        if inp.version == 0:
-            with self.policy.model.disable_adapter():
-                out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
-        else:
-            self._ensure(inp.run_id, inp.version, with_optimizer=False)
-            out = sample(self.policy, prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, **grammar)
+        """One call alone (the batcher's calls come through `sample_many`)."""
+        out = self.sample_many([inp])[0]
+        if isinstance(out, BaseException):
+            raise out
+        return out
 
+    def sample_many(self, inps: list[SampleActionsInput]) -> list[SampleActionsOutput | Exception]:
+        """Calls that arrived together, sampled as one batch per adapter version (sampling.py `sample_batch`);
+        each call gets its own answer, or the exception that stopped it (a bad prompt stops that call only)."""
+        t0 = time.monotonic()
+        out: list[SampleActionsOutput | Exception | None] = [None] * len(inps)
+        groups: dict[tuple[str | None, int], list[tuple[int, SampleRequest]]] = {}
+        for i, inp in enumerate(inps):
+            try:
+                check_model(inp.base_model, self.policy.model_id, f"sample_actions for {inp.run_id}")
+                msgs = PROMPT_ADAPTER.validate_python(self.blobs.get_json(inp.prompt_ref))
+                prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
+                req = SampleRequest(prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, inp.grammar_ref)
+                key = (None, 0) if inp.version == 0 else (inp.run_id, inp.version)
+                groups.setdefault(key, []).append((i, req))
+            except Exception as e:  # noqa: BLE001 - this call's own error (classified by the activity)
+                out[i] = e
+        for (run_id, version), group in groups.items():
+            reqs = [r for _, r in group]
+            try:
+                if version == 0:
+                    with self.policy.model.disable_adapter():
+                        sampled = sample_batch(self.policy, reqs, self.grammars)
+                else:
+                    self._ensure(run_id, version, with_optimizer=False)
+                    sampled = sample_batch(self.policy, reqs, self.grammars)
+            except torch.OutOfMemoryError as e:
+                self.resident = None
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                for i, _ in group:
+                    out[i] = e
+                continue
+            except Exception as e:  # noqa: BLE001 - every call of the group
+                for i, _ in group:
+                    out[i] = e
+                continue
+            for (i, _), completions in zip(group, sampled):
+                try:
+                    out[i] = self._sample_output(inps[i], completions, time.monotonic() - t0)
+                except Exception as e:  # noqa: BLE001
+                    out[i] = e
+        return out
+
+    def _sample_output(self, inp: SampleActionsInput, sampled: list[Sampled], seconds: float) -> SampleActionsOutput:
         def tokens(s) -> dict:
             if not inp.store_tokens:
                 return dict(token_ids=s.token_ids, logprobs=s.logprobs)
@@ -489,11 +525,11 @@ class Learner:
         return SampleActionsOutput(
             completions=[
                 Completion(text=s.text, finish_reason=s.finish_reason, logprob_sum=math.fsum(s.logprobs), **tokens(s))
-                for s in out
+                for s in sampled
             ],
             model=self.policy.model_id,
             version=inp.version,
-            seconds=time.monotonic() - t0,
+            seconds=seconds,
         )
 
 

@@ -146,10 +146,23 @@ def padded_logprobs(
 
 @dataclass
 class PromptPass:
-    last_logits: torch.Tensor  # (1, V): predicts the first completion token
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (1, heads, P, head_dim)
-    length: int  # P
-    delta: int  # M-RoPE delta: completion token j sits at position P + delta + j
+    last_logits: torch.Tensor  # (B, V): predicts the first completion token
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, heads, P, head_dim)
+    length: int  # P (the longest prompt; shorter ones are left-padded)
+    # M-RoPE delta: completion token j sits at position P + delta + j; (B,) when the prompts are several
+    delta: int | torch.Tensor
+    mask: torch.Tensor | None = None  # (B, P) 1 on prompt tokens, 0 on left padding; None: no padding
+
+    def rows(self, index: torch.Tensor) -> "PromptPass":
+        """The pass with its prompts repeated as `index` says (row r is prompt index[r]), KV included."""
+        delta = self.delta[index] if isinstance(self.delta, torch.Tensor) else self.delta
+        return PromptPass(
+            self.last_logits[index],
+            [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.kv],
+            self.length,
+            delta,
+            None if self.mask is None else self.mask[index],
+        )
 
 
 def run_prompt(policy, prompt: EncodedPrompt) -> PromptPass:
@@ -172,6 +185,36 @@ def run_prompt(policy, prompt: EncodedPrompt) -> PromptPass:
     return PromptPass(out.logits[:, -1], kv, ids.shape[1], int(delta.reshape(-1)[0]))
 
 
+def run_prompts(policy, prompts: list[EncodedPrompt]) -> PromptPass:
+    """Several prompts in one left-padded pass (colocated sampling of concurrent calls); one prompt is `run_prompt`."""
+    if len(prompts) == 1:
+        return run_prompt(policy, prompts[0])
+    dev, pad = policy.device, policy.tokenizer.pad_token_id
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad, dtype=torch.long, device=dev)
+    attn = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
+    mm = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
+    lengths = torch.tensor([len(p) for p in prompts], device=dev)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p) :] = p.input_ids.to(dev)
+        attn[i, P - len(p) :] = 1
+        mm[i, P - len(p) :] = p.mm_token_type_ids.to(dev)
+    vision = _vision_inputs(prompts, dev, policy.dtype)
+    pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), attn)
+    out = hf_model(policy)(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=pos,
+        mm_token_type_ids=mm,
+        use_cache=True,
+        logits_to_keep=1,
+        **vision,
+    )
+    kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    # A row's next position is its own length + its delta; as P + delta it takes the padding off.
+    return PromptPass(out.logits[:, -1], kv, P, delta.reshape(-1) + lengths - P, attn)
+
+
 def expanded_cache(policy, kv, rows: int) -> DynamicCache:
     # expand() is a view; the cache's first update concatenates it into a fresh tensor, so no in-place
     # write ever touches the shared prompt KV, and autograd sums the rows' gradients back into it.
@@ -191,8 +234,15 @@ def run_continuation(
     n, T = tokens.shape
     P = prompt_pass.length
     offs = torch.arange(start, start + T, device=tokens.device)
-    pos = (P + prompt_pass.delta + offs).view(1, 1, T).expand(3, n, T)
-    attn = torch.cat([torch.ones((n, P), dtype=torch.long, device=tokens.device), mask.long()], dim=1)
+    delta = prompt_pass.delta
+    if isinstance(delta, torch.Tensor):
+        pos = (P + delta.view(n, 1) + offs.view(1, T)).unsqueeze(0).expand(3, n, T)
+    else:
+        pos = (P + delta + offs).view(1, 1, T).expand(3, n, T)
+    prompt_mask = prompt_pass.mask
+    if prompt_mask is None:
+        prompt_mask = torch.ones((n, P), dtype=torch.long, device=tokens.device)
+    attn = torch.cat([prompt_mask.long(), mask.long()], dim=1)
     out = hf_model(policy)(
         input_ids=tokens,
         attention_mask=attn,

@@ -272,3 +272,5 @@ class SampleActionsOutput(_Strict):
     model: str
     version: int
     seconds: float
+    # How many sample_actions calls were sampled together in this call's batch (sample_batcher.py).
+    batch_calls: int = Field(1, ge=1)

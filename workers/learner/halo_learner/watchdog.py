@@ -1,11 +1,12 @@
-"""A watchdog over the learner's one activity slot.
+"""A watchdog over the learner's activity slots.
 
-The learner serves one activity at a time (`max_concurrent_activities=1`). If an attempt never completes (an
-exception that could not be reported, a deadlock in native code), the slot stays taken: Temporal times the
-attempt out and schedules retries that no worker picks up, and every run on this learner stalls with nothing
-in any log. The watchdog sees the slot from the event loop's side (an activity interceptor, so it also catches an
-attempt whose executor thread is long gone) and, once the slot has been busy past the activity's own timeout
-plus a grace period, says so in the log, leaves a record for `halo doctor`, and restarts the process in place.
+The learner serves one update at a time, beside sampling calls batched together (sample_batcher.py), all on
+one GPU. If an attempt never completes (an exception that could not be reported, a deadlock in native code),
+its slot stays taken and the GPU with it: Temporal times the attempt out and schedules retries that nothing
+serves, and every run on this learner stalls with nothing in any log. The watchdog sees the slots from the
+event loop's side (an activity interceptor, so it also catches an attempt whose executor thread is long gone)
+and, once a slot has been busy past its activity's own timeout plus a grace period, says so in the log, leaves
+a record for `halo doctor`, and restarts the process in place.
 The restarted learner fails whatever its predecessor's in-flight ledger still names (inflight.py).
 """
 
@@ -39,16 +40,19 @@ class Busy:
 
 
 class SlotWatch:
-    """What occupies the slot, as the event loop sees it."""
+    """What occupies the slots, as the event loop sees it."""
 
     def __init__(self) -> None:
-        self.busy: Busy | None = None
+        self.busy: dict[int, Busy] = {}
         self._lock = threading.Lock()
+        self._next = 0
 
-    def begin(self, info: activity.Info) -> None:
+    def begin(self, info: activity.Info) -> int:
+        """Marks a slot busy; returns its key, for `end`."""
         limit = info.start_to_close_timeout or info.schedule_to_close_timeout
         with self._lock:
-            self.busy = Busy(
+            self._next += 1
+            self.busy[self._next] = Busy(
                 info.activity_type,
                 info.workflow_id,
                 info.attempt,
@@ -56,30 +60,30 @@ class SlotWatch:
                 time.time(),
                 limit.total_seconds() if limit else None,
             )
+            return self._next
 
-    def end(self) -> None:
+    def end(self, key: int) -> None:
         with self._lock:
-            self.busy = None
+            self.busy.pop(key, None)
 
     def overdue(self, grace_s: float, now: float | None = None) -> tuple[Busy, float] | None:
-        """(what, seconds busy) when the slot has been busy past the activity's timeout plus `grace_s`."""
+        """(what, seconds busy) of a slot busy past its activity's timeout plus `grace_s`, the longest first."""
+        now = time.monotonic() if now is None else now
         with self._lock:
-            b = self.busy
-        if b is None or b.timeout_s is None:
-            return None
-        held = (time.monotonic() if now is None else now) - b.started
-        return (b, held) if held > b.timeout_s + grace_s else None
+            found = [(b, now - b.started) for b in self.busy.values() if b.timeout_s is not None]
+        late = [(b, held) for b, held in found if held > b.timeout_s + grace_s]
+        return max(late, key=lambda x: x[1]) if late else None
 
     def interceptor(self) -> Interceptor:
         watch = self
 
         class _Inbound(ActivityInboundInterceptor):
             async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-                watch.begin(activity.info())
+                key = watch.begin(activity.info())
                 try:
                     return await self.next.execute_activity(input)
                 finally:
-                    watch.end()
+                    watch.end(key)
 
         class _Interceptor(Interceptor):
             def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
@@ -101,7 +105,7 @@ def restart_in_place() -> None:
 
 
 class Watchdog:
-    """A daemon thread that checks the slot every `poll_s` seconds."""
+    """A daemon thread that checks the slots every `poll_s` seconds."""
 
     def __init__(
         self,
@@ -142,7 +146,7 @@ class Watchdog:
     def fire(self, busy: Busy, held_s: float) -> None:
         what = f"{busy.activity_type} of {busy.workflow_id} (attempt {busy.attempt})"
         message = (
-            f"the learner's activity slot has been busy with {what} for {held_s:.0f} s, past the activity's "
+            f"a learner activity slot has been busy with {what} for {held_s:.0f} s, past the activity's "
             f"{busy.timeout_s:.0f} s timeout: the attempt will never complete here; restarting the learner"
         )
         log.error(message)

@@ -1,10 +1,13 @@
-"""Start the learner: load the model once, then serve the `gpu` task queue one activity at a time.
+"""Start the learner: load the model once, then serve the `gpu` task queue: one update at a time, sampling calls
+that arrive together as one batch (sample_batcher.py).
 
     PYTHONPATH=workers/learner .venv/bin/python -m halo_learner.worker
 
 Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
-HALO_LORA_RANK/ALPHA/SEED. SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
+HALO_LORA_RANK/ALPHA/SEED, HALO_SAMPLE_BATCH (8: sampling calls batched at most; 1: one activity at a time),
+HALO_SAMPLE_BATCH_ROWS (32: completions in one batch at most), HALO_SAMPLE_WINDOW_MS (20: how long a batch waits
+for calls arriving together). SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
 (30): how long past an activity's timeout the slot may stay busy before the learner restarts itself (watchdog.py).
 An activity a killed predecessor left running is failed at startup (halo_learner/inflight.py), so its retry
 starts at once rather than after the heartbeat timeout.
@@ -79,13 +82,14 @@ def worker_identity(learner: Learner) -> str:
 def build_worker(
     client: Client, queue: str, acts: LearnerActivities, pool: ThreadPoolExecutor, identity: str, watch: SlotWatch
 ) -> Worker:
-    """The learner's worker: one activity at a time on one executor thread, the slot under the watchdog's eye."""
+    """The learner's worker: an update alone or up to a batch of sampling calls at once (`acts.slots`, one executor
+    thread each), every slot under the watchdog's eye."""
     return Worker(
         client,
         task_queue=queue,
         activities=acts.all(),
         activity_executor=pool,
-        max_concurrent_activities=1,
+        max_concurrent_activities=acts.slots,
         identity=identity,
         interceptors=[watch.interceptor()],
         graceful_shutdown_timeout=timedelta(seconds=float(os.environ.get("HALO_SHUTDOWN_GRACE_S", 60))),
@@ -119,7 +123,7 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
         loop.add_signal_handler(sig, stop.set)
     watch = SlotWatch()
     Watchdog.from_env(watch, event_path(ledger.directory, queue)).start()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner") as pool:
+    with ThreadPoolExecutor(max_workers=acts.slots, thread_name_prefix="learner") as pool:
         worker = build_worker(client, queue, acts, pool, worker_identity(learner), watch)
         log.info(
             "learner ready: model=%s queue=%s address=%s namespace=%s",

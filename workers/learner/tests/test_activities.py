@@ -158,7 +158,8 @@ def test_round_trip_snake_case_payloads(learner, blobs):
             "seed": 3,
         }
     )
-    assert set(s) == {"completions", "model", "version", "seconds"} and s["version"] == 1
+    assert set(s) == {"completions", "model", "version", "seconds", "batch_calls"} and s["version"] == 1
+    assert s["batch_calls"] == 1, "a call alone is a batch of one"
     c = s["completions"][0]
     assert set(c) == {"text", "token_ids", "logprobs", "tokens_ref", "logprob_sum", "finish_reason"}
     assert c["tokens_ref"] is None and abs(c["logprob_sum"] - sum(c["logprobs"])) < 1e-6

@@ -162,8 +162,9 @@ class CallsInOrder:
 async def _with_learner_worker(address: str, learner, body, watch: SlotWatch | None = None):
     client = await Client.connect(address)
     queue = f"gpu-{uuid.uuid4().hex[:8]}"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        worker = build_worker(client, queue, LearnerActivities(learner), pool, "test-learner", watch or SlotWatch())
+    acts = LearnerActivities(learner)
+    with ThreadPoolExecutor(max_workers=acts.slots) as pool:
+        worker = build_worker(client, queue, acts, pool, "test-learner", watch or SlotWatch())
         async with (
             worker,
             Worker(
