@@ -1,13 +1,16 @@
 /**
- * Rollout time of the default job with and without the browser worker's warm pages (HALO_WARM_PAGES): the
- * job of configs/default.yaml as `./launch.sh` runs it (colocated tiny-random learner, MiniWoB++ in Chromium),
- * on a private stack per run, `cold` (HALO_WARM_PAGES=0: every session opens a context and loads its page, the
- * code path before the pool) and `warm` (the worker's default pool) alternately. Reports per mode the rollout
- * seconds per iteration (metrics `seconds.rollout`, the first iteration left out: fresh processes), sessions
- * opened, the success rate over the last five iterations (the learning curve must not change), and the
- * warm / cold ratio of the medians.
+ * Rollout time of the default job with and without the browser worker's warm pages (HALO_WARM_PAGES) and the
+ * learner's batched sampling (HALO_SAMPLE_BATCH): the job of configs/default.yaml as `./launch.sh` runs it
+ * (colocated tiny-random learner, MiniWoB++ in Chromium), on a private stack per run, in turn:
+ *   - `cold`: HALO_WARM_PAGES=0 and HALO_SAMPLE_BATCH=1: every session opens a context and loads its page, and the
+ *     learner samples one call at a time (the code path before both);
+ *   - `unbatched`: the worker's default pool, HALO_SAMPLE_BATCH=1;
+ *   - `warm`: today's defaults (pool and batched sampling).
+ * Reports per mode the rollout seconds per iteration (metrics `seconds.rollout`, the first iteration left out:
+ * fresh processes), sessions opened, the success rate over the last five iterations (the learning curve must not
+ * change), and the ratios of the medians.
  *
- *   node --import tsx bench/rollout-speed.ts [--iterations 18] [--rounds 1] [--modes cold,warm] [--config configs/default.yaml]
+ *   node --import tsx bench/rollout-speed.ts [--iterations 18] [--rounds 1] [--modes cold,unbatched,warm] [--config configs/default.yaml]
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -23,20 +26,27 @@ const { values } = parseArgs({
   options: {
     iterations: { type: 'string', default: '18' },
     rounds: { type: 'string', default: '1' },
-    modes: { type: 'string', default: 'cold,warm' },
+    modes: { type: 'string', default: 'cold,unbatched,warm' },
     config: { type: 'string', default: 'configs/default.yaml' },
   },
 });
 const iterations = Number(values.iterations);
 const rounds = Number(values.rounds);
-const modes = values.modes!.split(',').map((m) => {
-  if (m !== 'cold' && m !== 'warm') throw new Error(`--modes: cold or warm, got ${JSON.stringify(m)}`);
-  return m;
+/** Each mode's worker and learner settings (both read them at start; the stack's processes take this process's environment). */
+const MODE_ENV = {
+  cold: { HALO_WARM_PAGES: '0', HALO_SAMPLE_BATCH: '1' },
+  unbatched: { HALO_WARM_PAGES: '', HALO_SAMPLE_BATCH: '1' },
+  warm: { HALO_WARM_PAGES: '', HALO_SAMPLE_BATCH: '' },
+} as const;
+type Mode = keyof typeof MODE_ENV;
+const modes = values.modes!.split(',').map((m): Mode => {
+  if (!(m in MODE_ENV)) throw new Error(`--modes: ${Object.keys(MODE_ENV).join(', ')}, got ${JSON.stringify(m)}`);
+  return m as Mode;
 });
 if (!(iterations >= 2)) throw new Error('--iterations: at least 2 (the first is left out)');
 
 interface RunResult {
-  mode: 'cold' | 'warm';
+  mode: Mode;
   round: number;
   rollout: number[];
   sessions: number[];
@@ -45,9 +55,8 @@ interface RunResult {
   load: string;
 }
 
-async function runOnce(mode: 'cold' | 'warm', round: number): Promise<RunResult> {
-  // The browser worker reads it at start; the stack's workers take this process's environment.
-  process.env.HALO_WARM_PAGES = mode === 'cold' ? '0' : '';
+async function runOnce(mode: Mode, round: number): Promise<RunResult> {
+  Object.assign(process.env, MODE_ENV[mode]);
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
   try {
     const base = loadConfigFile(values.config!);
@@ -99,12 +108,15 @@ async function main() {
     );
   }
   const of = (mode: string) => median(results.filter((r) => r.mode === mode).flatMap((r) => r.rollout.slice(1)));
+  console.log('');
   if (modes.includes('cold') && modes.includes('warm')) {
     const ratio = of('warm') / of('cold');
-    console.log('');
     console.log(
       `warm / cold rollout seconds per iteration (medians over all rounds): ${of('warm').toFixed(2)} / ${of('cold').toFixed(2)} = ${ratio.toFixed(2)} (target <= 0.50: ${ratio <= 0.5 ? 'MET' : 'NOT MET'})`,
     );
+  }
+  if (modes.includes('unbatched') && modes.includes('warm')) {
+    console.log(`warm / unbatched (batched sampling alone): ${of('warm').toFixed(2)} / ${of('unbatched').toFixed(2)} = ${(of('warm') / of('unbatched')).toFixed(2)}`);
   }
   printLoadAtEnd();
 }

@@ -210,10 +210,11 @@ export class MiniWobEnv implements Environment {
   }
 
   /**
-   * `settle: false` reads the page's state right after the action instead of after the settle wait: for a
-   * replay whose end state is checked against the one it reached when it was lived.
+   * `settle: false` reads the page's state right after the action instead of after the settle wait, and
+   * `frame: false` without waiting for the next frame either: for a replay whose end state is checked against
+   * the one it reached when it was lived.
    */
-  async apply(action: Action, opts: { settle?: boolean } = {}): Promise<ApplyResult> {
+  async apply(action: Action, opts: { settle?: boolean; frame?: boolean } = {}): Promise<ApplyResult> {
     const ep = this.requireEpisode();
     this.assertUsable();
     ep.steps++;
@@ -241,7 +242,8 @@ export class MiniWobEnv implements Environment {
     if (this.page.url().split('#')[0] !== ep.url) {
       st = null;
     } else {
-      st = (await this.page.evaluate('window.__halo ? window.__halo.afterAction() : null')) as PageEpisodeState | null;
+      const after = opts.frame === false ? 'afterActionNow' : 'afterAction';
+      st = (await this.page.evaluate(`window.__halo ? window.__halo.${after}() : null`)) as PageEpisodeState | null;
     }
     let result: ApplyResult;
     if (st === null) {

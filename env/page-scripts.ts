@@ -419,6 +419,10 @@ export const PAGE_SCRIPT = String.raw`(function () {
     afterAction: function () {
       return nextFrame().then(function () { assignIds(); return state(); });
     },
+    afterActionNow: function () {
+      assignIds();
+      return state();
+    },
     view: function (opts) {
       var vv = window.visualViewport;
       return {

@@ -88,6 +88,24 @@ def test_ledger_is_private_and_named_by_queue_host_and_pid(tmp_path):
     assert not ledger.path.exists()
 
 
+def test_attempts_in_flight_together_have_a_file_each(tmp_path):
+    folder = tmp_path / "learner"
+    ledger = InflightLedger(folder, "gpu", host="h1")
+    first, second, third = (ledger.begin(_info(bytes([i]))) for i in (1, 2, 3))
+    pid = os.getpid()
+    assert [first.name, second.name, third.name] == [
+        f"inflight-gpu-h1-{pid}.json",
+        f"inflight-gpu-h1-{pid}-1.json",
+        f"inflight-gpu-h1-{pid}-2.json",
+    ]
+    ledger.end(second)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([first.name, third.name])
+    assert ledger.begin(_info(b"\x04")) == second, "a finished attempt's name is free again"
+    # A successor (same pid, as after a restart in place) finds every attempt its predecessor left.
+    tokens = sorted(r["task_token"] for _, r in InflightLedger(folder, "gpu", host="h1").orphans())
+    assert tokens == sorted(base64.b64encode(bytes([i])).decode() for i in (1, 3, 4))
+
+
 def test_orphans_are_dead_processes_of_this_queue_and_host_only(tmp_path):
     folder = tmp_path / "learner"
     folder.mkdir()
