@@ -81,7 +81,7 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     args = ap.parse_args()
     if args.smoke:
-        args.max_tokens, args.text_tokens, args.repeats, args.shapes = 8, 60, 1, "4x2"
+        args.max_tokens, args.text_tokens, args.repeats, args.shapes = 8, 200, 1, "4x2"
     width, height = (128, 72) if args.smoke else (1280, 720)
 
     policy = build(args.smoke)
