@@ -17,8 +17,9 @@ budget vLLM at --gpu-memory-utilization 0.5 leaves (39.6 GiB on an 80 GB card; t
 how the batched answers compare with the sequential ones: the first token's log-prob (same prompt, same
 distribution: differences are bf16 rounding of a padded batch) and the share of completions that came out the
 same. Random weights spread the next-token distribution over the whole vocabulary, so a rounding difference
-changes a drawn token far more often than a trained model's peaked distribution would; in float32 on the CPU
-(--smoke, and the learner's tests) every completion is the same.
+changes a drawn token far more often than a trained model's peaked distribution would. `--float32-shapes` then
+runs the same comparison with the model in float32 (no memory cap), where rounding is too small to change a draw:
+there every completion must come out the same, as on the CPU (--smoke, and the learner's tests).
 """
 
 from __future__ import annotations
@@ -71,6 +72,44 @@ def timed(policy, fn):
     return out, time.perf_counter() - t0, peak
 
 
+def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int) -> None:
+    print(
+        "| calls x n | rows | sequential s | batched s | speed-up | completion tokens/s seq / batched | "
+        "peak GiB seq / batched | first-token log-prob max abs diff | same completions |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for calls, n in shapes:
+        reqs = [SampleRequest(ps[i], n, temperature, max_tokens, seed=100 + i) for i in range(calls)]
+
+        def sequential(reqs=reqs):
+            return [sample(policy, r.prompt, r.n, r.temperature, r.max_tokens, r.seed) for r in reqs]
+
+        def batched(reqs=reqs):
+            return sample_batch(policy, reqs)
+
+        sequential()  # warm-up (kernels, allocator)
+        batched()
+        seq_t, bat_t, seq_peak, bat_peak = [], [], 0.0, 0.0
+        for _ in range(repeats):
+            seq, t, peak = timed(policy, sequential)
+            seq_t.append(t)
+            seq_peak = max(seq_peak, peak)
+            bat, t, peak = timed(policy, batched)
+            bat_t.append(t)
+            bat_peak = max(bat_peak, peak)
+        tokens = sum(len(c.token_ids) for call in bat for c in call)
+        seq_tokens = sum(len(c.token_ids) for call in seq for c in call)
+        first = max(abs(a.logprobs[0] - b.logprobs[0]) for x, y in zip(seq, bat) for a, b in zip(x, y))
+        same = sum(a.token_ids == b.token_ids for x, y in zip(seq, bat) for a, b in zip(x, y))
+        ts, tb = sorted(seq_t)[len(seq_t) // 2], sorted(bat_t)[len(bat_t) // 2]
+        print(
+            f"| {calls} x {n} | {calls * n} | {ts:.2f} | {tb:.2f} | **{ts / tb:.2f}x** | "
+            f"{seq_tokens / ts:.0f} / {tokens / tb:.0f} | {seq_peak:.1f} / {bat_peak:.1f} | {first:.4f} | "
+            f"{same} of {calls * n} |",
+            flush=True,
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny random model on CPU")
@@ -79,6 +118,8 @@ def main() -> int:
     ap.add_argument("--text-tokens", type=int, default=400, help="text tokens of the longest user message")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds per mode and shape (after one warm-up)")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--float32-shapes", default="", help="shapes to run again with the model in float32 (GPU)")
+    ap.add_argument("--float32-max-tokens", type=int, default=32)
     args = ap.parse_args()
     if args.smoke:
         args.max_tokens, args.text_tokens, args.repeats, args.shapes = 8, 200, 1, "4x2"
@@ -103,41 +144,15 @@ def main() -> int:
         f"temperature {args.temperature}, {args.repeats} timed rounds per row (medians)\n",
         flush=True,
     )
-    print(
-        "| calls x n | rows | sequential s | batched s | speed-up | completion tokens/s seq / batched | "
-        "peak GiB seq / batched | first-token log-prob max abs diff | same completions |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|", flush=True)
-    for calls, n in shapes:
-        reqs = [SampleRequest(ps[i], n, args.temperature, args.max_tokens, seed=100 + i) for i in range(calls)]
-
-        def sequential():
-            return [sample(policy, r.prompt, r.n, r.temperature, r.max_tokens, r.seed) for r in reqs]
-
-        def batched():
-            return sample_batch(policy, reqs)
-
-        sequential()  # warm-up (kernels, allocator)
-        batched()
-        seq_t, bat_t, seq_peak, bat_peak = [], [], 0.0, 0.0
-        for _ in range(args.repeats):
-            seq, t, peak = timed(policy, sequential)
-            seq_t.append(t)
-            seq_peak = max(seq_peak, peak)
-            bat, t, peak = timed(policy, batched)
-            bat_t.append(t)
-            bat_peak = max(bat_peak, peak)
-        tokens = sum(len(c.token_ids) for call in bat for c in call)
-        seq_tokens = sum(len(c.token_ids) for call in seq for c in call)
-        first = max(abs(a.logprobs[0] - b.logprobs[0]) for x, y in zip(seq, bat) for a, b in zip(x, y))
-        same = sum(a.token_ids == b.token_ids for x, y in zip(seq, bat) for a, b in zip(x, y))
-        ts, tb = sorted(seq_t)[len(seq_t) // 2], sorted(bat_t)[len(bat_t) // 2]
-        print(
-            f"| {calls} x {n} | {calls * n} | {ts:.2f} | {tb:.2f} | **{ts / tb:.2f}x** | "
-            f"{seq_tokens / ts:.0f} / {tokens / tb:.0f} | {seq_peak:.1f} / {bat_peak:.1f} | {first:.4f} | "
-            f"{same} of {calls * n} |",
-            flush=True,
-        )
+    table(policy, ps, shapes, args.max_tokens, args.temperature, args.repeats)
+    if args.float32_shapes and cuda:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        policy.model.float()
+        policy.dtype = torch.float32
+        torch.cuda.empty_cache()
+        f32 = [tuple(int(x) for x in s.split("x")) for s in args.float32_shapes.split(",")]
+        print(f"\nThe same model in float32 (no memory cap), max_tokens {args.float32_max_tokens}:\n", flush=True)
+        table(policy, ps, f32, args.float32_max_tokens, args.temperature, 1)
     return 0
 
 
