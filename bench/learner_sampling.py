@@ -14,9 +14,9 @@ prompt its own 1280x720 screenshot (880 image tokens) and an accessibility-tree 
 
 Printed: seconds per round of calls, completion tokens per second, the ratio, peak GPU memory of each under the
 budget vLLM at --gpu-memory-utilization 0.5 leaves (39.6 GiB on an 80 GB card; the process is capped there), and
-how the batched answers compare with the sequential ones: the first token's log-prob (same prompt, same
-distribution: differences are bf16 rounding of a padded batch) and the share of completions that came out the
-same. Random weights spread the next-token distribution over the whole vocabulary, so a rounding difference
+how the batched answers compare with the sequential ones: the next-token log-probs after each prompt over the
+whole vocabulary, batched prefill against the prompt's own (differences are bf16 rounding of a padded batch),
+and how many completions came out with the same first token and the same tokens. Random weights spread the next-token distribution over the whole vocabulary, so a rounding difference
 changes a drawn token far more often than a trained model's peaked distribution would. `--float32-shapes` then
 runs the same comparison with the model in float32 (no memory cap), where rounding is too small to change a draw:
 there every completion must come out the same, as on the CPU (--smoke, and the learner's tests).
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from halo_learner.blobs import BlobStore  # noqa: E402
+from halo_learner.logprobs import run_prompt, run_prompts  # noqa: E402
 from halo_learner.memory import GIB, budget_bytes  # noqa: E402
 from halo_learner.prompts import encode_prompt  # noqa: E402
 from halo_learner.sampling import SampleRequest, sample, sample_batch  # noqa: E402
@@ -72,10 +73,24 @@ def timed(policy, fn):
     return out, time.perf_counter() - t0, peak
 
 
+@torch.no_grad()
+def prefill_difference(policy, reqs) -> tuple[float, float]:
+    """The next-token log-probs over the whole vocabulary after each prompt: the batched prefill's row against the
+    prompt's own prefill (max and mean abs difference over all prompts)."""
+    batched = run_prompts(policy, [r.prompt for r in reqs]).last_logits.float().log_softmax(-1)
+    worst, total = 0.0, 0.0
+    for i, r in enumerate(reqs):
+        alone = run_prompt(policy, r.prompt).last_logits.float().log_softmax(-1)[0]
+        d = (alone - batched[i]).abs()
+        worst, total = max(worst, float(d.max())), total + float(d.mean())
+    return worst, total / len(reqs)
+
+
 def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int) -> None:
     print(
         "| calls x n | rows | sequential s | batched s | speed-up | completion tokens/s seq / batched | "
-        "peak GiB seq / batched | first-token log-prob max abs diff | same completions |"
+        "peak GiB seq / batched | prefill log-probs, batched vs. alone: max / mean abs diff | "
+        "same first token / same completion |"
     )
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for calls, n in shapes:
@@ -99,13 +114,14 @@ def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int)
             bat_peak = max(bat_peak, peak)
         tokens = sum(len(c.token_ids) for call in bat for c in call)
         seq_tokens = sum(len(c.token_ids) for call in seq for c in call)
-        first = max(abs(a.logprobs[0] - b.logprobs[0]) for x, y in zip(seq, bat) for a, b in zip(x, y))
+        pre_max, pre_mean = prefill_difference(policy, reqs)
+        same_first = sum(a.token_ids[0] == b.token_ids[0] for x, y in zip(seq, bat) for a, b in zip(x, y))
         same = sum(a.token_ids == b.token_ids for x, y in zip(seq, bat) for a, b in zip(x, y))
         ts, tb = sorted(seq_t)[len(seq_t) // 2], sorted(bat_t)[len(bat_t) // 2]
         print(
             f"| {calls} x {n} | {calls * n} | {ts:.2f} | {tb:.2f} | **{ts / tb:.2f}x** | "
-            f"{seq_tokens / ts:.0f} / {tokens / tb:.0f} | {seq_peak:.1f} / {bat_peak:.1f} | {first:.4f} | "
-            f"{same} of {calls * n} |",
+            f"{seq_tokens / ts:.0f} / {tokens / tb:.0f} | {seq_peak:.1f} / {bat_peak:.1f} | {pre_max:.4f} / "
+            f"{pre_mean:.5f} | {same_first} / {same} of {calls * n} |",
             flush=True,
         )
 
