@@ -15,6 +15,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import type { Client } from '@temporalio/client';
 import { startOrAttachTrain } from '../client/train';
 import { loadConfigFile } from '../host/config-file';
 import { parseConfig } from '../lib/config';
@@ -53,6 +54,26 @@ interface RunResult {
   success: number[];
   wallS: number;
   load: string;
+  /** Per learner `sample_actions` call of the run: how many calls its batch held. */
+  batchCalls: number[];
+}
+
+/** `batch_calls` of every completed sample_actions activity in the run's workflows (1 when a learner did not say). */
+async function batchSizes(client: Client, runId: string): Promise<number[]> {
+  const out: number[] = [];
+  for await (const w of client.workflow.list({ query: `HaloRunId = '${runId}'` })) {
+    const history = await client.workflow.getHandle(w.workflowId, w.runId).fetchHistory();
+    const types = new Map<string, string>();
+    for (const e of history.events ?? []) {
+      const s = e.activityTaskScheduledEventAttributes;
+      if (s) types.set(String(e.eventId), s.activityType?.name ?? '');
+      const done = e.activityTaskCompletedEventAttributes;
+      if (!done || types.get(String(done.scheduledEventId)) !== 'sample_actions') continue;
+      const data = done.result?.payloads?.[0]?.data;
+      out.push(data ? ((JSON.parse(Buffer.from(data).toString('utf8')) as { batch_calls?: number }).batch_calls ?? 1) : 1);
+    }
+  }
+  return out;
 }
 
 async function runOnce(mode: Mode, round: number): Promise<RunResult> {
@@ -79,6 +100,7 @@ async function runOnce(mode: Mode, round: number): Promise<RunResult> {
       success: lines.map((l) => l.success_rate),
       wallS,
       load: load(),
+      batchCalls: await batchSizes(stack.client, runId),
     };
     console.error(
       `${mode} round ${round}: ${iterations} iterations in ${wallS.toFixed(0)} s, rollout s ${r.rollout.map((x) => x.toFixed(1)).join(' ')}, success ${r.success.map((x) => x.toFixed(2)).join(' ')}`,
@@ -99,12 +121,14 @@ async function main() {
   console.log('');
   console.log(`${values.config}, ${iterations} iterations per run; rollout = metrics seconds.rollout, iteration 1 (fresh processes) left out`);
   console.log('');
-  console.log('| mode | round | rollout s / iteration, median (min-max) | sessions opened / iteration | success, last 5 iterations | run wall s | load avg at its end |');
-  console.log('|---|---|---|---|---|---|---|');
+  console.log(
+    '| mode | round | rollout s / iteration, median (min-max) | sessions opened / iteration | success, last 5 iterations | learner sampling calls (mean calls in the batch of each) | run wall s | load avg at its end |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|');
   for (const r of results) {
     const ro = r.rollout.slice(1);
     console.log(
-      `| ${r.mode} | ${r.round} | ${median(ro).toFixed(2)} (${Math.min(...ro).toFixed(2)}-${Math.max(...ro).toFixed(2)}) | ${median(r.sessions.slice(1))} | ${mean(r.success.slice(-5)).toFixed(2)} | ${r.wallS.toFixed(0)} | ${r.load} |`,
+      `| ${r.mode} | ${r.round} | ${median(ro).toFixed(2)} (${Math.min(...ro).toFixed(2)}-${Math.max(...ro).toFixed(2)}) | ${median(r.sessions.slice(1))} | ${mean(r.success.slice(-5)).toFixed(2)} | ${r.batchCalls.length} (${mean(r.batchCalls).toFixed(2)}) | ${r.wallS.toFixed(0)} | ${r.load} |`,
     );
   }
   const of = (mode: string) => median(results.filter((r) => r.mode === mode).flatMap((r) => r.rollout.slice(1)));

@@ -174,14 +174,14 @@ export async function waitForPollers(conn: Connection, namespace: string, queues
   for (const q of queues) {
     // Plain names: the browser queues are activity queues, the rest workflow queues (as before).
     const { name, type, process: proc } = typeof q === 'string' ? { name: q, type: q.includes('browser') ? 'activity' : 'workflow', process: undefined } : q;
+    // With a process: its own poller (identity `<pid>@<host>…`), not one a dead predecessor left listed for minutes.
+    const ours = (identity?: string | null) => !proc || (identity ?? '').startsWith(`${proc.pid}@`);
     for (;;) {
       const res = await conn.workflowService.describeTaskQueue({
         namespace,
         taskQueue: { name },
         taskQueueType: type === 'activity' ? 2 /* ACTIVITY */ : 1 /* WORKFLOW */,
       });
-      // With a process: its own poller (identity `<pid>@<host>…`), not one a dead predecessor left listed for minutes.
-      const ours = (identity?: string | null) => !proc || (identity ?? '').startsWith(`${proc.pid}@`);
       if ((res.pollers ?? []).some((p) => ours(p.identity))) break;
       if (proc && !isAlive(proc.pid)) {
         throw new Error(`${proc.name} (pid ${proc.pid}) exited before polling task queue ${name}; the end of ${proc.logFile}:\n${logTail(proc.logFile)}`);

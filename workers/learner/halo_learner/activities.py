@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import traceback
 
 import torch
@@ -35,7 +36,7 @@ from .learner import InvalidBatch, Learner
 from .logprobs import UnsupportedAttention
 from .payloads import SampleActionsInput, SampleActionsOutput, UpdateDpoInput, UpdatePolicyInput
 from .prompt_text import PromptStructureError
-from .sample_batcher import WAIT_BEAT_S, Batching, SampleBatcher
+from .sample_batcher import Batching, SampleBatcher, wait_step
 
 # Cancellation, and the SDK's own signal for asynchronous completion, must reach the SDK as they are.
 _PASS_THROUGH = (asyncio.CancelledError, temporalio.exceptions.CancelledError, activity._CompleteAsyncError)
@@ -68,6 +69,15 @@ def as_application_error(name: str, err: BaseException) -> ApplicationError:
     )
 
 
+def _deadline() -> float | None:
+    """When the running activity's own timeout ends (time.monotonic()); None outside an activity or without one."""
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    limit = info.start_to_close_timeout or info.schedule_to_close_timeout
+    return time.monotonic() + limit.total_seconds() if limit else None
+
+
 def _heartbeat(details: dict) -> None:
     if activity.in_activity():
         activity.heartbeat(details)
@@ -90,16 +100,20 @@ class LearnerActivities:
         return self.learner.sample_many(inps)
 
     def _sample(self, inp: SampleActionsInput, beat) -> SampleActionsOutput:
-        out, calls = self.batcher.submit(inp, inp.n, beat)
+        out, calls = self.batcher.submit(inp, inp.n, beat, _deadline())
         return out.model_copy(update={"batch_calls": calls})
 
     @contextlib.contextmanager
     def _held(self, exclusive: bool):
-        """The GPU to this call alone (an update), heartbeating while a batch or another update has it."""
+        """The GPU to this call alone (an update), heartbeating while a batch or another update has it; a call
+        that waits past its own timeout gives up (Temporal has timed it out) before the watchdog would step in."""
         if not exclusive:
             yield
             return
-        while not self._gpu.acquire(timeout=WAIT_BEAT_S):
+        deadline = _deadline()
+        while not self._gpu.acquire(timeout=wait_step(deadline)):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("the update waited for the GPU past its own timeout")
             _heartbeat({"phase": "waiting for the GPU"})
         try:
             yield

@@ -23,6 +23,13 @@ from typing import Any, Callable
 WAIT_BEAT_S = 5.0
 
 
+def wait_step(deadline: float | None) -> float:
+    """How long to wait before the next heartbeat or the deadline, whichever comes first."""
+    if deadline is None:
+        return WAIT_BEAT_S
+    return max(0.0, min(WAIT_BEAT_S, deadline - time.monotonic()))
+
+
 @dataclass
 class _Call:
     inp: Any
@@ -74,8 +81,12 @@ class SampleBatcher:
         # Calls per batch run so far (tests, benches, the log).
         self.batches: list[int] = []
 
-    def submit(self, inp: Any, rows: int, beat: Callable[[dict], None]) -> tuple[Any, int]:
-        """Waits for `inp`'s answer; returns it with the number of calls of its batch, or raises its error."""
+    def submit(
+        self, inp: Any, rows: int, beat: Callable[[dict], None], deadline: float | None = None
+    ) -> tuple[Any, int]:
+        """Waits for `inp`'s answer; returns it with the number of calls of its batch, or raises its error.
+        `deadline` (time.monotonic()): the call's own timeout; a call still queued then gives up (TimeoutError),
+        before the watchdog would take its slot for a wedge."""
         call = _Call(inp, rows)
         with self._cond:
             if self._thread is None:
@@ -84,16 +95,26 @@ class SampleBatcher:
             self._queue.append(call)
             self._cond.notify_all()
         try:
-            while not call.done.wait(WAIT_BEAT_S):
+            while not call.done.wait(wait_step(deadline)):
+                if deadline is not None and time.monotonic() >= deadline:
+                    if self._drop(call):
+                        raise TimeoutError("the sampling call waited for the GPU past its own timeout")
+                    deadline = None  # a batch has it: its answer comes soon
                 beat({"phase": "sample_actions", "waiting": "for the GPU"})
         except BaseException:
-            with self._cond:
-                if call in self._queue:
-                    self._queue.remove(call)
+            self._drop(call)
             raise
         if call.error is not None:
             raise call.error
         return call.result, call.batch_calls
+
+    def _drop(self, call: _Call) -> bool:
+        """Takes a call that is still waiting off the queue; False when a batch already has it."""
+        with self._cond:
+            if call in self._queue:
+                self._queue.remove(call)
+                return True
+            return False
 
     def _take(self) -> list[_Call]:
         """The next batch: calls in arrival order while they fit, the first one always."""

@@ -161,6 +161,32 @@ def test_calls_wait_for_an_update_and_then_run_together(monkeypatch):
     assert all(results[f"c{i}"][0] == f"c{i}" for i in range(3))
 
 
+def test_a_call_still_waiting_at_its_timeout_gives_up_and_leaves_the_queue(monkeypatch):
+    monkeypatch.setattr(sample_batcher, "WAIT_BEAT_S", 0.05)
+    gpu = threading.Lock()
+    seen: list[list[str]] = []
+    batcher = SampleBatcher(lambda inps: seen.append(inps) or inps, gpu, Batching(calls=8, rows=64, window_s=0.0))
+    with gpu:  # an update holds the GPU past the call's timeout
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="past its own timeout"):
+            batcher.submit("late", 1, lambda d: None, deadline=time.monotonic() + 0.3)
+        assert 0.25 < time.monotonic() - t0 < 2.0
+    assert batcher.submit("next", 1, lambda d: None, deadline=time.monotonic() + 5) == ("next", 1)
+    assert seen == [["next"]], "the call that gave up was never sampled"
+
+
+def test_an_update_waiting_for_the_gpu_past_its_timeout_gives_up(learner, monkeypatch):
+    acts = LearnerActivities(learner)
+    monkeypatch.setattr("halo_learner.activities._deadline", lambda: time.monotonic() + 0.3)
+    with acts._gpu:  # a sampling batch (or another update) holds the GPU
+        with pytest.raises(TimeoutError):
+            with acts._held(True):
+                pass
+    with acts._held(True):
+        assert acts._gpu.locked()
+    assert not acts._gpu.locked()
+
+
 def test_a_failing_batch_fails_each_of_its_calls_and_the_next_batch_runs():
     calls = SimpleNamespace(n=0)
 
