@@ -43,14 +43,20 @@ class _Call:
 @dataclass(frozen=True)
 class Batching:
     """How sampling calls are batched: `calls` at most (1: one at a time, no batching), `rows` completions at
-    most, `window_s` waited for calls arriving together."""
+    most, `window_s` waited for calls arriving together.
+
+    The default batches on a GPU only. There a decoding step of 32 rows costs about what one of 4 does, so a batch
+    of 8 calls answers them all in about the time one took (bench/RESULTS.md, "Batched colocated sampling"). On the
+    CPU a batch costs about the sum of its calls, so every call would wait for the slowest of them, and the
+    episodes, answered at once, would all hit the browsers at once: the default job's rollout was not faster
+    batched (bench/rollout-speed.ts)."""
 
     calls: int = 8
     rows: int = 32
     window_s: float = 0.02
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "Batching":
+    def from_env(cls, env=os.environ, cuda: bool | None = None) -> "Batching":
         def whole(name: str, default: int, low: int, high: int) -> int:
             raw = env.get(name, "")
             if raw == "":
@@ -59,8 +65,12 @@ class Batching:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {raw!r}")
             return int(raw)
 
+        if cuda is None:
+            import torch
+
+            cuda = torch.cuda.is_available()
         return cls(
-            calls=whole("HALO_SAMPLE_BATCH", cls.calls, 1, 64),
+            calls=whole("HALO_SAMPLE_BATCH", cls.calls if cuda else 1, 1, 64),
             rows=whole("HALO_SAMPLE_BATCH_ROWS", cls.rows, 1, 4096),
             window_s=whole("HALO_SAMPLE_WINDOW_MS", int(cls.window_s * 1000), 0, 10_000) / 1000,
         )

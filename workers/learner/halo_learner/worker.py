@@ -5,7 +5,7 @@ that arrive together as one batch (sample_batcher.py).
 
 Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
-HALO_LORA_RANK/ALPHA/SEED, HALO_SAMPLE_BATCH (8: sampling calls batched at most; 1: one activity at a time),
+HALO_LORA_RANK/ALPHA/SEED, HALO_SAMPLE_BATCH (sampling calls batched at most: 8 on a GPU, 1 on the CPU),
 HALO_SAMPLE_BATCH_ROWS (32: completions in one batch at most), HALO_SAMPLE_WINDOW_MS (20: how long a batch waits
 for calls arriving together). SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
 (30): how long past an activity's timeout the slot may stay busy before the learner restarts itself (watchdog.py).

@@ -203,9 +203,11 @@ def test_a_failing_batch_fails_each_of_its_calls_and_the_next_batch_runs():
 
 
 def test_batching_settings_from_the_environment():
-    assert Batching.from_env({}) == Batching(calls=8, rows=32, window_s=0.02)
+    assert Batching.from_env({}, cuda=True) == Batching(calls=8, rows=32, window_s=0.02)
+    assert Batching.from_env({}, cuda=False) == Batching(calls=1, rows=32, window_s=0.02), "no batching on the CPU"
     env = {"HALO_SAMPLE_BATCH": "1", "HALO_SAMPLE_BATCH_ROWS": "16", "HALO_SAMPLE_WINDOW_MS": "0"}
-    assert Batching.from_env(env) == Batching(calls=1, rows=16, window_s=0.0)
+    assert Batching.from_env(env, cuda=True) == Batching(calls=1, rows=16, window_s=0.0)
+    assert Batching.from_env({"HALO_SAMPLE_BATCH": "4"}, cuda=False).calls == 4
     for name, bad in [("HALO_SAMPLE_BATCH", "0"), ("HALO_SAMPLE_BATCH_ROWS", "many"), ("HALO_SAMPLE_WINDOW_MS", "-1")]:
         with pytest.raises(ValueError, match=name):
             Batching.from_env({name: bad})
