@@ -104,6 +104,20 @@ def _allowed_rows(bitmask: torch.Tensor, V: int, device) -> torch.Tensor:
     return rows
 
 
+def left_padded(policy, prompts: list[EncodedPrompt]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, P) token ids, attention mask and multimodal token types of the prompts, left-padded to the longest."""
+    dev, pad = policy.device, policy.tokenizer.pad_token_id
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad, dtype=torch.long, device=dev)
+    mask = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
+    mm = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p) :] = p.input_ids.to(dev)
+        mask[i, P - len(p) :] = 1
+        mm[i, P - len(p) :] = p.mm_token_type_ids.to(dev)
+    return ids, mask, mm
+
+
 def padded_logprobs(
     policy,
     prompts: list[EncodedPrompt],
@@ -112,17 +126,11 @@ def padded_logprobs(
     bitmasks: Bitmasks | None = None,
 ):
     """(B, L) completion log-probs and mask from one forward over left-padded prompt + right-padded completion."""
-    dev, pad = policy.device, policy.tokenizer.pad_token_id
-    P = max(len(p) for p in prompts)
-    comp, cmask = pad_completions(completions, pad, dev)
+    dev = policy.device
+    comp, cmask = pad_completions(completions, policy.tokenizer.pad_token_id, dev)
     B, L = comp.shape
-    ids = torch.full((B, P), pad, dtype=torch.long, device=dev)
-    pmask = torch.zeros((B, P), dtype=torch.long, device=dev)
-    mm = torch.zeros((B, P + L), dtype=torch.long, device=dev)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p) :] = p.input_ids.to(dev)
-        pmask[i, P - len(p) :] = 1
-        mm[i, P - len(p) : P] = p.mm_token_type_ids.to(dev)  # completion tokens are text (0)
+    ids, pmask, mm = left_padded(policy, prompts)
+    mm = torch.cat([mm, torch.zeros((B, L), dtype=torch.long, device=dev)], dim=1)  # completion tokens are text (0)
     input_ids = torch.cat([ids, comp], dim=1)
     attn = torch.cat([pmask, cmask.long()], dim=1)
     vision = _vision_inputs(prompts, dev, policy.dtype)
@@ -166,40 +174,14 @@ class PromptPass:
 
 
 def run_prompt(policy, prompt: EncodedPrompt) -> PromptPass:
-    dev = policy.device
-    ids = prompt.input_ids.to(dev)[None]
-    mm = prompt.mm_token_type_ids.to(dev)[None]
-    attn = torch.ones_like(ids)
-    vision = _vision_inputs([prompt], dev, policy.dtype)
-    pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), attn)
-    out = hf_model(policy)(
-        input_ids=ids,
-        attention_mask=attn,
-        position_ids=pos,
-        mm_token_type_ids=mm,
-        use_cache=True,
-        logits_to_keep=1,
-        **vision,
-    )
-    kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-    return PromptPass(out.logits[:, -1], kv, ids.shape[1], int(delta.reshape(-1)[0]))
+    return run_prompts(policy, [prompt])
 
 
 def run_prompts(policy, prompts: list[EncodedPrompt]) -> PromptPass:
-    """Several prompts in one left-padded pass (colocated sampling of concurrent calls); one prompt is `run_prompt`."""
-    if len(prompts) == 1:
-        return run_prompt(policy, prompts[0])
-    dev, pad = policy.device, policy.tokenizer.pad_token_id
-    P = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), P), pad, dtype=torch.long, device=dev)
-    attn = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
-    mm = torch.zeros((len(prompts), P), dtype=torch.long, device=dev)
-    lengths = torch.tensor([len(p) for p in prompts], device=dev)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p) :] = p.input_ids.to(dev)
-        attn[i, P - len(p) :] = 1
-        mm[i, P - len(p) :] = p.mm_token_type_ids.to(dev)
-    vision = _vision_inputs(prompts, dev, policy.dtype)
+    """The prompts' pass with its KV cache: one prompt, or several left-padded in one batch (colocated sampling of
+    calls that arrive together)."""
+    ids, attn, mm = left_padded(policy, prompts)
+    vision = _vision_inputs(prompts, policy.device, policy.dtype)
     pos, delta = rope_positions(policy, ids, mm, vision.get("image_grid_thw"), attn)
     out = hf_model(policy)(
         input_ids=ids,
@@ -211,7 +193,11 @@ def run_prompts(policy, prompts: list[EncodedPrompt]) -> PromptPass:
         **vision,
     )
     kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    P = ids.shape[1]
+    if len(prompts) == 1:
+        return PromptPass(out.logits[:, -1], kv, P, int(delta.reshape(-1)[0]))
     # A row's next position is its own length + its delta; as P + delta it takes the padding off.
+    lengths = attn.sum(-1)
     return PromptPass(out.logits[:, -1], kv, P, delta.reshape(-1) + lengths - P, attn)
 
 
