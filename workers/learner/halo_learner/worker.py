@@ -132,7 +132,9 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
             settings["target_host"],
             settings["namespace"],
         )
-        print(f"halo-learner ready queue={queue} model={learner.policy.model_id}", flush=True)
+        b = acts.batcher.batching
+        batching = f"up to {b.calls} calls, {b.rows} completions" if b.calls > 1 else "one call at a time"
+        print(f"halo-learner ready queue={queue} model={learner.policy.model_id} sampling={batching}", flush=True)
         async with worker:
             await stop.wait()
             log.info("shutting down")
