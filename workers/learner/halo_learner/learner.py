@@ -495,14 +495,11 @@ class Learner:
                 else:
                     self._ensure(run_id, version, with_optimizer=False)
                     sampled = sample_batch(self.policy, reqs, self.grammars)
-            except torch.OutOfMemoryError as e:
-                self.resident = None
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                for i, _ in group:
-                    out[i] = e
-                continue
             except Exception as e:  # noqa: BLE001 - every call of the group
+                if isinstance(e, torch.OutOfMemoryError):
+                    self.resident = None
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
                 for i, _ in group:
                     out[i] = e
                 continue
