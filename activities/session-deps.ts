@@ -22,7 +22,10 @@ export interface SessionDeps {
    * place (0: every session opens a context and loads its page). Default: none (the browser worker sets it).
    */
   warmPages?: number;
-  /** Replays with an expected state skip their settle waits first (session-replay.ts); false: they never do. */
+  /**
+   * Replays with a lived state to check their end against restart without the frame wait and skip their settle
+   * waits first (session-replay.ts); false: they never do.
+   */
   fastReplay?: boolean;
   miniwobSettleMs?: number;
   /** How long a kept page waits to be taken (default 5 minutes). */

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
 import { checkSiteHealth } from '../env/real-site';
-import { type Look, type ReplayCounters, quickRestart, replayAndLook } from './session-replay';
+import { type Look, type ReplayCounters, Replays } from './session-replay';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
 import { UnscorableTaskError } from '../env/real-eval';
@@ -75,12 +75,12 @@ export class SessionManager {
   private readonly idleMs: number;
   private readonly sweeper: NodeJS.Timeout;
   private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
-  private readonly replayCounts: ReplayCounters = { fast_replays: 0, fast_replay_fallbacks: 0 };
   private readonly warm: WarmPages;
+  private readonly replayer: Replays;
 
   /** Replays without settle waits that reached their lived state, and those replayed again with them. */
   get replays(): Readonly<ReplayCounters> {
-    return { ...this.replayCounts };
+    return this.replayer.counters;
   }
 
   constructor(private readonly deps: SessionDeps) {
@@ -88,6 +88,7 @@ export class SessionManager {
     this.slotTimeoutMs = deps.siteSlotTimeoutMs ?? siteSlotTimeoutFromEnv();
     this.idleMs = deps.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
     this.warm = new WarmPages(deps.warmPages ?? 0, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS);
+    this.replayer = new Replays(deps.fastReplay !== false);
     const sweepMs = Math.min(60_000, Math.max(1_000, Math.min(this.idleMs, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS) / 4));
     this.sweeper = setInterval(() => void this.closeIdle(), sweepMs);
     this.sweeper.unref();
@@ -238,7 +239,7 @@ export class SessionManager {
       } catch (err) {
         throw sessionStartFailure(err);
       }
-      const look = await replayAndLook(fresh, input, beat, this.deps.fastReplay !== false, (shot) => this.look(fresh, shot), this.replayCounts);
+      const look = await this.replayer.replayAndLook(fresh, input, beat, (shot) => this.look(fresh, shot));
       return await this.register(input, context, fresh, site, browser, input.replay.length, opts, look);
     } catch (err) {
       // The env first: a REAL env gives back its site slot there.
@@ -270,7 +271,7 @@ export class SessionManager {
       let restarted = false;
       try {
         await page.env.thaw();
-        restarted = await page.env.restartInPlace(input.spec, quickRestart(input, this.deps.fastReplay !== false));
+        restarted = await page.env.restartInPlace(input.spec, this.replayer.restartOptions(input));
       } catch {
         // A kept page that cannot start again is just gone.
       }
@@ -280,7 +281,7 @@ export class SessionManager {
         continue;
       }
       try {
-        const look = await replayAndLook(page.env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(page.env, shot), this.replayCounts);
+        const look = await this.replayer.replayAndLook(page.env, input, beat, (shot) => this.look(page.env, shot));
         const started = await this.register(input, page.context, page.env, site, browser, input.replay.length, opts, look);
         this.warm.counters.warm_starts++;
         return started;
@@ -313,8 +314,8 @@ export class SessionManager {
       s.last = undefined;
       s.snapshot = undefined;
       try {
-        await env.restart(input.spec, quickRestart(input, this.deps.fastReplay !== false));
-        const { obs, observation, fastReplay } = await replayAndLook(env, input, beat, this.deps.fastReplay !== false, (shot) => this.look(env, shot), this.replayCounts);
+        await env.restart(input.spec, this.replayer.restartOptions(input));
+        const { obs, observation, fastReplay } = await this.replayer.replayAndLook(env, input, beat, (shot) => this.look(env, shot));
         s.view = await this.rewardView(env, obs);
         s.applied = input.replay.length;
         s.path = input.replay.map((a) => JSON.stringify(a));

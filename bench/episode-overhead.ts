@@ -81,6 +81,12 @@ async function main() {
   const plain: number[] = [];
   const durable: number[] = [];
   const shares: number[] = [];
+  const parts: Record<string, number[]> = {};
+  const note = (k: string, v: number | undefined) => {
+    if (v === undefined || !Number.isFinite(v)) return;
+    parts[k] ??= [];
+    parts[k].push(v);
+  };
   let n = 0;
   try {
     // One warm-up of each (browser launch, workflow bundle caches), then alternate so drift hits both.
@@ -104,6 +110,13 @@ async function main() {
         run.end,
       );
       const share = 1 - busy / (run.end - run.start);
+      // Where the time outside the activities goes: a workflow task's queue wait (scheduled → started) and its
+      // turn on the worker (started → completed), and each activity's dispatch (scheduled → started).
+      for (const t of run.workflowTasks.slice(1)) {
+        note('workflow task: queue', t.started !== undefined ? t.started - t.scheduled : undefined);
+        note('workflow task: worker turn', t.started !== undefined && t.completed !== undefined ? t.completed - t.started : undefined);
+      }
+      for (const a of run.activities) note(`${a.type}: dispatch`, a.started !== undefined ? a.started - a.scheduled : undefined);
       if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
       if (r === 0) continue;
       plain.push(tp);
@@ -123,6 +136,7 @@ async function main() {
   console.log(`Temporal workflow      : ${md.toFixed(0)} ms`);
   console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 1.10x)`);
   console.log(`outside activities    : ${(median(shares) * 100).toFixed(1)}% of the episode's history span (workflow tasks and dispatch; median)`);
+  for (const [k, v] of Object.entries(parts)) console.log(`  ${k.padEnd(32)}: median ${median(v).toFixed(1)} ms over ${v.length}`);
   console.log(`load average at the end: ${load()}`);
 }
 

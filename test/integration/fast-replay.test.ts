@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { SessionManager } from '../../activities/session';
-import { fastReplayFromEnv, quickRestart } from '../../activities/session-replay';
+import { fastReplayFromEnv, Replays } from '../../activities/session-replay';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_SETTLE_MS, settleMsFromEnv } from '../../env/miniwob';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
@@ -107,7 +107,7 @@ test('restarts without the frame wait and the pointer reset still reach the live
       const els = clickableElements(await axtreeOf(first.observation));
       // A click on empty page space first (grid 900,500 is right of the task area), then the task's own elements.
       const path: Action[] = [{ type: 'click', x: 900, y: 500, button: 'left', count: 1 }, ...els.slice(0, 2).map((e): Action => ({ type: 'click_element', id: e.id }))];
-      assert.deepEqual(quickRestart(input(task, path, first.observation), true), { frame: false, pointer: false }, `${task}: a quick restart`);
+      assert.deepEqual(new Replays(true).restartOptions(input(task, path, first.observation)), { frame: false, pointer: false }, `${task}: a quick restart`);
       const lived = await m.start(input(task, path));
       // The kept page of `first` (warm pages) and then `lived`'s own page in place: both restart quickly.
       await m.close(first.sessionId);
@@ -135,7 +135,7 @@ test('a restart before a fast replay skips the frame wait, and the pointer reset
     { type: 'click_element', id: 3 },
     { type: 'scroll', direction: 'down', amount: 300, x: 5, y: 5 },
   ] as Action[]) {
-    assert.deepEqual(quickRestart(input('click-button', [first], lived), true), { frame: false, pointer: false }, first.type);
+    assert.deepEqual(new Replays(true).restartOptions(input('click-button', [first], lived)), { frame: false, pointer: false }, first.type);
   }
   // `type` into an element clicks it, but not a <select>: the pointer goes back as on every restart.
   for (const first of [
@@ -144,11 +144,11 @@ test('a restart before a fast replay skips the frame wait, and the pointer reset
     { type: 'key', keys: ['Tab'] },
     { type: 'wait', seconds: 0 },
   ] as Action[]) {
-    assert.deepEqual(quickRestart(input('click-button', [first, click], lived), true), { frame: false, pointer: true }, first.type);
+    assert.deepEqual(new Replays(true).restartOptions(input('click-button', [first, click], lived)), { frame: false, pointer: true }, first.type);
   }
-  assert.deepEqual(quickRestart(input('click-button', [click]), true), {}, 'no lived state to check the end against');
-  assert.deepEqual(quickRestart(input('click-button', [], lived), true), {}, 'nothing replayed');
-  assert.deepEqual(quickRestart(input('click-button', [click], lived), false), {}, 'HALO_FAST_REPLAY=0');
+  assert.deepEqual(new Replays(true).restartOptions(input('click-button', [click])), {}, 'no lived state to check the end against');
+  assert.deepEqual(new Replays(true).restartOptions(input('click-button', [], lived)), {}, 'nothing replayed');
+  assert.deepEqual(new Replays(false).restartOptions(input('click-button', [click], lived)), {}, 'HALO_FAST_REPLAY=0');
 });
 
 test('a fast replay that ends in another state is replayed again with the settle waits', async () => {
