@@ -28,6 +28,13 @@ export interface SessionDeps {
    */
   fastReplay?: boolean;
   miniwobSettleMs?: number;
+  /**
+   * REAL tasks whose client state after /config is kept, so later starts of the task copy it instead of visiting
+   * /config (activities/real-start-states.ts). Default: none (the browser worker sets it).
+   */
+  realStartStates?: number;
+  /** How long a kept REAL start state serves (default 10 minutes). */
+  realStartStateTtlMs?: number;
   /** How long a kept page waits to be taken (default 5 minutes). */
   warmIdleMs?: number;
 }

@@ -9,6 +9,8 @@ export interface Look {
   obs: Observation;
   observation: ObservationRef;
   fastReplay?: 'fast' | 'settled';
+  /** REAL: the site's client state (/finish) at this observation, when it was read already. */
+  clientState?: unknown;
 }
 
 /** Replays without settle waits that reached their expected state, and those replayed again with them. */

@@ -3,18 +3,17 @@ import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
-import { checkSiteHealth } from '../env/real-site';
 import { type Look, type ReplayCounters, Replays } from './session-replay';
 import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
-import { UnscorableTaskError } from '../env/real-eval';
 import { SiteLimiter, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
-import { ForkMismatch, permanentEnvError, sessionStartFailure } from './session-errors';
+import { ForkMismatch, sessionStartFailure } from './session-errors';
+import { checkRealTaskSite, realUrl, validateTask } from './session-tasks';
 import { MiniWobEnv } from '../env/miniwob';
-import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { Observation, StepOutcome, TaskSpec } from '../env/types';
 import type { SessionDeps } from './session-deps';
 import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
+import { RealStartStates } from './real-start-states';
 import { actionKey, type Action } from '../lib/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardView } from '../lib/rewards/types';
@@ -77,6 +76,7 @@ export class SessionManager {
   private readonly forks: ForkCounters = { fork_snapshots: 0, fork_replay_fallbacks: 0 };
   private readonly warm: WarmPages;
   private readonly replayer: Replays;
+  private readonly startStates: RealStartStates;
 
   /** Replays without settle waits that reached their lived state, and those replayed again with them. */
   get replays(): Readonly<ReplayCounters> {
@@ -89,6 +89,7 @@ export class SessionManager {
     this.idleMs = deps.sessionIdleMs ?? DEFAULT_SESSION_IDLE_MS;
     this.warm = new WarmPages(deps.warmPages ?? 0, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS);
     this.replayer = new Replays(deps.fastReplay !== false);
+    this.startStates = new RealStartStates(deps.realStartStates ?? 0, deps.realStartStateTtlMs);
     const sweepMs = Math.min(60_000, Math.max(1_000, Math.min(this.idleMs, deps.warmIdleMs ?? DEFAULT_WARM_IDLE_MS) / 4));
     this.sweeper = setInterval(() => void this.closeIdle(), sweepMs);
     this.sweeper.unref();
@@ -106,6 +107,11 @@ export class SessionManager {
   /** Forks of this worker that copied their parent's client state, and those that had to replay after all. */
   forkCounters(): ForkCounters {
     return { ...this.forks };
+  }
+
+  /** REAL starts from a kept copy of their task's start state, copies that differed, tasks kept. */
+  startStateCounters(): { start_state_copies: number; start_state_misses: number; start_states: number } {
+    return { ...this.startStates.counters, start_states: this.startStates.size };
   }
 
   /** MiniWoB++ starts served by a kept page, starts that loaded their page, and kept pages that could not serve. */
@@ -154,12 +160,12 @@ export class SessionManager {
    * the copy only if its /finish equals the parent's; otherwise, and everywhere else, reset and replay.
    */
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
-    const site = this.validateTask(input.spec);
-    if (input.spec.env === 'real') await this.checkHealth(input.spec.task);
+    const site = validateTask(input.spec, this.deps.miniwobTasks);
+    if (input.spec.env === 'real') await checkRealTaskSite(input.spec.task, this.deps.realOriginOverride);
     const browser = await this.ensureBrowser(input.spec.env);
     const parent = this.forkParent(input);
     if (!parent) return this.startByReplay(input, site, browser, beat, opts);
-    const forked = await this.startFromSnapshot(input, parent, site, browser, opts);
+    const forked = await this.startFromSnapshot(input, () => this.parentSnapshot(parent), [], site, browser, beat, opts);
     if (forked) {
       this.forks.fork_snapshots++;
       return { ...forked, fork: 'snapshot' };
@@ -193,28 +199,37 @@ export class SessionManager {
     return parent.snapshot.value;
   }
 
-  /** A fork from the parent's client state, or undefined when that state cannot be copied (the caller replays). */
+  /**
+   * A REAL session from a copy of a client state (a fork's parent, or its task's start state) and then `replay`,
+   * or undefined when that state cannot be copied (the caller resets and replays).
+   */
   private async startFromSnapshot(
     input: StartSessionInput,
-    parent: Session & { env: RealEnv },
+    snapshot: () => Promise<ClientSnapshot>,
+    replay: readonly Action[],
     site: string | null,
     browser: Browser,
+    beat: (d: unknown) => void,
     opts: StartOptions,
   ): Promise<StartSessionResult | undefined> {
     let snap: ClientSnapshot;
     try {
-      snap = await this.parentSnapshot(parent);
+      snap = await snapshot();
     } catch {
       return undefined;
     }
     const context = await browser.newContext({ viewport: this.deps.viewport ?? DEFAULT_VIEWPORT, serviceWorkers: 'block', storageState: snap.storage });
     let env: RealEnv | undefined;
     try {
-      env = (await this.createEnv(input, context, opts)) as RealEnv;
-      await env.resume(input.spec, snap);
+      const real = (await this.createEnv(input, context, opts)) as RealEnv;
+      env = real;
+      await real.resume(input.spec, snap);
       // The eval reads /finish: a copy that renders anything else (state kept only in page scripts) is no fork.
-      if (!sameFinalState(await env.finalStateText(), snap.finish) || env.page.url() !== snap.url) throw new ForkMismatch();
-      return await this.register(input, context, env, site, browser, 0, opts);
+      const finish = await real.finalStateText();
+      if (!sameFinalState(finish, snap.finish) || real.page.url() !== snap.url) throw new ForkMismatch();
+      const look = await this.replayer.replayAndLook(real, { ...input, replay: [...replay] }, beat, () => this.look(real));
+      // Nothing replayed: the /finish just read is the state the session starts in (no second read).
+      return await this.register(input, context, real, site, browser, replay.length, opts, replay.length === 0 ? { ...look, clientState: JSON.parse(finish) } : look);
     } catch {
       await env?.close().catch(() => {});
       await context.close().catch(() => {});
@@ -225,7 +240,7 @@ export class SessionManager {
   }
 
   private async startByReplay(input: StartSessionInput, site: string | null, browser: Browser, beat: (d: unknown) => void, opts: StartOptions): Promise<StartSessionResult> {
-    const warm = await this.startWarm(input, site, browser, beat, opts);
+    const warm = (await this.startWarm(input, site, browser, beat, opts)) ?? (await this.startFromStartState(input, site, browser, beat, opts));
     if (warm) return warm;
     if (input.spec.env === 'miniwob') this.warm.counters.cold_starts++;
     // Service workers would bypass the navigation guard of REAL pages.
@@ -239,6 +254,7 @@ export class SessionManager {
       } catch (err) {
         throw sessionStartFailure(err);
       }
+      if (fresh instanceof RealEnv) await this.keepStartState(input, fresh);
       const look = await this.replayer.replayAndLook(fresh, input, beat, (shot) => this.look(fresh, shot));
       return await this.register(input, context, fresh, site, browser, input.replay.length, opts, look);
     } catch (err) {
@@ -247,6 +263,36 @@ export class SessionManager {
       await context.close().catch(() => {});
       throw err;
     }
+  }
+
+  /** A REAL start from its task's kept start state (then the replay); undefined when none is kept or it differed. */
+  private async startFromStartState(
+    input: StartSessionInput,
+    site: string | null,
+    browser: Browser,
+    beat: (d: unknown) => void,
+    opts: StartOptions,
+  ): Promise<StartSessionResult | undefined> {
+    const key = this.startStates.key(input);
+    const snap = key === undefined ? undefined : this.startStates.get(key);
+    if (key === undefined || snap === undefined) return undefined;
+    const started = await this.startFromSnapshot(input, async () => snap, input.replay, site, browser, beat, opts);
+    if (started) {
+      this.startStates.counters.start_state_copies++;
+      return { ...started, startState: 'copy' };
+    }
+    this.startStates.counters.start_state_misses++;
+    this.startStates.drop(key);
+    return undefined;
+  }
+
+  /** A REAL page just through /config: its client state for the task's later starts, if none is kept. */
+  private async keepStartState(input: StartSessionInput, env: RealEnv): Promise<void> {
+    const key = this.startStates.key(input);
+    if (key === undefined || this.startStates.get(key)) return;
+    // Only a faster later start depends on it: a page that cannot be copied now just starts without.
+    const snap = await env.snapshot().catch(() => undefined);
+    if (snap) this.startStates.put(key, snap);
   }
 
   /**
@@ -306,7 +352,7 @@ export class SessionManager {
       throw ApplicationFailure.retryable(`session ${s.id} cannot be reset in place (${input.spec.env}): open a new one`, 'SessionLost');
     }
     const env = s.env;
-    this.validateTask(input.spec);
+    validateTask(input.spec, this.deps.miniwobTasks);
     return this.using(s, async () => {
       // Until it is observed again the session is at no known path: a step meanwhile must not run.
       s.applied = -1;
@@ -355,7 +401,7 @@ export class SessionManager {
     look?: Look,
   ): Promise<StartSessionResult> {
     const { obs, observation, fastReplay } = look ?? (await this.look(env));
-    const view = await this.rewardView(env, obs);
+    const view = look?.clientState !== undefined ? { url: obs.url, axtree: obs.axtree, clientState: look.clientState } : await this.rewardView(env, obs);
     // Nobody would ever close a session whose start was given up on: it would keep its site slot.
     opts.signal?.throwIfAborted();
     const session: Session = {
@@ -384,40 +430,6 @@ export class SessionManager {
     };
   }
 
-  /** The task's milestone site (REAL), null for MiniWoB; unknown tasks are permanent errors. */
-  private validateTask(spec: TaskSpec): string | null {
-    try {
-      if (spec.env === 'miniwob') {
-        assertMiniwobTask(spec.task, this.deps.miniwobTasks);
-        return null;
-      }
-      if (spec.env === 'real') {
-        const task = getRealTask(spec.task);
-        if (!task.scorable) throw new UnscorableTaskError(task);
-        return task.site;
-      }
-    } catch (err) {
-      throw permanentEnvError(err) ?? ApplicationFailure.nonRetryable((err as Error).message, 'UnknownTask');
-    }
-    throw ApplicationFailure.nonRetryable(`unknown environment ${JSON.stringify((spec as { env: unknown }).env)}`, 'UnknownEnvironment');
-  }
-
-  private async checkHealth(taskId: string): Promise<void> {
-    const url = this.realUrl(getRealTask(taskId).startUrl);
-    try {
-      await checkSiteHealth(url);
-    } catch (err) {
-      throw permanentEnvError(err) ?? err;
-    }
-  }
-
-  private realUrl(url: string): string {
-    const override = this.deps.realOriginOverride;
-    if (!override) return url;
-    const u = new URL(url);
-    return new URL(u.pathname + u.search + u.hash, override).toString();
-  }
-
   private async createEnv(input: StartSessionInput, context: BrowserContext, opts: StartOptions): Promise<SessionEnv> {
     if (input.spec.env === 'real') {
       return new RealEnv({
@@ -429,7 +441,7 @@ export class SessionManager {
         slotHolder: slotHolder(input.episodeId),
         limiterTimeoutMs: Math.min(this.slotTimeoutMs, opts.maxSlotWaitMs ?? Infinity),
         ...(opts.signal ? { signal: opts.signal } : {}),
-        ...(this.deps.realOriginOverride ? { originOverride: (url: string) => this.realUrl(url) } : {}),
+        ...(this.deps.realOriginOverride ? { originOverride: (url: string) => realUrl(url, this.deps.realOriginOverride) } : {}),
       });
     }
     return new MiniWobEnv({

@@ -31,6 +31,18 @@ const { values } = parseArgs({
 const repeats = Number(values.repeats);
 const maxSteps = Number(values.steps);
 
+/** The plain loop's own calls, timed the same way as the workflow's activities (run = the call). */
+const plainCalls: Record<string, number[]> = {};
+async function timed<T>(name: string, call: () => Promise<T>): Promise<T> {
+  const t = performance.now();
+  try {
+    return await call();
+  } finally {
+    plainCalls[name] ??= [];
+    plainCalls[name].push(performance.now() - t);
+  }
+}
+
 async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionManager, control: ReturnType<typeof createControlActivities>) {
   const t0 = performance.now();
   const s = await manager.start({ spec: input.task, replay: [], episodeId: 'bench', rewardWeights: cfg.rewards });
@@ -40,12 +52,12 @@ async function plainLoop(cfg: HaloConfig, input: EpisodeInput, manager: SessionM
   const history: { step: number; action: string }[] = [];
   let steps = 0;
   for (let step = 1; step <= input.maxSteps; step++) {
-    const sample = await control.samplePolicy({ policy: input.policy, observation, history });
+    const sample = await timed('samplePolicy', () => control.samplePolicy({ policy: input.policy, observation, history }));
     const action = sample.candidates[0].action;
     steps++;
     history.push({ step, action: describeAction(action) });
     if (!isValidAction(action)) continue;
-    const out = await manager.step({ sessionId: s.sessionId, index: step - 1, action, rewardState });
+    const out = await timed('stepSession', () => manager.step({ sessionId: s.sessionId, index: step - 1, action, rewardState }));
     observation = { ...out.observation, goal: observation.goal };
     rewardState = out.rewardState;
     if (out.done || isTerminal(action)) break;
@@ -116,7 +128,10 @@ async function main() {
         note('workflow task: queue', t.started !== undefined ? t.started - t.scheduled : undefined);
         note('workflow task: worker turn', t.started !== undefined && t.completed !== undefined ? t.completed - t.started : undefined);
       }
-      for (const a of run.activities) note(`${a.type}: dispatch`, a.started !== undefined ? a.started - a.scheduled : undefined);
+      for (const a of run.activities) {
+        note(`${a.type}: dispatch`, a.started !== undefined ? a.started - a.scheduled : undefined);
+        note(`${a.type}: run`, a.started !== undefined && a.ended !== undefined ? a.ended - a.started : undefined);
+      }
       if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
       if (r === 0) continue;
       plain.push(tp);
@@ -137,6 +152,7 @@ async function main() {
   console.log(`ratio temporal/plain   : ${(md / mp).toFixed(3)}  (overhead ${((md / mp - 1) * 100).toFixed(1)}%, target <= 1.10x)`);
   console.log(`outside activities    : ${(median(shares) * 100).toFixed(1)}% of the episode's history span (workflow tasks and dispatch; median)`);
   for (const [k, v] of Object.entries(parts)) console.log(`  ${k.padEnd(32)}: median ${median(v).toFixed(1)} ms over ${v.length}`);
+  for (const [k, v] of Object.entries(plainCalls)) console.log(`  plain loop ${k.padEnd(21)}: median ${median(v).toFixed(1)} ms over ${v.length}`);
   console.log(`load average at the end: ${load()}`);
 }
 

@@ -177,15 +177,16 @@ export class RealEnv implements Environment {
       await this.holdSlot(origin);
       await this.guard.install();
 
-      // 1. Background page: fresh storage for the origin, /config, network idle, /finish.
+      // 1. Background page: fresh storage for the origin, /config, network idle, /finish. A copy (resumeAt) has its
+      //    storage already; its /finish is read when the copy is checked.
       const bg = await this.pages.openBackground();
       if (!resumeAt) {
         await this.pages.clearOriginStorage(origin);
         const config = `${origin}/config?run_id=${encodeURIComponent(this.runId)}&task_id=${encodeURIComponent(task.canonicalId)}&latency=0`;
         await this.open(bg, config);
         await bg.waitForLoadState('networkidle', { timeout: CONFIG_NETWORK_IDLE_TIMEOUT_MS }).catch(() => undefined);
+        await this.open(bg, `${origin}/finish`);
       }
-      await this.open(bg, `${origin}/finish`);
 
       // 2. Agent page at the site root (a fork: where its snapshot was, with the tab's sessionStorage back).
       const page = await this.pages.openAgent(this.guard.onPopup);

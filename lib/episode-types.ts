@@ -86,6 +86,8 @@ export interface StartSessionResult extends SessionHandle {
    * another state that way and replayed again with them. Absent: no fast replay was tried.
    */
   fastReplay?: 'fast' | 'settled';
+  /** `copy`: a REAL start from a copy of its task's start state kept by the worker (no /config visit). */
+  startState?: 'copy';
 }
 
 export interface StepSessionInput {

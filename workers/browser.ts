@@ -13,6 +13,7 @@ import { connectWorker, installRuntime, queueNames, takeOverLedger } from './run
 import { activityErrorsInterceptor } from './activity-errors';
 import { warmPagesFromEnv } from '../activities/warm-pages';
 import { fastReplayFromEnv } from '../activities/session-replay';
+import { realStartStatesFromEnv } from '../activities/real-start-states';
 
 /**
  * Holds browser sessions. Polls the shared browser queue (anyone may open a session here) and its own
@@ -36,6 +37,7 @@ async function main() {
     siteConcurrency: Number(process.env.HALO_SITE_CONCURRENCY || 4),
     warmPages: warmPagesFromEnv(),
     fastReplay: fastReplayFromEnv(),
+    realStartStates: realStartStatesFromEnv(),
     miniwobSettleMs: settleMsFromEnv(),
   });
   const activities = createSessionActivities(manager);

@@ -1,0 +1,65 @@
+import type { StartSessionInput } from '../lib/episode-types';
+import type { ClientSnapshot } from '../env/real-snapshot';
+
+/** REAL tasks whose start state a browser worker keeps (0 turns it off). */
+export const DEFAULT_REAL_START_STATES = 32;
+/** A kept start state older than this is taken again from /config (the site's clock and data move on). */
+export const DEFAULT_REAL_START_STATE_TTL_MS = 10 * 60_000;
+
+/**
+ * REAL's warm start. A REAL task starts from the same client state every time: /config writes it into the
+ * browser's storage and the site root renders it. The first start of a task on a worker goes through /config
+ * (its network-idle wait alone is 0.5 s) and keeps a copy of that state; later starts of the task with the same
+ * run id open a context seeded with the copy, like a step group's fork, and keep it only if /finish then renders
+ * what it rendered at the first start (else the copy is dropped and the start goes through /config). A lost copy
+ * loses nothing: the next start takes it again. Off where forks are (`real.forkMode: replay`).
+ */
+export class RealStartStates {
+  private readonly states = new Map<string, { snap: ClientSnapshot; since: number }>();
+  /** Starts from a kept copy, and copies whose /finish differed (those starts went through /config). */
+  readonly counters = { start_state_copies: 0, start_state_misses: 0 };
+
+  constructor(
+    readonly limit: number,
+    private readonly ttlMs: number = DEFAULT_REAL_START_STATE_TTL_MS,
+  ) {
+    if (!(Number.isInteger(limit) && limit >= 0)) throw new Error(`REAL start state limit must be a whole number >= 0, got ${limit}`);
+  }
+
+  /** Which kept state can start `input`: the task with its run id (/config's query), when copies are allowed. */
+  key(input: StartSessionInput): string | undefined {
+    if (this.limit === 0 || input.spec.env !== 'real') return undefined;
+    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot') return undefined;
+    return JSON.stringify([input.spec.task, input.envOptions?.realRunId ?? '0']);
+  }
+
+  get(key: string, now = Date.now()): ClientSnapshot | undefined {
+    const kept = this.states.get(key);
+    if (kept && now - kept.since > this.ttlMs) this.states.delete(key);
+    return this.states.get(key)?.snap;
+  }
+
+  /** Keeps a task's start state; the one kept longest goes when full. */
+  put(key: string, snap: ClientSnapshot, now = Date.now()): void {
+    if (this.limit === 0 || snap.steps !== 0) return;
+    this.states.delete(key);
+    this.states.set(key, { snap, since: now });
+    while (this.states.size > this.limit) this.states.delete(this.states.keys().next().value as string);
+  }
+
+  drop(key: string): void {
+    this.states.delete(key);
+  }
+
+  get size(): number {
+    return this.states.size;
+  }
+}
+
+/** `HALO_REAL_START_STATES`: how many REAL tasks' start states a browser worker keeps (0: every start visits /config). */
+export function realStartStatesFromEnv(value = process.env.HALO_REAL_START_STATES): number {
+  if (value === undefined || value === '') return DEFAULT_REAL_START_STATES;
+  const n = Number(value);
+  if (!(Number.isInteger(n) && n >= 0)) throw new Error(`HALO_REAL_START_STATES must be a whole number >= 0 (0 turns it off), got ${JSON.stringify(value)}`);
+  return n;
+}
