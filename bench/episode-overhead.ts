@@ -122,6 +122,12 @@ async function main() {
         run.end,
       );
       const share = 1 - busy / (run.end - run.start);
+      if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
+      if (r === 0) {
+        // The warm-up's calls are not counted.
+        for (const k of Object.keys(plainCalls)) delete plainCalls[k];
+        continue;
+      }
       // Where the time outside the activities goes: a workflow task's queue wait (scheduled → started) and its
       // turn on the worker (started → completed), and each activity's dispatch (scheduled → started).
       for (const t of run.workflowTasks.slice(1)) {
@@ -132,8 +138,6 @@ async function main() {
         note(`${a.type}: dispatch`, a.started !== undefined ? a.started - a.scheduled : undefined);
         note(`${a.type}: run`, a.started !== undefined && a.ended !== undefined ? a.ended - a.started : undefined);
       }
-      if (steps !== maxSteps || res.steps !== maxSteps) throw new Error(`expected ${maxSteps} steps, got ${steps} and ${res.steps}`);
-      if (r === 0) continue;
       plain.push(tp);
       durable.push(tw);
       shares.push(share);

@@ -232,7 +232,7 @@ export const realSchema = z
       .enum(['snapshot', 'replay'])
       .default('snapshot')
       .describe(
-        "how a step group's fork gets its parent's state. snapshot (default): copy the parent session's cookies, localStorage and sessionStorage into a new context and open its URL, kept only if /finish then matches the parent's (else replay); replay: reset and replay the action prefix. MiniWoB++ always replays, because its state lives in page scripts",
+        "how a step group's fork gets its parent's state. snapshot (default): copy the parent session's cookies, localStorage and sessionStorage into a new context and open its URL, kept only if /finish then matches the parent's (else replay); replay: reset and replay the action prefix. snapshot also lets an episode start from a copy of its task's state after /config, kept by the browser worker and checked the same way. MiniWoB++ always replays, because its state lives in page scripts",
       ),
   })
   .prefault({});
