@@ -11,11 +11,14 @@ export const DEFAULT_REAL_START_STATE_TTL_MS = 10 * 60_000;
  * browser's storage and the site root renders it. The first start of a task on a worker goes through /config
  * (its network-idle wait alone is 0.5 s) and keeps a copy of that state; later starts of the task with the same
  * run id open a context seeded with the copy, like a step group's fork, and keep it only if /finish then renders
- * what it rendered at the first start (else the copy is dropped and the start goes through /config). A lost copy
- * loses nothing: the next start takes it again. Off where forks are (`real.forkMode: replay`).
+ * what it rendered at the first start. Else the start goes through /config, and so do the task's starts for the
+ * next `ttlMs`: a site whose state cannot be copied would otherwise pay for a copy and a /config visit every time.
+ * A lost copy loses nothing: the next start takes it again. Off where forks are (`real.forkMode: replay`).
  */
 export class RealStartStates {
   private readonly states = new Map<string, { snap: ClientSnapshot; since: number }>();
+  /** Tasks whose copy differed, until when they start through /config. */
+  private readonly refused = new Map<string, number>();
   /** Starts from a kept copy, and copies whose /finish differed (those starts went through /config). */
   readonly counters = { start_state_copies: 0, start_state_misses: 0 };
 
@@ -34,6 +37,7 @@ export class RealStartStates {
   }
 
   get(key: string, now = Date.now()): ClientSnapshot | undefined {
+    if (this.isRefused(key, now)) return undefined;
     const kept = this.states.get(key);
     if (kept && now - kept.since > this.ttlMs) this.states.delete(key);
     return this.states.get(key)?.snap;
@@ -41,14 +45,22 @@ export class RealStartStates {
 
   /** Keeps a task's start state; the one kept longest goes when full. */
   put(key: string, snap: ClientSnapshot, now = Date.now()): void {
-    if (this.limit === 0 || snap.steps !== 0) return;
+    if (this.limit === 0 || snap.steps !== 0 || this.isRefused(key, now)) return;
     this.states.delete(key);
     this.states.set(key, { snap, since: now });
     while (this.states.size > this.limit) this.states.delete(this.states.keys().next().value as string);
   }
 
-  drop(key: string): void {
+  /** The task's copy rendered another /finish: dropped, and none is kept for it for `ttlMs`. */
+  refuse(key: string, now = Date.now()): void {
     this.states.delete(key);
+    this.refused.set(key, now + this.ttlMs);
+  }
+
+  private isRefused(key: string, now: number): boolean {
+    const until = this.refused.get(key);
+    if (until !== undefined && now >= until) this.refused.delete(key);
+    return until !== undefined && now < until;
   }
 
   get size(): number {

@@ -282,7 +282,7 @@ export class SessionManager {
       return { ...started, startState: 'copy' };
     }
     this.startStates.counters.start_state_misses++;
-    this.startStates.drop(key);
+    this.startStates.refuse(key);
     return undefined;
   }
 

@@ -131,7 +131,7 @@ test('later starts of a REAL task copy its start state instead of visiting /conf
   for (const s of [otherRun, noCopies]) await manager.close(s.sessionId);
 });
 
-test('a copy whose /finish differs (the site changed) is dropped: that start and the next go through /config', async () => {
+test('a copy whose /finish differs (the site changed) is dropped: the task starts through /config for a while', async () => {
   const before = manager.startStateCounters();
   const configs = () => site.hits('/config').length;
   const c0 = configs();
@@ -141,12 +141,14 @@ test('a copy whose /finish differs (the site changed) is dropped: that start and
     const a = await manager.start(input('ep-changed', []));
     assert.equal(a.startState, undefined);
     assert.equal(configs(), c0 + 1);
-    assert.equal(manager.startStateCounters().start_state_misses, before.start_state_misses + 1);
-    // The start through /config kept the new state: the next start copies it.
+    const mid = manager.startStateCounters();
+    assert.equal(mid.start_state_misses, before.start_state_misses + 1);
+    assert.equal(mid.start_states, before.start_states - 1, 'the copy is dropped, and the start through /config keeps none');
+    // No copy is tried again (each would cost a copy and a /config visit) until the refusal expires.
     const b = await manager.start(input('ep-changed-2', []));
-    assert.equal(b.startState, 'copy');
-    assert.equal(configs(), c0 + 1);
-    assert.deepEqual((await evalView(b.sessionId)).finish, (await evalView(a.sessionId)).finish);
+    assert.equal(b.startState, undefined);
+    assert.equal(configs(), c0 + 2);
+    assert.deepEqual(manager.startStateCounters(), mid);
     for (const s of [a, b]) await manager.close(s.sessionId);
   } finally {
     site.memoryState = false;
@@ -169,6 +171,12 @@ test('kept start states: a bounded number, only states at the start, expiry, and
   assert.equal(states.get(k1, 30), undefined, 'the one kept longest went');
   assert.ok(states.get(k3, 1_000));
   assert.equal(states.get(k2, 1_011), undefined, 'expired');
+  states.refuse(k3, 1_000);
+  assert.equal(states.get(k3, 1_000), undefined, 'a refused task has no copy');
+  states.put(k3, snap(0), 1_500);
+  assert.equal(states.get(k3, 1_500), undefined, 'nor takes one until the refusal expires');
+  states.put(k3, snap(0), 2_000);
+  assert.ok(states.get(k3, 2_000), 'then it does');
   assert.equal(new RealStartStates(0).key(input('e', [])), undefined, '0 keeps none');
   assert.equal(realStartStatesFromEnv(undefined), 32);
   assert.equal(realStartStatesFromEnv('0'), 0);
