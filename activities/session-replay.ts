@@ -87,7 +87,7 @@ function movesPointer(a: Action): boolean {
 /** A started or reset page walks the episode's action path again, a heartbeat detail per action. */
 export async function replayOnto(env: SessionEnv, replay: readonly Action[], beat: (d: unknown) => void, settle: boolean): Promise<void> {
   for (const [i, action] of replay.entries()) {
-    await (env instanceof MiniWobEnv ? env.apply(action, { settle, frame: settle }) : env.apply(action));
+    await (env instanceof MiniWobEnv ? env.apply(action, { settle, frame: settle, force: !settle }) : env.apply(action));
     beat({ replayed: i + 1 });
   }
 }

@@ -211,10 +211,10 @@ export class MiniWobEnv implements Environment {
 
   /**
    * `settle: false` reads the page's state right after the action instead of after the settle wait, and
-   * `frame: false` without waiting for the next frame either: for a replay whose end state is checked against
-   * the one it reached when it was lived.
+   * `frame: false` without waiting for the next frame either, and `force` clicks elements without Playwright's
+   * actionability checks: for a replay whose end state is checked against the one it reached when it was lived.
    */
-  async apply(action: Action, opts: { settle?: boolean; frame?: boolean } = {}): Promise<ApplyResult> {
+  async apply(action: Action, opts: { settle?: boolean; frame?: boolean; force?: boolean } = {}): Promise<ApplyResult> {
     const ep = this.requireEpisode();
     this.assertUsable();
     ep.steps++;
@@ -230,7 +230,7 @@ export class MiniWobEnv implements Environment {
 
     let actionError: string | undefined;
     try {
-      actionError = await this.execute(action);
+      actionError = await this.execute(action, opts.force === true);
     } catch (err) {
       if (this.isFatal(err)) throw err;
       actionError = firstLine(err);
@@ -262,9 +262,9 @@ export class MiniWobEnv implements Environment {
   }
 
   /** Runs the action; returns an error text for actions that cannot run (Playwright errors are thrown). */
-  private async execute(action: Exclude<Action, { type: 'answer' }>): Promise<string | undefined> {
+  private async execute(action: Exclude<Action, { type: 'answer' }>, force: boolean): Promise<string | undefined> {
     if (action.type === 'goto') return 'navigation is not allowed in MiniWoB';
-    return executePageAction(this.page, action, { zoom: this.zoom, viewport: this.viewport });
+    return executePageAction(this.page, action, { zoom: this.zoom, viewport: this.viewport }, { force });
   }
 
   /**

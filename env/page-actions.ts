@@ -139,11 +139,20 @@ export function gridToPage(x: number, y: number, geom: PageGeometry): { x: numbe
   return { x: ((x / GRID_MAX) * width) / geom.zoom, y: ((y / GRID_MAX) * height) / geom.zoom };
 }
 
+export interface ExecuteOptions {
+  /**
+   * Element clicks skip Playwright's actionability checks (visible, stable for two frames, enabled, hit): for a
+   * replay of actions that ran before, whose end state is checked against the one they reached.
+   */
+  force?: boolean;
+}
+
 /**
  * Runs one action on the page. Returns an error text for actions that cannot run (no such element, unknown
  * key); Playwright errors are thrown (the caller turns non-fatal ones into action errors with firstLine).
  */
-export async function executePageAction(page: Page, action: PageAction, geom: PageGeometry): Promise<string | undefined> {
+export async function executePageAction(page: Page, action: PageAction, geom: PageGeometry, opts: ExecuteOptions = {}): Promise<string | undefined> {
+  const click = { timeout: ELEMENT_ACTION_TIMEOUT_MS, ...(opts.force ? { force: true } : {}) };
   switch (action.type) {
     case 'click': {
       const p = gridToPage(action.x, action.y, geom);
@@ -163,7 +172,7 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
     case 'click_element': {
       const loc = page.locator(`[data-halo-id="${action.id}"]`);
       if ((await loc.count()) === 0) return `no element with id ${action.id}`;
-      await loc.first().click({ timeout: ELEMENT_ACTION_TIMEOUT_MS });
+      await loc.first().click(click);
       return undefined;
     }
     case 'type': {
@@ -177,7 +186,7 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
           await target.selectOption({ label: action.text }, { timeout: ELEMENT_ACTION_TIMEOUT_MS });
           return undefined;
         }
-        await target.click({ timeout: ELEMENT_ACTION_TIMEOUT_MS });
+        await target.click(click);
       }
       await page.keyboard.type(action.text);
       return undefined;
