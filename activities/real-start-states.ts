@@ -51,7 +51,7 @@ export class RealStartStates {
     while (this.states.size > this.limit) this.states.delete(this.states.keys().next().value as string);
   }
 
-  /** The task's copy rendered another /finish: dropped, and none is kept for it for `ttlMs`. */
+  /** The task's copy started no session (another /finish, a page that failed): dropped, and none is kept for `ttlMs`. */
   refuse(key: string, now = Date.now()): void {
     this.states.delete(key);
     this.refused.set(key, now + this.ttlMs);
