@@ -37,10 +37,16 @@ export class RealStartStates {
   }
 
   get(key: string, now = Date.now()): ClientSnapshot | undefined {
-    if (this.isRefused(key, now)) return undefined;
     const kept = this.states.get(key);
-    if (kept && now - kept.since > this.ttlMs) this.states.delete(key);
-    return this.states.get(key)?.snap;
+    if (!kept || this.isRefused(key, now)) return undefined;
+    if (now - kept.since <= this.ttlMs) return kept.snap;
+    this.states.delete(key);
+    return undefined;
+  }
+
+  /** Whether a start through /config should keep its state: none is kept for the task, and it is not refused. */
+  wants(key: string, now = Date.now()): boolean {
+    return this.limit > 0 && !this.isRefused(key, now) && this.get(key, now) === undefined;
   }
 
   /** Keeps a task's start state; the one kept longest goes when full. */

@@ -289,7 +289,8 @@ export class SessionManager {
   /** A REAL page just through /config: its client state for the task's later starts, if none is kept. */
   private async keepStartState(input: StartSessionInput, env: RealEnv): Promise<void> {
     const key = this.startStates.key(input);
-    if (key === undefined || this.startStates.get(key)) return;
+    // A refused task's state would not be kept: no snapshot (a /finish load and the storage) for nothing.
+    if (key === undefined || !this.startStates.wants(key)) return;
     // Only a faster later start depends on it: a page that cannot be copied now just starts without.
     const snap = await env.snapshot().catch(() => undefined);
     if (snap) this.startStates.put(key, snap);
@@ -401,7 +402,7 @@ export class SessionManager {
     look?: Look,
   ): Promise<StartSessionResult> {
     const { obs, observation, fastReplay } = look ?? (await this.look(env));
-    const view = look?.clientState !== undefined ? { url: obs.url, axtree: obs.axtree, clientState: look.clientState } : await this.rewardView(env, obs);
+    const view = await this.rewardView(env, obs, look?.clientState);
     // Nobody would ever close a session whose start was given up on: it would keep its site slot.
     opts.signal?.throwIfAborted();
     const session: Session = {
@@ -455,9 +456,10 @@ export class SessionManager {
   }
 
   /** What reward detectors see: the page, plus the site's client state where the environment has one. */
-  private async rewardView(env: SessionEnv, obs: Observation): Promise<RewardView> {
+  /** `known`: the site's client state at `obs` when it was read already (not read again). */
+  private async rewardView(env: SessionEnv, obs: Observation, known?: unknown): Promise<RewardView> {
     if (!(env instanceof RealEnv)) return { url: obs.url, axtree: obs.axtree };
-    const clientState = await env.clientState().catch(() => undefined);
+    const clientState = known ?? (await env.clientState().catch(() => undefined));
     return { url: obs.url, axtree: obs.axtree, clientState };
   }
 

@@ -1,43 +1,30 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { SessionManager } from '../../activities/session';
-import { BlobStore } from '../../blob/store';
+import type { SessionManager } from '../../activities/session';
+import type { BlobStore } from '../../blob/store';
 import { readSessionStorage } from '../../env/real-snapshot';
-import { RealEnv } from '../../env/real';
+import type { RealEnv } from '../../env/real';
 import type { Action } from '../../lib/actions';
 import type { StartSessionInput, StartSessionResult } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
-import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
+import type { FakeRealSite } from '../../testing/fake-real-site';
 import { parseAxtree } from '../helpers/axtree';
+import { realEnvOf, startRealSessions, type RealSessions } from '../helpers/real-sessions';
 
 const TASK = 'gomail-18';
 
+let real: RealSessions;
 let site: FakeRealSite;
-let blobRoot: string;
 let blobs: BlobStore;
 let manager: SessionManager;
 
 before(async () => {
-  site = await startFakeRealSite();
-  blobRoot = await mkdtemp(join(tmpdir(), 'halo-real-fork-blobs-'));
-  blobs = new BlobStore(blobRoot);
-  manager = new SessionManager({
-    blobs,
-    miniwobBaseUrl: 'http://127.0.0.1:9/',
-    miniwobTasks: [],
-    workerTaskQueue: 'fork-test',
-    workerName: 'fork-test',
-    realOriginOverride: `${site.origin}/`,
-  });
+  real = await startRealSessions('fork-test');
+  ({ site, blobs, manager } = real);
 });
 
 after(async () => {
-  await manager?.shutdown();
-  await site?.close();
-  if (blobRoot) await rm(blobRoot, { recursive: true, force: true });
+  await real?.close();
 });
 
 const rewardWeights = parseRewardWeights({});
@@ -78,11 +65,8 @@ async function drive(start: StartSessionResult, choose: ((axtree: string) => Act
   return path;
 }
 
-/** The internals the test compares: a live session's RealEnv. */
 function envOf(sessionId: string): RealEnv {
-  const s = (manager as unknown as { sessions: Map<string, { env: unknown }> }).sessions.get(sessionId);
-  assert.ok(s && s.env instanceof RealEnv, `no REAL session ${sessionId}`);
-  return s.env;
+  return realEnvOf(manager, sessionId);
 }
 
 async function clientState(sessionId: string) {

@@ -1,45 +1,31 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { SessionManager } from '../../activities/session';
+import type { SessionManager } from '../../activities/session';
 import { RealStartStates, realStartStatesFromEnv } from '../../activities/real-start-states';
-import { BlobStore } from '../../blob/store';
-import { RealEnv } from '../../env/real';
+import type { BlobStore } from '../../blob/store';
+import type { RealEnv } from '../../env/real';
 import type { ClientSnapshot } from '../../env/real-snapshot';
 import type { Action } from '../../lib/actions';
 import type { StartSessionInput, StartSessionResult } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
-import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
+import type { FakeRealSite } from '../../testing/fake-real-site';
 import { parseAxtree } from '../helpers/axtree';
+import { realEnvOf, startRealSessions, type RealSessions } from '../helpers/real-sessions';
 
 const TASK = 'gomail-18';
 
+let real: RealSessions;
 let site: FakeRealSite;
-let blobRoot: string;
 let blobs: BlobStore;
 let manager: SessionManager;
 
 before(async () => {
-  site = await startFakeRealSite();
-  blobRoot = await mkdtemp(join(tmpdir(), 'halo-real-start-blobs-'));
-  blobs = new BlobStore(blobRoot);
-  manager = new SessionManager({
-    blobs,
-    miniwobBaseUrl: 'http://127.0.0.1:9/',
-    miniwobTasks: [],
-    workerTaskQueue: 'start-state-test',
-    workerName: 'start-state-test',
-    realOriginOverride: `${site.origin}/`,
-    realStartStates: 4,
-  });
+  real = await startRealSessions('start-state-test', { realStartStates: 4 });
+  ({ site, blobs, manager } = real);
 });
 
 after(async () => {
-  await manager?.shutdown();
-  await site?.close();
-  if (blobRoot) await rm(blobRoot, { recursive: true, force: true });
+  await real?.close();
 });
 
 function input(episodeId: string, replay: Action[], o: { runId?: string; forkMode?: 'snapshot' | 'replay' } = {}): StartSessionInput {
@@ -53,9 +39,7 @@ function input(episodeId: string, replay: Action[], o: { runId?: string; forkMod
 }
 
 function envOf(sessionId: string): RealEnv {
-  const s = (manager as unknown as { sessions: Map<string, { env: unknown }> }).sessions.get(sessionId);
-  assert.ok(s && s.env instanceof RealEnv, `no REAL session ${sessionId}`);
-  return s.env;
+  return realEnvOf(manager, sessionId);
 }
 
 /** What an eval reads of a session, without the action log's timestamps (a /config visit stamps its own). */
@@ -173,10 +157,13 @@ test('kept start states: a bounded number, only states at the start, expiry, and
   assert.equal(states.get(k2, 1_011), undefined, 'expired');
   states.refuse(k3, 1_000);
   assert.equal(states.get(k3, 1_000), undefined, 'a refused task has no copy');
+  assert.equal(states.wants(k3, 1_500), false, 'a refused task wants no state');
   states.put(k3, snap(0), 1_500);
   assert.equal(states.get(k3, 1_500), undefined, 'nor takes one until the refusal expires');
   states.put(k3, snap(0), 2_000);
   assert.ok(states.get(k3, 2_000), 'then it does');
+  assert.equal(states.wants(k3, 2_000), false, 'a task with a kept state wants none');
+  assert.equal(states.wants(k1, 2_000), true);
   assert.equal(new RealStartStates(0).key(input('e', [])), undefined, '0 keeps none');
   assert.equal(realStartStatesFromEnv(undefined), 32);
   assert.equal(realStartStatesFromEnv('0'), 0);
