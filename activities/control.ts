@@ -3,7 +3,8 @@ import type { BlobStore } from '../blob/store';
 import { clip, type AgentAction, type ToolAction } from '../lib/actions';
 import { parseAction } from '../lib/parse';
 import { buildPrompt } from '../lib/prompt';
-import { actionGrammar, grammarBlob, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
+import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
+import { grammarBlob, type GrammarSampler } from '../lib/grammar-blob';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
 import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';
@@ -24,18 +25,18 @@ function activitySignal(): AbortSignal | undefined {
 /** Activities of the control worker: policy sampling and trajectory records (I/O that is not a browser). */
 export function createControlActivities(blobs: BlobStore) {
   /**
-   * Constrained decoding: the action grammar of this page as a blob, with the whitespace its sampler allows (the
-   * colocated sampler: compact), so the learner applies the mask it was sampled under; a budget it cannot fit, or
+   * Constrained decoding: the action grammar of this page as a blob, with the whitespace and separators its sampler
+   * allows (the colocated sampler: compact), so the learner applies the mask it was sampled under; a budget it cannot fit, or
    * `policy.actions` that leave nothing on the page, is the config's fault.
    */
-  async function storeGrammar(axtree: string, maxTokens: number, whitespace: GrammarWhitespace = 'compact', actions?: readonly ToolAction[]): Promise<string> {
+  async function storeGrammar(axtree: string, maxTokens: number, sampler: GrammarSampler, whitespace: GrammarWhitespace, actions?: readonly ToolAction[]): Promise<string> {
     let grammar: ActionGrammar;
     try {
       grammar = actionGrammar(axtree, maxTokens, whitespace, actions);
     } catch (err) {
       throw ApplicationFailure.nonRetryable(err instanceof Error ? err.message : String(err), 'ConfigError');
     }
-    return blobs.putJson(grammarBlob(grammar));
+    return blobs.putJson(grammarBlob(grammar, sampler));
   }
 
   async function tokensRefOf(step: TrajectoryStepInput): Promise<{ tokensRef?: string }> {
@@ -67,7 +68,7 @@ export function createControlActivities(blobs: BlobStore) {
     ): Promise<{ promptRef: string; grammarRef: string }> {
       const axtree = (await blobs.get(input.observation.axtreeRef)).toString('utf8');
       const promptRef = await blobs.putJson(buildPrompt({ ...input.observation, axtree }, input.history, input.historyLength));
-      return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens, 'compact', input.actions) };
+      return { promptRef, grammarRef: await storeGrammar(axtree, input.maxTokens, 'colocated', 'compact', input.actions) };
     },
 
     /**
@@ -89,7 +90,7 @@ export function createControlActivities(blobs: BlobStore) {
       const prompt = buildPrompt({ ...input.observation, axtree }, input.history, policy.historyLength);
       const promptRef = await blobs.putJson(prompt);
       const messages = await toOpenAiMessages(blobs, prompt);
-      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.grammarWhitespace, policy.actions) : undefined;
+      const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.server, policy.grammarWhitespace, policy.actions) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
       const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
       let adapterLoad: SampleResult['adapterLoad'];

@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/activity';
-import { readGrammarBlob } from '../lib/action-grammar';
+import { readGrammarBlob } from '../lib/grammar-blob';
 import type { PolicyConfig } from '../lib/config';
 import { clipErrorText } from '../lib/credentials';
 import { apiKeyFor } from './credentials';

@@ -10,7 +10,8 @@ import { GRID_MAX, TOOL_ACTIONS, type ToolAction } from './actions';
  * Free whitespace is not part of the schema: vLLM's xgrammar backend decides it server-wide
  * (`--structured-outputs-config '{"backend":"xgrammar","disable_any_whitespace":true}'`; the request's own
  * `disable_any_whitespace` is ignored), so the stored grammar (`GrammarBlob`) says which whitespace it was
- * sampled under and the learner compiles exactly that (`policy.grammarWhitespace`).
+ * sampled under, with the separators of the vLLM release that samples (`policy.server`, lib/grammar-blob.ts), and
+ * the learner compiles exactly that (`policy.grammarWhitespace`).
  *
  * Every string the schema admits is printable ASCII, so a completion has at most one token per byte and
  * `maxBytes` bounds its token count whatever tokenisation the sampler picks; free text is shortened until
@@ -19,7 +20,7 @@ import { GRID_MAX, TOOL_ACTIONS, type ToolAction } from './actions';
  * and a completion that whitespace pushed past the budget ends with finish_reason `length`, an invalid action.
  */
 
-/** `compact`: no whitespace beyond xgrammar's `", "`/`": "` separators (vLLM started with disable_any_whitespace); `any`: vLLM's default. */
+/** `compact`: no whitespace beyond the server's separators (vLLM started with disable_any_whitespace); `any`: vLLM's default. */
 export const GRAMMAR_WHITESPACE = ['compact', 'any'] as const;
 export type GrammarWhitespace = (typeof GRAMMAR_WHITESPACE)[number];
 
@@ -29,16 +30,6 @@ export type GrammarWhitespace = (typeof GRAMMAR_WHITESPACE)[number];
  */
 export function vllmStructuredOutputsConfig(whitespace: GrammarWhitespace): string {
   return JSON.stringify({ backend: 'xgrammar', disable_any_whitespace: whitespace === 'compact' });
-}
-
-/**
- * The grammar blob a constrained sample refers to (its `grammarRef`): the schema and the whitespace the
- * sampler allowed around it, so a stored sample says which mask the learner must apply. Older blobs are a
- * bare schema, sampled compact (`readGrammarBlob`).
- */
-export interface GrammarBlob {
-  schema: Record<string, unknown>;
-  any_whitespace: boolean;
 }
 
 /**
@@ -63,7 +54,8 @@ export interface ActionGrammar {
   /** The JSON schema, serialised compactly: stored as a blob and compiled by the sampler and the learner. */
   schema: Record<string, unknown>;
   /**
-   * Longest completion the schema admits, in bytes, written compact (xgrammar's `", "`/`": "` separators); with
+   * Longest completion the schema admits, in bytes, written with xgrammar's default `", "`/`": "` separators (an
+   * upper bound for vLLM 0.33's `,`/`:`, and for the space xgrammar 0.2.8 still writes after some commas); with
    * `whitespace` any, the length without the free whitespace, which has no bound.
    */
   maxBytes: number;
@@ -184,23 +176,4 @@ export function actionGrammar(axtree: string, maxTokens: number, whitespace: Gra
 /** The smallest `policy.maxTokens` that constrained decoding accepts on a page with ids up to `widestId`. */
 export function minConstrainedMaxTokens(widestId = 99_999): number {
   return build([widestId], GRAMMAR_TEXT_MIN, 'compact').maxBytes + 1;
-}
-
-/** What `storeGrammar` writes: the schema with the whitespace it is sampled under. */
-export function grammarBlob(g: ActionGrammar): GrammarBlob {
-  return { schema: g.schema, any_whitespace: g.whitespace === 'any' };
-}
-
-/**
- * A stored grammar in either format: `{schema, any_whitespace}` (recognised by exactly those keys), or a bare
- * schema written before the blob said its whitespace, which was always sampled compact.
- */
-export function readGrammarBlob(value: unknown): GrammarBlob {
-  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new Error(`a grammar blob is a JSON object, got ${JSON.stringify(value)?.slice(0, 80)}`);
-  const keys = Object.keys(value).sort();
-  if (keys.length !== 2 || keys[0] !== 'any_whitespace' || keys[1] !== 'schema') return { schema: value as Record<string, unknown>, any_whitespace: false };
-  const { schema, any_whitespace } = value as Record<string, unknown>;
-  if (!schema || typeof schema !== 'object' || Array.isArray(schema)) throw new Error('grammar blob: schema must be a JSON object');
-  if (typeof any_whitespace !== 'boolean') throw new Error(`grammar blob: any_whitespace must be true or false, got ${JSON.stringify(any_whitespace)}`);
-  return { schema: schema as Record<string, unknown>, any_whitespace };
 }

@@ -3,6 +3,7 @@ import { ConfigError, formatConfigIssues } from './config-error';
 import { rewardWeightsSchema } from './rewards/weights';
 import { CREDENTIAL_NAMES } from './credentials';
 import { GRAMMAR_WHITESPACE } from './action-grammar';
+import { VLLM_SERVERS } from './grammar-blob';
 import { TOOL_ACTIONS } from './actions';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
 
@@ -107,6 +108,12 @@ export const policySchema = z
       .default('compact')
       .describe(
         'openai backend, constrained: the whitespace vLLM allows around JSON tokens. compact: vLLM started with --structured-outputs-config {"backend":"xgrammar","disable_any_whitespace":true} (docker-compose.yml, ./launch.sh gpu and the README do); any: the vLLM default, free whitespace, which no token budget bounds, so a sample may run out of tokens (an invalid action): a warning-level choice. The colocated sampler always samples compact',
+      ),
+    server: z
+      .enum(VLLM_SERVERS)
+      .default('vllm-0.33')
+      .describe(
+        'openai backend, constrained: the vLLM release that samples, which decides its compact separators (vllm-0.33, also 0.32: `,`/`:`; vllm-0.31, the Python 3.10 fallback: `, `/`: `). The grammar blob records the call and the learner compiles the same; `halo doctor` tells them apart',
       ),
   })
   .refine((p) => p.actions === undefined || p.constrained, {

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { deflateSync } from 'node:zlib';
 import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
-import { actionGrammar, elementIdsOf, grammarBlob } from '../../lib/action-grammar';
+import { actionGrammar, elementIdsOf } from '../../lib/action-grammar';
+import { grammarBlob } from '../../lib/grammar-blob';
 import { isValidAction } from '../../lib/actions';
 import { parseConfig } from '../../lib/config';
 import type { PromptObservationRef } from '../../lib/episode-types';
@@ -79,7 +80,7 @@ test('the grammar lists exactly the page ids', () => {
 test('colocated: hundreds of samples from the random local model all parse into valid actions on the page', async () => {
   const grammar = actionGrammar(AXTREE, MAX_TOKENS);
   {
-    const gRef = await blobs.putJson(grammarBlob(grammar));
+    const gRef = await blobs.putJson(grammarBlob(grammar, 'colocated'));
     const promptRef = await blobs.putJson(buildPrompt({ ...observation, axtree: AXTREE }, [], 5));
     const out = execFileSync(join(process.cwd(), '.venv/bin/python'), ['test/helpers/constrained-sample.py', promptRef, gRef, '25', '8', String(MAX_TOKENS)], {
       env: { ...process.env, HALO_HOME: root, HF_HUB_OFFLINE: '1', TOKENIZERS_PARALLELISM: 'false' },
@@ -127,7 +128,7 @@ describe('openai backend', () => {
     for (const legacy of ['guided_json', 'guided_grammar', 'guided_decoding_backend', 'response_format']) assert.equal(body[legacy], undefined, legacy);
     assert.ok(res.grammarRef);
     // The blob says which whitespace the server sampled under, for the learner's mask.
-    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: false });
+    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: false, separators: [',', ':'], sampler: 'vllm-0.33', xgrammar: '0.2.8' });
   });
 
   test('policy.grammarWhitespace any: the blob records free whitespace; the request sends the same schema', async () => {
@@ -135,7 +136,7 @@ describe('openai backend', () => {
     const so = lastChat().structured_outputs as { json: Record<string, unknown>; disable_any_whitespace: boolean };
     assert.deepEqual(so.json, actionGrammar(AXTREE, MAX_TOKENS).schema);
     assert.equal(so.disable_any_whitespace, false);
-    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: true });
+    assert.deepEqual(await blobs.getJson(res.grammarRef!), { schema: so.json, any_whitespace: true, separators: null, sampler: 'vllm-0.33', xgrammar: '0.2.8' });
   });
 
   test('an unconstrained request asks for no structure', async () => {

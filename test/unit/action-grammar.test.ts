@@ -2,7 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
-import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, grammarBlob, minConstrainedMaxTokens, readGrammarBlob } from '../../lib/action-grammar';
+import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/action-grammar';
+import { grammarBlob, readGrammarBlob } from '../../lib/grammar-blob';
 import { isValidAction } from '../../lib/actions';
 import { parseAction } from '../../lib/parse';
 import { parseConfig } from '../../lib/config';
@@ -107,16 +108,29 @@ test("free text cannot spell a tokenizer token: every added token starts with '<
   }
 });
 
-test('the stored grammar says its whitespace; a bare schema (an older blob) reads as compact; a malformed one is refused', () => {
+test("the stored grammar records its sampler's xgrammar call; older blobs read without separators; a malformed one is refused", () => {
   const compact = actionGrammar(TREE, 128);
   const any = actionGrammar(TREE, 128, 'any');
-  assert.deepEqual(grammarBlob(compact), { schema: compact.schema, any_whitespace: false });
-  assert.deepEqual(grammarBlob(any), { schema: compact.schema, any_whitespace: true });
+  const schema = compact.schema;
+  // The calls of vllm/v1/structured_output/backend_xgrammar.py in the 0.33.0 and 0.31.0 wheels, and their xgrammar pins
+  // (workers/learner/tests/test_grammar_whitespace.py compiles the same blobs).
+  assert.deepEqual(grammarBlob(compact, 'vllm-0.33'), { schema, any_whitespace: false, separators: [',', ':'], sampler: 'vllm-0.33', xgrammar: '0.2.8' });
+  assert.deepEqual(grammarBlob(compact, 'vllm-0.31'), { schema, any_whitespace: false, separators: null, sampler: 'vllm-0.31', xgrammar: '0.2.7' });
+  assert.deepEqual(grammarBlob(any, 'vllm-0.33'), { schema, any_whitespace: true, separators: null, sampler: 'vllm-0.33', xgrammar: '0.2.8' });
+  assert.deepEqual(grammarBlob(compact, 'colocated'), { schema, any_whitespace: false, separators: [',', ':'], sampler: 'colocated', xgrammar: null });
   // Through JSON, as the blob store keeps it.
-  for (const g of [compact, any]) assert.deepEqual(readGrammarBlob(JSON.parse(JSON.stringify(grammarBlob(g)))), grammarBlob(g));
-  assert.deepEqual(readGrammarBlob(compact.schema), { schema: compact.schema, any_whitespace: false });
-  assert.throws(() => readGrammarBlob({ schema: compact.schema, any_whitespace: 'yes' }), /any_whitespace must be true or false/);
+  for (const g of [compact, any]) {
+    for (const s of ['vllm-0.33', 'vllm-0.31', 'colocated'] as const) assert.deepEqual(readGrammarBlob(JSON.parse(JSON.stringify(grammarBlob(g, s)))), grammarBlob(g, s));
+  }
+  const old = { separators: null, sampler: null, xgrammar: null };
+  assert.deepEqual(readGrammarBlob(schema), { schema, any_whitespace: false, ...old });
+  assert.deepEqual(readGrammarBlob({ schema, any_whitespace: true }), { schema, any_whitespace: true, ...old });
+  const blob = grammarBlob(compact, 'vllm-0.33');
+  assert.throws(() => readGrammarBlob({ schema, any_whitespace: 'yes' }), /any_whitespace must be true or false/);
   assert.throws(() => readGrammarBlob({ schema: [], any_whitespace: true }), /schema must be a JSON object/);
+  assert.throws(() => readGrammarBlob({ ...blob, separators: [','] }), /separators must be null or two strings/);
+  assert.throws(() => readGrammarBlob({ ...blob, sampler: 'vllm-0.20' }), /sampler must be null, colocated or one of vllm-0.33, vllm-0.31/);
+  assert.throws(() => readGrammarBlob({ ...blob, xgrammar: 28 }), /xgrammar must be null or a version/);
   assert.throws(() => readGrammarBlob([1]), /a grammar blob is a JSON object/);
 });
 

@@ -1,10 +1,12 @@
-"""The learner's grammar mask is the server's, for each whitespace setting vLLM can be started with.
+"""The learner's grammar mask is the server's, for each whitespace setting and vLLM release it can be started with.
 
-vLLM's xgrammar backend compiles `structured_outputs.json` as `compile_json_schema(spec, any_whitespace=not
-disable_any_whitespace)` with the server-wide `--structured-outputs-config` value and ignores the request's own
-flag. Here completions are walked at random through that server grammar's masks (whitespace tokens picked often
-where allowed), and the learner, given the grammar blob the control worker stores for that setting, must accept
-every one with the very masks the walk saw: no GrammarMismatch, no widening."""
+vLLM's xgrammar backend compiles `structured_outputs.json` with the server-wide `--structured-outputs-config` value
+and ignores the request's own flag (v1/structured_output/backend_xgrammar.py `compile_grammar`, read from the
+wheels): 0.33 (and 0.32) `compile_json_schema(spec, any_whitespace=not disable_any_whitespace, separators=(",", ":")
+if disable_any_whitespace else None)`, 0.31 without `separators`. Here completions are walked at random through that
+server grammar's masks (whitespace tokens picked often where allowed), and the learner, given the grammar blob the
+control worker stores for that setting (lib/grammar-blob.ts), must accept every one with the very masks the walk
+saw: no GrammarMismatch, no widening."""
 
 from __future__ import annotations
 
@@ -36,11 +38,30 @@ def tokenizer_setup():
     return tok, vocab, sorted(stop_ids(tok)), whitespace
 
 
-def _server_grammar(tok, vocab, stops, disable_any_whitespace: bool):
+def _server_grammar(tok, vocab, stops, server: str, disable_any_whitespace: bool):
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab, stop_token_ids=stops)
     compiler = xgr.GrammarCompiler(info, max_threads=1)
-    # vLLM 0.33 backend_xgrammar.py XgrammarBackend.compile_grammar, StructuredOutputOptions.JSON.
-    return compiler.compile_json_schema(json.dumps(SCHEMA), any_whitespace=not disable_any_whitespace)
+    # XgrammarBackend.compile_grammar, StructuredOutputOptions.JSON, of each release's wheel.
+    if server == "vllm-0.31":
+        return compiler.compile_json_schema(json.dumps(SCHEMA), any_whitespace=not disable_any_whitespace)
+    separators = (",", ":") if disable_any_whitespace else None
+    return compiler.compile_json_schema(
+        json.dumps(SCHEMA), any_whitespace=not disable_any_whitespace, separators=separators
+    )
+
+
+def _blob(server: str, any_whitespace: bool) -> dict:
+    """What lib/grammar-blob.ts grammarBlob writes for this sampler (test/unit/action-grammar.test.ts checks that side)."""
+    compact = [",", ":"] if server == "vllm-0.33" else None
+    version = {"vllm-0.33": "0.2.8", "vllm-0.31": "0.2.7"}[server]
+    separators = None if any_whitespace else compact
+    return {
+        "schema": SCHEMA,
+        "any_whitespace": any_whitespace,
+        "separators": separators,
+        "sampler": server,
+        "xgrammar": version,
+    }
 
 
 def _walk(compiled, vocab: int, whitespace: set[int], rng: random.Random) -> tuple[list[int], torch.Tensor]:
@@ -61,8 +82,7 @@ def _walk(compiled, vocab: int, whitespace: set[int], rng: random.Random) -> tup
     return ids, torch.stack(rows)
 
 
-def _free_whitespace(text: str) -> bool:
-    """Whitespace outside strings other than xgrammar's compact separators `", "` and `": "`."""
+def _outside_strings(text: str) -> str:
     out, in_str, esc = [], False, False
     for ch in text:
         if in_str:
@@ -71,34 +91,52 @@ def _free_whitespace(text: str) -> bool:
             continue
         in_str = ch == '"'
         out.append(ch)
-    return any(c in " \t\n\r" for c in "".join(out).replace(", ", ",").replace(": ", ":"))
+    return "".join(out)
 
 
-@pytest.mark.parametrize("setting", ["compact", "any"])
-def test_learner_masks_equal_the_servers_for_each_whitespace_setting(tokenizer_setup, tmp_path, setting):
+def _free_whitespace(text: str, server: str) -> bool:
+    """Whitespace outside strings other than the compact separators of that server (none for 0.33's)."""
+    bare = _outside_strings(text)
+    if server == "vllm-0.31":
+        bare = bare.replace(", ", ",").replace(": ", ":")
+    return any(c in " \t\n\r" for c in bare)
+
+
+@pytest.mark.parametrize(
+    ("server", "setting"),
+    [("vllm-0.33", "compact"), ("vllm-0.33", "any"), ("vllm-0.31", "compact"), ("vllm-0.31", "any")],
+)
+def test_learner_masks_equal_the_servers_for_each_whitespace_setting(tokenizer_setup, tmp_path, server, setting):
     from halo_learner.blobs import BlobStore
 
     tok, vocab, stops, whitespace = tokenizer_setup
-    server = _server_grammar(tok, vocab, stops, disable_any_whitespace=setting == "compact")
+    compiled = _server_grammar(tok, vocab, stops, server, disable_any_whitespace=setting == "compact")
     rng = random.Random(7)
-    walks = [_walk(server, vocab, whitespace, rng) for _ in range(WALKS)]
+    walks = [_walk(compiled, vocab, whitespace, rng) for _ in range(WALKS)]
     texts = [tok.decode(ids[:-1]) for ids, _ in walks]
     for t in texts:
         json.loads(t)  # every walk is a complete JSON document
-    free = [_free_whitespace(t) for t in texts]
+    free = [_free_whitespace(t, server) for t in texts]
     assert any(free) if setting == "any" else not any(free), texts
+    if (server, setting) == ("vllm-0.33", "compact"):
+        assert all('","' in _outside_strings(t) or '":"' in _outside_strings(t) for t in texts), texts
 
     blobs = BlobStore(tmp_path / "blobs")
     grammars = Grammars(tok, vocab, stops, blobs)
-    ref = blobs.put_json({"schema": SCHEMA, "any_whitespace": setting == "any"})
+    ref = blobs.put_json(_blob(server, setting == "any"))
     for ids, server_masks in walks:
         masks = grammars.completion_bitmask(ref, ids)
         assert torch.equal(masks, server_masks)
     assert grammars.widened == 0
 
-    # A bare schema (a blob written before blobs said their whitespace) was always sampled compact.
+    # A bare schema (a blob written before blobs said their whitespace) was always sampled compact, without separators.
     old = blobs.put_json(SCHEMA)
-    if setting == "compact":
+    if (server, setting) == ("vllm-0.33", "compact"):
+        # What the learner compiled for every blob before: 0.31's call, which refuses each of 0.33's completions.
+        for ids, _ in walks:
+            with pytest.raises(GrammarMismatch, match="separators=None"):
+                grammars.completion_bitmask(old, ids)
+    elif setting == "compact":
         for ids, server_masks in walks:
             assert torch.equal(grammars.completion_bitmask(old, ids), server_masks)
     else:
