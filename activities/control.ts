@@ -92,7 +92,12 @@ export function createControlActivities(blobs: BlobStore) {
       const messages = await toOpenAiMessages(blobs, prompt);
       const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.server, policy.grammarWhitespace, policy.actions) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
-      const ask = () => chatCompletions(policy, input.n ?? 1, messages, activitySignal(), { tokens: wantsTokenIds(policy), ...(grammar ? { grammar } : {}) });
+      const ask = () =>
+        chatCompletions(policy, input.n ?? 1, messages, activitySignal(), {
+          tokens: wantsTokenIds(policy),
+          tokensOptional: policy.tokenIdsOptional === true,
+          ...(grammar ? { grammar } : {}),
+        });
       let adapterLoad: SampleResult['adapterLoad'];
       let res: Awaited<ReturnType<typeof ask>>;
       if (adapter) {

@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, log } from '@temporalio/activity';
 import { readGrammarBlob } from '../lib/grammar-blob';
 import type { PolicyConfig } from '../lib/config';
 import { clipErrorText } from '../lib/credentials';
@@ -26,6 +26,8 @@ export interface ChatResult {
   askedForTokens: boolean;
   /** The prompt as the server encoded it (vLLM's top-level `prompt_token_ids`, with `return_token_ids`). */
   promptTokenIds?: number[];
+  /** `tokensOptional`: token ids were asked for and the server gave none (or refused the fields). */
+  tokenIdsMissing?: boolean;
 }
 
 /**
@@ -79,13 +81,14 @@ export function wantsTokenIds(policy: Pick<PolicyConfig, 'baseUrl'> & { tokenIds
  * With `tokens`, the request asks for the completion's token ids and log-probs (TOKEN_FIELDS); a server that
  * refuses those fields (400/422 naming one) or answers without ids fails the request non-retryably, saying to
  * set `policy.tokenIds: off`: training on retokenised text is the user's choice, never a silent fallback.
+ * With `tokensOptional` (samples nobody trains on) such a server is answered without ids (`tokenIdsMissing`).
  */
 export async function chatCompletions(
   policy: PolicyConfig,
   n: number,
   messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
   signal?: AbortSignal,
-  opts: { tokens?: boolean; field?: string; grammar?: Record<string, unknown> } = {},
+  opts: { tokens?: boolean; tokensOptional?: boolean; field?: string; grammar?: Record<string, unknown> } = {},
 ): Promise<ChatResult> {
   const client = new OpenAI({
     baseURL: policy.baseUrl,
@@ -107,8 +110,14 @@ export async function chatCompletions(
   try {
     res = await client.chat.completions.create(body, { signal });
   } catch (err) {
-    if (tokens && refusedTokenFields(err))
+    if (tokens && refusedTokenFields(err)) {
+      // Samples nobody trains on need no ids: the same request without the fields.
+      if (opts.tokensOptional) {
+        sayNoTokenIds(policy);
+        return { ...(await chatCompletions(policy, n, messages, signal, { ...opts, tokens: false })), askedForTokens: true, tokenIdsMissing: true };
+      }
       throw tokenFieldsFailure(policy, `refused the token fields: HTTP ${(err as InstanceType<typeof OpenAI.APIError>).status}: ${clipErrorText((err as Error).message)}`);
+    }
     throw classifyPolicyError(err, policy);
   }
   if (!Array.isArray(res.choices) || res.choices.length === 0) {
@@ -122,13 +131,36 @@ export async function chatCompletions(
       finishReason: c.finish_reason ?? null,
       ...(tokens ? sampledTokens(c as VllmChoice) : {}),
     }));
-  if (tokens) {
-    const without = completions.findIndex((c) => !c.tokenIds);
-    if (without >= 0) throw tokenFieldsFailure(policy, `answered without the sampled token ids (choice ${without}; token_ids or "token_id:N" log-prob tokens)`);
-  }
+  const without = tokens ? completions.findIndex((c) => !c.tokenIds) : -1;
+  if (without >= 0 && !opts.tokensOptional)
+    throw tokenFieldsFailure(policy, `answered without the sampled token ids (choice ${without}; token_ids or "token_id:N" log-prob tokens)`);
   const prompt =
     tokens && Array.isArray(res.prompt_token_ids) && res.prompt_token_ids.length > 0 && res.prompt_token_ids.every(isTokenId) ? (res.prompt_token_ids as number[]) : undefined;
-  return { completions, model: res.model ?? policy.model, askedForTokens: tokens, ...(prompt ? { promptTokenIds: [...prompt] } : {}) };
+  if (without >= 0) sayNoTokenIds(policy);
+  return {
+    completions,
+    model: res.model ?? policy.model,
+    askedForTokens: tokens,
+    ...(prompt ? { promptTokenIds: [...prompt] } : {}),
+    ...(without >= 0 ? { tokenIdsMissing: true } : {}),
+  };
+}
+
+/** Servers this process has said give no token ids: once each, not once per sample. */
+const saidNoTokenIds = new Set<string>();
+
+function sayNoTokenIds(policy: PolicyConfig): void {
+  const key = `${policy.baseUrl} ${policy.model}`;
+  if (saidNoTokenIds.has(key)) return;
+  saidNoTokenIds.add(key);
+  try {
+    log.warn('policy server gives no token ids; sampling goes on without them (no training run can use this server unless policy.tokenIds: off)', {
+      baseUrl: policy.baseUrl,
+      model: policy.model,
+    });
+  } catch {
+    /* outside an activity: nobody to tell */
+  }
 }
 
 /** Token ids were asked for and not given: non-retryable (asking again gets the same), with the way on. */

@@ -30,6 +30,8 @@ import { singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
 import { pauseSignal, stopSignal } from '../workflows/messages';
 import { episodeProgressQuery } from '../workflows/episode';
+import { EXIT, formatFailure, reportError, resultOf } from './failure';
+import { tokenIdsNote } from './token-ids';
 
 const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
 
@@ -120,6 +122,8 @@ program
     const result = await runEpisode(cfg, opts.id, opts.json ? undefined : (m) => console.error(m));
     const home = stackStatus(cfg).home;
     const out = { ...result, trajectoryPath: blobStoreFor(home).locationOf(result.trajectoryRef) };
+    const note = tokenIdsNote(result.tokenIdsMissing ?? 0, result.steps);
+    if (note && !opts.json) console.error(`halo: ${note}`);
     if (opts.json) console.log(JSON.stringify(out));
     else {
       console.log(`${result.success ? 'success' : 'failure'}: reward ${result.reward}, ${result.steps} steps, action validity ${(result.actionValidity * 100).toFixed(0)}%`);
@@ -182,7 +186,7 @@ trainCommand.action(async (opts: { runId?: string; detach?: boolean; dryRun?: bo
 
 program
   .command('status')
-  .description("a run's state and its latest metrics")
+  .description("a run's state and its latest metrics; for a run that failed, the failure (child workflow, activity, error type, message, fix)")
   .argument('<run>', 'run id')
   .option('--json', 'print JSON')
   .action(async (run: string, opts: { json?: boolean }) => {
@@ -196,6 +200,7 @@ program
           `run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`,
         );
         if (st.latest) console.log(describeLatestMetrics(st.latest));
+        if (st.failure) console.log(`last failure: ${formatFailure(st.failure)}`);
       }
     } finally {
       await connection.close();
@@ -313,7 +318,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
         }, 1000)
       : undefined;
     try {
-      return (await handle.result()) as EpisodeResult;
+      return await resultOf<EpisodeResult>(handle);
     } finally {
       if (timer) clearInterval(timer);
     }
@@ -327,8 +332,15 @@ registerRuns(program, { loadConfig });
 for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration])
   register(program, { loadConfig });
 
+program.addHelpText(
+  'after',
+  `\nExit codes: ${EXIT.ok} done; ${EXIT.runtime} a runtime failure (a server down, a browser lost, a workflow that failed while running);\n` +
+    `${EXIT.config} a configuration error (a bad flag or config field, or a workflow that failed non-retryably because of its config:\n` +
+    'an unknown model or adapter, a server without the token ids a training run needs). A failed workflow is printed with the\n' +
+    'child workflow and activity that failed, the error type, its message and the fix it names (--json: an "error" object).',
+);
+
 // The seeds' spellings: --num_generations, --policy_url, --loss_type, … are the hyphenated flags.
-program.parseAsync(normalizeFlagSpellings(process.argv, knownLongFlags(program))).catch((err: Error) => {
-  console.error(`halo: ${err.message}`);
-  process.exit(err instanceof ConfigError ? 2 : 1);
+program.parseAsync(normalizeFlagSpellings(process.argv, knownLongFlags(program))).catch((err: unknown) => {
+  process.exit(reportError(err, process.argv.includes('--json')));
 });

@@ -7,6 +7,7 @@ import { isGrpoMetrics, isMctsMetrics, latestMetrics, parseMetricsJsonl, type Me
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import type { TrainingResult, TrainingStatus } from '../workflows/train-engine';
 import { statusQuery } from '../workflows/messages';
+import { lastFailure, resultOf, RunFailedError, type RunFailure } from './failure';
 
 /**
  * One run per run id: a second `halo train` (running or finished) attaches to the existing run instead of
@@ -45,15 +46,12 @@ export async function refuseEndedBadly(handle: WorkflowHandle, runId: string, id
   const d = await handle.describe();
   const status = d.status.name;
   if (status === 'RUNNING' || status === 'COMPLETED' || status === 'CONTINUED_AS_NEW') return;
-  const reason = await handle.result().then(
-    () => '',
-    (e: Error) => `: ${(e.cause as Error | undefined)?.message ?? e.message}`,
-  );
-  throw new Error(
-    `run ${runId} ${status.toLowerCase().replace(/_/g, ' ')}${reason}\n` +
-      `Its adapters and metrics stay on disk. To train again, start a new run: set ${idField} to a new id ` +
-      `(or pass --run-id), or remove the old run first: temporal workflow delete --workflow-id ${runId}`,
-  );
+  const note =
+    `run ${runId} ${status.toLowerCase().replace(/_/g, ' ')}. Its adapters and metrics stay on disk. To train again, start a new run: set ${idField} to a new id ` +
+    `(or pass --run-id), or remove the old run first: temporal workflow delete --workflow-id ${runId}`;
+  const failure = await lastFailure(handle);
+  if (failure) throw new RunFailedError(failure, note);
+  throw new Error(note);
 }
 
 /**
@@ -89,7 +87,7 @@ export async function followStatus(
     }
   }, intervalMs);
   try {
-    return (await handle.result()) as TrainingResult;
+    return await resultOf<TrainingResult>(handle);
   } finally {
     clearInterval(timer);
   }
@@ -136,6 +134,8 @@ export interface RunStatusView {
   result?: TrainingResult;
   latest: MetricsLine | null;
   metricsFile: string;
+  /** Why the run failed (failed, terminated, timed out or cancelled), from its close event. */
+  failure?: RunFailure;
 }
 
 export async function runStatus(client: Client, runId: string, home: string): Promise<RunStatusView> {
@@ -157,5 +157,9 @@ export async function runStatus(client: Client, runId: string, home: string): Pr
       .then((s) => s as TrainingStatus)
       .catch(() => undefined);
   if (d.status.name === 'COMPLETED') view.result = (await handle.result()) as TrainingResult;
+  else if (d.status.name !== 'RUNNING' && d.status.name !== 'CONTINUED_AS_NEW') {
+    const failure = await lastFailure(handle);
+    if (failure) view.failure = failure;
+  }
   return view;
 }

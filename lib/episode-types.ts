@@ -135,8 +135,17 @@ export interface StepResultBlob extends Omit<StepSessionResult, 'resultRef'> {
 /** The part of an observation the prompt needs: what the policy activity receives. */
 export type PromptObservationRef = Pick<ObservationRef, 'goal' | 'url' | 'step' | 'screenshotRef' | 'axtreeRef'>;
 
+/**
+ * The policy as an episode and its sampling calls carry it. `tokenIdsOptional`: the samples are not trained on (a
+ * single episode, an evaluation), so token ids are asked for and used when they come back, and a server that gives
+ * none (or refuses the fields) is answered without them; absent, as in training, such a server fails the call
+ * non-retryably (`policy.tokenIds`). It rides on the policy so every sampling call of the episode gets it: step
+ * groups and test-time searches included.
+ */
+export type SamplingPolicyConfig = PolicyConfig & { tokenIdsOptional?: boolean };
+
 export interface SampleInput {
-  policy: PolicyConfig;
+  policy: SamplingPolicyConfig;
   /** The served adapter `policy.model` names: loaded again when a restarted server no longer has it. */
   adapter?: ServedAdapter;
   /** Samples in one request (a step group's N, an expansion's K); 1 when absent. */
@@ -178,7 +187,7 @@ export interface EpisodeInput extends LegacyEpisodeFields {
   task: TaskRef;
   maxSteps: number;
   /** The policy to sample from, already resolved for the run's iteration (lib/iteration-policy.ts). */
-  policy: PolicyConfig;
+  policy: SamplingPolicyConfig;
   /** The run's infrastructure (queues, timeouts, rewards). Inputs written by hand may give the flat fields instead. */
   run?: RunContext;
   /** Shown in the Temporal UI (search attribute HaloMode); the model name when absent. */
@@ -283,5 +292,7 @@ export interface EpisodeResult {
   forkReplayFallbacks?: number;
   /** The episode's browser work; absent from results recorded before it was counted. */
   browser?: BrowserWork;
+  /** `policy.tokenIdsOptional`: steps whose sample came back without token ids (absent when every one had them). */
+  tokenIdsMissing?: number;
   trajectoryRef: string;
 }

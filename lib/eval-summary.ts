@@ -24,6 +24,8 @@ export interface EvalEpisodeRecord {
   trajectoryRef?: string;
   /** Set when the episode workflow failed (counted as a failure in `n`, left out of the other statistics). */
   error?: string;
+  /** Steps sampled without token ids (a served mode whose server gives none); absent when every step had them. */
+  tokenIdsMissing?: number;
 }
 
 export interface WilsonInterval {

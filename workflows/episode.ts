@@ -25,6 +25,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   const actionPath: Action[] = ep.session.path;
   const [trajectoryRef] = await Promise.all([recordTrajectory(ep, initialObservation, outcome), ep.session.closeQuietly(), ep.sessions.flush()]);
   const { steps, sessions } = ep;
+  const tokenIdsMissing = input.policy.tokenIdsOptional ? steps.filter((s) => !s.tokensRef && !s.tokenIds).length : 0;
   return {
     workflowId: ep.workflowId,
     task: input.task,
@@ -40,6 +41,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     sessionRebuilds: ep.budget.used,
     ...(sessions.forks.snapshot + sessions.forks.replayFallback > 0 ? { forkSnapshots: sessions.forks.snapshot, forkReplayFallbacks: sessions.forks.replayFallback } : {}),
     browser: { ...sessions.browser },
+    ...(tokenIdsMissing ? { tokenIdsMissing } : {}),
     trajectoryRef,
     groups: ep.groups.length,
   };

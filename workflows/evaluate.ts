@@ -151,6 +151,7 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
         done: res.done,
         reason: res.reason,
         trajectoryRef: res.trajectoryRef,
+        ...(res.tokenIdsMissing ? { tokenIdsMissing: res.tokenIdsMissing } : {}),
       };
     } catch (err) {
       if (isCancellation(err)) throw err;

@@ -22,6 +22,8 @@ export interface Failed<T> {
   index: number;
   item: T;
   error: string;
+  /** The failure itself (in memory only): the run's own failure keeps the first one as its cause. */
+  cause?: Error;
 }
 
 /**
@@ -44,7 +46,7 @@ export async function poolSettled<T, R>(items: T[], limit: number, fn: (item: T,
       return { value: await fn(item, i) };
     } catch (err) {
       if (isCancellation(err)) throw err;
-      return { failed: { index: i, item, error: failureMessage(err).slice(0, 500) } };
+      return { failed: { index: i, item, error: failureMessage(err).slice(0, 500), ...(err instanceof Error ? { cause: err } : {}) } };
     }
   });
   const ok: R[] = [];
@@ -63,8 +65,11 @@ export function checkFailureShare(failed: Failed<unknown>[], total: number, maxS
     .slice(0, 3)
     .map((f) => `#${f.index}: ${f.error}`)
     .join('; ');
-  throw ApplicationFailure.nonRetryable(
-    `${failed.length} of ${total} ${what} failed, more than ${setting} = ${maxShare} allows (${reasons}${failed.length > 3 ? '; …' : ''})`,
-    'TooManyFailures',
-  );
+  // The first failure rides along as the cause, so a client reads which child, activity and error type it was.
+  throw ApplicationFailure.create({
+    message: `${failed.length} of ${total} ${what} failed, more than ${setting} = ${maxShare} allows (${reasons}${failed.length > 3 ? '; …' : ''})`,
+    type: 'TooManyFailures',
+    nonRetryable: true,
+    ...(failed[0].cause ? { cause: failed[0].cause } : {}),
+  });
 }

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { findMiniwobHtml } from '../../env/miniwob-server';
 import { listMiniwobTasks } from '../../env/miniwob-tasks';
@@ -12,12 +12,14 @@ import { loadEvalConfigFile, readEvalConfigRaw, resolveEvalPlanOnHost } from '..
 import { applyEvalOverrides, parseWithFlags } from '../../lib/config-overrides';
 import { addOverrideOptions, flagDefaults, loadPin, overrideContext, overrideFlagsOf, parseHaloWithFlags, preflightTasks, type TaskRegistryPin } from '../run-flags';
 import { snapshotSites } from '../real-preflight';
-import { summaryMarkdown, type EvalSummary } from '../../lib/eval-summary';
+import { summaryMarkdown, type EvalEpisodeRecord, type EvalSummary } from '../../lib/eval-summary';
 import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
 import { evalProgressQuery, type EvaluateInput, type EvaluateResult } from '../../workflows/evaluate';
 import { REPO_ROOT } from '../processes';
 import { blobStoreFor, type BlobStore } from '../../blob/store';
 import { connectClient, stackStatus } from '../stack';
+import { resultOf } from '../failure';
+import { tokenIdsNote, withOptionalTokenIds } from '../token-ids';
 
 // `halo eval --config FILE`: greedy evaluation of several policy modes on the same tasks and seeds, as one
 // `evaluate` workflow (id = the eval id; running it again attaches). Results land in
@@ -74,12 +76,14 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
 
 /** The workflow input for an eval config: registries read, `latest` adapters and skip decisions resolved. */
 export function planEval(cfg: EvalConfig, opts: Pick<RunEvalOptions, 'base' | 'env' | 'checkpoints'> & { realSites?: ResolveOptions['realSites'] }): EvaluateInput {
-  return resolveEvalPlanOnHost(cfg, opts.base, {
+  const plan = resolveEvalPlanOnHost(cfg, opts.base, {
     env: opts.env,
     checkpoints: opts.checkpoints,
     // A pinned registry (--task-registry) names the REAL tasks; else the installed agisdk does.
     ...(opts.realSites && cfg.env === 'real' ? { realSites: opts.realSites } : taskRegistries(cfg)),
   });
+  // Nothing trains on an evaluation's samples: a served mode goes on where its server gives no token ids.
+  return { ...plan, modes: plan.modes.map((m) => ({ ...m, policy: withOptionalTokenIds(m.policy) })) };
 }
 
 /** One evaluation per eval id: starting an id that exists (running or finished) attaches to it. */
@@ -136,7 +140,7 @@ export async function followEval(handle: WorkflowHandle, say?: (line: string) =>
       }, pollMs)
     : undefined;
   try {
-    return (await handle.result()) as EvaluateResult;
+    return await resultOf<EvaluateResult>(handle);
   } finally {
     if (timer) clearInterval(timer);
   }
@@ -301,6 +305,12 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
         });
         if (opts.json) console.log(JSON.stringify(out.report));
         else {
+          const records = readFileSync(out.files.episodes, 'utf8')
+            .split('\n')
+            .filter(Boolean)
+            .map((l) => JSON.parse(l) as EvalEpisodeRecord);
+          const note = tokenIdsNote(sum(records.map((r) => r.tokenIdsMissing ?? 0)), sum(records.map((r) => r.steps)));
+          if (note) console.error(`halo: ${note}`);
           console.log(out.markdown);
           console.log(`episodes: ${out.files.episodes}\nsummary:  ${out.files.summaryJson}\n          ${out.files.summaryMd}`);
         }
@@ -310,3 +320,5 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
     },
   );
 }
+
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);

@@ -6,6 +6,7 @@ import { sleep } from '../processes';
 import { resumeSignal, statusQuery } from '../../workflows/messages';
 import { reloadServedAdapters } from '../served-adapters';
 import { episodesQuery, RUN_STATUSES, runsQuery } from '../visibility';
+import { lastFailure, RunFailedError } from '../failure';
 
 interface Ctx {
   loadConfig: (path?: string) => HaloConfig;
@@ -123,6 +124,8 @@ export function register(program: Command, ctx: Ctx): void {
         const d = await handle.describe();
         if (d.status.name !== 'RUNNING') {
           console.log(`run ${run} is ${d.status.name}; nothing to resume`);
+          const failure = await lastFailure(handle);
+          if (failure) throw new RunFailedError(failure, `a failed run does not resume: start a new run (a new run id) once the cause is fixed`);
           return;
         }
         const paused = await handle
@@ -139,6 +142,10 @@ export function register(program: Command, ctx: Ctx): void {
         console.error(`halo: run ${run} is running; waiting for it to make progress`);
         for (;;) {
           const now = await handle.describe();
+          if (now.status.name !== 'RUNNING' && now.status.name !== 'COMPLETED' && now.status.name !== 'CONTINUED_AS_NEW') {
+            const failure = await lastFailure(handle);
+            if (failure) throw new RunFailedError(failure);
+          }
           if (now.runId !== startRun || now.historyLength > before || now.status.name !== 'RUNNING') {
             console.log(`run ${run} is moving again (${now.status.name}, history ${before} → ${now.historyLength} events)`);
             return;
