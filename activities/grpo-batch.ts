@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
 import { TrajectorySchema, legacyTokens, type GroupCandidate, type Trajectory } from '../lib/experience';
 import { describeZodError } from '../lib/learner-types';
-import { episodeGroup, groupsToBatchItems, stepGroupRewards, type GrpoRefItem, type BatchStepGroup } from '../lib/grpo';
+import { dynamicSamplingStats, episodeGroup, groupsToBatchItems, stepGroupRewards, type BatchStepGroup, type DynamicSamplingStats, type GrpoRefItem } from '../lib/grpo';
 import { anchorGroupAdvantages, anchorRollout, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/anchor-groups';
 import type { LearnerBatchActivities } from './learner-batches';
 
@@ -30,6 +30,8 @@ export interface BuildGrpoBatchResult {
   no_signal: boolean;
   /** Grouping `anchor`: the step-level groups found across the rollouts, for the metrics row. */
   anchor?: AnchorStats;
+  /** Step grouping with train.dynamicSampling: the groups that drew more, and the zero-std share before they did. */
+  dynamic?: DynamicSamplingStats;
 }
 
 /** train.anchor's defaults (lib/config.ts), for a workflow that passes none. */
@@ -104,7 +106,14 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
             reward: c.reward,
           });
         }
-        out.push({ promptRef: g.promptRef, ...(g.grammarRef ? { grammarRef: g.grammarRef } : {}), step: g.step, chosen: g.chosen, candidates });
+        out.push({
+          promptRef: g.promptRef,
+          ...(g.grammarRef ? { grammarRef: g.grammarRef } : {}),
+          step: g.step,
+          chosen: g.chosen,
+          ...(g.firstDraw ? { firstDraw: g.firstDraw } : {}),
+          candidates,
+        });
       }
     }
     return out;
@@ -200,7 +209,8 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
         throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} produced no samples`, 'EmptyIteration');
       }
       const batch_ref = await batches.writeGrpoBatch({ items, max_completion_len: input.max_completion_len ?? null });
-      return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal, ...(anchorStats ? { anchor: anchorStats } : {}) };
+      const dynamic = groups.some((g) => g.firstDraw) ? { dynamic: dynamicSamplingStats(groups) } : {};
+      return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal, ...(anchorStats ? { anchor: anchorStats } : {}), ...dynamic };
     },
   };
 }

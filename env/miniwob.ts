@@ -42,6 +42,17 @@ export function settleMsFromEnv(value = process.env.HALO_MINIWOB_SETTLE_MS): num
 const AXTREE_MAX_LINES = 200;
 const AXTREE_MAX_CHARS = 8_192;
 
+/**
+ * The origin observations name MiniWoB++ pages by, whatever port the local server listens on: a URL enters the
+ * prompt and the state key, and a run must see the same prompt on every stack (the port is picked at random).
+ */
+export const MINIWOB_SHOWN_ORIGIN = 'http://miniwob.local';
+
+/** `url` as an observation shows it: the local server's origin replaced by MINIWOB_SHOWN_ORIGIN. */
+export function miniwobShownUrl(url: string, baseUrl: string): string {
+  return url === baseUrl || url.startsWith(`${baseUrl}/`) ? MINIWOB_SHOWN_ORIGIN + url.slice(baseUrl.length) : url;
+}
+
 export interface MiniWobEnvOptions {
   /** Created by the caller from a BrowserContext with viewport 1280x720. The env owns it from now on. */
   page: Page;
@@ -282,7 +293,7 @@ export class MiniWobEnv implements Environment {
       const png = await this.capture(view?.scrollX ?? 0, view?.scrollY ?? 0);
       shot = { screenshotRef: await this.blobs.put(png, 'png'), ...pngSize(png) };
     }
-    return { goal: ep.goal, url: this.page.url(), axtree: view?.axtree ?? '', ...shot, step: ep.steps };
+    return { goal: ep.goal, url: miniwobShownUrl(this.page.url(), this.baseUrl), axtree: view?.axtree ?? '', ...shot, step: ep.steps };
   }
 
   /** PNG of the top-left (viewport / zoom) CSS px of the visual viewport, rendered at `zoom`. */

@@ -187,6 +187,28 @@ export const trainSchema = z
       .prefault({})
       .describe('grouping anchor: A = episodeWeight·(R − mean R) + stepWeight·(G_t − mean G over the anchor group); a step alone in its group keeps the episode term'),
     choose: z.enum(['best', 'sampled']).default('best').describe('which candidate the episode continues from (step grouping)'),
+    dynamicSampling: z
+      .strictObject({
+        maxCandidates: z
+          .number()
+          .int()
+          .min(0)
+          .max(256)
+          .default(0)
+          .describe(
+            'step grouping: a group whose N candidates all scored the same draws N more from the same state, again until the scores differ or the group holds this many (DAPO dynamic sampling); the episode still goes on from one of the first N; 0: off',
+          ),
+        explore: z
+          .number()
+          .min(0)
+          .max(1)
+          .default(0.5)
+          .describe(
+            "ε of those extra draws (colocated sampler): each token from (1 − ε)·π + ε·uniform over the tokens the grammar allows, with that mixture's log-probs, which the learner weights by π / mixture (capped at staleWeightCap); 0: plain draws",
+          ),
+      })
+      .prefault({})
+      .describe('more candidates for groups without signal'),
     maxStaleness: z
       .number()
       .int()
@@ -417,12 +439,23 @@ export function parseConfig(raw: unknown, source = 'config', opts: { historyBudg
   const input = raw ?? {};
   const result = configSchema.safeParse(input);
   if (result.success) {
-    const problems = opts.historyBudget === false ? [] : historyBudgetProblems(result.data);
+    const problems = [...dynamicSamplingProblems(result.data), ...(opts.historyBudget === false ? [] : historyBudgetProblems(result.data))];
     if (problems.length) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     return result.data;
   }
   const lines = formatConfigIssues(result.error.issues, configSchema, input);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/** train.dynamicSampling that cannot work: extra draws exist only for step groups, and one draw is N candidates. */
+export function dynamicSamplingProblems(cfg: HaloConfig): string[] {
+  const t = cfg.train;
+  const max = t.dynamicSampling.maxCandidates;
+  if (max === 0) return [];
+  if (t.grouping !== 'step') return [`train.dynamicSampling.maxCandidates: extra draws need train.grouping step (it is ${t.grouping}); set it to 0`];
+  if (max < 2 * t.numGenerations)
+    return [`train.dynamicSampling.maxCandidates ${max}: one extra draw is numGenerations (${t.numGenerations}) candidates, so it is 0 or at least ${2 * t.numGenerations}`];
+  return [];
 }
 
 /**
@@ -447,9 +480,16 @@ export function identicalCandidatesProblem(cfg: HaloConfig): string | undefined 
  */
 export function historyBudgetProblems(cfg: HaloConfig): string[] {
   const stepGroups = cfg.train.grouping === 'step';
+  // Dynamic sampling can grow a step group to maxCandidates forks; the budget counts the largest group.
+  const grown = stepGroups && cfg.train.dynamicSampling.maxCandidates > cfg.train.numGenerations;
   const episode = episodeHistoryProblems(
-    { n: stepGroups ? cfg.train.numGenerations : 1, forks: stepGroups, maxSteps: cfg.episode.maxSteps, maxTokens: cfg.policy.maxTokens },
-    { n: 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' },
+    {
+      n: stepGroups ? Math.max(cfg.train.numGenerations, cfg.train.dynamicSampling.maxCandidates) : 1,
+      forks: stepGroups,
+      maxSteps: cfg.episode.maxSteps,
+      maxTokens: cfg.policy.maxTokens,
+    },
+    { n: grown ? 'train.dynamicSampling.maxCandidates' : 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' },
   );
   const expansion = samplingPayloadProblem(cfg.mcts.maxChildren, cfg.policy.maxTokens, { n: 'mcts.maxChildren', maxTokens: 'policy.maxTokens' });
   return [...episode, ...(expansion ? [expansion] : [])];

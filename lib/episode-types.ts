@@ -192,8 +192,12 @@ export interface EpisodeInput extends LegacyEpisodeFields {
   run?: RunContext;
   /** Shown in the Temporal UI (search attribute HaloMode); the model name when absent. */
   mode?: string;
-  /** GRPO step grouping: at each state, N candidates each executed from that state in a forked session. */
-  grouping?: { n: number; choose: 'best' | 'sampled' };
+  /**
+   * GRPO step grouping: at each state, N candidates each executed from that state in a forked session. With
+   * `maxCandidates`, a group whose candidates all scored the same draws N more (at exploration `explore`) until
+   * the scores differ or it holds that many (train.dynamicSampling).
+   */
+  grouping?: { n: number; choose: 'best' | 'sampled'; maxCandidates?: number; explore?: number };
   /**
    * Test-time MCTS (Agent Q at inference): before every step an `mctsSearch` child workflow searches from the
    * current state (its action path as the root) and the episode plays the search's decision at the root.

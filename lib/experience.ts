@@ -145,6 +145,8 @@ export const StepGroupSchema = z.object({
   step: int,
   candidates: z.array(GroupCandidateSchema).min(1),
   chosen: int.min(0),
+  /** Dynamic sampling grew the group: its first `firstDraw` candidates are the step's own draw, the rest extra draws. */
+  firstDraw: int.min(1).optional(),
 });
 
 // ---- the episode workflow's step record -------------------------------------------------------------

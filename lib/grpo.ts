@@ -121,6 +121,37 @@ export interface BatchStepGroup {
   candidates: CandidateOutcome[];
   /** Index of the candidate the episode continued from. */
   chosen: number;
+  /** Dynamic sampling grew the group: the first `firstDraw` candidates are the step's own draw. */
+  firstDraw?: number;
+}
+
+/** What dynamic sampling did in one batch of step groups (metrics keys). */
+export interface DynamicSamplingStats {
+  /** Groups that drew extra candidates because their first draw scored alike. */
+  groups_resampled: number;
+  /** Candidates those extra draws added. */
+  extra_candidates: number;
+  /** The zero-std share of the groups' first draws, before any extra draw (frac_reward_zero_std is after). */
+  frac_reward_zero_std_first_draw: number;
+}
+
+export function dynamicSamplingStats(groups: readonly BatchStepGroup[]): DynamicSamplingStats {
+  let resampled = 0;
+  let extra = 0;
+  let zeroFirst = 0;
+  for (const g of groups) {
+    const first = g.firstDraw ?? g.candidates.length;
+    if (first < g.candidates.length) {
+      resampled++;
+      extra += g.candidates.length - first;
+    }
+    if (isZeroStdGroup(g.candidates.slice(0, first).map((c) => c.reward))) zeroFirst++;
+  }
+  return {
+    groups_resampled: resampled,
+    extra_candidates: extra,
+    frac_reward_zero_std_first_draw: groups.length ? roundReward(zeroFirst / groups.length) : 0,
+  };
 }
 
 export type ChooseMode = 'best' | 'sampled';

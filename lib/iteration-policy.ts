@@ -86,10 +86,12 @@ export function staleness(iteration: number, sampledVersion: number): number {
 }
 
 /**
- * The colocated sampler's seed for one call: fixed by the workflow, the prompt (a content hash) and n. A retried
- * call draws the same completions, and a run replays the same samples whatever order its parallel episodes
- * reach the learner in (the learner's own random state would otherwise depend on that order).
+ * The colocated sampler's seed for one call: fixed by the workflow (run, iteration, episode or search), the call's
+ * place in it (step and draw, or search node) and n. A retried call draws the same completions, and a run replays
+ * the same samples whatever order its parallel episodes reach the learner in. The prompt's bytes stay out: they
+ * carry ports and pixels that differ between stacks, and the same run must draw the same samples on every stack.
+ * Histories from before call keys existed passed the prompt's hash as the key.
  */
-export function samplingSeed(workflowId: string, promptRef: string, n: number): number {
-  return parseInt(fnv1a32(`${workflowId}|${promptRef}|${n}`), 16);
+export function samplingSeed(workflowId: string, callKey: string, n: number): number {
+  return parseInt(fnv1a32(`${workflowId}|${callKey}|${n}`), 16);
 }

@@ -149,6 +149,8 @@ export const SampleActionsInputSchema = z.strictObject({
   temperature: finite.min(0).default(0.7),
   max_tokens: int.min(1).default(256),
   seed: int.nullable().default(null),
+  /** ε of an exploring draw: tokens from (1 − ε)·π + ε·uniform(allowed), with that mixture's log-probs. */
+  explore: finite.min(0).max(1).default(0),
   base_model: baseModel,
   /** Constrained decoding: every completion follows this JSON-schema blob (lib/action-grammar.ts). */
   grammar_ref: z.string().nullable().default(null),

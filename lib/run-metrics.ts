@@ -150,6 +150,12 @@ const grpoShape = {
   anchor_group_size_mean: finite.min(0).optional(),
   anchor_group_size_max: int.min(0).optional(),
   step_signal_share: fraction.optional(),
+  /** Dynamic sampling: groups that drew more candidates, the candidates added, the zero-std share before they were. */
+  groups_resampled: int.min(0).optional(),
+  extra_candidates: int.min(0).optional(),
+  frac_reward_zero_std_first_draw: fraction.optional(),
+  /** 1 when every group of the iteration scored alike, so its update had no policy gradient. */
+  update_without_signal: int.min(0).max(1).optional(),
   /** REAL step groups (`real.forkMode: snapshot`): forks from a state copy, and copies that differed and replayed. */
   fork_snapshots: int.min(0).optional(),
   fork_replay_fallbacks: int.min(0).optional(),

@@ -5,7 +5,7 @@
 import { roundReward } from './rewards/shaping';
 import type { AnchorStats } from './anchor-groups';
 import type { BrowserWork } from './episode-types';
-import { checkFinite, isZeroStdGroup, mean, populationStd } from './grpo';
+import { checkFinite, isZeroStdGroup, mean, populationStd, type DynamicSamplingStats } from './grpo';
 import type { MctsCounters, MctsSearchResult } from './mcts-search';
 import type { GrpoTrainingMetrics, MctsTrainingMetrics } from './run-metrics';
 
@@ -53,6 +53,10 @@ export interface IterationMetricsInput {
   phaseSeconds: Record<string, number>;
   /** Grouping `anchor`: the step-level groups of the batch (lib/anchor-groups.ts). */
   anchor?: AnchorStats;
+  /** Step grouping with dynamic sampling: what the extra draws did (lib/grpo.ts). */
+  dynamic?: DynamicSamplingStats;
+  /** Every group of the batch scored alike: the update carried no policy gradient (KL only). */
+  noSignal?: boolean;
   /** Pipelined runs (train.maxStaleness ≥ 1): the adapter the batch was sampled from and its staleness. */
   staleness?: { sampledVersion: number; value: number };
 }
@@ -112,6 +116,8 @@ export function iterationMetrics(input: IterationMetricsInput): GrpoTrainingMetr
     num_groups: input.groups.length,
     num_episodes: eps.length,
     ...(input.anchor ? { ...input.anchor } : {}),
+    ...(input.dynamic ? { ...input.dynamic } : {}),
+    ...(input.noSignal !== undefined ? { update_without_signal: input.noSignal ? 1 : 0 } : {}),
     ...(forkSnapshots + forkFallbacks > 0 ? { fork_snapshots: forkSnapshots, fork_replay_fallbacks: forkFallbacks } : {}),
     ...(input.staleness ? { sampled_adapter_version: input.staleness.sampledVersion, staleness: input.staleness.value } : {}),
     ...grpoBrowserWork(eps),

@@ -1,8 +1,8 @@
-import { patched } from '@temporalio/workflow';
+import { ApplicationFailure, patched } from '@temporalio/workflow';
 import { describeAction, isValidAction, type AgentAction } from '../lib/actions';
 import type { StepSessionResult } from '../lib/episode-types';
 import type { StepGroup } from '../lib/experience';
-import { chooseCandidate } from '../lib/grpo';
+import { chooseCandidate, isZeroStdGroup } from '../lib/grpo';
 import { fnv1a32, rewardForUnparsedOutput } from '../lib/rewards/shaping';
 import type { DurableSession } from './durable-session';
 import type { EpisodeContext, InvalidOutputReward, PlayedStep } from './episode-steps';
@@ -19,18 +19,60 @@ import type { Sampled } from './sampler';
 type CandidateRun = { fork: DurableSession; out: StepSessionResult } | { invalid: InvalidOutputReward };
 
 /** Runs the step group of `sampled`, records it, and moves the episode to the chosen candidate's session. */
-export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: number): Promise<PlayedStep> {
+export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: number, more?: (draw: number) => Promise<Sampled>): Promise<PlayedStep> {
   const here = ep.session;
   const n = sampled.candidates.length;
-  const settled = await Promise.allSettled(sampled.candidates.map((c, i) => runCandidate(ep, here, c.action, `${i + 1}/${n}`, stepNo)));
-  const runs = allRunsOrThrow(settled);
-  const rewards = runs.map((r) => ('invalid' in r ? r.invalid.breakdown.total : r.out.shaped.total));
+  const runs = await runCandidates(ep, here, sampled, 0, stepNo);
+  const rewards = runs.map(rewardOf);
+  const grown = await drawMore(ep, here, sampled, rewards, stepNo, more);
   const u = parseInt(fnv1a32(`${ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
-  const chosen = chooseCandidate(rewards, ep.input.grouping!.choose, u);
-  ep.groups.push(stepGroup(sampled, stepNo, chosen, rewards));
+  // The episode goes on from one of the step's own n candidates: what it plays, and its success, stay the policy's.
+  const chosen = chooseCandidate(rewards.slice(0, n), ep.input.grouping!.choose, u);
+  ep.groups.push(stepGroup(grown, stepNo, chosen, rewards, n));
   const picked = runs[chosen];
   await continueInChosen(ep, runs, chosen);
   return { chosen, out: 'out' in picked ? picked.out : undefined, invalid: 'invalid' in picked ? picked.invalid : undefined };
+}
+
+function rewardOf(r: CandidateRun): number {
+  return 'invalid' in r ? r.invalid.breakdown.total : r.out.shaped.total;
+}
+
+/** The candidates of one draw, each in a fork of its own at `here`'s state, all run at once. */
+async function runCandidates(ep: EpisodeContext, here: DurableSession, drawn: Sampled, offset: number, stepNo: number): Promise<CandidateRun[]> {
+  const total = offset + drawn.candidates.length;
+  const settled = await Promise.allSettled(drawn.candidates.map((c, i) => runCandidate(ep, here, c.action, `${offset + i + 1}/${total}`, stepNo)));
+  return allRunsOrThrow(settled);
+}
+
+/**
+ * Dynamic sampling (DAPO): while every candidate scored the same, the group carries no gradient, so it draws n
+ * more from the same state (train.dynamicSampling), up to maxCandidates. The extra candidates only teach: their
+ * forks close as soon as they are scored. Appends their rewards to `rewards`; returns the group's candidates.
+ */
+async function drawMore(
+  ep: EpisodeContext,
+  here: DurableSession,
+  sampled: Sampled,
+  rewards: number[],
+  stepNo: number,
+  more: ((draw: number) => Promise<Sampled>) | undefined,
+): Promise<Sampled> {
+  const cap = ep.input.grouping?.maxCandidates ?? 0;
+  const n = sampled.candidates.length;
+  const candidates = [...sampled.candidates];
+  for (let draw = 1; more && isZeroStdGroup(rewards) && candidates.length + n <= cap; draw++) {
+    const extra = await more(draw);
+    // The same observation and history write the same prompt blob; anything else is not one group.
+    if (extra.promptRef !== sampled.promptRef || extra.grammarRef !== sampled.grammarRef) {
+      throw ApplicationFailure.nonRetryable(`extra draw ${draw} of step ${stepNo} has prompt ${extra.promptRef}, not the group's ${sampled.promptRef}`, 'InvalidGroup');
+    }
+    const runs = await runCandidates(ep, here, extra, candidates.length, stepNo);
+    for (const r of runs) if ('fork' in r) r.fork.closeLater();
+    rewards.push(...runs.map(rewardOf));
+    candidates.push(...extra.candidates);
+  }
+  return { ...sampled, candidates };
 }
 
 /** One candidate in a new session at `here`'s state; a lost fork is opened again within the run's rebuild limit. */
@@ -65,13 +107,17 @@ function allRunsOrThrow(settled: PromiseSettledResult<CandidateRun>[]): Candidat
   throw failure.reason;
 }
 
-/** The group as training sees it: the prompt, every candidate's completion, finish reason, validity and reward, the one played. */
-function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: number[]): StepGroup {
+/**
+ * The group as training sees it: the prompt, every candidate's completion, finish reason, validity and reward, the
+ * one played, and how many came from the step's own draw (the rest from dynamic sampling's extra draws).
+ */
+function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: number[], onPolicy: number): StepGroup {
   return {
     promptRef: sampled.promptRef,
     ...(sampled.grammarRef ? { grammarRef: sampled.grammarRef } : {}),
     step: stepNo,
     chosen,
+    ...(onPolicy < sampled.candidates.length ? { firstDraw: onPolicy } : {}),
     candidates: sampled.candidates.map((c, i) => ({
       ...(c.completionRef ? { completionRef: c.completionRef } : { completion: c.completion ?? '' }),
       ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),

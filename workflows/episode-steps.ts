@@ -71,14 +71,28 @@ export async function playStep(ep: EpisodeContext, stepNo: number, outcome: Epis
   setCurrentDetails(`step ${stepNo}/${ep.input.maxSteps} · ${describeAction(c.action)} · ${record.shaped.summary} · ${record.url}`);
 }
 
-/** n candidates (the step group's size, else 1) from the policy at the session's state. */
-async function sampleCandidates(ep: EpisodeContext, stepNo: number): Promise<Sampled> {
-  const { policy } = ep.input;
+/**
+ * n candidates (the step group's size, else 1) from the policy at the session's state. Draw 0 is the step's own;
+ * later draws are dynamic sampling's extra candidates for a group whose candidates all scored the same, drawn
+ * with the group's exploration.
+ */
+async function sampleCandidates(ep: EpisodeContext, stepNo: number, draw = 0): Promise<Sampled> {
+  const { policy, grouping } = ep.input;
   const last = ep.steps.at(-1);
-  const n = ep.input.grouping?.n ?? 1;
-  const summary = `sample step ${stepNo} (${policy.model}, n=${n})${last ? ` · last reward ${last.shaped.total}` : ''}`;
+  const n = grouping?.n ?? 1;
+  const explore = draw > 0 ? (grouping?.explore ?? 0) : 0;
+  const what = draw > 0 ? `extra draw ${draw} for step ${stepNo}${explore ? ` (ε ${explore})` : ''}` : `sample step ${stepNo}`;
+  const summary = `${what} (${policy.model}, n=${n})${last ? ` · last reward ${last.shaped.total}` : ''}`;
   const { goal, url, step, screenshotRef, axtreeRef } = ep.session.observation;
-  return sample(ep.sampler, { observation: { goal, url, step, screenshotRef, axtreeRef }, history: promptHistory(ep), n, store: true, summary });
+  return sample(ep.sampler, {
+    observation: { goal, url, step, screenshotRef, axtreeRef },
+    history: promptHistory(ep),
+    n,
+    store: true,
+    summary,
+    seedKey: `step ${stepNo} draw ${draw}`,
+    ...(explore ? { explore } : {}),
+  });
 }
 
 /** Recent actions as the prompt shows them: the activity input (and so the history) stays flat as episodes grow. */
@@ -127,7 +141,7 @@ async function searchStep(ep: EpisodeContext, stepNo: number): Promise<Sampled> 
 
 /** Runs the step's sampled action: as a step group, alone in the session, or not at all when unparseable. */
 async function runStep(ep: EpisodeContext, sampled: Sampled, stepNo: number, before: ObservationRef): Promise<PlayedStep> {
-  if (ep.input.grouping) return runGroup(ep, sampled, stepNo);
+  if (ep.input.grouping) return runGroup(ep, sampled, stepNo, (draw) => sampleCandidates(ep, stepNo, draw));
   const action = sampled.candidates[0].action;
   if (!isValidAction(action)) return { chosen: 0, invalid: rewardForUnparsedOutput(before.stateKey, ep.session.rewardState, ep.rewardWeights) };
   const out = await ep.session.step(action, `step ${stepNo}: ${describeAction(action)} on ${before.url}`, ep.budget, (lost) => closeLost(ep, lost));

@@ -385,7 +385,14 @@ async function step(search: Search, s: DurableSession, action: Action, ctx: Sim,
 async function expandNode(search: Search, id: number, s: DurableSession, tag: string): Promise<number[]> {
   const { state, params: P } = search;
   state.phase = `${tag}: expand node ${id}`;
-  const { promptRef, candidates } = await sampleAt(search, s, P.maxChildren, true, `${tag} · expand node ${id} (depth ${s.path.length}): sample K=${P.maxChildren}`);
+  const { promptRef, candidates } = await sampleAt(
+    search,
+    s,
+    P.maxChildren,
+    true,
+    `${tag} · expand node ${id} (depth ${s.path.length}): sample K=${P.maxChildren}`,
+    `expand ${id}`,
+  );
   state.sampled(candidates);
   // Searches recorded before proposals were counted replay with every child counting the same.
   const distinct = patched('mcts-proposals') ? proposedActions(candidates) : distinctActions(candidates);
@@ -444,7 +451,14 @@ async function rollout(search: Search, from: number, s: DurableSession, ctx: Sim
   };
   while (depth < P.maxDepth) {
     state.phase = `${ctx.tag}: rollout step ${steps + 1} from node ${from}`;
-    const { candidates } = await sampleAt(search, s, 1, false, `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`);
+    const { candidates } = await sampleAt(
+      search,
+      s,
+      1,
+      false,
+      `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`,
+      `${ctx.tag} rollout ${from} step ${steps + 1}`,
+    );
     const c = candidates[0];
     if (!isValidAction(c.action)) return valued(false, 0, `unparseable output at depth ${depth + 1}`);
     const out = await step(search, s, c.action, ctx, `${ctx.tag} · rollout step ${steps + 1}: ${describeAction(c.action)}`, true);
@@ -502,7 +516,14 @@ async function rankCandidates(search: Search, s: DurableSession, candidates: Sea
 }
 
 /** n candidates at the session's state. `keep`: store the completions (expansions) or not (rollouts). */
-async function sampleAt(search: Search, s: DurableSession, n: number, keep: boolean, summary: string): Promise<{ promptRef: string; candidates: SearchCandidate[] }> {
+async function sampleAt(
+  search: Search,
+  s: DurableSession,
+  n: number,
+  keep: boolean,
+  summary: string,
+  seedKey: string,
+): Promise<{ promptRef: string; candidates: SearchCandidate[] }> {
   const { state, params: P } = search;
   const path = [...state.spec.rootPath, ...s.path];
   const sampled = await state.timed('sample', () =>
@@ -514,6 +535,7 @@ async function sampleAt(search: Search, s: DurableSession, n: number, keep: bool
       store: keep,
       legacyStore: keep,
       summary,
+      seedKey,
     }),
   );
   return {

@@ -55,6 +55,13 @@ export interface SampleRequest {
   n: number;
   /** Overrides the policy's temperature (MCTS expansions sample at mcts.temperature). */
   temperature?: number;
+  /**
+   * Where this call sits in its workflow (`step 2 draw 0`, `expand 5`): with the workflow id and n it seeds the
+   * colocated sampler, so a run draws the same samples on any stack. Absent: the prompt's hash (older histories).
+   */
+  seedKey?: string;
+  /** Colocated only: ε of an exploring draw (train.dynamicSampling.explore); a served policy draws plainly. */
+  explore?: number;
   /** Keep the completions as blobs (references in the candidates); rollouts that are never trained on need not. */
   store: boolean;
   /** Replay of histories from before 'parse-in-activity': whether this call stored its texts then (search expansions). */
@@ -99,7 +106,8 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     ...(s.baseModel ? { base_model: s.baseModel } : {}),
     ...(grammarRef ? { grammar_ref: grammarRef } : {}),
     store_tokens: true,
-    seed: samplingSeed(workflowInfo().workflowId, promptRef, req.n),
+    seed: samplingSeed(workflowInfo().workflowId, req.seedKey ?? promptRef, req.n),
+    ...(req.explore ? { explore: req.explore } : {}),
   });
   const texts = out.completions.map((c) => c.text);
   // The training path always asks for the tokens by reference (`store_tokens` above); only histories recorded before

@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_VIEWPORT, launchChromium } from '../../env/browser';
-import { DEFAULT_EPISODE_MAX_TIME_MS, MiniWobEnv, toPlaywrightKeys } from '../../env/miniwob';
+import { DEFAULT_EPISODE_MAX_TIME_MS, MINIWOB_SHOWN_ORIGIN, MiniWobEnv, toPlaywrightKeys } from '../../env/miniwob';
 import { pngSize } from '../../host/png';
 import { findMiniwobHtml, startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../../env/miniwob-tasks';
@@ -192,7 +192,9 @@ test('goto is refused, unknown ids and keys are action errors, enter-text is sol
   assert.equal(nav.actionError, 'navigation is not allowed in MiniWoB');
   assert.equal(nav.done, false);
   assert.equal(nav.observation.url, obs.url);
-  assert.equal(env.page.url(), obs.url);
+  // The page stays where it was; observations name it at the fixed origin, never by the server's random port.
+  assert.equal(env.page.url(), `${env.baseUrl}/miniwob/enter-text.html`);
+  assert.equal(obs.url, `${MINIWOB_SHOWN_ORIGIN}/miniwob/enter-text.html`);
 
   const missing = await env.apply({ type: 'click_element', id: 99_999 });
   assert.equal(missing.actionError, 'no element with id 99999');

@@ -1,6 +1,7 @@
 import { executeChild, log } from '@temporalio/workflow';
 import type { BuildGrpoBatchResult } from '../../activities/grpo-batch';
-import { episodeInput, type EpisodeResult } from '../../lib/episode-types';
+import type { TrainConfig } from '../../lib/config';
+import { episodeInput, type EpisodeInput, type EpisodeResult } from '../../lib/episode-types';
 import { shouldWarnZeroStd } from '../../lib/grpo';
 import type { UpdatePolicyOutput } from '../../lib/learner-types';
 import { iterationMetrics, type EpisodeSummary } from '../../lib/training-metrics';
@@ -13,6 +14,17 @@ import { learnerUpdate, type Algorithm, type Collected } from '../train-engine';
 export interface GrpoExperience {
   batch: BuildGrpoBatchResult;
   episodes: EpisodeSummary[];
+}
+
+/** Step grouping as its episodes run it: N candidates, and dynamic sampling's extra draws when configured. */
+function stepGrouping(t: TrainConfig): NonNullable<EpisodeInput['grouping']> {
+  const ds = t.dynamicSampling;
+  return { n: t.numGenerations, choose: t.choose, ...(ds.maxCandidates > 0 ? { maxCandidates: ds.maxCandidates, explore: ds.explore } : {}) };
+}
+
+/** Whether some samples come from dynamic sampling's ε-mixture rather than from the policy itself. */
+function exploring(t: TrainConfig): boolean {
+  return t.grouping === 'step' && t.dynamicSampling.maxCandidates > 0 && t.dynamicSampling.explore > 0;
 }
 
 /**
@@ -44,7 +56,7 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
                 maxSteps: cfg.episode.maxSteps,
                 sampling,
                 mode: 'grpo',
-                ...(t.grouping === 'step' ? { grouping: { n: t.numGenerations, choose: t.choose } } : {}),
+                ...(t.grouping === 'step' ? { grouping: stepGrouping(t) } : {}),
               }),
             ],
             staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
@@ -110,7 +122,8 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
           max_grad_norm: t.maxGradNorm,
           loss_type: t.lossType,
           // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
-          ...(t.maxStaleness > 0 ? { stale_weight_cap: t.staleWeightCap } : {}),
+          // Exploring draws likewise: their behaviour policy is the ε-mixture, not the policy being trained.
+          ...(t.maxStaleness > 0 || exploring(t) ? { stale_weight_cap: t.staleWeightCap } : {}),
         },
       }),
     );
@@ -141,6 +154,8 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
         : {}),
       phaseSeconds: seconds,
       ...(c.batch.anchor ? { anchor: c.batch.anchor } : {}),
+      ...(c.batch.dynamic ? { dynamic: c.batch.dynamic } : {}),
+      noSignal: c.batch.no_signal,
     });
   },
 

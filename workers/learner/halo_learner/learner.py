@@ -481,7 +481,9 @@ class Learner:
                 check_model(inp.base_model, self.policy.model_id, f"sample_actions for {inp.run_id}")
                 msgs = PROMPT_ADAPTER.validate_python(self.blobs.get_json(inp.prompt_ref))
                 prompt = encode_prompt(self.policy.processor, msgs, self.blobs)
-                req = SampleRequest(prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, inp.grammar_ref)
+                req = SampleRequest(
+                    prompt, inp.n, inp.temperature, inp.max_tokens, inp.seed, inp.grammar_ref, inp.explore
+                )
                 key = (None, 0) if inp.version == 0 else (inp.run_id, inp.version)
                 groups.setdefault(key, []).append((i, req))
             except Exception as e:  # noqa: BLE001 - this call's own error (classified by the activity)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ DEFAULT_MODEL = "Qwen/Qwen3-VL-8B-Instruct"
 TINY = "tiny-random"
 # Bump when the tiny recipe changes so stale caches are not reused.
 TINY_RECIPE = "v2"
+TINY_SEED = 1234
 
 # Ranks vLLM's --max-lora-rank accepts (1 too, but a rank-1 adapter is no use here).
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -283,13 +285,13 @@ def tiny_config(tokenizer) -> Qwen3VLConfig:
     )
 
 
-def ensure_tiny_random(cache_dir: Path | None = None, seed: int = 1234) -> Path:
+def ensure_tiny_random(cache_dir: Path | None = None, seed: int = TINY_SEED) -> Path:
     """Build (once) and return the folder of the seeded tiny Qwen3-VL; concurrent builders are harmless."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     root = Path(cache_dir) if cache_dir is not None else paths.models_cache()
-    target = root / f"{TINY}-{TINY_RECIPE}"
+    target = root / (f"{TINY}-{TINY_RECIPE}" if seed == TINY_SEED else f"{TINY}-{TINY_RECIPE}-s{seed}")
     if (target / "config.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -320,8 +322,22 @@ def ensure_tiny_random(cache_dir: Path | None = None, seed: int = 1234) -> Path:
 # ---- loading -------------------------------------------------------------------------------------
 
 
+def tiny_seed(name: str | None) -> int | None:
+    """The init seed of a tiny random model name: `tiny-random` (1234), `tiny-random-s<seed>`; None for any other model.
+
+    Other seeds give other random preferences between actions: a learning claim made with the tiny model has
+    to hold for several of them, not for one draw of weights."""
+    if name == TINY:
+        return TINY_SEED
+    m = re.fullmatch(rf"{TINY}-s(\d{{1,9}})", name or "")
+    return int(m.group(1)) if m else None
+
+
 def resolve_model_path(name: str) -> str:
-    return str(ensure_tiny_random()) if name == TINY else name
+    seed = tiny_seed(name)
+    if seed is None:
+        return name
+    return str(ensure_tiny_random(seed=seed))
 
 
 def load_policy(

@@ -241,6 +241,8 @@ class SampleActionsInput(_Strict):
     temperature: float = Field(0.7, ge=0)
     max_tokens: int = Field(256, ge=1)
     seed: int | None = None
+    # ε of the exploring draw (sampling.py): tokens from (1 − ε)·π + ε·uniform(allowed), log-probs of that mixture.
+    explore: float = Field(0.0, ge=0, le=1)
     base_model: ModelId = None
     # Constrained decoding: the JSON-schema blob every completion must follow (grammar.py).
     grammar_ref: str | None = None

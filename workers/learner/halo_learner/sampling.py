@@ -11,6 +11,11 @@ those of the unscaled distribution.
 With a grammar (constrained decoding, grammar.py) each row's logits are masked to the tokens its grammar
 allows before the temperature and the sampling, and the log-probs reported are those of the masked
 distribution, as vLLM reports them under structured outputs. A row ends when its grammar accepted a stop token.
+
+`explore` ε > 0 draws each token from (1 − ε)·π + ε·uniform(allowed tokens) instead of π, and reports the
+log-probs of that mixture: the behaviour policy the learner weights these samples against (grpo.py's decoupled
+objective). Every action the grammar allows then has a floor of probability whatever the model prefers, so a
+group whose on-policy candidates all scored alike can still find the rewarded action.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class SampleRequest:
     max_tokens: int
     seed: int | None = None
     grammar_ref: str | None = None
+    explore: float = 0.0
 
 
 def stop_ids(tokenizer) -> set[int]:
@@ -80,6 +86,14 @@ class _Rows:
         scale = [1.0 if r.temperature == 0 else r.temperature for r in requests for _ in range(r.n)]
         self.scale = torch.tensor(scale, device=dev, dtype=torch.float32)[:, None]
         self.last_step = torch.tensor([r.max_tokens - 1 for r in requests for _ in range(r.n)], device=dev)
+        eps = [0.0 if r.temperature == 0 else r.explore for r in requests for _ in range(r.n)]
+        self.explore = torch.tensor(eps, device=dev, dtype=torch.float32)[:, None] if any(eps) else None
+
+
+def _mixed(logp: torch.Tensor, allowed: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """log((1 − ε)·p + ε·uniform over the allowed tokens), row by row (ε = 0 leaves a row as it is)."""
+    uniform = allowed.float() / allowed.sum(-1, keepdim=True).clamp(min=1)
+    return torch.log((1 - eps) * logp.exp() + eps * uniform)
 
 
 @torch.no_grad()
@@ -129,6 +143,8 @@ def sample_batch(policy, requests: list[SampleRequest], grammars: Grammars | Non
             allowed[done | free] = True  # finished rows sample padding, which is never used
             scores = scores.masked_fill(~allowed, float("-inf"))
         logp = F.log_softmax(scores / rows.scale, dim=-1)
+        if rows.explore is not None:
+            logp = _mixed(logp, torch.isfinite(scores), rows.explore)
         nxt = torch.full((n,), pad, dtype=torch.long, device=dev)
         for r, span, gen in zip(requests, rows.spans, gens):
             # A call whose rows have all ended draws no more: its generator advances as it would alone.

@@ -33,7 +33,7 @@ from temporalio.worker import Worker
 from .activities import LearnerActivities
 from .envfile import load_dotenv
 from .inflight import InflightLedger, release_orphan
-from .models import TINY
+from .models import tiny_seed
 from .learner import Learner
 from .paths import halo_home
 from .prompt_text import unlisted_added_tokens
@@ -150,7 +150,7 @@ def main() -> int:
     import torch
 
     torch_threads = os.environ.get("HALO_TORCH_THREADS")
-    if not torch_threads and not torch.cuda.is_available() and os.environ.get("HALO_MODEL") == TINY:
+    if not torch_threads and not torch.cuda.is_available() and tiny_seed(os.environ.get("HALO_MODEL")) is not None:
         # The tiny model's matrices are too small to share between threads, and on a machine whose cores also
         # run Chromium and Temporal, spinning worker threads made each sampling call an order of magnitude slower.
         torch_threads = "1"
