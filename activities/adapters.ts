@@ -21,8 +21,11 @@ import { apiKeyFor } from './credentials';
  * that 404), and `ensureAdapters` reloads what open runs need after `halo up` / `halo resume`.
  *
  * No retries here: Temporal owns them. Unreachable server, timeouts, 5xx, 408/429 → retryable; any other 4xx
- * (missing adapter folder, runtime updating disabled, bad rank) → non-retryable with vLLM's own message.
+ * (missing adapter folder, runtime updating disabled) → non-retryable with vLLM's own message. A rank above the
+ * server's `--max-lora-rank` is a 500 from vLLM 0.24 on (the engine's ValueError, `Call to add_lora method failed:
+ * LoRA rank R is greater than max_lora_rank M.`), yet no retry can change it: non-retryable, naming the flag.
  */
+const RANK_TOO_HIGH = /LoRA rank (\d+) is greater than max_lora_rank (\d+)/;
 
 export interface LoadAdapterInput {
   /** vLLM's address, with or without the OpenAI `/v1` suffix: `http://127.0.0.1:8000` or `http://127.0.0.1:8000/v1`. */
@@ -352,7 +355,11 @@ class VllmHttp {
       message += ' (the runtime LoRA endpoints are missing: start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)';
     }
     if (res.status === 401 || res.status === 403) message += ' (check the API key variable)';
-    const retryable = res.status >= 500 || RETRYABLE_4XX.has(res.status);
+    const rank = RANK_TOO_HIGH.exec(res.message);
+    if (rank) {
+      message += ` (the adapter's rank ${rank[1]} is above vLLM's --max-lora-rank ${rank[2]}: restart vLLM with --max-lora-rank of at least ${rank[1]}; docker-compose.yml and ./launch.sh gpu derive it from HALO_LORA_RANK)`;
+    }
+    const retryable = !rank && (res.status >= 500 || RETRYABLE_4XX.has(res.status));
     return ApplicationFailure.create({
       message,
       type: retryable ? 'VllmServerError' : 'VllmAdapterRejected',

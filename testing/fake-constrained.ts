@@ -1,8 +1,8 @@
 /**
  * What the vLLM stand-in writes under `structured_outputs.json`, as vLLM's xgrammar backend would: exactly one JSON
  * value the schema accepts, nothing around it (no `<tool_call>` tags, no prose), properties in schema order (xgrammar
- * writes them so), compact with xgrammar's `", "`/`": "` separators (free whitespace is added afterwards when the
- * server allows it: fake-whitespace.ts). The value is what the scripted model meant (the JSON in its answer) when the
+ * writes them so), compact with the separators of the release the stand-in plays (vLLM 0.33 `,`/`:`, 0.31 `", "`/`": "`:
+ * lib/grammar-blob.ts; free whitespace is added afterwards when the server allows it: fake-whitespace.ts). The value is what the scripted model meant (the JSON in its answer) when the
  * schema admits it, else the first value the schema admits: a grammar forces a model off what it would have written.
  *
  * The schema subset is the one lib/action-grammar.ts and `halo doctor`'s probe use: object (properties, required,
@@ -132,13 +132,17 @@ export function inSchemaOrder(schema: Schema, value: unknown): unknown {
   return out;
 }
 
-/** JSON as xgrammar writes it without free whitespace: `", "` between items, `": "` after keys. */
-export function xgrammarCompact(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(xgrammarCompact).join(', ')}]`;
+/** xgrammar's default separators, which a call without `separators` (vLLM 0.31) writes. */
+export const XGRAMMAR_DEFAULT_SEPARATORS: [string, string] = [', ', ': '];
+
+/** JSON as xgrammar writes it without free whitespace: `item` between items, `key` after keys. */
+export function xgrammarCompact(value: unknown, [item, key]: [string, string] = XGRAMMAR_DEFAULT_SEPARATORS): string {
+  const write = (v: unknown) => xgrammarCompact(v, [item, key]);
+  if (Array.isArray(value)) return `[${value.map(write).join(item)}]`;
   if (value && typeof value === 'object') {
     return `{${Object.entries(value)
-      .map(([k, v]) => `${JSON.stringify(k)}: ${xgrammarCompact(v)}`)
-      .join(', ')}}`;
+      .map(([k, v]) => `${JSON.stringify(k)}${key}${write(v)}`)
+      .join(item)}}`;
   }
   return JSON.stringify(value);
 }
@@ -162,9 +166,9 @@ export function jsonSchemaOf(json: unknown): Schema {
   return schema as Schema;
 }
 
-/** The constrained answer to a request whose unconstrained answer would have been `modelText`. */
-export function constrainedAnswer(schema: Schema, modelText: string): string {
+/** The constrained answer to a request whose unconstrained answer would have been `modelText`, under `separators`. */
+export function constrainedAnswer(schema: Schema, modelText: string, separators: [string, string] = XGRAMMAR_DEFAULT_SEPARATORS): string {
   const wanted = meant(modelText);
   const value = wanted !== undefined && schemaAdmits(schema, wanted) ? wanted : firstAdmitted(schema);
-  return xgrammarCompact(inSchemaOrder(schema, value));
+  return xgrammarCompact(inSchemaOrder(schema, value), separators);
 }

@@ -49,6 +49,10 @@ export interface AnswerOptions {
   logprobPlaceholders?: number;
   /** The ids text is written in (default: the made-up byte vocabulary). */
   vocab?: FakeVocab;
+  /** The compact separators of constrained answers (default xgrammar's `", "`/`": "`: a server compiling without them). */
+  separators?: [string, string];
+  /** `--logprobs-mode raw_logprobs` (vLLM's default): the model's log-probs before temperature and truncation. */
+  rawLogprobs?: boolean;
 }
 
 export interface FakePolicyServer {
@@ -240,12 +244,12 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
             : mode.kind === 'custom'
               ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1) })
               : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
-        const content = schema ? constrainedAnswer(schema, free) : free;
+        const content = schema ? constrainedAnswer(schema, free, opts.separators) : free;
         return {
           index: i,
           finish_reason: 'stop',
           message: { role: 'assistant', content },
-          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens, { sampling, logprobPlaceholders: opts.logprobPlaceholders, vocab }),
+          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens, { sampling: opts.rawLogprobs ? undefined : sampling, logprobPlaceholders: opts.logprobPlaceholders, vocab }),
         };
       });
       const prompt = body.return_token_ids === true && !opts.legacyTokens ? { prompt_token_ids: fakePromptTokenIds(body, vocab) } : {};

@@ -80,28 +80,31 @@ export function samplingError(s: EffectiveSampling): { message: string; param: s
 const TAIL = 60;
 
 /**
- * The sampled token's log-prob after top-k, min-p and top-p (vLLM's processed_logprobs). The fake model's
+ * The sampled token's log-prob after temperature, top-k, min-p and top-p (vLLM's processed_logprobs, in the order of
+ * v1/sample/sampler.py: logits / T, then the cuts; greedy, T below 1e-5, counts as T = 1). The fake model's raw
  * distribution at a position: the sampled token has p = exp(lp), the most likely (p > 1/3 for every `fakeLogprob`),
- * and the other tokens share 1 - p geometrically, the j-th (1 - p) / 2^j. Cutting keeps a prefix of that order and
- * renormalises, so the log-prob rises (to 0 when only the sampled token is left).
+ * and the other tokens share 1 - p geometrically, the j-th (1 - p) / 2^j. Temperature raises each to 1/T, which
+ * keeps that order; cutting keeps a prefix of it and renormalises.
  */
 export function truncatedLogprob(lp: number, s: EffectiveSampling): number {
-  if (!truncates(s)) return lp;
+  const t = s.temperature < 1e-5 ? 1 : s.temperature;
+  if (!truncates(s) && t === 1) return lp;
   const p = Math.exp(lp);
-  const tail = (j: number) => (1 - p) / 2 ** j;
+  // Weights relative to the sampled token's, (p_j / p)^(1/T): no underflow at small T.
+  const tail = (j: number) => ((1 - p) / 2 ** j / p) ** (1 / t);
   let kept = TAIL;
-  while (s.min_p > 0 && kept > 0 && tail(kept) < s.min_p * p) kept--;
+  while (s.min_p > 0 && kept > 0 && tail(kept) < s.min_p) kept--;
   if (s.top_k >= 1) kept = Math.min(kept, s.top_k - 1);
-  let mass = p;
+  let mass = 1;
   for (let j = 1; j <= kept; j++) mass += tail(j);
   if (s.top_p < 1) {
     // top-p on what top-k and min-p left: the shortest prefix holding top_p of it.
-    let cum = p;
+    let cum = 1;
     let m = 0;
     while (m < kept && cum / mass < s.top_p) cum += tail(++m);
     mass = cum;
   }
-  return lp - Math.log(mass);
+  return -Math.log(mass);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { readBody } from './read-body';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
@@ -7,6 +7,8 @@ import { createChatResponder, type FakeMode, type RecordedRequest } from './fake
 import { fakeTokenize, withFreeWhitespace } from './fake-whitespace';
 import { effectiveSampling, QWEN3_VL_GENERATION_CONFIG, samplingError, serverDefaults } from './fake-vllm-sampling';
 import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
+import { VLLM_GRAMMAR_CALLS, type VllmServer } from '../lib/grammar-blob';
+import { XGRAMMAR_DEFAULT_SEPARATORS } from './fake-constrained';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -16,7 +18,10 @@ import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
  *   `Success: LoRA adapter '<name>' added successfully.`; name taken (no load_inplace) → 400 InvalidUserInput
  *   `The lora adapter '<name>' has already been loaded. …`; folder or adapter_config.json missing → 404
  *   NotFoundError `Loading lora <name> failed: No adapter found for <path>`; no adapter_model.safetensors →
- *   400 BadRequestError `<path> doesn't contain tensors`.
+ *   400 BadRequestError `<path> doesn't contain tensors`; an `adapter_config.json` whose `r` (or a `rank_pattern`
+ *   value) is above `maxLoraRank` (`--max-lora-rank`, default 16) → 500 InternalServerError `Call to add_lora method
+ *   failed: LoRA rank R is greater than max_lora_rank M.` (0.33: lora/peft_helper.py validate_legal, raised in the
+ *   engine core, v1/engine/core.py, answered by entrypoints/openai/models/serving.py as a 500).
  * - `POST /v1/unload_lora_adapter {lora_name}`: 200 text `… removed successfully.`; unknown → 404 NotFoundError
  *   `The lora adapter '<name>' cannot be found.`
  * - `GET /v1/models`: `{"object": "list", "data": [base card, one card per adapter (root = path, parent = base)]}`.
@@ -37,7 +42,11 @@ import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
  *   BadRequestError `cannot identify image file <_io.BytesIO object at 0x…>`, PIL's complaint that vLLM passes on).
  * - Constrained answers (`structured_outputs.json`): the bare JSON value of the scripted action that the schema admits
  *   (fake-constrained.ts), then the end of turn; with free whitespace unless `disableAnyWhitespace` (the server
- *   flag; the request's `disable_any_whitespace` is ignored, as vLLM does): fake-whitespace.ts. `POST /tokenize
+ *   flag; the request's `disable_any_whitespace` is ignored, as vLLM does): fake-whitespace.ts. Compact, it writes the
+ *   separators of the release `server` plays (default vLLM 0.33: `{"a":1}`; vllm-0.31: `{"a": 1}`).
+ * - Log-probs: processed (`--logprobs-mode processed_logprobs`, as ./launch.sh gpu and compose start vLLM: after
+ *   temperature and truncation), or with `rawLogprobs` vLLM's default raw_logprobs (the model's own, whatever the
+ *   temperature). `POST /tokenize
  *   {prompt}` gives the fake tokenizer's ids.
  * - Token ids: a made-up byte vocabulary, or with `tokenizer` (a byte-level BPE `tokenizer.json`, e.g. the learner's
  *   tiny model's; `setTokenizer` when it exists only after the server started) the model's own single-byte tokens
@@ -74,6 +83,13 @@ export interface FakeVllmServer {
   close(): Promise<void>;
 }
 
+/** The largest rank an adapter folder declares (`r` and `rank_pattern`, as PEFTHelper reads them); none for a placeholder. */
+function adapterRank(dir: string): number | undefined {
+  const cfg = JSON.parse(readFileSync(join(dir, 'adapter_config.json'), 'utf8')) as { r?: unknown; rank_pattern?: unknown };
+  const ranks = [cfg.r, ...Object.values((cfg.rank_pattern ?? {}) as Record<string, unknown>)].filter((r): r is number => typeof r === 'number');
+  return ranks.length ? Math.max(...ranks) : undefined;
+}
+
 export async function startFakeVllmServer(
   opts: {
     baseModel?: string;
@@ -96,6 +112,12 @@ export async function startFakeVllmServer(
     logprobPlaceholders?: number;
     /** A byte-level BPE `tokenizer.json`: ids are its single-byte tokens and its `<|im_end|>` (default: made-up ids). */
     tokenizer?: string;
+    /** The vLLM release played, which decides the compact separators (default vllm-0.33). */
+    server?: VllmServer;
+    /** `--logprobs-mode raw_logprobs`, vLLM's default (default here: processed_logprobs, the flag launch passes). */
+    rawLogprobs?: boolean;
+    /** `--max-lora-rank` (vLLM's default 16). */
+    maxLoraRank?: number;
   } = {},
 ): Promise<FakeVllmServer> {
   const baseModel = opts.baseModel ?? 'Qwen/Qwen3-VL-8B-Instruct';
@@ -111,6 +133,8 @@ export async function startFakeVllmServer(
   const defaults = serverDefaults(opts.generationConfig ?? (/qwen3-vl/i.test(baseModel) ? QWEN3_VL_GENERATION_CONFIG : {}), opts.vllmGenerationConfig ?? false);
   let failing: { status: number; count: number } | undefined;
   let vocab: FakeVocab = opts.tokenizer ? byteLevelVocab(opts.tokenizer) : DEFAULT_VOCAB;
+  const separators = VLLM_GRAMMAR_CALLS[opts.server ?? 'vllm-0.33'].compactSeparators ?? XGRAMMAR_DEFAULT_SEPARATORS;
+  const maxLoraRank = opts.maxLoraRank ?? 16;
 
   const server = createServer((req, res) => {
     void handle(req, res).catch((err) => sendError(res, 500, 'InternalServerError', String(err)));
@@ -197,7 +221,14 @@ export async function startFakeVllmServer(
       const sampling = samplingError(effectiveSampling(body as ChatRequest, defaults));
       if (sampling) return sendJson(res, 400, { error: { message: sampling.message, type: 'BadRequestError', param: sampling.param, code: 400 } });
       if (opts.recordMessages) messages.push((body as { messages?: unknown[] }).messages ?? []);
-      const out = await chat.answer(body as ChatRequest, { legacyTokens: opts.legacyTokens, defaults, logprobPlaceholders: opts.logprobPlaceholders, vocab });
+      const out = await chat.answer(body as ChatRequest, {
+        legacyTokens: opts.legacyTokens,
+        defaults,
+        logprobPlaceholders: opts.logprobPlaceholders,
+        vocab,
+        separators,
+        rawLogprobs: opts.rawLogprobs,
+      });
       const reply = opts.disableAnyWhitespace ? out : withFreeWhitespace(out, body as Record<string, unknown>, vocab);
       return sendJson(res, reply.status, reply.body);
     }
@@ -223,6 +254,10 @@ export async function startFakeVllmServer(
       }
       if (!existsSync(join(lpath, 'adapter_model.safetensors')) && !existsSync(join(lpath, 'adapter_model.bin'))) {
         return sendError(res, 400, 'BadRequestError', `${lpath} doesn't contain tensors`);
+      }
+      const rank = adapterRank(lpath);
+      if (rank !== undefined && rank > maxLoraRank) {
+        return sendError(res, 500, 'InternalServerError', `Call to add_lora method failed: LoRA rank ${rank} is greater than max_lora_rank ${maxLoraRank}.`);
       }
       adapters.set(name, lpath);
       return sendText(res, `Success: LoRA adapter '${name}' added successfully.`);

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../client/temporal-server';
@@ -83,6 +83,27 @@ describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
     const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-d', version: 1, adapter_path: dir }));
     assert.equal(f.nonRetryable, true);
     assert.match(f.message, /HTTP 400 BadRequestError: .*doesn't contain tensors/);
+  });
+
+  test("a rank above --max-lora-rank: vLLM's 500, non-retryable, naming the flag; the same folder loads once the rank fits", async () => {
+    const dir = adapterDir('run-r', 1);
+    writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({ r: 16, rank_pattern: { 'model.layers.0.self_attn.q_proj': 32 } }));
+    const small = await startFakeVllmServer({ maxLoraRank: 16 });
+    try {
+      const f = await failureOf(loadAdapterIntoVllm({ base_url: small.url, run_id: 'run-r', version: 1, adapter_path: dir }));
+      assert.equal(f.nonRetryable, true);
+      assert.equal(f.type, 'VllmAdapterRejected');
+      assert.match(f.message, /HTTP 500 InternalServerError: Call to add_lora method failed: LoRA rank 32 is greater than max_lora_rank 16\./);
+      assert.match(f.message, /--max-lora-rank of at least 32/);
+    } finally {
+      await small.close();
+    }
+    const big = await startFakeVllmServer({ maxLoraRank: 32 });
+    try {
+      assert.deepEqual((await loadAdapterIntoVllm({ base_url: big.url, run_id: 'run-r', version: 1, adapter_path: dir })).loaded, true);
+    } finally {
+      await big.close();
+    }
   });
 
   test('a server error (5xx) is retryable', async () => {

@@ -11,6 +11,12 @@ import { parseConfig, type PolicyConfig } from '../../lib/config';
 import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode-types';
 import { servedAdapterName } from '../../lib/iteration-policy';
 import { fakeLogprob, fakeTokenIds, toolCall } from '../../testing/fake-policy-server';
+import { truncatedLogprob, VLLM_NEUTRAL } from '../../testing/fake-vllm-sampling';
+
+/** The fake model's log-prob of `id` at `t` after temperature only (processed_logprobs, nothing cut): policy's 0.7. */
+const scaled = (id: number, t: number, temperature = 0.7) => truncatedLogprob(fakeLogprob(id, t), { ...VLLM_NEUTRAL, temperature });
+/** As the token blob keeps it (activities/policy-client.ts: 9 significant digits). */
+const stored = (id: number, t: number) => Number(scaled(id, t).toPrecision(9));
 import { writeAdapterFolder } from '../../testing/adapter-folder';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 import { failureOf } from '../helpers/application-failure';
@@ -76,7 +82,7 @@ describe('samplePolicy: exact tokens', () => {
       assert.deepEqual(t.token_ids, fakeTokenIds(text, 'stop'));
       assert.deepEqual(
         t.logprobs,
-        t.token_ids.map((id, i) => fakeLogprob(id, i)),
+        t.token_ids.map((id, i) => stored(id, i)),
       );
     }
     assert.equal(res.adapterLoad, undefined, 'no adapter, no load');
@@ -218,7 +224,7 @@ describe('the stand-in samples as vLLM 0.33 does', () => {
     });
   type Answer = { prompt_token_ids?: number[]; choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[] };
   const logprobsOf = (a: Answer) => a.choices[0].logprobs.content.map((c) => c.logprob);
-  const untruncated = (a: Answer) => a.choices[0].token_ids.map((id, t) => fakeLogprob(id, t));
+  const untruncated = (a: Answer) => a.choices[0].token_ids.map((id, t) => scaled(id, t));
 
   test("a request that leaves the distribution out is cut by the model's generation config (Qwen3-VL: top_k 20, top_p 0.8); pinned, or --generation-config vllm, it is not", async () => {
     const qwen = await startFakeVllmServer({ baseModel: QWEN });
@@ -234,7 +240,7 @@ describe('the stand-in samples as vLLM 0.33 does', () => {
       const t = await tokensOf(res.candidates[0]);
       assert.deepEqual(
         t.logprobs,
-        t.token_ids.map((id, i) => fakeLogprob(id, i)),
+        t.token_ids.map((id, i) => stored(id, i)),
       );
       // Started with --generation-config vllm: nothing applied.
       const neutral = (await (await chat(plain.url)).json()) as Answer;
@@ -270,6 +276,25 @@ describe('the stand-in samples as vLLM 0.33 does', () => {
     }
   });
 
+  test('processed log-probs follow the temperature (lower T, surer tokens); raw ones (vLLM default --logprobs-mode) do not', async () => {
+    const processed = await startFakeVllmServer({ baseModel: 'base-model' });
+    const raw = await startFakeVllmServer({ baseModel: 'base-model', rawLogprobs: true });
+    try {
+      const at = async (url: string, temperature: number) => (await (await chat(url, { model: 'base-model', temperature })).json()) as Answer;
+      const [hot, cold] = [await at(processed.url, 1), await at(processed.url, 0.5)];
+      assert.deepEqual(hot.choices[0].token_ids, cold.choices[0].token_ids);
+      assert.deepEqual(
+        logprobsOf(hot),
+        untruncated(hot).map((_, t) => fakeLogprob(hot.choices[0].token_ids[t], t)),
+      );
+      assert.ok(logprobsOf(cold).every((lp, t) => lp > logprobsOf(hot)[t] && lp === scaled(cold.choices[0].token_ids[t], t, 0.5)));
+      assert.deepEqual(logprobsOf(await at(raw.url, 0.5)), logprobsOf(hot));
+    } finally {
+      await processed.close();
+      await raw.close();
+    }
+  });
+
   test('-9999 placeholders reach the token blob as null (counted, no log-prob sum); the prompt ids are one blob per request', async () => {
     const holes = await startFakeVllmServer({ baseModel: 'base-model', logprobPlaceholders: 0.25 });
     try {
@@ -278,7 +303,7 @@ describe('the stand-in samples as vLLM 0.33 does', () => {
       const t = await tokensOf(res.candidates[0]);
       const nulls = t.logprobs!.filter((lp) => lp === null).length;
       assert.equal(nulls, Math.floor(t.token_ids.length * 0.25));
-      assert.ok(t.logprobs!.every((lp, i) => lp === null || lp === fakeLogprob(t.token_ids[i], i)));
+      assert.ok(t.logprobs!.every((lp, i) => lp === null || lp === stored(t.token_ids[i], i)));
       assert.equal(res.candidates[0].logprobSum, undefined);
       // Both candidates reference the one prompt-ids blob of the request; the same prompt again, the same blob.
       assert.ok(t.prompt_ref);

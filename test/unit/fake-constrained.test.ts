@@ -67,6 +67,7 @@ test('any small schema: the first admitted value (the doctor probe), compact JSO
   const probe = { type: 'object', properties: { a: { type: 'integer', minimum: 0, maximum: 9 }, b: { enum: [1, 2] } }, required: ['a', 'b'], additionalProperties: false };
   assert.equal(constrainedAnswer(probe, 'no JSON here'), '{"a": 0, "b": 1}');
   assert.equal(xgrammarCompact({ a: [1, { b: 'x' }], c: null }), '{"a": [1, {"b": "x"}], "c": null}');
+  assert.equal(xgrammarCompact({ a: [1, { b: 'x' }], c: null }, [',', ':']), '{"a":[1,{"b":"x"}],"c":null}');
   assert.throws(() => firstAdmitted({ type: 'string', pattern: '^z{3}$' }), /finds no value/);
 });
 
@@ -109,6 +110,25 @@ test("a byte-level tokenizer.json: each byte's single token, <|im_end|> from add
   assert.throws(() => byteLevelVocab(join(dir, 'missing.json')), /cannot read it as JSON/);
 });
 
+test('compact, the stand-in writes the separators of the vLLM it plays: 0.33 `,`/`:`, 0.31 `, `/`: `', async () => {
+  for (const [server, want] of [
+    ['vllm-0.33', '{"name":"computer_use","arguments":{"action":"click_element","element_id":3}}'],
+    ['vllm-0.31', '{"name": "computer_use", "arguments": {"action": "click_element", "element_id": 3}}'],
+  ] as const) {
+    const s = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: true, server });
+    try {
+      const res = await fetch(`${s.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'base-model', messages: [{ role: 'user', content: 'x' }], structured_outputs: { json: schema } }),
+      });
+      assert.equal(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content, want);
+    } finally {
+      await s.close();
+    }
+  }
+});
+
 test('the server answers constrained requests in the tokenizer it was given (or set later): byte tokens, then <|im_end|>; log-probs per id', async () => {
   const server = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: true });
   try {
@@ -129,7 +149,8 @@ test('the server answers constrained requests in the tokenizer it was given (or 
     server.setTokenizer(writeTokenizer('set.json'));
     const c = await ask();
     assert.equal(c.message.content, before.message.content);
-    assert.equal(c.message.content, '{"name": "computer_use", "arguments": {"action": "click_element", "element_id": 3}}');
+    // vLLM 0.33 started with disable_any_whitespace compiles with separators (",", ":").
+    assert.equal(c.message.content, '{"name":"computer_use","arguments":{"action":"click_element","element_id":3}}');
     const v = byteLevelVocab(join(dir, 'set.json'));
     assert.deepEqual(c.token_ids, [...Buffer.from(c.message.content)].map((b) => v.byteIds[b]).concat(v.eos));
     assert.notDeepEqual(c.token_ids, before.token_ids);
