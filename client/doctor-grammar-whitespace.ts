@@ -1,12 +1,14 @@
 import { firstLine } from '../env/page-actions';
 import { vllmStructuredOutputsConfig, type GrammarWhitespace } from '../lib/action-grammar';
 import type { HaloConfig } from '../lib/config';
+import { VLLM_GRAMMAR_CALLS, VLLM_SERVERS, type VllmServer } from '../lib/grammar-blob';
 import type { DoctorCheck } from './doctor-check';
 
 // `halo doctor`: does vLLM allow the free whitespace in constrained JSON that the learner's grammar allows? The
 // server decides it at start (--structured-outputs-config disable_any_whitespace; the request's own flag is
 // ignored), and a disagreement fails every update of a constrained run (GrammarMismatch) or, the other way round,
-// recomputes log-probs under a wider mask than the one sampled from.
+// recomputes log-probs under a wider mask than the one sampled from. Compact, the release decides the separators
+// (0.33: `{"a":1}`, 0.31: `{"a": 1}`), which policy.server must name: the answer is read as written, never folded.
 
 /** Small and without free text: any whitespace in the answer outside `", "`/`": "` is the grammar's, not a string's. */
 const PROBE_SCHEMA = {
@@ -17,14 +19,10 @@ const PROBE_SCHEMA = {
 };
 const PROBE_MAX_TOKENS = 24;
 
-/**
- * Whether a constrained answer holds whitespace that compact xgrammar JSON cannot: outside strings, other than the
- * `", "` and `": "` separators, in the JSON value that starts at the first `{` (to its end, or the text's end when
- * the answer was cut off). Text around the JSON is not the grammar's (a server that wraps it, such as the fake's tags).
- */
-export function hasFreeWhitespace(text: string): boolean {
+/** The JSON value that starts at the first `{` (to its end, or the text's end when cut off), strings emptied. */
+function structureOf(text: string): string {
   const start = text.indexOf('{');
-  if (start < 0) return false;
+  if (start < 0) return '';
   let outside = '';
   let depth = 0;
   let inString = false;
@@ -44,8 +42,29 @@ export function hasFreeWhitespace(text: string): boolean {
       if (depth === 0) break;
     }
   }
-  return /[ \t\n\r]/.test(outside.replaceAll(', ', ',').replaceAll(': ', ':'));
+  return outside;
 }
+
+/**
+ * How a constrained answer was written: `any` (whitespace no compact call writes: outside strings, other than one
+ * space after `,` or `:`), `spaced` (xgrammar's default `", "`/`": "`, vLLM 0.31's call), `tight` (`,`/`:`, vLLM
+ * 0.33's), `mixed` (both), or `none` (no separator to tell). Text around the JSON is not the grammar's.
+ */
+export function separatorStyle(text: string): 'any' | 'spaced' | 'tight' | 'mixed' | 'none' {
+  const outside = structureOf(text);
+  if (/[ \t\n\r]/.test(outside.replaceAll(', ', ',').replaceAll(': ', ':'))) return 'any';
+  const spaced = /[,:] /.test(outside);
+  const tight = /[,:][^ ]/.test(outside);
+  return spaced && tight ? 'mixed' : spaced ? 'spaced' : tight ? 'tight' : 'none';
+}
+
+/** Whether a constrained answer holds whitespace that no compact xgrammar call writes. */
+export function hasFreeWhitespace(text: string): boolean {
+  return separatorStyle(text) === 'any';
+}
+
+/** What a compact server of `release` writes. */
+const styleOf = (release: VllmServer) => (VLLM_GRAMMAR_CALLS[release].compactSeparators?.join('') === ',:' ? 'tight' : 'spaced');
 
 async function postJson(url: string, headers: Record<string, string>, body: unknown, timeoutMs: number): Promise<{ status: number; json: unknown; text: string }> {
   const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
@@ -82,6 +101,7 @@ export async function vllmGrammarWhitespaceCheck(cfg: HaloConfig, base: string, 
   });
   let allowsAny: boolean;
   let sample: string;
+  let style: ReturnType<typeof separatorStyle>;
   try {
     const ids = new Set<number>();
     for (const prompt of [' ', '\n']) {
@@ -108,7 +128,8 @@ export async function vllmGrammarWhitespaceCheck(cfg: HaloConfig, base: string, 
     const content = (chat.json as { choices?: { message?: { content?: unknown } }[] } | undefined)?.choices?.[0]?.message?.content;
     if (chat.status !== 200 || typeof content !== 'string')
       return unknown(`the constrained probe answered HTTP ${chat.status}: ${firstLine(chat.text.slice(0, 300) || '(empty body)')}`);
-    allowsAny = hasFreeWhitespace(content);
+    style = separatorStyle(content);
+    allowsAny = style === 'any';
     sample = JSON.stringify(content.length > 40 ? `${content.slice(0, 40)}…` : content);
   } catch (err) {
     return unknown(firstLine((err as Error).message));
@@ -136,5 +157,19 @@ export async function vllmGrammarWhitespaceCheck(cfg: HaloConfig, base: string, 
       fix: `start vLLM with ${flag('compact')} and set policy.grammarWhitespace: compact`,
     };
   }
-  return { id, name, status: 'pass', detail: said };
+  const release = cfg.policy.server;
+  if (style !== 'none' && style !== styleOf(release)) {
+    const writes = style === 'mixed' ? 'both `,` and `, `' : style === 'tight' ? '`,`/`:` without spaces' : '`, `/`: `';
+    const others = VLLM_SERVERS.filter((r) => styleOf(r) === style);
+    return {
+      id,
+      name,
+      status: 'fail',
+      detail: `${said}; its separators are ${writes}, which is not the call of policy.server ${release}: the learner's grammar would refuse its samples (GrammarMismatch)`,
+      fix: others.length
+        ? `set policy.server: ${others[0]}, or run vLLM ${release.slice('vllm-'.length)}`
+        : `run vLLM ${release.slice('vllm-'.length)} (xgrammar issue 945 writes a space after some commas)`,
+    };
+  }
+  return { id, name, status: 'pass', detail: `${said}; separators ${style === 'none' ? 'not seen' : `${style}, as ${release} writes`}` };
 }

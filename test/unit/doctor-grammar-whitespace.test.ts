@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { hasFreeWhitespace, vllmGrammarWhitespaceCheck } from '../../client/doctor-grammar-whitespace';
+import { hasFreeWhitespace, separatorStyle, vllmGrammarWhitespaceCheck } from '../../client/doctor-grammar-whitespace';
 import { vllmChecks } from '../../client/doctor-vllm';
 import { parseConfig } from '../../lib/config';
 import { FAKE_BYTE_OFFSET } from '../../testing/fake-policy-server';
@@ -10,13 +10,20 @@ import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 // `halo doctor` finds out whether vLLM allows free whitespace in constrained JSON (a server setting) and compares it
 // with policy.grammarWhitespace, the grammar the learner compiles.
 
-const cfgFor = (url: string, grammarWhitespace: 'compact' | 'any', constrained = true) =>
-  parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model: 'Qwen/Qwen3-VL-8B-Instruct', constrained, grammarWhitespace } });
+type Release = 'vllm-0.33' | 'vllm-0.31';
+const cfgFor = (url: string, grammarWhitespace: 'compact' | 'any', constrained = true, server: Release = 'vllm-0.33') =>
+  parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model: 'Qwen/Qwen3-VL-8B-Instruct', constrained, grammarWhitespace, server } });
 
-async function whitespaceCheck(disableAnyWhitespace: boolean, grammarWhitespace: 'compact' | 'any', constrained = true) {
-  const vllm = await startFakeVllmServer({ disableAnyWhitespace });
+async function whitespaceCheck(
+  disableAnyWhitespace: boolean,
+  grammarWhitespace: 'compact' | 'any',
+  constrained = true,
+  played: Release = 'vllm-0.33',
+  configured: Release = played,
+) {
+  const vllm = await startFakeVllmServer({ disableAnyWhitespace, server: played });
   try {
-    const checks = await vllmChecks(cfgFor(vllm.url, grammarWhitespace, constrained), {}, 5000);
+    const checks = await vllmChecks(cfgFor(vllm.url, grammarWhitespace, constrained, configured), {}, 5000);
     const c = checks.find((x) => x.id === 'vllm.grammar-whitespace');
     assert.ok(c, JSON.stringify(checks));
     return { check: c, requests: vllm.requests };
@@ -68,6 +75,30 @@ test('doctor: a server without /tokenize leaves the whitespace unknown (a warnin
   } finally {
     server.close();
   }
+});
+
+test('doctor: a compact server of the other release (`, ` against `,`) fails, naming policy.server; the same release passes', async () => {
+  for (const [played, configured] of [
+    ['vllm-0.31', 'vllm-0.33'],
+    ['vllm-0.33', 'vllm-0.31'],
+  ] as const) {
+    const { check } = await whitespaceCheck(true, 'compact', true, played, configured);
+    assert.equal(check.status, 'fail', JSON.stringify(check));
+    assert.match(check.detail, new RegExp(`not the call of policy.server ${configured}`));
+    assert.match(check.fix ?? '', new RegExp(`set policy.server: ${played}`));
+    const same = await whitespaceCheck(true, 'compact', true, played, played);
+    assert.equal(same.check.status, 'pass', JSON.stringify(same.check));
+    assert.match(same.check.detail, new RegExp(`as ${played} writes`));
+  }
+});
+
+test('separators are read as written: `,`/`:` (0.33), `, `/`: ` (0.31), both, or free whitespace', () => {
+  assert.equal(separatorStyle('{"a":1,"b":[1,2]}'), 'tight');
+  assert.equal(separatorStyle('{"a": 1, "b": [1, 2]}'), 'spaced');
+  assert.equal(separatorStyle('{"a":1, "b":2}'), 'mixed');
+  assert.equal(separatorStyle('{"a":"x, y: z","b":2}'), 'tight', 'inside strings is text');
+  assert.equal(separatorStyle('{ "a":1}'), 'any');
+  assert.equal(separatorStyle('{}'), 'none');
 });
 
 test('free whitespace is whitespace outside strings other than the compact separators, within the first JSON value', () => {
