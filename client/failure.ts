@@ -77,7 +77,7 @@ const IMPERATIVE =
 /** The clause of a message that names a fix, if one does. */
 export function fixIn(message: string): string | undefined {
   const clauses = message
-    .split(/(?<=[.;:?])\s+|\n+/)
+    .split(/(?<=[.;?])\s+|\n+/)
     .map((c) => c.trim())
     .filter(Boolean);
   const hit = clauses.find((c) => IMPERATIVE.test(c));
@@ -198,7 +198,7 @@ export function formatFailure(f: RunFailure): string {
     `  message: ${message}`,
     ...(f.outcome ? [`  outcome: ${f.outcome.type}: ${clip(f.outcome.message, 300)}`] : []),
     ...(f.fix ? [`  fix:     ${f.fix}`] : []),
-    `  exit ${f.exitCode}: ${f.category === 'config' ? 'a configuration error: the run cannot succeed until the config changes' : 'a runtime failure'}`,
+    `  kind:    ${f.category === 'config' ? 'a configuration error: it fails the same way until the config changes' : 'a runtime failure'} (exit ${f.exitCode})`,
   ].join('\n');
 }
 

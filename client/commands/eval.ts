@@ -18,7 +18,7 @@ import { evalProgressQuery, type EvaluateInput, type EvaluateResult } from '../.
 import { REPO_ROOT } from '../processes';
 import { blobStoreFor, type BlobStore } from '../../blob/store';
 import { connectClient, stackStatus } from '../stack';
-import { resultOf } from '../failure';
+import { formatFailure, lastFailure, resultOf } from '../failure';
 import { tokenIdsNote, withOptionalTokenIds } from '../token-ids';
 
 // `halo eval --config FILE`: greedy evaluation of several policy modes on the same tasks and seeds, as one
@@ -311,6 +311,7 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
             .map((l) => JSON.parse(l) as EvalEpisodeRecord);
           const note = tokenIdsNote(sum(records.map((r) => r.tokenIdsMissing ?? 0)), sum(records.map((r) => r.steps)));
           if (note) console.error(`halo: ${note}`);
+          for (const line of await failedEpisodes(client, records)) console.error(`halo: ${line}`);
           console.log(out.markdown);
           console.log(`episodes: ${out.files.episodes}\nsummary:  ${out.files.summaryJson}\n          ${out.files.summaryMd}`);
         }
@@ -322,3 +323,15 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
 }
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
+/** Per mode with failed episodes: how many, and the first one's failure as the episode workflow recorded it. */
+async function failedEpisodes(client: Client, records: EvalEpisodeRecord[]): Promise<string[]> {
+  const lines: string[] = [];
+  for (const mode of [...new Set(records.map((r) => r.mode))]) {
+    const failed = records.filter((r) => r.mode === mode && r.error);
+    if (!failed.length) continue;
+    const failure = await lastFailure(client.workflow.getHandle(failed[0].workflowId)).catch(() => undefined);
+    lines.push(`mode ${mode}: ${failed.length} episode${failed.length > 1 ? 's' : ''} failed; the first: ${failure ? formatFailure(failure) : failed[0].error}`);
+  }
+  return lines;
+}
