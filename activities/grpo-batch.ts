@@ -19,6 +19,8 @@ export interface BuildGrpoBatchInput {
    * completion and logs it.
    */
   max_completion_len?: number | null;
+  /** train.dynamicSampling is on: report what it did (`dynamic`) even in an iteration where no group drew more. */
+  dynamic_sampling?: boolean;
 }
 
 export interface BuildGrpoBatchResult {
@@ -209,7 +211,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
         throw ApplicationFailure.nonRetryable(`iteration ${input.iteration} of ${input.run_id} produced no samples`, 'EmptyIteration');
       }
       const batch_ref = await batches.writeGrpoBatch({ items, max_completion_len: input.max_completion_len ?? null });
-      const dynamic = groups.some((g) => g.firstDraw) ? { dynamic: dynamicSamplingStats(groups) } : {};
+      const dynamic = input.dynamic_sampling || groups.some((g) => g.firstDraw) ? { dynamic: dynamicSamplingStats(groups) } : {};
       return { batch_ref, items: items.length, group_rewards: groupRewards, no_signal: noSignal, ...(anchorStats ? { anchor: anchorStats } : {}), ...dynamic };
     },
   };

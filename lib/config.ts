@@ -196,7 +196,7 @@ export const trainSchema = z
           .max(256)
           .default(0)
           .describe(
-            'step grouping: a group whose N candidates all scored the same draws N more from the same state, again until the scores differ or the group holds this many (DAPO dynamic sampling); the episode still goes on from one of the first N; 0: off',
+            'step grouping: a group whose N candidates all scored the same without success draws N more from the same state, again until the scores differ or the group holds this many (DAPO dynamic sampling); the episode still goes on from one of the first N; 0: off',
           ),
         explore: z
           .number()

@@ -126,3 +126,87 @@ export function repeatsMarkdown(report: RepeatsReport): string {
   for (const n of report.notes) lines.push(`Note: ${n}`);
   return lines.join('\n') + '\n';
 }
+
+// ---- runs of one config on fresh stacks (bench/fresh-repeats.ts) ---------------------------------------
+
+/** One training run of bench/fresh-repeats.ts, on a stack started for it alone. */
+export interface FreshRun {
+  runId: string;
+  seed: number;
+  /** The tiny model it trained (tiny-random, tiny-random-s<seed>): other init seeds, other random preferences. */
+  model: string;
+  /** Training success per iteration. */
+  success: number[];
+  /** Zero-std share of the step groups' first draws, and after dynamic sampling's extra draws, per iteration. */
+  zeroStdFirstDraw: number[];
+  zeroStd: number[];
+  /** Greedy held-out evaluations (train.heldOutTasks), in order. */
+  evals: { iteration: number; success: number }[];
+  /** sha256 (16 hex) of the last adapter's weights. */
+  adapterHash: string | null;
+  seconds: number;
+  error?: string;
+}
+
+export interface FreshRunSummary {
+  /** Mean training success over the last five iterations. */
+  lastFive: number;
+  reached: boolean;
+  /** First iteration from which the mean of it and the next four (or fewer, at the end) is ≥ the threshold. */
+  toThreshold: number | null;
+  lastEval: number | null;
+}
+
+const meanOf = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+
+export function freshRunSummary(r: FreshRun, threshold: number): FreshRunSummary {
+  const lastFive = meanOf(r.success.slice(-5));
+  let toThreshold: number | null = null;
+  for (let i = 0; i < r.success.length && toThreshold === null; i++) if (meanOf(r.success.slice(i, i + 5)) >= threshold) toThreshold = i + 1;
+  return { lastFive, reached: !r.error && lastFive >= threshold, toThreshold, lastEval: r.evals.at(-1)?.success ?? null };
+}
+
+/** Runs of the same seed whose curves or last adapters differ: a run is not a function of its config and seed. */
+export function reproducibilityProblems(runs: readonly FreshRun[]): string[] {
+  const bySeed = new Map<string, FreshRun[]>();
+  for (const r of runs) {
+    const key = `${r.model} seed ${r.seed}`;
+    bySeed.set(key, [...(bySeed.get(key) ?? []), r]);
+  }
+  const out: string[] = [];
+  for (const [key, same] of bySeed) {
+    for (const r of same.slice(1)) {
+      const a = same[0];
+      if (a.success.join() !== r.success.join()) out.push(`${key}: ${a.runId} and ${r.runId} have different curves`);
+      else if (a.adapterHash !== r.adapterHash) out.push(`${key}: ${a.runId} and ${r.runId} end with different adapters (${a.adapterHash} vs ${r.adapterHash})`);
+    }
+  }
+  return out;
+}
+
+export function freshRunsMarkdown(runs: readonly FreshRun[], threshold: number, meta: { command: string; config: string }): string {
+  const sums = runs.map((r) => freshRunSummary(r, threshold));
+  const reached = sums.filter((s) => s.reached).length;
+  const iters = sums.flatMap((s) => (s.toThreshold === null ? [] : [s.toThreshold])).sort((a, b) => a - b);
+  const median = iters.length ? iters[Math.floor((iters.length - 1) / 2)] : null;
+  const rows = runs.map((r, i) => {
+    const s = sums[i];
+    const curve = r.success.map((x) => x.toFixed(2)).join(' ');
+    const zs = `${meanOf(r.zeroStdFirstDraw).toFixed(2)} → ${meanOf(r.zeroStd).toFixed(2)}`;
+    const ev = s.lastEval === null ? '–' : s.lastEval.toFixed(2);
+    return `| ${r.runId} | ${r.model} | ${r.seed} | ${curve} | ${s.lastFive.toFixed(2)} | ${s.reached ? 'yes' : r.error ? `failed: ${r.error}` : 'no'} | ${s.toThreshold ?? '–'} | ${ev} | ${zs} | ${r.adapterHash ?? '–'} | ${r.seconds} |`;
+  });
+  const repro = reproducibilityProblems(runs);
+  const twice = runs.length - new Set(runs.map((r) => `${r.model} seed ${r.seed}`)).size;
+  return [
+    `\`${meta.command}\` (${meta.config})`,
+    '',
+    `Reached ≥ ${threshold} mean training success over the last five iterations: **${reached} of ${runs.length}** runs; median iterations to it: ${median ?? '–'}.`,
+    twice ? (repro.length ? `Same seed, different result: ${repro.join('; ')}.` : `Every seed run twice gave the same curve and the same last adapter (${twice} pairs).`) : '',
+    '',
+    '| run | model | seed | training success per iteration | last five | reached | iterations to it | last held-out | zero-std groups (first draw → after) | last adapter | seconds |',
+    '|---|---|---:|---|---:|---|---:|---:|---|---|---:|',
+    ...rows,
+    '',
+  ].join('\n');
+}

@@ -24,7 +24,8 @@ export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: num
   const n = sampled.candidates.length;
   const runs = await runCandidates(ep, here, sampled, 0, stepNo);
   const rewards = runs.map(rewardOf);
-  const grown = await drawMore(ep, here, sampled, rewards, stepNo, more);
+  // A group whose candidates all succeeded has nothing left to find; one whose candidates all failed alike might.
+  const grown = runs.some((r) => 'out' in r && r.out.success) ? sampled : await drawMore(ep, here, sampled, rewards, stepNo, more);
   const u = parseInt(fnv1a32(`${ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
   // The episode goes on from one of the step's own n candidates: what it plays, and its success, stay the policy's.
   const chosen = chooseCandidate(rewards.slice(0, n), ep.input.grouping!.choose, u);
@@ -46,8 +47,8 @@ async function runCandidates(ep: EpisodeContext, here: DurableSession, drawn: Sa
 }
 
 /**
- * Dynamic sampling (DAPO): while every candidate scored the same, the group carries no gradient, so it draws n
- * more from the same state (train.dynamicSampling), up to maxCandidates. The extra candidates only teach: their
+ * Dynamic sampling (DAPO): while every candidate scored the same and none succeeded, the group carries no
+ * gradient, so it draws n more from the same state (train.dynamicSampling), up to maxCandidates. The extra candidates only teach: their
  * forks close as soon as they are scored. Appends their rewards to `rewards`; returns the group's candidates.
  */
 async function drawMore(

@@ -385,14 +385,8 @@ async function step(search: Search, s: DurableSession, action: Action, ctx: Sim,
 async function expandNode(search: Search, id: number, s: DurableSession, tag: string): Promise<number[]> {
   const { state, params: P } = search;
   state.phase = `${tag}: expand node ${id}`;
-  const { promptRef, candidates } = await sampleAt(
-    search,
-    s,
-    P.maxChildren,
-    true,
-    `${tag} · expand node ${id} (depth ${s.path.length}): sample K=${P.maxChildren}`,
-    `expand ${id}`,
-  );
+  const { promptRef, candidates } = await sampleAt(search, s, P.maxChildren, true, `${tag} · expand node ${id} (depth ${s.path.length}): sample K=${P.maxChildren}`);
+
   state.sampled(candidates);
   // Searches recorded before proposals were counted replay with every child counting the same.
   const distinct = patched('mcts-proposals') ? proposedActions(candidates) : distinctActions(candidates);
@@ -451,14 +445,7 @@ async function rollout(search: Search, from: number, s: DurableSession, ctx: Sim
   };
   while (depth < P.maxDepth) {
     state.phase = `${ctx.tag}: rollout step ${steps + 1} from node ${from}`;
-    const { candidates } = await sampleAt(
-      search,
-      s,
-      1,
-      false,
-      `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`,
-      `${ctx.tag} rollout ${from} step ${steps + 1}`,
-    );
+    const { candidates } = await sampleAt(search, s, 1, false, `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`);
     const c = candidates[0];
     if (!isValidAction(c.action)) return valued(false, 0, `unparseable output at depth ${depth + 1}`);
     const out = await step(search, s, c.action, ctx, `${ctx.tag} · rollout step ${steps + 1}: ${describeAction(c.action)}`, true);
@@ -516,14 +503,7 @@ async function rankCandidates(search: Search, s: DurableSession, candidates: Sea
 }
 
 /** n candidates at the session's state. `keep`: store the completions (expansions) or not (rollouts). */
-async function sampleAt(
-  search: Search,
-  s: DurableSession,
-  n: number,
-  keep: boolean,
-  summary: string,
-  seedKey: string,
-): Promise<{ promptRef: string; candidates: SearchCandidate[] }> {
+async function sampleAt(search: Search, s: DurableSession, n: number, keep: boolean, summary: string): Promise<{ promptRef: string; candidates: SearchCandidate[] }> {
   const { state, params: P } = search;
   const path = [...state.spec.rootPath, ...s.path];
   const sampled = await state.timed('sample', () =>
@@ -535,7 +515,8 @@ async function sampleAt(
       store: keep,
       legacyStore: keep,
       summary,
-      seedKey,
+      // The summary names the call's place in the search (simulation, node, rollout step): it seeds the draw.
+      seedKey: summary,
     }),
   );
   return {

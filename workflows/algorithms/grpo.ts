@@ -81,6 +81,7 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
           trajectory_refs: episodes.map((e) => e.trajectoryRef),
           // dr_grpo's constant denominator: B × the longest completion the policy may write.
           max_completion_len: cfg.policy.maxTokens,
+          ...(t.grouping === 'step' && t.dynamicSampling.maxCandidates > 0 ? { dynamic_sampling: true } : {}),
         }),
       'batch',
       seconds,
