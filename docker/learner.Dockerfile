@@ -11,6 +11,10 @@ FROM ${PYTHON_IMAGE}
 # Set it to pick another CUDA version, e.g. --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG TORCH_INDEX_URL=
 ARG TORCH_VERSION=2.13.0
+# Constrained updates compile the grammar vLLM sampled under, with vLLM 0.33's own pin (lib/grammar-blob.ts): a
+# different xgrammar can draw other masks. --no-deps as launch.sh: its wheel lists triton, used only on CUDA kernels
+# the learner never calls; its other dependency is in requirements.txt.
+ARG XGRAMMAR_VERSION=0.2.8
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONPATH=/app/workers/learner \
@@ -26,7 +30,8 @@ COPY workers/learner/requirements.txt workers/learner/requirements.txt
 RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install "torch==${TORCH_VERSION}" --index-url "$TORCH_INDEX_URL"; \
     else pip install "torch==${TORCH_VERSION}"; fi \
  && python -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' is a CPU-only build: set TORCH_INDEX_URL to a CUDA wheel index')" \
- && pip install -r workers/learner/requirements.txt
+ && pip install -r workers/learner/requirements.txt \
+ && pip install --no-deps "xgrammar==${XGRAMMAR_VERSION}"
 
 COPY workers/learner workers/learner
 RUN mkdir -p /app/runs /app/checkpoints /hf-cache

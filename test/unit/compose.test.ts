@@ -7,6 +7,7 @@ import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
 import { identicalCandidatesProblem, parseConfig } from '../../lib/config';
 import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
+import { VLLM_GRAMMAR_CALLS } from '../../lib/grammar-blob';
 import { loadConfigFile } from '../../host/config-file';
 import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/credentials';
 import { chromiumSandboxed } from '../../env/browser';
@@ -184,6 +185,9 @@ test('build contexts, Dockerfiles and bind-mounted host paths exist in the repos
   const learner = readFileSync(join(REPO_ROOT, 'docker/learner.Dockerfile'), 'utf8');
   assert.match(learner, /pip install -r workers\/learner\/requirements\.txt/);
   assert.match(learner, /torch\.version\.cuda/, 'the learner image checks that torch is a CUDA build');
+  // Without xgrammar a constrained update fails; its version is the one vLLM 0.33 pins (what grammar blobs record).
+  assert.match(learner, /pip install --no-deps "xgrammar==\$\{XGRAMMAR_VERSION\}"/);
+  assert.match(learner, new RegExp(`XGRAMMAR_VERSION=${VLLM_GRAMMAR_CALLS['vllm-0.33'].xgrammar.replace(/\./g, '\\.')}\\b`));
   const torchPin = /^torch==(\S+)$/m.exec(readFileSync(join(REPO_ROOT, 'workers/learner/requirements.txt'), 'utf8'))?.[1];
   assert.match(learner, new RegExp(`TORCH_VERSION=${torchPin!.replace(/\./g, '\\.')}\\b`), 'the same torch as requirements.txt');
 });
@@ -275,7 +279,10 @@ test("vLLM serves the learner's model with runtime LoRA loading, and sees adapte
     return args[i].includes('=') ? args[i].split('=')[1] : args[i + 1];
   };
   assert.ok(args.includes('--enable-lora'), '--enable-lora');
-  assert.equal(flag('--max-lora-rank'), '64');
+  // Compose substitutes the variable the learner reads too, so vLLM serves every adapter the learner writes.
+  const rank = ['$', '{HALO_LORA_RANK:-16}'].join('');
+  assert.equal(flag('--max-lora-rank'), rank);
+  assert.equal(env(services.learner).HALO_LORA_RANK, rank);
   assert.ok(Number(flag('--max-loras')) >= 2, '--max-loras: the new adapter and the previous one');
   assert.equal(flag('--gpu-memory-utilization'), '0.5');
   // The sampler's log-probs are the learner's old log-probs: after temperature, as the learner computes them.
