@@ -216,12 +216,12 @@ describe("the local server's constrained answers, in the tiny model's token ids,
     tokenizer = (check([]) as { tokenizer: string }).tokenizer;
   });
 
-  // The scripted model's choice for each goal, as xgrammar writes it compact: properties in schema order.
+  // The scripted model's choice for each goal, as vLLM 0.33 writes it compact (separators `,`/`:`): schema order.
   const cases = [
-    { goal: 'Click on the "okay" button.', compact: '{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [60, 327]}}' },
-    { goal: 'Enter "hello" into the text field', compact: '{"name": "computer_use", "arguments": {"action": "type", "element_id": 8, "text": "hello"}}' },
+    { goal: 'Click on the "okay" button.', compact: '{"name":"computer_use","arguments":{"action":"left_click","coordinate":[60,327]}}' },
+    { goal: 'Enter "hello" into the text field', compact: '{"name":"computer_use","arguments":{"action":"type","element_id":8,"text":"hello"}}' },
     // The scripted fallback `wait` 0 is below the grammar's minimum: the first action the grammar admits instead.
-    { goal: 'Do nothing in particular', compact: '{"name": "computer_use", "arguments": {"action": "click_element", "element_id": 3}}' },
+    { goal: 'Do nothing in particular', compact: '{"name":"computer_use","arguments":{"action":"click_element","element_id":3}}' },
   ];
 
   async function sample(server: FakeVllmServer, grammarWhitespace: 'compact' | 'any') {
