@@ -25,8 +25,10 @@ export class RunControl<Extra extends object = object> {
   seconds: Record<string, number> = {};
   private extra: () => Extra & { runId: string };
 
-  constructor(runId: string, initial?: { paused?: boolean }) {
+  /** `initial`: what the previous run of a continue-as-new chain had been told, so no signal is lost across it. */
+  constructor(runId: string, initial?: { paused?: boolean; stopping?: boolean }) {
     this.paused = initial?.paused ?? false;
+    this.stopping = initial?.stopping ?? false;
     this.extra = () => ({ runId }) as Extra & { runId: string };
     setHandler(pauseSignal, () => {
       this.paused = true;

@@ -39,6 +39,11 @@ export interface TrainingState {
   configRef: string;
   configHash: string;
   paused: boolean;
+  /**
+   * A stop that came after the run last looked (pipelined: while the collected batch was being stored). The
+   * next run learns from the pending batch and ends; without it, the stop would be dropped at continue-as-new.
+   */
+  stopping?: boolean;
   /** GRPO: the last ten iterations' zero-std shares (absent in MCTS runs). */
   zeroStdHistory?: number[];
   /** Folder of adapter v<adapterVersion> (as the serving process sees it): reloaded into a restarted vLLM. */
@@ -134,7 +139,7 @@ export async function runTraining<D, U>(algorithm: Algorithm<D, U>, input: Train
   const info = workflowInfo();
   const control = proxyActivities<RunActivities>(profiles.runActivities());
   // Handlers first, so `status`, pause and stop work from the first moment (before the config is stored).
-  const run = new RunControl<Omit<TrainingStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused });
+  const run = new RunControl<Omit<TrainingStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused, stopping: input.state?.stopping });
   let lastMetrics: TrainingMetrics | null = input.state?.lastMetrics ?? null;
   const describe = (runId: string, iterations: number, state: TrainingState | undefined, extra: Partial<TrainingStatus>) =>
     run.describe(() => ({ runId, mode: algorithm.mode, iteration: state?.iteration ?? 1, iterations, adapterVersion: state?.adapterVersion ?? 0, lastMetrics, ...extra }));
@@ -285,6 +290,9 @@ class Loop<D, U> {
       lastMetrics: this.lastMetrics,
       ...(this.envSteps > 0 ? { envSteps: this.envSteps } : {}),
     };
+    // Absent unless set: the continue-as-new input of runs nobody stopped stays as it was.
+    if (this.scope.run.stopping) next.stopping = true;
+    else delete next.stopping;
     if (pendingRef) next.pendingRef = pendingRef;
     else delete next.pendingRef;
     return continueAsNew<(input: TrainingInput) => Promise<TrainingResult>>({ state: next });

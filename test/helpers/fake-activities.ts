@@ -225,12 +225,16 @@ export class FakeControl {
   /** What `checkFreeDisk` reports (tests make the disk run full). */
   freeDiskBytes = 100 * 2 ** 30;
   readonly diskChecks: number[] = [];
+  /** Holds the store of a pipelined run's collected iteration (keyed by that iteration) in flight. */
+  readonly collectedStoreHolds = new Holds();
 
   constructor(private readonly policy: PolicyScript = distinctClicks) {}
 
   activities(): ActivityMap {
     return {
       storeJson: async (input: { value: unknown }) => {
+        const v = input.value as { iteration?: unknown; sampledVersion?: unknown } | null;
+        if (typeof v?.iteration === 'number' && typeof v.sampledVersion === 'number') await this.collectedStoreHolds.pass(v.iteration);
         const ref = fakeRef(JSON.stringify(input.value));
         this.blobs.set(ref, structuredClone(input.value));
         return { ref, hash: ref.slice(7, 23) };

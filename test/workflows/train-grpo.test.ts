@@ -161,6 +161,31 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
     });
   });
 
+  test('maxStaleness 1: a stop that arrives while the collected batch is being stored survives continue-as-new', async () => {
+    await withFakeWorkers(env, 'grpo-pipe-stop-store', {}, async ({ q, runId, control, learner }) => {
+      control.collectedStoreHolds.hold(1);
+      const handle = await env.client.workflow.start('trainGrpo', {
+        taskQueue: q.control,
+        workflowId: runId,
+        args: [{ config: grpoConfig(q, runId, 5, { maxStaleness: 1 }) }],
+      });
+      // The first run has collected iteration 1 and decided to go on; its batch is being stored.
+      await control.collectedStoreHolds.reached(1);
+      await handle.signal(stopSignal);
+      control.collectedStoreHolds.release(1);
+      const result = (await handle.result()) as TrainingResult;
+      // The next run learns from iteration 1's batch and collects nothing more.
+      assert.deepEqual(result, { runId, iterations: 1, adapterVersion: 1, stoppedEarly: true });
+      assert.deepEqual(
+        learner.updates.map((u) => u.version),
+        [1],
+      );
+      assert.equal(learner.samples.length, 2, "only iteration 1's two episodes sampled");
+      assert.deepEqual(control.grpoMetrics, [1]);
+      assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'Completed']);
+    });
+  });
+
   test('pause waits before the next iteration, resume continues, stop ends after the current iteration', async () => {
     await withFakeWorkers(env, 'grpo-pause', {}, async (w) => {
       const { control, learner } = w;
