@@ -92,14 +92,14 @@ export const UpdatePolicyOutputSchema = z.strictObject({
   ...updateOutputShape,
   retokenized: int,
   token_mismatch_rate: finite,
-  /** sampler tokens whose log-prob was unknown (vLLM's -9999 or none): the learner used its own there (ratio 1) */
+  /** sampler tokens whose log-prob was unknown (vLLM's -9999 or none): dropped from the loss */
   unknown_logprobs: int.nullable().default(null),
   /** share of the completions with the server's prompt ids whose ids differ from the learner's own encoding */
   prompt_mismatch_rate: finite.nullable().default(null),
   // Per-update statistics, measured before the optimiser step (null when unknown or written before them):
   /** mean k3 estimate of KL(π_θ ‖ π_ref) per completion token (null when kl_coef is 0: no reference pass) */
   kl: finite.nullable().default(null),
-  /** share of tokens with sampler log-probs whose ratio left [1 - ε, 1 + ε] */
+  /** share of tokens with sampler log-probs whose clipped ratio (to the sampler; decoupled: to the learner's own, 0) left [1 - ε, 1 + ε] */
   clip_fraction: finite.nullable().default(null),
   /** mean π_θ / π_old over tokens with sampler log-probs */
   mean_ratio: finite.nullable().default(null),

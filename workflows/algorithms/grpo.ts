@@ -124,7 +124,8 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
           loss_type: t.lossType,
           // Pipelined: samples one update behind are importance-weighted to the sampler, not clipped away.
           // Exploring draws likewise: their behaviour policy is the ε-mixture, not the policy being trained.
-          ...(t.maxStaleness > 0 || exploring(t) ? { stale_weight_cap: t.staleWeightCap } : {}),
+          // Served: another engine's log-probs, whose mismatch with the learner's would otherwise be clipped away.
+          ...(t.maxStaleness > 0 || exploring(t) || cfg.policy.backend !== 'colocated' ? { stale_weight_cap: t.staleWeightCap } : {}),
         },
       }),
     );

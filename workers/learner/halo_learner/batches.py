@@ -1,7 +1,7 @@
 """From a batch blob to the samples an update trains on (GRPO items and DPO pairs).
 
 A GRPO item's sampler log-probs may be unknown at some positions (vLLM's -9999 placeholder, or none reported):
-the update uses its own log-prob there (ratio 1, grpo.py) and counts those tokens. When the sampler recorded the
+the update drops those positions from the loss (grpo.py), counts them and warns once per batch. When the sampler recorded the
 prompt ids the server encoded (the token blob's `prompt_ref`), they are compared with the learner's own encoding
 of the stored prompt; a difference is counted and the first one logged, and the item is still scored on the
 learner's encoding (the chat template and image processor that training uses), with the sampler's log-probs.
@@ -45,10 +45,12 @@ class PreparedGrpo:
     samples: list[GrpoSample]
     retokenized: int  # items trained on retokenised text (no tokens_ref)
     mismatched: int  # of those, retokenisations that may differ from what was sampled
-    unknown_logprobs: int = 0  # sampler tokens whose log-prob is unknown: the update's own is used (ratio 1)
+    unknown_logprobs: int = 0  # sampler tokens whose log-prob is unknown: dropped from the loss
     prompts_compared: int = 0  # items whose token blob carried the server's prompt ids
     prompts_mismatched: int = 0  # of those, prompts the learner encodes to other ids
     first_prompt_mismatch: tuple[int, PromptIdsMismatch] | None = None  # (item, where)
+    unknown_items: int = 0  # items with at least one unknown sampler log-prob
+    first_unknown: int | None = None  # the first such item
 
     @property
     def token_mismatch_rate(self) -> float:
@@ -102,7 +104,11 @@ def grpo_samples(
             ids = ids[: batch.max_completion_len]
             old = old[: batch.max_completion_len] if old is not None else None
         if old is not None:
-            out.unknown_logprobs += sum(lp is None for lp in old)
+            unknown = sum(lp is None for lp in old)
+            out.unknown_logprobs += unknown
+            if unknown:
+                out.unknown_items += 1
+                out.first_unknown = out.first_unknown if out.first_unknown is not None else i
         try:
             bitmask = grammar_bitmask(it.grammar_ref, ids) if it.grammar_ref else None
         except ValueError as e:
@@ -119,6 +125,16 @@ def grpo_samples(
         )
         if on_item:
             on_item()
+    if out.unknown_logprobs:
+        # A healthy server scores every token it sampled: -9999 means it sampled what it scored as impossible.
+        log.warning(
+            "%d sampler tokens in %d of %d items have no log-prob (vLLM's -9999 placeholder or none reported, first "
+            "in items[%d]): dropped from the loss",
+            out.unknown_logprobs,
+            out.unknown_items,
+            len(batch.items),
+            out.first_unknown,
+        )
     if out.first_prompt_mismatch is not None:
         item, diff = out.first_prompt_mismatch
         log.warning(

@@ -31,8 +31,19 @@ sampling, capped:
     w_t        = min(exp(logp_prox_t - logp_old_t), weight_cap)     no grad; 1 without sampler log-probs
     pg_t       = -w_t * min(ratio_prox_t * A, clip(ratio_prox_t, 1-eps, 1+eps) * A)
 
+Served samples (policy.backend openai) always take the decoupled objective, fresh or not: vLLM's kernels (and its
+image preprocessing) give log-probs that differ from the learner's own, and clipping against them would zero the
+gradient of whichever tokens the two engines disagree on most, with nothing failing.
+
+A position whose sampler log-prob is unknown (vLLM's -9999 placeholder: a token the server scored as impossible)
+in a row that has sampler log-probs is dropped from the loss (batches.py counts it and warns): its importance
+weight is unknown, and a ratio of 1 would train it as if it were on-policy. A row without any sampler log-probs
+(a server that gave ids only, a retokenised item) is trained as plain policy gradient (ratio 1).
+
 Statistics (before the step, like TRL / CleanRL): kl = mean k3 over completion tokens (when the reference
-pass runs), mean ratio and clip fraction over tokens with sampler log-probs, entropy = mean -logp_t of the
+pass runs); over tokens with sampler log-probs: mean ratio, mean and max |log-ratio| of the learner to the
+sampler, and the clip fraction of the ratio the objective clips (to the sampler, or decoupled to the proximal
+policy, which is 0 before the step) with the share of importance weights at the cap; entropy = mean -logp_t of the
 sampled tokens (a one-sample estimate of the policy's entropy at the sampling temperature).
 """
 
@@ -82,8 +93,8 @@ class GrpoSample:
     prompt_key: str
     ids: list[int]
     advantage: float
-    # The sampler's log-prob of each id; None for all of them (no sampler log-probs) or at a position where it is
-    # unknown: the loss then uses the policy's own log-prob there (ratio 1).
+    # The sampler's log-prob of each id; None for all of them (no sampler log-probs: the loss uses the policy's own,
+    # ratio 1) or at a position where it is unknown (that position is dropped from the loss).
     old_logprobs: list[float | None] | None
     # Constrained decoding: (len(ids), ceil(V/32)) int32 grammar bitmask of each position (grammar.py).
     bitmask: torch.Tensor | None = None
@@ -94,8 +105,10 @@ class RatioStats:
     """How far the policy moved from the sampler on the tokens whose sampler log-probs are known."""
 
     tokens: int = 0  # completion tokens with a sampler log-prob
-    clipped: int = 0  # of those, ratios outside [1 - eps, 1 + eps]
+    clipped: int = 0  # of those, tokens whose clipped ratio (the objective's) is outside [1 - eps, 1 + eps]
+    capped: int = 0  # of those, decoupled: importance weights above the cap
     max_abs_log_ratio: float = 0.0
+    abs_log_ratio_sum: float = 0.0
     ratio_sum: float = 0.0
 
     @property
@@ -103,17 +116,37 @@ class RatioStats:
         return self.clipped / self.tokens if self.tokens else 0.0
 
     @property
+    def capped_fraction(self) -> float:
+        return self.capped / self.tokens if self.tokens else 0.0
+
+    @property
     def mean_ratio(self) -> float | None:
         return self.ratio_sum / self.tokens if self.tokens else None
 
-    def add(self, log_ratio: torch.Tensor, known: torch.Tensor, clip_eps: float) -> None:
+    @property
+    def mean_abs_log_ratio(self) -> float | None:
+        return self.abs_log_ratio_sum / self.tokens if self.tokens else None
+
+    def add(
+        self,
+        log_ratio: torch.Tensor,
+        known: torch.Tensor,
+        clip_eps: float,
+        clip_log_ratio: torch.Tensor | None = None,
+        weight_cap: float | None = None,
+    ) -> None:
+        """`log_ratio`: learner to sampler; `clip_log_ratio`: the ratio the objective clips, when it is another."""
         lr = log_ratio.detach()[known]
         if lr.numel() == 0:
             return
         r = torch.exp(lr)
+        c = r if clip_log_ratio is None else torch.exp(clip_log_ratio.detach()[known])
         self.tokens += int(lr.numel())
-        self.clipped += int(((r < 1 - clip_eps) | (r > 1 + clip_eps)).sum())
+        self.clipped += int(((c < 1 - clip_eps) | (c > 1 + clip_eps)).sum())
+        if weight_cap is not None:
+            self.capped += int((r > weight_cap).sum())
         self.ratio_sum += float(r.sum())
+        self.abs_log_ratio_sum += float(lr.abs().sum())
         self.max_abs_log_ratio = max(self.max_abs_log_ratio, float(lr.abs().max()))
 
 
@@ -159,15 +192,18 @@ class GrpoStats:
 
 
 def _row_table(samples: list[GrpoSample], L: int, device):
-    """Advantages (B,1) and old log-probs (B,L) with NaN where the sampler's log-probs are unknown: whole rows
-    without them and single unknown positions alike, which the loss replaces with the policy's own (loss_fn)."""
+    """Advantages (B,1), old log-probs (B,L) with NaN where the sampler's are unknown (the loss puts the policy's
+    own there: ratio 1), and (B,L) True at the unknown positions of rows that have sampler log-probs, which the
+    loss drops (the module docstring says why)."""
     adv = torch.tensor([[s.advantage] for s in samples], dtype=torch.float32, device=device)
     old = torch.full((len(samples), L), float("nan"), dtype=torch.float32, device=device)
+    dropped = torch.zeros((len(samples), L), dtype=torch.bool, device=device)
     for i, s in enumerate(samples):
         if s.old_logprobs is not None:
             row = [math.nan if lp is None else lp for lp in s.old_logprobs]
             old[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return adv, old
+            dropped[i, : len(row)] = torch.tensor([lp is None for lp in s.old_logprobs], dtype=torch.bool)
+    return adv, old, dropped
 
 
 def _chunks(samples: list[GrpoSample], chunk: int, prefix_sharing: bool) -> list[list[int]]:
@@ -278,7 +314,7 @@ def grpo_backward(
     B = len(samples)
     L = max(len(s.ids) for s in samples)
     norm = dr_grpo_denominator(B, max_completion_len, L)
-    adv, old = _row_table(samples, L, dev)
+    adv, old, dropped = _row_table(samples, L, dev)
     chunks = _chunks(samples, micro_batch, prefix_sharing)
     layouts = None
     if prefix_sharing:
@@ -298,15 +334,17 @@ def grpo_backward(
         T = logp.shape[1]
         o = old[rows, cols][:, :T]
         known = ~torch.isnan(o)
-        o = torch.where(known, o, logp.detach())  # unknown sampler log-prob (row or position): ratio 1, plain PG
+        o = torch.where(known, o, logp.detach())  # a row without sampler log-probs: ratio 1, plain PG
         m = mask[rows, cols][:, :T] > 0
         if ratios is not None:
-            ratios.add(logp - o, known & m, clip_eps)
+            clip_lr = None if weight_cap is None else logp - logp.detach()
+            ratios.add(logp - o, known & m, clip_eps, clip_lr, weight_cap)
         r = ref[rows, cols][:, :T] if ref is not None else None
         if token_stats is not None:
             token_stats.add(logp, r, m)
         per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef, weight_cap)
-        return (per_token * mask[rows, cols][:, :T]).sum() / norm
+        trained = m & ~dropped[rows, cols][:, :T]
+        return (per_token * trained).sum() / norm
 
     total = 0.0
     params = [p for p in policy.model.parameters() if p.requires_grad]

@@ -314,6 +314,8 @@ class Learner:
             unknown_logprobs=prep.unknown_logprobs,
             prompt_mismatch_rate=prep.prompt_mismatch_rate,
             max_abs_log_ratio=ratios.max_abs_log_ratio,
+            mean_abs_log_ratio=ratios.mean_abs_log_ratio,
+            capped_fraction=ratios.capped_fraction if hp.stale_weight_cap is not None and ratios.tokens else None,
             **update_stats,
             estimated_peak_gib=plan.peak_bytes / 2**30,
             hyperparameters=hp.model_dump(),
@@ -323,7 +325,8 @@ class Learner:
             return self.update_policy(inp, progress)
         log.info(
             "update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
-            "%d tokens with sampler log-probs, %d unknown, %.3f clipped, micro-batch %d) in %.2fs",
+            "%d tokens with sampler log-probs, %d unknown, %.3f clipped, mean |log-ratio| to the sampler %.4f, "
+            "%s objective, micro-batch %d) in %.2fs",
             inp.run_id,
             inp.version,
             stats.loss,
@@ -335,6 +338,8 @@ class Learner:
             ratios.tokens,
             prep.unknown_logprobs,
             ratios.clip_fraction,
+            ratios.mean_abs_log_ratio or 0.0,
+            "plain" if hp.stale_weight_cap is None else f"decoupled (cap {hp.stale_weight_cap:g})",
             plan.micro_batch,
             stats.seconds,
         )

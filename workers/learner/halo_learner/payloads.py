@@ -101,7 +101,8 @@ class GrpoHyperparameters(_Strict):
     temperature: float = Field(0.7, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: str = "dr_grpo"
-    # Pipelined iterations: the decoupled objective (grpo.py), importance weights to the sampler capped here.
+    # Set: the decoupled objective (grpo.py), importance weights to the sampler capped here. The trainer sets it for
+    # served samples, pipelined iterations and exploring draws: every sampler that is not the learner itself.
     stale_weight_cap: float | None = Field(None, gt=0)
 
     @field_validator("loss_type")
@@ -169,14 +170,16 @@ class UpdatePolicyOutput(UpdateOutput):
     # retokenisation is not a faithful stand-in for what was sampled (their old log-probs are not used).
     retokenized: int
     token_mismatch_rate: float
-    # Sampler tokens whose log-prob was unknown (the update used its own there: ratio 1), and the share of the
+    # Sampler tokens whose log-prob was unknown (dropped from the loss), and the share of the
     # completions with the server's prompt ids whose ids differ from the learner's encoding; null: written before.
     unknown_logprobs: int | None = None
     prompt_mismatch_rate: float | None = None
     # Per-update statistics (TRL / CleanRL style), measured before the optimiser step; null when unknown
     # (kl without a reference pass, ratio figures without sampler log-probs, versions written before them).
     kl: float | None = None  # mean k3 estimate of KL(pi_theta || pi_ref) per completion token
-    clip_fraction: float | None = None  # share of ratio tokens outside [1 - eps, 1 + eps]
+    # share of ratio tokens whose clipped ratio (to the sampler; decoupled: to the proximal policy, so 0 before the
+    # step) is outside [1 - eps, 1 + eps]
+    clip_fraction: float | None = None
     mean_ratio: float | None = None  # mean pi_theta / pi_old over tokens with sampler log-probs
     ratio_tokens: int | None = None  # completion tokens that came with sampler log-probs
     entropy: float | None = None  # mean -log pi_theta(sampled token): a one-sample entropy estimate

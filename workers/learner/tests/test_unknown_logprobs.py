@@ -1,8 +1,10 @@
-"""Unknown sampler log-probs (vLLM's -9999 placeholder, or a null entry): the update uses its own log-prob at that
-position (ratio 1) and counts the token; DPO, which reads no sampler log-probs, takes such blobs as they are."""
+"""Unknown sampler log-probs (vLLM's -9999 placeholder, or a null entry): the update drops that position from the
+loss, counts it and warns; a row without any sampler log-probs is still trained (ratio 1); DPO, which reads no
+sampler log-probs, takes such blobs as they are."""
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
@@ -23,7 +25,7 @@ def test_null_and_placeholder_entries_are_unknown_and_counted():
     assert SampledTokens(token_ids=[1, 2], logprobs=[-0.1, -9998.5]).known_logprobs() == ([-0.1, -9998.5], 0)
 
 
-def test_an_unknown_position_has_ratio_one_in_the_loss(learner, blobs):
+def test_an_unknown_position_is_dropped_from_the_loss(learner, blobs):
     policy = learner.policy
     m = messages(png_ref(blobs, 64, 64, 3), "Goal: press OK")
     prompt = encode_prompt(policy.processor, m, blobs)
@@ -35,19 +37,22 @@ def test_an_unknown_position_has_ratio_one_in_the_loss(learner, blobs):
     # Known positions sit `shift` below the policy (ratio e^shift, inside the clip range); position 1 is unknown.
     old = [lp - shift for lp in cur]
     old[1] = None
-    sample = GrpoSample(prompt=prompt, prompt_key=prompt_key(m), ids=ids, advantage=adv, old_logprobs=old)
+    key = prompt_key(m)
+    partly = GrpoSample(prompt=prompt, prompt_key=key, ids=ids, advantage=adv, old_logprobs=old)
+    # A row the server gave no log-probs for at all: plain policy gradient on every token.
+    none = GrpoSample(prompt=prompt, prompt_key=key, ids=ids, advantage=adv, old_logprobs=None)
     stats = grpo_step(
         policy,
         learner.optimizer,
-        [sample],
+        [partly, none],
         clip_eps=0.2,
         kl_coef=0.0,
         temperature=T,
         max_grad_norm=1.0,
         max_completion_len=Lmax,
-        micro_batch=1,
+        micro_batch=2,
     )
-    expected = -adv * (3 * math.exp(shift) + 1.0) / Lmax
+    expected = -adv * (3 * math.exp(shift) + 4 * 1.0) / (2 * Lmax)
     print(f"loss {stats.loss:.8f}, by hand {expected:.8f}")
     assert abs(stats.loss - expected) < 1e-5
     assert stats.ratios.tokens == 3  # the unknown position is not a ratio token
@@ -62,7 +67,7 @@ def _update(learner, blobs, run_id, items, version=1):
     )
 
 
-def test_a_batch_with_unknown_entries_runs_and_counts_them(learner, blobs):
+def test_a_batch_with_unknown_entries_runs_counts_and_warns(learner, blobs, caplog):
     m = messages(None, "Goal: type hello")
     V = len(learner.policy.tokenizer)
     rnd = random.Random(2)
@@ -77,7 +82,13 @@ def test_a_batch_with_unknown_entries_runs_and_counts_them(learner, blobs):
         # Written before null entries existed: vLLM's clamped -inf is a number, and unknown all the same.
         {"prompt": m, "completion": "y", "tokens_ref": tokens_ref(blobs, b, [-9999.0, -1.5, -0.2]), "advantage": -1.0},
     ]
-    out = _update(learner, blobs, "unknown", items)
+    with caplog.at_level(logging.WARNING, logger="halo_learner"):
+        out = _update(learner, blobs, "unknown", items)
+    warned = [r.getMessage() for r in caplog.records if "no log-prob" in r.getMessage()]
+    assert warned == [
+        "3 sampler tokens in 2 of 2 items have no log-prob (vLLM's -9999 placeholder or none reported, first in "
+        "items[0]): dropped from the loss"
+    ]
     from pathlib import Path
 
     from halo_learner import adapters
