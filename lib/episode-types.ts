@@ -208,6 +208,8 @@ export interface EpisodeInput extends LegacyEpisodeFields {
   adapterVersion?: number;
   /** openai policy naming a served adapter: loaded again if the server restarted (lib/iteration-policy.ts). */
   adapter?: ServedAdapter;
+  /** Seeds the episode's draws and choices (lib/training-plan.ts `drawKey`); default: its workflow id. */
+  drawKey?: string;
 }
 
 /**
@@ -251,6 +253,7 @@ export function episodeInput(p: {
   mode: string;
   grouping?: EpisodeInput['grouping'];
   search?: EpisodeInput['search'];
+  drawKey?: string;
 }): EpisodeInput {
   return {
     task: p.task,
@@ -262,6 +265,7 @@ export function episodeInput(p: {
     ...(p.sampling.adapter ? { adapter: p.sampling.adapter } : {}),
     ...(p.grouping ? { grouping: p.grouping } : {}),
     ...(p.search ? { search: p.search } : {}),
+    ...(p.drawKey ? { drawKey: p.drawKey } : {}),
   };
 }
 

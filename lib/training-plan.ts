@@ -71,6 +71,14 @@ export interface TaskPick {
   seed: number;
 }
 
+/**
+ * What seeds the draws of episode (or search) j of an iteration: the pick key (the run's seed, else its id), so two
+ * runs of one config and seed sample alike whatever their run ids, as they already play the same tasks.
+ */
+export function drawKey(pickKey: string, iteration: number, j: number | string): string {
+  return `${pickKey}-it${iteration}-${j}`;
+}
+
 /** Deterministic task and seed for episode j of an iteration: the pick key and the iteration are the seed. */
 export function pickTasks(tasks: readonly string[], count: number, pickKey: string, iteration: number): TaskPick[] {
   return Array.from({ length: count }, (_, j) => {

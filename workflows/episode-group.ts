@@ -26,7 +26,7 @@ export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: num
   const rewards = runs.map(rewardOf);
   // A group whose candidates all succeeded has nothing left to find; one whose candidates all failed alike might.
   const grown = runs.some((r) => 'out' in r && r.out.success) ? sampled : await drawMore(ep, here, sampled, rewards, stepNo, more);
-  const u = parseInt(fnv1a32(`${ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
+  const u = parseInt(fnv1a32(`${ep.sampler.drawKey ?? ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
   // The episode goes on from one of the step's own n candidates: what it plays, and its success, stay the policy's.
   const chosen = chooseCandidate(rewards.slice(0, n), ep.input.grouping!.choose, u);
   ep.groups.push(stepGroup(grown, stepNo, chosen, rewards, n));

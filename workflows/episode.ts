@@ -80,6 +80,7 @@ async function startEpisode(input: EpisodeInput): Promise<EpisodeContext> {
     ...(run.baseModel ? { baseModel: run.baseModel } : {}),
     gpuTaskQueue: run.gpuTaskQueue,
     learnerHeartbeatTimeoutMs: run.learnerHeartbeatTimeoutMs,
+    ...(input.drawKey ? { drawKey: input.drawKey } : {}),
   };
   return { input, workflowId: info.workflowId, taskQueue: info.taskQueue, run, rewardWeights, label, sessions, sampler, session, steps, groups: [], budget };
 }

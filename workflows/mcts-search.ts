@@ -71,7 +71,8 @@ import { clipSummary } from '../lib/text';
 import type { RunContext } from '../lib/run-context';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import * as profiles from './activity-profiles';
-import { type DurableSession, type OpenAt, Sessions, type RebuildBudget, type SessionSettings } from './durable-session';
+import type { DurableSession, RebuildBudget } from './durable-session';
+import { SearchSessions } from './search-sessions';
 import { ParkedSessions } from './parked-sessions';
 import { isSessionLost } from './session-lost';
 import { sample, type SamplerSettings } from './sampler';
@@ -99,6 +100,8 @@ export interface MctsSearchInput extends LegacyEpisodeFields {
   rootPath?: Action[];
   /** Present on continuation only. */
   state?: MctsSearchState;
+  /** Seeds the search's draws (lib/training-plan.ts `drawKey`); default: its workflow id. */
+  drawKey?: string;
 }
 
 /** The tree and its statistics (all of it; queries are not recorded in the history). */
@@ -172,6 +175,7 @@ export async function mctsSearch(input: MctsSearchInput): Promise<MctsSearchResu
       ...(run.baseModel ? { baseModel: run.baseModel } : {}),
       gpuTaskQueue: run.gpuTaskQueue,
       learnerHeartbeatTimeoutMs: run.learnerHeartbeatTimeoutMs,
+      ...(input.drawKey ? { drawKey: input.drawKey } : {}),
     },
   };
 
@@ -557,44 +561,4 @@ async function loadSnapshot(state: SearchState, carried: MctsSearchState): Promi
   const snap = (await load.loadJson({ ref: carried.snapshotRef })) as MctsSnapshot;
   const chunks = (await Promise.all(snap.chunks.map((ref) => load.loadJson({ ref })))) as MctsSnapshotChunk[];
   state.restoreFrom(snap, chunks, carried.snapshotRef);
-}
-
-/**
- * Sessions whose every opening (a restore, or a rebuild after a lost session) is timed and counted, and
- * when each one's episode began (parked sessions past their episode's time limit are only reset).
- */
-class SearchSessions extends Sessions {
-  private readonly begun = new Map<string, number>();
-
-  constructor(
-    settings: SessionSettings,
-    private readonly state: SearchState,
-  ) {
-    super(settings);
-  }
-
-  override async open(path: readonly Action[], episodeId: string, summary: string, at: OpenAt = {}): Promise<DurableSession> {
-    const t0 = workflowClockMs();
-    const s = await this.state.timed('restore', () => super.open(path, episodeId, summary, at));
-    this.began(s, t0);
-    this.state.restored((this.settings.base?.length ?? 0) + path.length, s.observation.goal);
-    return s;
-  }
-
-  /** A new session opened in the background, not for this simulation: not a restore of it. */
-  async openSpare(path: readonly Action[], episodeId: string, summary: string, lived?: LivedState): Promise<DurableSession> {
-    const t0 = workflowClockMs();
-    const s = await super.open(path, episodeId, summary, { lived });
-    this.began(s, t0);
-    return s;
-  }
-
-  began(s: DurableSession, at: number): void {
-    this.begun.set(s.handle.sessionId, at);
-  }
-
-  /** When the session's episode began; a session not seen here counts as too old to use as it is. */
-  begunAt(s: DurableSession): number {
-    return this.begun.get(s.handle.sessionId) ?? -Infinity;
-  }
 }

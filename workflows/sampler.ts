@@ -27,6 +27,11 @@ export interface SamplerSettings {
   baseModel?: string;
   gpuTaskQueue: string;
   learnerHeartbeatTimeoutMs: number;
+  /**
+   * What seeds this workflow's draws besides each call's place in it: the run's seed (or id), iteration and
+   * episode or search, so runs with one config and seed draw alike whatever their ids. Default: the workflow id.
+   */
+  drawKey?: string;
 }
 
 /**
@@ -106,7 +111,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
     ...(s.baseModel ? { base_model: s.baseModel } : {}),
     ...(grammarRef ? { grammar_ref: grammarRef } : {}),
     store_tokens: true,
-    seed: samplingSeed(workflowInfo().workflowId, req.seedKey ?? promptRef, req.n),
+    seed: samplingSeed(s.drawKey ?? workflowInfo().workflowId, req.seedKey ?? promptRef, req.n),
     ...(req.explore ? { explore: req.explore } : {}),
   });
   const texts = out.completions.map((c) => c.text);

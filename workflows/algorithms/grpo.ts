@@ -5,7 +5,7 @@ import { episodeInput, type EpisodeInput, type EpisodeResult } from '../../lib/e
 import { shouldWarnZeroStd } from '../../lib/grpo';
 import type { UpdatePolicyOutput } from '../../lib/learner-types';
 import { iterationMetrics, type EpisodeSummary } from '../../lib/training-metrics';
-import { pickTasks } from '../../lib/training-plan';
+import { drawKey, pickTasks } from '../../lib/training-plan';
 import { episode } from '../episode';
 import { checkFailureShare, poolSettled } from '../pool';
 import { learnerUpdate, type Algorithm, type Collected } from '../train-engine';
@@ -57,6 +57,7 @@ export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
                 sampling,
                 mode: 'grpo',
                 ...(t.grouping === 'step' ? { grouping: stepGrouping(t) } : {}),
+                drawKey: drawKey(plan.pickKey, it, j),
               }),
             ],
             staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,

@@ -3,6 +3,7 @@ import type { UpdateDpoOutput } from '../../lib/learner-types';
 import { mctsParams } from '../../lib/mcts-params';
 import { searchSeed, searchWorkflowId, type MctsSearchResult } from '../../lib/mcts-search';
 import { mctsIterationMetrics } from '../../lib/training-metrics';
+import { drawKey } from '../../lib/training-plan';
 import { mctsSearch, type MctsSearchInput } from '../mcts-search';
 import { checkFailureShare, poolSettled } from '../pool';
 import { learnerUpdate, type Algorithm, type RunScope } from '../train-engine';
@@ -17,7 +18,14 @@ export interface MctsExperience {
 /** The iteration's searches: `searchesPerTask` per task, each seed from the pick key, iteration, task and repeat. */
 function searchPicks(scope: RunScope, it: number) {
   const repeats = Array.from({ length: scope.cfg.mcts.searchesPerTask }, (_, r) => r);
-  return scope.cfg.mcts.tasks.flatMap((task) => repeats.map((r) => ({ task, seed: searchSeed(scope.plan.pickKey, it, task, r), id: searchWorkflowId(scope.runId, it, task, r) })));
+  return scope.cfg.mcts.tasks.flatMap((task) =>
+    repeats.map((r) => ({
+      task,
+      seed: searchSeed(scope.plan.pickKey, it, task, r),
+      id: searchWorkflowId(scope.runId, it, task, r),
+      drawKey: drawKey(scope.plan.pickKey, it, `${task}-${r}`),
+    })),
+  );
 }
 
 /**
@@ -53,6 +61,7 @@ export const mcts: Algorithm<MctsExperience, UpdateDpoOutput> = {
                 policy: sampling.policy,
                 adapterVersion: sampledVersion,
                 ...(sampling.adapter ? { adapter: sampling.adapter } : {}),
+                drawKey: p.drawKey,
               } satisfies MctsSearchInput,
             ],
           }),
