@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
-import { lstat, mkdir, readdir, rm, stat, utimes } from 'node:fs/promises';
+import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
@@ -39,6 +39,21 @@ interface Backend {
   deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]>;
   /** The store's own clock (ms since the epoch), against which listed mtimes are ages. */
   now(): Promise<number>;
+  /** Writes `writers/<file>` under the root unless it is there (never listed as a blob, never swept). */
+  recordAside(file: string, bytes: Buffer): Promise<void>;
+  /** Every `writers/<file>`: where it is and its text. */
+  readAside(): Promise<{ where: string; text: string }[]>;
+}
+
+/** Who writes to a store: a namespace whose histories name blobs in it (see `BlobStore.recordWriter`). */
+export interface StoreWriter {
+  namespace: string;
+  /** The Temporal server it was on, the host and the home of the first worker that recorded it. */
+  address?: string;
+  host?: string;
+  home?: string;
+  /** The record's file or key: removing it is how an operator retires a namespace that no longer writes here. */
+  where: string;
 }
 
 /**
@@ -124,6 +139,45 @@ export class BlobStore {
     return this.backend.now();
   }
 
+  /**
+   * How much older than its last put a blob's age may be: an object store refreshes a reused blob at most once
+   * per REFRESH_EVERY_MS per process, a folder on every put. `halo gc` adds it to the grace period, so that a
+   * blob put again just before a sweep is never older than the grace.
+   */
+  get refreshLagMs(): number {
+    return this.backend instanceof S3Backend ? REFRESH_EVERY_MS : 0;
+  }
+
+  /**
+   * Records that workers of `namespace` write to this store, before they write anything: two namespaces may
+   * share one home (and so one blobs folder) or one bucket, and a sweep that reads the histories of only one of
+   * them would take the other's live blobs for garbage. `halo gc` refuses to delete while a recorded namespace
+   * is not read.
+   */
+  async recordWriter(w: { namespace: string; address?: string; host?: string; home?: string }): Promise<void> {
+    if (w.namespace === '') throw new Error('recordWriter: an empty namespace');
+    const text = JSON.stringify({ namespace: w.namespace, address: w.address, host: w.host, home: w.home }) + '\n';
+    await this.backend.recordAside(writerFile(w.namespace), Buffer.from(text));
+  }
+
+  /** The namespaces recorded as writing to this store (`recordWriter`); a record that cannot be parsed is an error. */
+  async writers(): Promise<StoreWriter[]> {
+    const out: StoreWriter[] = [];
+    for (const { where, text } of await this.backend.readAside()) {
+      let v: Partial<StoreWriter>;
+      try {
+        v = JSON.parse(text) as Partial<StoreWriter>;
+      } catch {
+        v = {};
+      }
+      // A torn record still says that some namespace writes here: unreadable is refused, never skipped.
+      if (typeof v.namespace !== 'string' || v.namespace === '')
+        throw new Error(`the writer record ${where} cannot be read (${JSON.stringify(text.slice(0, 80))}): fix or remove it`);
+      out.push({ namespace: v.namespace, address: v.address, host: v.host, home: v.home, where });
+    }
+    return out;
+  }
+
   /** Where a reference's bytes are: a file path, or an `s3://` URL. */
   locationOf(ref: string): string {
     const [dir, name] = split(ref);
@@ -198,6 +252,15 @@ async function syncDir(dir: string): Promise<void> {
   }
 }
 
+/** The folder (under a store's root) of writer records; not two hex digits, so a sweep never lists it. */
+const WRITERS = 'writers';
+
+/** A namespace's record file: its name when that is a safe file and key name, else its hex. */
+function writerFile(namespace: string): string {
+  const plain = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$/.test(namespace);
+  return plain ? `${namespace}.json` : `hex-${Buffer.from(namespace).toString('hex').slice(0, 200)}.json`;
+}
+
 function split(ref: string): [string, string] {
   const m = REF.exec(ref);
   if (!m) throw new Error(`not a blob reference: ${JSON.stringify(ref)}`);
@@ -250,8 +313,7 @@ class FolderBackend implements Backend {
     // refuses, so it is written again here rather than only made young.
     if (await this.holds(path, bytes)) {
       try {
-        const now = new Date();
-        await utimes(path, now, now);
+        await touchOnStoreClock(path, bytes.length);
         return;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return; // not ours to touch; the bytes are there
@@ -310,6 +372,24 @@ class FolderBackend implements Backend {
     return folderNow(this.where);
   }
 
+  async recordAside(file: string, bytes: Buffer): Promise<void> {
+    const path = join(this.where, WRITERS, file);
+    if (await this.has(WRITERS, file)) return;
+    await mkdir(dirname(path), { recursive: true });
+    await writeDurably(path, bytes);
+  }
+
+  async readAside(): Promise<{ where: string; text: string }[]> {
+    const dir = join(this.where, WRITERS);
+    const files = await readdir(dir).catch((err) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [] as string[];
+      throw err;
+    });
+    const out: { where: string; text: string }[] = [];
+    for (const f of files.sort()) if (f.endsWith('.json')) out.push({ where: join(dir, f), text: await fsp.readFile(join(dir, f), 'utf8') });
+    return out;
+  }
+
   async deleteUnchanged(objects: StoredObject[]): Promise<StoredObject[]> {
     const gone: StoredObject[] = [];
     for (const o of objects) {
@@ -323,8 +403,28 @@ class FolderBackend implements Backend {
   }
 }
 
+/**
+ * A new mtime for a whole blob file, set by the file system rather than this host: an ftruncate to its own
+ * length changes no byte but marks the file modified at the kernel's (on NFS: the server's) time, as a
+ * `touch` does. `utimes` with this host's clock would let a host that lags make a just-reused blob look old
+ * on a shared disk, and `halo gc` ages blobs by the store's clock.
+ */
+async function touchOnStoreClock(path: string, length: number): Promise<void> {
+  const fh = await fsp.open(path, 'r+');
+  try {
+    await fh.truncate(length);
+  } finally {
+    await fh.close();
+  }
+}
+
 const HEAD_FIRST_BYTES = 1 << 20;
-const REFRESH_EVERY_MS = 10 * 60_000;
+/**
+ * At most one refresh of a reused object per key per this period from one process (a hot screenshot in every
+ * fork costs one request a minute, not one a put). Well under gc's minimum grace (10 minutes), and added to
+ * the grace by the sweep (`refreshLagMs`); workers/learner/halo_learner/blobs.py's REFRESH_EVERY_S is the same.
+ */
+export const REFRESH_EVERY_MS = 60_000;
 const CONTENT_TYPES: Record<string, string> = { png: 'image/png', jpg: 'image/jpeg', json: 'application/json', txt: 'text/plain' };
 
 class S3Backend implements Backend {
@@ -380,8 +480,8 @@ class S3Backend implements Backend {
   /**
    * An object already there gets a fresh LastModified (a server-side copy onto itself, one request, no bytes
    * sent), so that `halo gc` does not take an old blob an activity has just reused and not yet recorded. Once
-   * per key per REFRESH_EVERY_MS from this process, which shortens gc's grace period (an hour by default) for
-   * such a blob by at most that much.
+   * per key per REFRESH_EVERY_MS from this process: the sweep keeps blobs younger than its grace plus that
+   * period (`refreshLagMs`), so a blob put again is kept for the whole grace after that put.
    */
   private async refresh(key: string, ext: string, bytes: Buffer): Promise<void> {
     const now = Date.now();
@@ -425,6 +525,18 @@ class S3Backend implements Backend {
 
   now(): Promise<number> {
     return objectStoreNow(this.objects);
+  }
+
+  async recordAside(file: string, bytes: Buffer): Promise<void> {
+    await this.objects.putIfAbsent(keyOf(this.objects.loc, WRITERS, file), bytes, 'application/json');
+  }
+
+  async readAside(): Promise<{ where: string; text: string }[]> {
+    const out: { where: string; text: string }[] = [];
+    for (const key of (await this.objects.list(keyOf(this.objects.loc, WRITERS) + '/')).sort()) {
+      if (key.endsWith('.json')) out.push({ where: `s3://${this.objects.loc.bucket}/${key}`, text: (await this.objects.get(key)).toString('utf8') });
+    }
+    return out;
   }
 
   /** Blobs of the two-hex-digit folders `dirs`, listed now (one paged listing per folder). */

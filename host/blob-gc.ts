@@ -61,7 +61,7 @@ export interface GcOptions {
   rootTexts?: Iterable<string> | AsyncIterable<string>;
   /** Files and folders whose text files name live blobs (the home folder: metrics, evals, snapshots). */
   rootPaths?: string[];
-  /** Blobs younger than this are kept whatever names them (default one hour). */
+  /** Blobs younger than this (plus the store's `refreshLagMs`) are kept whatever names them (default one hour). */
   graceMs?: number;
   dryRun?: boolean;
   /** The store's clock at the listing (default: asked of the store, `store.now()`); tests only. */
@@ -86,6 +86,8 @@ export interface GcReport {
   missing: number;
   dryRun: boolean;
   removedRefs: string[];
+  /** Namespaces recorded as writing to the store that this sweep did not read (a dry run only: else refused). */
+  unreadNamespaces?: string[];
 }
 
 function refsIn(text: string, into: Set<string>): void {
@@ -162,9 +164,10 @@ async function refsInBlob(store: BlobStore, b: StoredObject, into: Set<string>):
 const MARK_CONCURRENCY = 16;
 
 export async function collectBlobGarbage(o: GcOptions): Promise<GcReport> {
-  const grace = o.graceMs ?? DEFAULT_GC_GRACE_MS;
   const store = o.store ?? (o.blobsDir !== undefined ? new BlobStore(o.blobsDir) : undefined);
   if (!store) throw new Error('collectBlobGarbage: give the store (or blobsDir)');
+  // A reused blob's age may trail its last put by the store's refresh period: the grace counts from that put.
+  const grace = (o.graceMs ?? DEFAULT_GC_GRACE_MS) + store.refreshLagMs;
   // Ages on the store's clock (a bucket's Date header, a fresh file's mtime on the blobs folder's file
   // system), taken before the listing: an object's age can only be under-estimated, never over.
   const now = o.now ?? (await store.now());

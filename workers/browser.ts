@@ -9,7 +9,7 @@ import { haloHome } from '../host/home';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { settleMsFromEnv } from '../env/miniwob';
-import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
+import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
 import { warmPagesFromEnv } from '../activities/warm-pages';
 import { fastReplayFromEnv } from '../activities/session-replay';
@@ -28,7 +28,7 @@ async function main() {
   const workerName = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const ownQueue = `${queueNames().browser}@${workerName}`;
   const manager = new SessionManager({
-    blobs: blobStoreFor(haloHome()),
+    blobs: await recordedStore(blobStoreFor(haloHome()), settings),
     miniwobBaseUrl: miniwob.baseUrl,
     miniwobTasks: listMiniwobTasks(htmlDir),
     workerTaskQueue: ownQueue,

@@ -12,7 +12,7 @@ import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
-import { connectWorker, installRuntime, queueNames, takeOverLedger } from './runtime';
+import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
 
 /**
@@ -24,7 +24,7 @@ async function main() {
   const log = installRuntime('control-worker');
   const { connection, namespace, settings } = await connectWorker();
   const ledger = await takeOverLedger('control-worker', settings, log);
-  const blobs = blobStoreFor(haloHome());
+  const blobs = await recordedStore(blobStoreFor(haloHome()), settings);
   const batches = createLearnerBatchActivities(blobs);
   // TensorBoard / W&B curves of each run, synced from its metrics file after every metrics append.
   const curves = createCurvesSink({ warn: (msg, fields) => log.warn(fields ?? {}, msg) });

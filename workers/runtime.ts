@@ -1,4 +1,6 @@
+import { hostname } from 'node:os';
 import { DefaultLogger, NativeConnection, Runtime, type LogLevel } from '@temporalio/worker';
+import type { BlobStore } from '../blob/store';
 import { haloHome } from '../host/home';
 import { connectOptions, temporalSettings, type TemporalSettings } from '../host/connection';
 import { InflightLedger, ledgerDir } from './inflight';
@@ -46,6 +48,15 @@ export async function takeOverLedger(role: string, settings: TemporalSettings, l
   const failed = await ledger.releaseOrphans(settings, log);
   if (failed > 0) log.warn({ failed }, `failed ${failed} attempt(s) that a dead ${role} left running: their retries start now`);
   return ledger;
+}
+
+/**
+ * The blob store of this worker, its namespace recorded there first: `halo gc` then knows that this
+ * namespace's histories name blobs in it, even when another namespace shares the home or bucket.
+ */
+export async function recordedStore(blobs: BlobStore, settings: TemporalSettings): Promise<BlobStore> {
+  await blobs.recordWriter({ namespace: settings.namespace, address: settings.address, host: hostname(), home: haloHome() });
+  return blobs;
 }
 
 export function queueNames() {

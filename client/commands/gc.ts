@@ -5,7 +5,7 @@ import { Client } from '@temporalio/client';
 import { defaultPayloadConverter, WorkflowNotFoundError } from '@temporalio/common';
 import type { Command } from 'commander';
 import type { HaloConfig } from '../../lib/config';
-import { blobStoreFor, type BlobStore } from '../../blob/store';
+import { blobStoreFor, type BlobStore, type StoreWriter } from '../../blob/store';
 import { checkGrace, collectBlobGarbage, DEFAULT_GC_GRACE_MS, formatBytes, GcAbortedError, MIN_GC_GRACE_MS, type GcReport } from '../../host/blob-gc';
 import { learnerCommand } from '../processes';
 import { connectClient, stackStatus } from '../stack';
@@ -190,6 +190,10 @@ export interface GcBlobsOptions {
  * that `homes` (with this host's home) and the clients' namespaces cover every writer. Without it only a dry
  * run goes ahead. A folder store is reached by one disk, and so by the homes that share it; the same flags
  * add roots there but are not required.
+ *
+ * On either kind, several namespaces may share the store (two stacks on one home, one bucket): every worker
+ * records its namespace in the store before it writes (`BlobStore.recordWriter`), and a sweep that does not
+ * read every recorded namespace deletes nothing (a dry run reports them as unread).
  */
 export async function gcBlobs(cfg: HaloConfig, clients: Client | Client[], o: GcBlobsOptions): Promise<GcReport> {
   const graceMs = checkGrace(o.graceMs ?? DEFAULT_GC_GRACE_MS);
@@ -214,7 +218,32 @@ export async function gcBlobs(cfg: HaloConfig, clients: Client | Client[], o: Gc
       ].join('\n'),
     );
   }
-  return collectBlobGarbage({ store, rootPaths: homes, rootTexts: allHistories(list), graceMs, dryRun: o.dryRun });
+  const unread = await unreadWriters(store, list);
+  if (unread.length > 0 && !o.dryRun) {
+    const read = list.map((c) => c.options.namespace);
+    const all = [...new Set([...read, ...unread.map((w) => w.namespace)])];
+    throw new Error(
+      [
+        `halo gc: namespace${unread.length > 1 ? 's' : ''} ${unread.map((w) => w.namespace).join(', ')} also write${unread.length > 1 ? '' : 's'} to the blob store ${store.root}, and this sweep`,
+        `reads only ${read.join(', ')}: a blob that only a ${unread[0].namespace} workflow names would look unreferenced and be deleted.`,
+        ...unread.map((w) => `  ${w.namespace}: recorded in ${w.where}${w.address ? ` (Temporal at ${w.address}${w.host ? `, host ${w.host}` : ''})` : ''}`),
+        `Read every namespace: ${all.map((n) => `--namespace ${n}`).join(' ')}. If a namespace no longer uses this store, remove its record.`,
+        `--dry-run needs neither. Nothing was deleted.`,
+      ].join('\n'),
+    );
+  }
+  const report = await collectBlobGarbage({ store, rootPaths: homes, rootTexts: allHistories(list), graceMs, dryRun: o.dryRun });
+  return unread.length > 0 ? { ...report, unreadNamespaces: unread.map((w) => w.namespace) } : report;
+}
+
+/**
+ * The writers recorded in the store (workers record their namespace before writing: `BlobStore.recordWriter`)
+ * whose namespace none of the clients reads. Their histories may name blobs nothing else names.
+ */
+export async function unreadWriters(store: BlobStore, clients: Client[]): Promise<StoreWriter[]> {
+  const read = new Set(clients.map((c) => c.options.namespace));
+  const seen = new Set<string>();
+  return (await store.writers()).filter((w) => !read.has(w.namespace) && !seen.has(w.namespace) && seen.add(w.namespace));
 }
 
 export function describeGc(r: GcReport): string {
@@ -223,6 +252,9 @@ export function describeGc(r: GcReport): string {
     `blob store ${r.where}: ${r.blobs} blobs, ${formatBytes(r.bytes)}; live ${r.live} (${formatBytes(r.liveBytes)}); kept as too recent ${r.young}`,
     `${r.dryRun ? 'would remove' : 'removed'} ${r.removed} blobs and ${r.tempFilesRemoved} abandoned temp files: ${verb} ${formatBytes(r.bytesFreed)}` +
       (r.missing ? ` (${r.missing} referenced blobs were already missing)` : ''),
+    ...(r.unreadNamespaces?.length
+      ? [`not read: namespace ${r.unreadNamespaces.join(', ')} writes to this store; blobs only its workflows name are counted as removable above`]
+      : []),
   ].join('\n');
 }
 

@@ -8,7 +8,7 @@ import type { Client } from '@temporalio/client';
 import { BlobStore, blobStoreFor } from '../../blob/store';
 import { parseStoreUrl } from '../../blob/location';
 import { S3Objects, s3ClientFromEnv } from '../../blob/s3';
-import { collectBlobGarbage } from '../../host/blob-gc';
+import { collectBlobGarbage, MIN_GC_GRACE_MS } from '../../host/blob-gc';
 import { gcBlobs } from '../../client/commands/gc';
 import type { HaloConfig } from '../../lib/config';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
@@ -85,8 +85,9 @@ test('mark and sweep over a bucket prefix: live and young objects stay, old unre
     const recent = await store.put(png(7), 'png');
     assert.equal(await store.put(png(6), 'png'), reused);
     const now = Date.now();
-    // Old: written up to `oldUntil`; young: in a later second.
-    const opts = { store, rootPaths: [home], rootTexts: [history], now, graceMs: now - oldUntil };
+    // Old: written up to `oldUntil`; young: in a later second (the sweep's clock moved on by the refresh period,
+    // which it adds to the grace).
+    const opts = { store, rootPaths: [home], rootTexts: [history], now: now + store.refreshLagMs, graceMs: now - oldUntil };
 
     const live = [shotA, shotB, trajectory, shotC, prompt, batch];
     const dead = [deadShot, deadPrompt];
@@ -223,5 +224,53 @@ test('a shared bucket is swept only when every writer is listed: other homes are
   } finally {
     rmSync(here, { recursive: true, force: true });
     rmSync(there, { recursive: true, force: true });
+  }
+});
+
+test('a blob put again seconds before a sweep is kept for the whole grace, though its refresh is throttled per process', async () => {
+  const env = s3.env('refresh');
+  const store = storeOf(env);
+  const bytes = 'a screenshot every fork of the step puts again';
+  const ref = await store.put(bytes, 'txt');
+  await nextSecond(Date.now());
+  // Put again: the object is made young (a self-copy) and this process notes when.
+  await store.put(bytes, 'txt');
+  const t0 = await store.now();
+  // Nine minutes 58 seconds later on this process's clock the same screenshot is put again, and a sweep with
+  // the minimum grace starts four seconds after that put (the bucket's clock shifted by as much).
+  const realNow = Date.now;
+  const later = 9 * 60_000 + 58_000;
+  try {
+    Date.now = () => realNow() + later;
+    assert.equal(await store.put(bytes, 'txt'), ref);
+  } finally {
+    Date.now = realNow;
+  }
+  const sweep = (offset: number) => collectBlobGarbage({ store, graceMs: MIN_GC_GRACE_MS, now: t0 + later + offset });
+  const r = await sweep(4_000);
+  assert.deepEqual([r.removed, r.young], [0, 1], 'a blob put 4 s before the sweep was deleted');
+  assert.ok(await store.exists(ref));
+  // Once its last put is more than the grace (and the refresh period) behind, it goes.
+  const gone = await sweep(MIN_GC_GRACE_MS + store.refreshLagMs + 2_000);
+  assert.deepEqual(gone.removedRefs, [ref]);
+});
+
+test('namespaces recorded in a bucket are read like those of a folder: an unread one stops the sweep even with --all-writers-listed', async () => {
+  const env = s3.env('writers');
+  const here = mkdtempSync(join(tmpdir(), 'halo-gc-s3-w-'));
+  try {
+    const store = storeOf(env, { aheadMs: 2 * 3600_000 });
+    await store.recordWriter({ namespace: 'default', host: 'a' });
+    await store.recordWriter({ namespace: 'team-b', host: 'b' });
+    const theirs = await store.putJson({ named: 'only by a team-b history' });
+    const o = { home: here, store, graceMs: 60 * 60_000, dryRun: false, allWritersListed: true };
+    await assert.rejects(gcBlobs({} as HaloConfig, noHistories, o), /namespace team-b also writes to the blob store s3:\/\/.*recorded in s3:\/\/[^\n]*\/writers\/team-b\.json/s);
+    assert.ok(await store.exists(theirs));
+    assert.ok((await allKeys()).includes('writers/blobs/writers/team-b.json'));
+    const b = { ...noHistories, options: { namespace: 'team-b' } } as unknown as Client;
+    const r = await gcBlobs({} as HaloConfig, [noHistories, b], o);
+    assert.deepEqual(r.removedRefs, [theirs], 'with both namespaces read (neither names it) it goes');
+  } finally {
+    rmSync(here, { recursive: true, force: true });
   }
 });

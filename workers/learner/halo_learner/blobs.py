@@ -18,8 +18,12 @@ from typing import Any
 
 from . import objects, paths
 
-# blob/store.ts's REFRESH_EVERY_MS: a reused blob is at most this much older than its last use (gc's grace is an hour).
-REFRESH_EVERY_S = 600.0
+# blob/store.ts's REFRESH_EVERY_MS: a reused object is at most this much older than its last put. `halo gc` adds it
+# to its grace (at least 10 minutes), so it must never be longer than the TypeScript side's.
+REFRESH_EVERY_S = 60.0
+
+# blob/store.ts's WRITERS: records of the namespaces that write to a store, beside (never among) its blobs.
+_WRITERS = "writers"
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$")
 
@@ -163,6 +167,23 @@ class BlobStore:
                 return
         self.s3.touch(key)
         self._refreshed[key] = now
+
+    def record_writer(self, namespace: str, address: str | None = None, host: str | None = None) -> None:
+        """As blob/store.ts recordWriter: the namespace whose workflows will name what this process writes, recorded
+        in the store before it writes, so that `halo gc` refuses a sweep that does not read that namespace."""
+        if not namespace:
+            raise ValueError("record_writer: an empty namespace")
+        plain = re.match(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$", namespace)
+        name = f"{namespace}.json" if plain else f"hex-{namespace.encode().hex()[:200]}.json"
+        body = {"namespace": namespace, "address": address, "host": host, "home": str(paths.halo_home())}
+        data = (json.dumps({k: v for k, v in body.items() if v is not None}, separators=(",", ":")) + "\n").encode()
+        if self.s3 is not None:
+            self.s3.put_if_absent(self.s3.loc.key(_WRITERS, name), data, "application/json", same_bytes_everywhere=True)
+            return
+        path = Path(self.root) / _WRITERS / name
+        if path.exists():
+            return
+        write_durably(path, data, _mkdirs(path.parent))
 
     def put_json(self, value: Any) -> str:
         # Compact separators match JSON.stringify, so the same value gets the same reference on both sides.

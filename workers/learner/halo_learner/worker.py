@@ -116,6 +116,8 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
             "in what it encodes, but prompts sent to a served model keep them",
             unlisted,
         )
+    # Before any update writes a blob: `halo gc` must read this namespace to sweep a store it writes to.
+    learner.blobs.record_writer(settings["namespace"], settings["target_host"], socket.gethostname())
     acts = LearnerActivities(learner, ledger)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,6 +4,7 @@ published once to the bucket and fetched into a local cache."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import fake_version
 from halo_learner import adapters, objects
+from halo_learner import blobs as blobs_module
 from halo_learner.blobs import BadBlobRef, BlobNotFound, BlobStore
 
 MOTO = Path(sys.executable).parent / "moto_server"
@@ -113,6 +115,35 @@ def test_a_reused_blob_is_made_young_again(store):
     after = _last_write(store, ref)
     assert after > before and after > time.time() - 60
     assert store.get(ref) == PNG + b" reused"
+
+
+def test_a_reuse_minutes_after_the_last_refresh_refreshes_again(store, monkeypatch):
+    """The refresh of a reused object is throttled per process; `halo gc` allows for the throttle's period on top of
+    its grace (at least 10 minutes), so a reuse 9 min 58 s after the last refresh must refresh again, or a sweep
+    seconds later finds the blob older than its grace."""
+    data = PNG + b" reused by every fork"
+    ref = store.put(data, "png")
+    time.sleep(1.1)
+    store.put(data, "png")
+    first = _last_write(store, ref)
+    time.sleep(1.1)
+    real = time.monotonic
+    monkeypatch.setattr(blobs_module.time, "monotonic", lambda: real() + 598.0)
+    store.put(data, "png")
+    assert _last_write(store, ref) > first, "a reuse was not recorded in the blob's age"
+
+
+def test_writers_are_recorded_beside_the_blobs(store):
+    """A learner records its namespace where `halo gc` looks for every namespace that writes to the store."""
+    store.record_writer("team-b", "temporal:7233", "gpu-1")
+    store.record_writer("team-b", "elsewhere:7233", "gpu-2")  # the first record stays
+    if store.s3 is None:
+        text = (Path(store.root) / "writers" / "team-b.json").read_text()
+    else:
+        text = store.s3.get(store.s3.loc.key("writers", "team-b.json")).decode()
+    assert json.loads(text)["namespace"] == "team-b" and json.loads(text)["address"] == "temporal:7233"
+    ref = store.put(PNG, "png")
+    assert store.get(ref) == PNG
 
 
 def test_missing_and_bad_refs(store):
