@@ -8,7 +8,7 @@ import { episodeFootprint } from '../../lib/history-budget';
 import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
 import { click, sessionGone, type FakeBrowser, type FakeBrowserOptions, type FakeControl, type PolicyScript } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
-import { startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // `episode` with every activity mocked: lost sessions and their rebuilds, and step groups (forked sessions).
 
@@ -43,16 +43,23 @@ function episodeInput(
   };
 }
 
-/** Runs one episode on the fake workers (control, browser, session; the learner is never asked). */
+/**
+ * Runs one episode on the fake workers (control, browser, session; the learner is never asked). With `record`,
+ * its history goes to HALO_RECORD_HISTORY under that label, for test/integration/replay.test.ts.
+ */
 async function runEpisode(
   name: string,
   input: (q: TestQueues) => EpisodeInput,
   browserOpts: FakeBrowserOptions,
   policy?: PolicyScript,
+  record?: string,
 ): Promise<{ browser: FakeBrowser; control: FakeControl; outcome: { ok: true; result: EpisodeResult } | { ok: false; error: unknown } }> {
   return withFakeWorkers(env, name, { browser: browserOpts, policy }, async ({ q, browser, control }) => {
     try {
-      const result = await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `${name}-${q.control}`, args: [input(q)] });
+      const workflowId = `${name}-${q.control}`;
+      const handle = await env.client.workflow.start('episode', { taskQueue: q.control, workflowId, args: [input(q)] });
+      const result = await handle.result();
+      if (record) await recordHistories(env, workflowId, handle.firstExecutionRunId, record);
       return { browser, control, outcome: { ok: true as const, result: result as EpisodeResult } };
     } catch (error) {
       return { browser, control, outcome: { ok: false as const, error } };
@@ -116,15 +123,21 @@ describe('episode: lost sessions', { timeout: 60_000 }, () => {
 
   test('a session lost mid-episode is rebuilt by replaying the prefix, and the episode goes on with the same actions', async () => {
     let failed = false;
-    const { browser, control, outcome } = await runEpisode('lost-once', (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 2 }), {
-      step: (c) => {
-        if (c.index === 1 && !failed) {
-          failed = true;
-          sessionGone('renderer crashed');
-        }
-        return { shaped: 0.25, done: c.index === 2, success: c.index === 2 };
+    const { browser, control, outcome } = await runEpisode(
+      'lost-once',
+      (q) => episodeInput(q, { maxSteps: 3, maxSessionRebuilds: 2 }),
+      {
+        step: (c) => {
+          if (c.index === 1 && !failed) {
+            failed = true;
+            sessionGone('renderer crashed');
+          }
+          return { shaped: 0.25, done: c.index === 2, success: c.index === 2 };
+        },
       },
-    });
+      undefined,
+      'session-lost-once',
+    );
     assert.ok(outcome.ok, `episode failed: ${String((outcome as { error?: unknown }).error)}`);
     const r = outcome.result;
     const [a1, a2, a3] = [click(100, 100), click(100, 101), click(100, 102)];
@@ -168,6 +181,7 @@ describe('episode: step groups', { timeout: 60_000 }, () => {
       (q) => episodeInput(q, { maxSteps: 2, env: 'real', grouping: { n: 3, choose: 'best' } }),
       { step: (c) => ({ shaped: c.action.type === 'click' ? c.action.x / 1000 : 0 }) },
       policy,
+      'step-group-forks',
     );
     assert.ok(outcome.ok, `episode failed: ${String((outcome as { error?: unknown }).error)}`);
     const r = outcome.result;

@@ -8,7 +8,7 @@ import type { EvaluateResult } from '../../workflows/evaluate';
 import type { FakeBrowserOptions } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStop } from '../helpers/run-control-scenario';
-import { startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 import type { EvalEpisodeRecord } from '../../lib/eval-summary';
 import type { FakeControl } from '../helpers/fake-activities';
 
@@ -93,7 +93,9 @@ describe('evaluate', { timeout: 90_000 }, () => {
         seeds: [1, 2],
         parallelism: 3,
       });
-      const result = (await env.client.workflow.execute('evaluate', { taskQueue: q.control, workflowId: evalId, args: [input] })) as EvaluateResult;
+      const handle = await env.client.workflow.start('evaluate', { taskQueue: q.control, workflowId: evalId, args: [input] });
+      const result = (await handle.result()) as EvaluateResult;
+      await recordHistories(env, evalId, handle.firstExecutionRunId, 'grid-with-failure');
       const episodes = await recordsOf(control, result);
 
       const ids = episodes.map((e) => e.workflowId).sort();
@@ -175,6 +177,7 @@ describe('evaluate', { timeout: 90_000 }, () => {
       const input = evaluateInput(q, evalId, { modes: [mode('a', 'openai'), mode('b', 'openai')], tasks: ['t0', 't1'], seeds: [1, 2, 3], parallelism: 2, continueAsNewEvery: 3 });
       const handle = await env.client.workflow.start('evaluate', { taskQueue: q.control, workflowId: evalId, args: [input] });
       const result = (await handle.result()) as EvaluateResult;
+      await recordHistories(env, evalId, handle.firstExecutionRunId, 'record-chunks');
       const episodes = await recordsOf(control, result);
       const expected = ['a', 'b'].flatMap((m) => ['t0', 't1'].flatMap((t) => [1, 2, 3].map((s) => `${evalId}-${m}-${t}-s${s}`)));
       assert.deepEqual(

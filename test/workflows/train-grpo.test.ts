@@ -183,6 +183,7 @@ describe('trainGrpo', { timeout: 150_000 }, () => {
       assert.equal(learner.samples.length, 2, "only iteration 1's two episodes sampled");
       assert.deepEqual(control.grpoMetrics, [1]);
       assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'Completed']);
+      await recordHistories(env, runId, handle.firstExecutionRunId, 'stop-while-storing');
     });
   });
 

@@ -200,12 +200,18 @@ describe('trainMcts', { timeout: 90_000 }, () => {
           ['mcts', 2, 1, 1],
         ],
       );
-      const children = (await chainChildWorkflows(env, runId, handle.firstExecutionRunId)).map((c) => c.workflowId);
+      const chained = await chainChildWorkflows(env, runId, handle.firstExecutionRunId);
+      const children = chained.map((c) => c.workflowId);
       assert.deepEqual(
         children.filter((id) => id.includes('-eval')),
         [`${runId}-it1-eval0`, `${runId}-it1-eval1`, `${runId}-it2-eval0`, `${runId}-it2-eval1`],
       );
       await recordHistories(env, runId, handle.firstExecutionRunId, 'engine-pipelined-eval');
+      // A search (parked sessions, proposals counted) and a greedy evaluation episode, as this code runs them.
+      const search = chained.find((c) => !c.workflowId.includes('-eval'))!;
+      const evalEpisode = chained.find((c) => c.workflowId.includes('-eval'))!;
+      await recordHistories(env, search.workflowId, search.runId, 'search-parked-sessions');
+      await recordHistories(env, evalEpisode.workflowId, evalEpisode.runId, 'greedy-eval');
     });
   });
 
