@@ -10,6 +10,7 @@ import type { TrainingResult } from '../../workflows/train-engine';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import { tinyTokenizer } from '../helpers/tiny-tokenizer';
 
 // The production job rehearsed: configs/grpo-real.yaml's shape (openai backend served by vLLM with runtime
 // LoRA loading, step grouping N=8, parallelism 4, REAL v2 through HALO_REAL_ORIGIN), the Python learner on
@@ -29,19 +30,12 @@ const startVllm = () =>
   startFakeVllmServer({
     baseModel: BASE,
     disableAnyWhitespace: true,
-    tokenizer: tinyTokenizer(),
+    tokenizer: tinyTokenizer(stack.home),
     mode: {
       kind: 'scripted',
       email: { to: 'brian.king@example.com', subject: 'Meeting notes', body: 'Hi Brian, could you please send me the notes from our meeting? Thanks!' },
     },
   });
-
-function tinyTokenizer(): string {
-  const models = join(stack.home, 'models');
-  const tiny = existsSync(models) ? readdirSync(models).find((d) => d.startsWith('tiny-random-')) : undefined;
-  if (!tiny) throw new Error(`the learner wrote no tiny model under ${models}`);
-  return join(models, tiny, 'tokenizer.json');
-}
 
 before(async () => {
   site = await startFakeRealSite();
