@@ -214,6 +214,8 @@ export class FakeControl {
   readonly samples: { step: number; n: number; model: string }[] = [];
   /** `tokens`: each step's sampler tokens as the trajectory carries them (a reference, 'inline', or none). */
   readonly trajectories: { workflowId: string; actions: unknown[]; tokens: (string | null)[] }[] = [];
+  /** Each recorded step group: its candidates' rewards, the one chosen and the first draw's size (dynamic sampling). */
+  readonly groups: { rewards: number[]; chosen: number; firstDraw?: number }[] = [];
   readonly grpoBatches: { iteration: number; trajectories: number }[] = [];
   readonly grpoMetrics: number[] = [];
   /** The metrics line of each appended iteration, as the workflow computed it. */
@@ -286,7 +288,12 @@ export class FakeControl {
         })),
       }),
       storeCompletions: async (input: { texts: string[] }) => ({ refs: input.texts.map((t) => fakeRef(t, 'txt')) }),
-      recordTrajectory: async (input: { workflowId: string; steps: { action?: unknown; resultRef?: string; tokensRef?: string; tokenIds?: number[] }[] }) => {
+      recordTrajectory: async (input: {
+        workflowId: string;
+        steps: { action?: unknown; resultRef?: string; tokensRef?: string; tokenIds?: number[] }[];
+        groups?: { candidates: { reward: number }[]; chosen: number; firstDraw?: number }[];
+      }) => {
+        for (const g of input.groups ?? []) this.groups.push({ rewards: g.candidates.map((c) => c.reward), chosen: g.chosen, ...(g.firstDraw ? { firstDraw: g.firstDraw } : {}) });
         this.trajectories.push({
           workflowId: input.workflowId,
           actions: input.steps.map((s) => s.action ?? s.resultRef),

@@ -252,3 +252,58 @@ describe('episode: step groups', { timeout: 60_000 }, () => {
     assert.ok(events <= bound && events >= bound / 4, `${events} events against the bound ${bound}`);
   });
 });
+
+describe('episode: dynamic sampling', { timeout: 240_000 }, () => {
+  test('dynamic sampling: a group whose candidates all failed alike draws n more (exploring) until one differs, up to maxCandidates; the episode goes on from its own draw', async () => {
+    // Draw 0 and draw 1 score 0 everywhere; draw 2 holds a click worth 1. Step 2's first draw differs: no extra draw.
+    const draws = new Map<number, number>();
+    const xs = (step: number, d: number) => (step === 1 ? [600, 100] : d < 2 ? [100 + 10 * d, 105 + 10 * d] : [700, 130]);
+    const policy: PolicyScript = (step) => {
+      const d = draws.get(step) ?? 0;
+      draws.set(step, d + 1);
+      return xs(step, d).map((x) => click(x, 10 + step + d));
+    };
+    const { browser, control, outcome } = await runEpisode(
+      'group-dynamic',
+      (q) => episodeInput(q, { maxSteps: 2, env: 'real', grouping: { n: 2, choose: 'best', maxCandidates: 8, explore: 0.5 } }),
+      { step: (c) => ({ shaped: c.action.type === 'click' && c.action.x >= 500 ? 1 : 0 }) },
+      policy,
+    );
+    assert.ok(outcome.ok, `episode failed: ${String((outcome as { error?: unknown }).error)}`);
+    assert.deepEqual(
+      control.samples.map((s) => [s.step, s.n]),
+      [
+        [0, 2],
+        [0, 2],
+        [0, 2],
+        [1, 2],
+      ],
+    );
+    assert.deepEqual(control.groups, [
+      { rewards: [0, 0, 0, 0, 1, 0], chosen: 0, firstDraw: 2 },
+      { rewards: [1, 0], chosen: 0 },
+    ]);
+    // The episode played a candidate of step 1's own draw (the extra draws only teach), then step 2's best.
+    assert.deepEqual(outcome.result.actionPath, [click(100, 10), click(600, 11)]);
+    // Every extra candidate ran in a fork of its own, closed once scored: 1 + 6 + 2 sessions, each closed once.
+    assert.equal(browser.starts.length, 1 + 6 + 2);
+    assert.equal(new Set(browser.closes).size, browser.closes.length);
+    assert.equal(browser.closes.length, browser.starts.length);
+  });
+
+  test('dynamic sampling stops at maxCandidates, and a group with a success draws no more', async () => {
+    const policy: PolicyScript = (step, n) => Array.from({ length: n }, (_, i) => click(100 + 10 * i, 10 + step));
+    const capped = await runEpisode('group-capped', (q) => episodeInput(q, { maxSteps: 1, env: 'real', grouping: { n: 2, choose: 'best', maxCandidates: 5 } }), { step: () => ({ shaped: 0 }) }, policy);
+    assert.ok(capped.outcome.ok);
+    // 5 allows one extra draw of 2 (a third would make 6).
+    assert.deepEqual(capped.control.groups, [{ rewards: [0, 0, 0, 0], chosen: 0, firstDraw: 2 }]);
+    const solved = await runEpisode(
+      'group-solved',
+      (q) => episodeInput(q, { maxSteps: 1, env: 'real', grouping: { n: 2, choose: 'best', maxCandidates: 8 } }),
+      { step: () => ({ shaped: 1, done: true, success: true }) },
+      policy,
+    );
+    assert.ok(solved.outcome.ok);
+    assert.deepEqual(solved.control.groups, [{ rewards: [1, 1], chosen: 0 }]);
+  });
+});
