@@ -64,8 +64,9 @@ gpu_vllm_command() {
 }
 
 # The learner's environment: the same model as vLLM, the same LoRA rank.
+# The workers send the policy key to loopback only at this port (lib/credentials.ts), so they are told it.
 gpu_learner_env() {
-  echo "HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16}"
+  echo "HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16} HALO_VLLM_PORT=$HALO_VLLM_PORT"
 }
 
 gpu_wait_vllm() {

@@ -1,9 +1,11 @@
 /**
  * Named credentials. A workflow input never names an environment variable: it names one of a fixed set of
  * credentials, and the worker that makes the call maps the name to a variable of its own environment. A key
- * is bound to origins: it is sent only to loopback, to its default origins (DEFAULT_CREDENTIAL_ORIGINS) and to
- * those the worker allows (`HALO_CREDENTIAL_<NAME>_ORIGINS`, `HALO_CREDENTIAL_HTTP_HOSTS`), wherever a workflow
- * input points.
+ * is bound to exact origins (scheme, host, port) set on the worker's side, wherever a workflow input points:
+ * its defaults (DEFAULT_CREDENTIAL_ORIGINS), the local server's (`http://127.0.0.1:<HALO_VLLM_PORT>` and the
+ * hosts of `HALO_CREDENTIAL_HTTP_HOSTS`, for the keys of that server) and `HALO_CREDENTIAL_<NAME>_ORIGINS`.
+ * Loopback is no exception: on a shared machine any local user may listen on any other port, and the local
+ * Temporal server lets anyone start a workflow that names one.
  */
 
 export const CREDENTIAL_NAMES = ['policy', 'critic', 'baseline'] as const;
@@ -17,9 +19,9 @@ export const DEFAULT_CREDENTIAL_ENV: Readonly<Record<CredentialName, string>> = 
 };
 
 /**
- * The origins each credential may be sent to besides loopback (any port, http or https), unless the worker adds
- * more with `HALO_CREDENTIAL_<NAME>_ORIGINS`. The policy key goes to the loopback vLLM only; the critic and the
- * baseline also to OpenAI's API.
+ * The origins each credential may be sent to besides the local server's (LOCAL_SERVER_CREDENTIALS), unless the
+ * worker adds more with `HALO_CREDENTIAL_<NAME>_ORIGINS`. The policy key goes to the local vLLM only; the critic
+ * also to OpenAI's API; the baseline (the OpenAI key) to OpenAI's API only.
  */
 export const DEFAULT_CREDENTIAL_ORIGINS: Readonly<Record<CredentialName, readonly string[]>> = {
   policy: [],
@@ -27,7 +29,17 @@ export const DEFAULT_CREDENTIAL_ORIGINS: Readonly<Record<CredentialName, readonl
   baseline: ['https://api.openai.com'],
 };
 
-/** Worker-side: hosts (comma separated) that may receive any credential (http or https, any port), e.g. `vllm` in compose. */
+/** The credentials of the local model server (vLLM): sent to its origin, never the baseline's OpenAI key. */
+export const LOCAL_SERVER_CREDENTIALS: readonly CredentialName[] = ['policy', 'critic'];
+
+/** Worker-side: the port of the local vLLM on 127.0.0.1 (default 8000, as `./launch.sh gpu` serves it). */
+export const LOCAL_SERVER_PORT_ENV = 'HALO_VLLM_PORT';
+const DEFAULT_LOCAL_SERVER_PORT = 8000;
+
+/**
+ * Worker-side: hosts (comma separated) of the local model server on a private network, `host` (at the local
+ * server's port) or `host:port`, e.g. `vllm` in compose: they receive the local server's credentials over http.
+ */
 export const INSECURE_HOSTS_ENV = 'HALO_CREDENTIAL_HTTP_HOSTS';
 
 /** How much of a server's error body goes into a failure message (and so into a workflow history). */
@@ -76,7 +88,35 @@ export function originOf(url: string): string | undefined {
   }
 }
 
-/** The origins `name` may be sent to on this side besides loopback: the defaults and `HALO_CREDENTIAL_<NAME>_ORIGINS`. */
+/** The local server's port on this side: `HALO_VLLM_PORT` when it is a port number, else 8000. */
+export function localServerPort(env: Env): number {
+  const v = env[LOCAL_SERVER_PORT_ENV]?.trim() ?? '';
+  const n = Number(v);
+  return /^\d{1,5}$/.test(v) && n >= 1 && n <= 65535 ? n : DEFAULT_LOCAL_SERVER_PORT;
+}
+
+/** The local server's origins for its credentials: 127.0.0.1 at its port, and the HALO_CREDENTIAL_HTTP_HOSTS. */
+function localServerOrigins(env: Env): string[] {
+  const port = localServerPort(env);
+  // Only the address the server binds: [::1] or another 127.x address at the same port is another socket,
+  // which another local user may hold (and `localhost` may resolve to ::1 first).
+  const hosts = ['127.0.0.1', ...(env[INSECURE_HOSTS_ENV] ?? '').split(',').map((s) => s.trim())].filter(Boolean);
+  const out: string[] = [];
+  for (const h of hosts) {
+    let u: URL;
+    try {
+      u = new URL(`http://${h}`);
+    } catch {
+      continue;
+    }
+    if (u.username || u.password || u.pathname !== '/' || u.search || u.hash) continue;
+    const p = /:\d+$/.test(h) ? u.port || '80' : String(port);
+    for (const scheme of ['http', 'https']) out.push(originOf(`${scheme}://${u.hostname}:${p}`)!);
+  }
+  return out;
+}
+
+/** The exact origins `name` may be sent to on this side: the local server's, the defaults, `HALO_CREDENTIAL_<NAME>_ORIGINS`. */
 export function allowedOrigins(name: CredentialName, env: Env): string[] {
   const extra = (env[credentialOriginsVar(name)] ?? '')
     .split(',')
@@ -84,21 +124,14 @@ export function allowedOrigins(name: CredentialName, env: Env): string[] {
     .filter(Boolean)
     .map((s) => originOf(s))
     .filter((s): s is string => s !== undefined);
-  return [...new Set([...DEFAULT_CREDENTIAL_ORIGINS[name], ...extra])];
+  const local = LOCAL_SERVER_CREDENTIALS.includes(name) ? localServerOrigins(env) : [];
+  return [...new Set([...local, ...DEFAULT_CREDENTIAL_ORIGINS[name], ...extra])];
 }
 
-/** Whether credential `name` may be sent to `url`: loopback, an allowed origin, or a host of HALO_CREDENTIAL_HTTP_HOSTS. */
+/** Whether credential `name` may be sent to `url`: its origin (scheme, host, port) is one of allowedOrigins. */
 export function originAllowed(name: CredentialName, url: string, env: Env): boolean {
   const origin = originOf(url);
-  if (!origin) return false;
-  const host = new URL(origin).hostname.toLowerCase();
-  if (isLoopbackHost(host)) return true;
-  if (allowedOrigins(name, env).includes(origin)) return true;
-  const hosts = (env[INSECURE_HOSTS_ENV] ?? '')
-    .split(',')
-    .map((s) => s.trim().toLowerCase())
-    .filter(Boolean);
-  return hosts.includes(host);
+  return origin !== undefined && allowedOrigins(name, env).includes(origin);
 }
 
 /** The refusal for a request that would carry credential `name` to `url`, which is not an origin allowed for it. */
@@ -111,9 +144,16 @@ export function originRefusal(name: CredentialName, url: string, field: string, 
     .map((s) => s.trim())
     .filter(Boolean);
   const plainHttp = origin.startsWith('http://');
+  const host = originOf(url) ? new URL(origin).hostname : '';
+  const loopback =
+    host && isLoopbackHost(host)
+      ? LOCAL_SERVER_CREDENTIALS.includes(name)
+        ? ` A loopback address gets it only at the local server's origin (http://127.0.0.1:${localServerPort(env)}; ${LOCAL_SERVER_PORT_ENV} sets the port): any local user can listen on another port.`
+        : ' A loopback address is no exception: any local user can listen there.'
+      : '';
   return (
     `${field}: credential "${name}" (${envVar}) is not sent to ${origin}: that origin is not allowed for it ` +
-    `(allowed: loopback${allowed.length ? `, ${allowed.join(', ')}` : ''}). ` +
+    `(allowed: ${allowed.length ? allowed.join(', ') : 'none'}).${loopback} ` +
     `If ${origin} is a server you trust with that key, set ${credentialOriginsVar(name)}=${[...configured, origin].join(',')} in the worker's environment ` +
     `(and the CLI's)${plainHttp ? ' (over plain http the key can be read on the way: prefer https)' : ''}, ` +
     `or unset ${envVar} there when that server needs no key`

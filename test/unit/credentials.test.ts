@@ -24,6 +24,7 @@ before(async () => {
   delete process.env.HALO_CREDENTIAL_HTTP_HOSTS;
   delete process.env.HALO_CREDENTIAL_POLICY_ORIGINS;
   delete process.env.OPENAI_API_KEY;
+  delete process.env.HALO_CREDENTIAL_BASELINE_ORIGINS;
   server = createServer((req, res) => {
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString('utf8')));
@@ -49,10 +50,20 @@ before(async () => {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The stand-in is the local vLLM, at the port the operator gives the workers.
+  process.env.HALO_VLLM_PORT = String((server.address() as AddressInfo).port);
 });
 
 after(async () => {
-  for (const k of ['HALO_PROBE_SECRET', 'HALO_POLICY_API_KEY', 'HALO_CREDENTIAL_POLICY_ENV', 'HALO_CREDENTIAL_HTTP_HOSTS', 'HALO_CREDENTIAL_POLICY_ORIGINS', 'OPENAI_API_KEY']) {
+  for (const k of [
+    'HALO_PROBE_SECRET',
+    'HALO_POLICY_API_KEY',
+    'HALO_CREDENTIAL_POLICY_ENV',
+    'HALO_CREDENTIAL_HTTP_HOSTS',
+    'HALO_CREDENTIAL_POLICY_ORIGINS',
+    'OPENAI_API_KEY',
+    'HALO_VLLM_PORT',
+  ]) {
     if (saved[k] === undefined) delete process.env[k];
     else process.env[k] = saved[k];
   }
@@ -106,7 +117,7 @@ test('adapter loading and listing refuse an unrelated variable too', async () =>
   assert.equal(leaked(), false);
 });
 
-test('a named credential is sent, to loopback over http; the legacy field naming the same variable is accepted', async () => {
+test('a named credential is sent to the local server over http; the legacy field naming the same variable is accepted', async () => {
   seen.length = 0;
   await chatCompletions(policyAt(`${base}/v1`), 1, user);
   await chatCompletions({ ...policyAt(`${base}/v1`), apiKeyEnv: 'HALO_POLICY_API_KEY' }, 1, user);
@@ -186,11 +197,19 @@ test('a stand-in server at a non-allowed origin receives nothing, even with the 
   for (const r of seen) assert.equal(r.headers.authorization, `Bearer ${POLICY_KEY}`);
 });
 
-test('origins: loopback for every credential, OpenAI for critic and baseline, the worker adds more; HALO_CREDENTIAL_HTTP_HOSTS still allows its hosts', () => {
+test('origins: the local server (127.0.0.1 at HALO_VLLM_PORT) for its keys, OpenAI for critic and baseline, the worker adds more, HALO_CREDENTIAL_HTTP_HOSTS at one port', () => {
   const env = { HALO_POLICY_API_KEY: 'k', OPENAI_API_KEY: 'o' };
   const ok = (credential: string, url: string, e: Record<string, string> = env) => resolveCredential({ credential, url, field: 'f', fallback: 'policy' }, e).ok;
   assert.equal(ok('policy', 'http://127.0.0.1:8000/v1'), true);
-  assert.equal(ok('policy', 'https://localhost:9/v1'), true);
+  assert.equal(ok('policy', 'https://127.0.0.1:8000/v1'), true);
+  assert.equal(ok('critic', 'http://127.0.0.1:8000/v1'), true);
+  assert.equal(ok('baseline', 'http://127.0.0.1:8000/v1'), false, "the OpenAI key is not the local server's");
+  for (const other of ['http://127.0.0.1:8001/v1', 'https://localhost:9/v1', 'http://localhost:8000/v1', 'http://[::1]:8000/v1', 'http://127.0.0.2:8000/v1']) {
+    assert.equal(ok('policy', other), false, `${other}: another socket than the local server's`);
+  }
+  assert.equal(ok('policy', 'http://127.0.0.1:8001/v1', { ...env, HALO_VLLM_PORT: '8001' }), true);
+  assert.equal(ok('policy', 'http://127.0.0.1:8000/v1', { ...env, HALO_VLLM_PORT: '8001' }), false);
+  assert.equal(ok('policy', 'http://127.0.0.1:8000/v1', { ...env, HALO_VLLM_PORT: 'eighty' }), true, 'a port that is not a number: the default');
   assert.equal(ok('policy', 'https://api.openai.com/v1'), false);
   assert.equal(ok('critic', 'https://api.openai.com/v1'), true);
   assert.equal(ok('baseline', 'https://API.OpenAI.com:443/v1'), true);
@@ -198,17 +217,75 @@ test('origins: loopback for every credential, OpenAI for critic and baseline, th
   assert.equal(ok('baseline', 'https://api.openai.com:8443/v1'), false, 'another port is another origin');
   assert.equal(ok('baseline', 'https://api.openai.com.evil.example/v1'), false);
   assert.equal(ok('baseline', 'https://user@evil.example/v1'), false);
-  const more = { ...env, HALO_CREDENTIAL_POLICY_ORIGINS: 'https://gpu.example:8443,not a url', HALO_CREDENTIAL_HTTP_HOSTS: 'vllm' };
+  const more = { ...env, HALO_CREDENTIAL_POLICY_ORIGINS: 'https://gpu.example:8443,not a url', HALO_CREDENTIAL_HTTP_HOSTS: 'vllm, gpu-box:9000, bad/path' };
   assert.equal(ok('policy', 'https://gpu.example:8443/v1', more), true);
   assert.equal(ok('policy', 'https://gpu.example/v1', more), false);
   assert.equal(ok('critic', 'https://gpu.example:8443/v1', more), false, 'origins are per credential');
   assert.equal(ok('policy', 'http://vllm:8000/v1', more), true);
-  assert.equal(ok('baseline', 'http://vllm:8000/v1', more), true);
+  assert.equal(ok('critic', 'http://vllm:8000/v1', more), true);
+  assert.equal(ok('policy', 'http://vllm:8001/v1', more), false, 'a host of HALO_CREDENTIAL_HTTP_HOSTS at another port');
+  assert.equal(ok('policy', 'http://gpu-box:9000/v1', more), true);
+  assert.equal(ok('policy', 'http://gpu-box:8000/v1', more), false);
+  assert.equal(ok('baseline', 'http://vllm:8000/v1', more), false, 'the OpenAI key does not go to the local server');
   assert.equal(ok('policy', 'ftp://127.0.0.1/v1'), false);
   // The variable set to an empty string is configured (checked); unset is not (nothing is sent).
   assert.equal(ok('policy', 'https://x.example/v1', { HALO_POLICY_API_KEY: '' }), false);
   assert.equal(ok('policy', 'https://x.example/v1', {}), true);
   assert.equal(ok('baseline', 'https://x.example/v1', { HALO_CREDENTIAL_BASELINE_ENV: 'MINE', MINE: '' }), false);
+});
+
+test('a listener on a random loopback port never receives a key, the OpenAI key included, whatever the workflow input says', async () => {
+  const squatted: { headers: IncomingMessage['headers']; body: string }[] = [];
+  const squatter = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString('utf8')));
+    req.on('end', () => {
+      squatted.push({ headers: req.headers, body });
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify({
+          id: 'x',
+          object: 'chat.completion',
+          created: 0,
+          model: 'm',
+          choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }],
+        }),
+      );
+    });
+  });
+  await new Promise<void>((r) => squatter.listen(0, '127.0.0.1', r));
+  const at = `http://127.0.0.1:${(squatter.address() as AddressInfo).port}`;
+  const OPENAI = 'sk-openai-squatter-probe';
+  try {
+    await withEnv({ OPENAI_API_KEY: OPENAI }, async () => {
+      // A workflow started with `policy.credential: baseline` and the squatter's port as its base URL.
+      const e = await rejectsNonRetryable(chatCompletions({ ...policyAt(`${at}/v1`), credential: 'baseline' }, 1, user), 'CredentialOriginNotAllowed');
+      assert.match(
+        e.message,
+        new RegExp(
+          `credential "baseline" \\(OPENAI_API_KEY\\) is not sent to ${at.replace(/[.]/g, '\\.')}.*allowed: https://api\\.openai\\.com\\).*loopback address is no exception`,
+        ),
+      );
+      // Nor to the local vLLM's own port: that server gets its own key, never OpenAI's.
+      await rejectsNonRetryable(chatCompletions({ ...policyAt(`${base}/v1`), credential: 'baseline' }, 1, user), 'CredentialOriginNotAllowed');
+      // The local server's keys, at any port but the one the operator gave.
+      for (const credential of ['policy', 'critic'] as const) {
+        const p = await rejectsNonRetryable(chatCompletions({ ...policyAt(`${at}/v1`), credential }, 1, user), 'CredentialOriginNotAllowed');
+        assert.match(p.message, /only at the local server's origin \(http:\/\/127\.0\.0\.1:\d+; HALO_VLLM_PORT sets the port\)/);
+      }
+      await rejectsNonRetryable(ensureAdapterLoaded({ base_url: at, lora_name: 'r-v1', lora_path: '/tmp/r/v1' }), 'CredentialOriginNotAllowed');
+      await rejectsNonRetryable(listLoadedAdapters({ base_url: `${at}/v1` }), 'CredentialOriginNotAllowed');
+    });
+    assert.equal(squatted.length, 0, 'the listener on a random loopback port received a request');
+    // Configured by the operator on the worker's side, the same origin gets the key: the probe sees what is sent.
+    await withEnv({ OPENAI_API_KEY: OPENAI, HALO_CREDENTIAL_BASELINE_ORIGINS: at }, async () => {
+      await chatCompletions({ ...policyAt(`${at}/v1`), credential: 'baseline' }, 1, user);
+    });
+    assert.equal(squatted.length, 1);
+    assert.equal(squatted[0].headers.authorization, `Bearer ${OPENAI}`);
+  } finally {
+    await new Promise((r) => squatter.close(r));
+  }
 });
 
 test('error bodies are clipped before they go into failures (and histories)', async () => {
@@ -225,6 +302,8 @@ test('error bodies are clipped before they go into failures (and histories)', as
   });
   await new Promise<void>((r) => bad.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(bad.address() as AddressInfo).port}`;
+  const port = process.env.HALO_VLLM_PORT;
+  process.env.HALO_VLLM_PORT = String((bad.address() as AddressInfo).port);
   try {
     const e = await rejectsNonRetryable(chatCompletions(policyAt(`${url}/v1`), 1, user), 'PolicyRequestRejected');
     assert.ok(e.message.length < 600, `policy failure message of ${e.message.length} characters`);
@@ -234,6 +313,7 @@ test('error bodies are clipped before they go into failures (and histories)', as
     assert.ok(a.message.length < 600, `adapter failure message of ${a.message.length} characters`);
     assert.ok(JSON.stringify(a.details).length < 600, 'adapter failure details too long');
   } finally {
+    process.env.HALO_VLLM_PORT = port;
     await new Promise((r) => bad.close(r));
   }
 });
@@ -247,9 +327,11 @@ test('the worker alone maps names to variables and allows plain-http hosts', () 
   assert.deepEqual(r('baseline', 'https://api.openai.com/v1'), { ok: true, name: 'baseline', envVar: 'MINE', key: 'm' });
   assert.equal(r('policy', 'http://vllm:8000/v1').ok, true);
   assert.equal(r('policy', 'http://GPU-BOX:8000/v1').ok, true);
-  assert.equal(r('policy', 'http://[::1]:8000/v1').ok, true);
-  assert.equal(r('policy', 'http://localhost:8000/v1').ok, true);
-  assert.equal(r('policy', 'http://127.3.0.1:8000/v1').ok, true);
+  assert.equal(r('policy', 'http://127.0.0.1:8000/v1').ok, true);
+  // Loopback names of other sockets than the one the local server binds.
+  assert.equal(r('policy', 'http://[::1]:8000/v1').ok, false);
+  assert.equal(r('policy', 'http://localhost:8000/v1').ok, false);
+  assert.equal(r('policy', 'http://127.3.0.1:8000/v1').ok, false);
   assert.equal(r('policy', 'http://127.0.0.1.nip.io:8000/v1').ok, false);
   assert.equal(r('policy', 'http://vllm.evil:8000/v1').ok, false);
   assert.equal(r(undefined, 'http://10.0.0.1/v1', undefined).ok, false);

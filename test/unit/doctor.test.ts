@@ -226,9 +226,15 @@ test('doctor, vLLM key: the legacy policy.apiKeyEnv no longer picks the variable
       s.auth.every((a) => a === undefined),
       `doctor sent ${s.auth.join(', ')}`,
     );
-    // Loopback: the credential's own key, mapped as the workers map it.
+    // Loopback at a port that is not the local server's (HALO_VLLM_PORT): refused, nothing sent.
     s.auth.length = 0;
-    await vllmChecks(parseConfig({ policy: { backend: 'openai', baseUrl: `http://127.0.0.1:${s.port}/v1`, model: 'm' } }), env, 5000);
+    const local = parseConfig({ policy: { backend: 'openai', baseUrl: `http://127.0.0.1:${s.port}/v1`, model: 'm' } });
+    const [c3] = await vllmChecks(local, env, 5000);
+    assert.equal(c3.status, 'fail');
+    assert.match(c3.detail, /only at the local server's origin/);
+    assert.deepEqual(s.auth, []);
+    // The local server's port: the credential's own key, mapped as the workers map it.
+    await vllmChecks(local, { ...env, HALO_VLLM_PORT: String(s.port) }, 5000);
     assert.ok(s.auth.length > 0 && s.auth.every((a) => a === 'Bearer policy-key'), s.auth.join(', '));
   } finally {
     await s.close();

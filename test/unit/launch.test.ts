@@ -74,7 +74,11 @@ test('./launch.sh resume --dry-run brings back what was recorded, never the loca
     writeFileSync(state, 'HALO_LAUNCH_MODE=gpu\nHALO_GPU_MODEL=Qwen/Qwen3-VL-8B-Instruct\nHALO_LORA_RANK=32\nHALO_VLLM_PORT=8001\n');
     const gpu = launch(['resume', '--dry-run'], { HALO_LAUNCH_STATE: state });
     assert.match(lineWith(gpu, /vllm serve/), / --port 8001 .* --max-lora-rank 64 /);
-    assert.match(lineWith(gpu, /npx halo up$/), /HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct HALO_LORA_RANK=32 /);
+    assert.match(
+      lineWith(gpu, /npx halo up$/),
+      /HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct HALO_LORA_RANK=32 HALO_VLLM_PORT=8001 /,
+      'the workers send the policy key to that port only',
+    );
     lineWith(gpu, /npx halo runs --status Running --json .* npx halo resume "\$run"/);
     assert.doesNotMatch(gpu, /halo train|default\.yaml/, 'no job is started');
 
