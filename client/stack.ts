@@ -5,6 +5,7 @@ import type { HaloConfig } from '../lib/config';
 import { connectOptions, temporalSettings } from '../host/connection';
 import { isAlive, learnerCommand, logTail, readPid, sleep, spawnBackground, stopProcess, workerCommand, REPO_ROOT, type ManagedProcess } from './processes';
 import { learnerModelFor, recordLearnerModel } from './learner-record';
+import { withoutModelKeys } from '../env/child-env';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 
 export interface StackStatus {
@@ -130,7 +131,7 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
       if (pid !== undefined || !has('browser')) return;
       say(`starting browser worker ${i}`);
       const { command, args } = workerCommand('browser');
-      started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, env));
+      started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, withoutModelKeys(env)));
     });
     if (learnerOn && st.learner === undefined) {
       // Without HALO_MODEL: the model this stack's learner last ran (client/learner-record.ts).

@@ -1,6 +1,7 @@
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
+import { browserEnv } from './child-env';
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from './private-network';
 
 /** Viewport every environment page is created with; screenshots are exactly this size. */
@@ -134,6 +135,8 @@ export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<
       args: [...CHROMIUM_ARGS, ...(proxy?.chromiumArgs ?? []), ...(opts.extraArgs ?? [])],
       // Playwright adds --no-sandbox unless told otherwise.
       chromiumSandbox: chromiumSandboxed(),
+      // Playwright would hand Chromium the worker's whole environment.
+      env: browserEnv(),
       ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
       timeout: opts.timeoutMs ?? 60_000,
     });

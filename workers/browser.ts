@@ -6,6 +6,7 @@ import { blobStoreFor } from '../blob/store';
 import { SessionManager } from '../activities/session';
 import { createSessionActivities } from '../activities/session-activities';
 import { haloHome } from '../host/home';
+import { modelKeyVars } from '../env/child-env';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { settleMsFromEnv } from '../env/miniwob';
@@ -20,6 +21,8 @@ import { realStartStatesFromEnv } from '../activities/real-start-states';
  * queue (everything else about a session it opened), so a session's steps always reach the right page.
  */
 async function main() {
+  // .env may have filled them in: pages from the web render in this process's children.
+  for (const k of modelKeyVars(process.env)) delete process.env[k];
   const log = installRuntime('browser-worker');
   const { connection, namespace, settings } = await connectWorker();
   const ledger = await takeOverLedger('browser-worker', settings, log);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { minimalChildEnv } from '../../env/child-env';
+import { browserEnv, minimalChildEnv, withoutModelKeys } from '../../env/child-env';
 import { evaluateFinalState } from '../../env/real-eval';
 
 const SECRETS = {
@@ -44,4 +44,16 @@ test('minimalChildEnv keeps only the names an interpreter needs', () => {
     { PYTHONIOENCODING: 'utf-8' },
   );
   assert.deepEqual(env, { PATH: '/bin', HOME: '/h', LANG: 'C', PYTHONHOME: '/p', LC_CTYPE: 'C', PYTHONIOENCODING: 'utf-8' });
+});
+
+test('a browser worker gets no model-server key, mapped names included; Chromium only its allow-list', () => {
+  const env = { PATH: '/bin', HALO_POLICY_API_KEY: 'hp', OPENAI_API_KEY: 'o', MINE: 'm', HALO_CREDENTIAL_BASELINE_ENV: 'MINE', TEMPORAL_ADDRESS: 'a', AWS_SECRET_ACCESS_KEY: 's' };
+  assert.deepEqual(withoutModelKeys(env), { PATH: '/bin', OPENAI_API_KEY: 'o', HALO_CREDENTIAL_BASELINE_ENV: 'MINE', TEMPORAL_ADDRESS: 'a', AWS_SECRET_ACCESS_KEY: 's' });
+  assert.deepEqual(browserEnv({ ...env, HOME: '/h', LC_ALL: 'C', XDG_RUNTIME_DIR: '/run/u', DISPLAY: ':0', TEMPORAL_API_KEY: 't' }), {
+    PATH: '/bin',
+    HOME: '/h',
+    LC_ALL: 'C',
+    XDG_RUNTIME_DIR: '/run/u',
+    DISPLAY: ':0',
+  });
 });

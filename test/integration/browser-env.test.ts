@@ -1,0 +1,82 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { launchChromium } from '../../env/browser';
+
+// A renderer exploit reads /proc/self/environ: Chromium and every process under it must hold none of the
+// worker's secrets, whatever the worker's own environment holds.
+
+const SECRETS = {
+  OPENAI_API_KEY: 'sk-openai-browser-probe',
+  HALO_POLICY_API_KEY: 'hp-browser-probe',
+  TEMPORAL_API_KEY: 'tk-browser-probe',
+  AWS_SECRET_ACCESS_KEY: 'aws-browser-probe',
+  HF_TOKEN: 'hf-browser-probe',
+};
+
+/** Every process under `root` (by the parent pid in /proc/<pid>/stat). */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, pp] of parent) {
+      if (pp === p) {
+        out.push(child);
+        walk(child);
+      }
+    }
+  };
+  walk(root);
+  return out;
+}
+
+test('Chromium and its renderers start with an allow-listed environment: no key of the worker in any of them', async () => {
+  const saved = { ...process.env };
+  Object.assign(process.env, SECRETS);
+  try {
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      await page.setContent('<p>a page from the web</p>');
+      const pids = descendants(process.pid).filter((p) => {
+        try {
+          return /chrom/i.test(readFileSync(`/proc/${p}/cmdline`, 'utf8'));
+        } catch {
+          return false;
+        }
+      });
+      assert.ok(pids.length >= 2, `expected the browser and a renderer under this process, found ${pids.length}`);
+      let read = 0;
+      let withPath = 0;
+      for (const pid of pids) {
+        let environ: string;
+        try {
+          environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
+        } catch {
+          continue; // exited meanwhile, or a sandboxed process this user may not read
+        }
+        read++;
+        for (const [name, value] of Object.entries(SECRETS)) {
+          assert.ok(!environ.includes(value), `${name} is in the environment of Chromium process ${pid}`);
+        }
+        if (environ.split('\0').some((kv) => kv.startsWith('PATH='))) withPath++;
+      }
+      assert.ok(read >= 2, `only ${read} Chromium environments could be read`);
+      assert.ok(withPath >= 1, 'the browser got no PATH: the allow-list is not what it was started with');
+    } finally {
+      await browser.close();
+    }
+  } finally {
+    for (const k of Object.keys(SECRETS)) if (!(k in saved)) delete process.env[k];
+    Object.assign(process.env, saved);
+  }
+});
