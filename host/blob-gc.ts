@@ -1,5 +1,5 @@
-import { open, readdir, stat } from 'node:fs/promises';
-import { join, relative } from 'node:path';
+import { open, readdir, realpath, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { BlobNotFoundError, BlobStore, type StoredObject } from '../blob/store';
 
 /**
@@ -115,10 +115,15 @@ async function refsInFile(path: string, into: Set<string>): Promise<void> {
   }
 }
 
-/** Text files under `root` (the blob store itself and model folders excluded), their refs into `into`. */
+/**
+ * Text files under `root`, their refs into `into`. Links are followed (a run folder or a file linked in from
+ * another disk names blobs like any other; a folder reached twice is read once), and every folder is read
+ * whatever its name (a run may be called `models`); only the blob store's own folders are left out, its blobs
+ * being marked through the references that name them.
+ */
 async function refsUnder(root: string, blobsDir: string | undefined, into: Set<string>): Promise<void> {
-  // Only "not there" (a root that does not exist, a file or folder removed while walking) names nothing;
-  // any other error aborts the collection.
+  // Only "not there" (a root that does not exist, a file or folder removed while walking, a dangling link)
+  // names nothing; any other error aborts the collection.
   const guard = <T>(what: string, p: Promise<T>, absent: T): Promise<T> =>
     p.catch((err) => {
       if (isEnoent(err)) return absent;
@@ -127,21 +132,33 @@ async function refsUnder(root: string, blobsDir: string | undefined, into: Set<s
   const st = await guard(root, stat(root), undefined);
   if (!st) return;
   if (st.isFile()) return guard(root, refsInFile(root, into), undefined);
+  const store = blobsDir === undefined ? undefined : await guard(blobsDir, realpath(blobsDir), undefined);
+  const walked = new Set<string>();
   const walk = async (dir: string): Promise<void> => {
+    const real = await guard(dir, realpath(dir), undefined);
+    if (real === undefined || walked.has(real)) return;
+    walked.add(real);
     for (const e of await guard(dir, readdir(dir, { withFileTypes: true }), [])) {
       const p = join(dir, e.name);
-      if (blobsDir !== undefined && (p === blobsDir || relative(blobsDir, p) === '' || !relative(blobsDir, p).startsWith('..'))) continue;
-      if (e.isDirectory()) {
-        // Temporal's database and model weights hold no blob refs worth a read.
-        if (['models', 'node_modules', '.git'].includes(e.name)) continue;
+      if (real === store && (BLOB_FOLDER.test(e.name) || e.name === 'writers')) continue;
+      let kind = e.isDirectory() ? 'dir' : e.isFile() ? 'file' : undefined;
+      if (e.isSymbolicLink()) {
+        const target = await guard(p, stat(p), undefined);
+        kind = target?.isDirectory() ? 'dir' : target?.isFile() ? 'file' : undefined;
+      }
+      if (kind === 'dir') {
+        if (['node_modules', '.git'].includes(e.name)) continue;
         await walk(p);
-      } else if (e.isFile() && /\.(jsonl?|txt|md|yaml|yml|csv|html|env)$/.test(e.name)) {
+      } else if (kind === 'file' && /\.(jsonl?|txt|md|yaml|yml|csv|html|env)$/.test(e.name)) {
         await guard(p, refsInFile(p, into), undefined);
       }
     }
   };
   await walk(root);
 }
+
+/** A folder of blobs in a folder store: two hex digits. */
+const BLOB_FOLDER = /^[0-9a-f]{2}$/;
 
 /**
  * Refs a text blob names: a folder blob is read in chunks (any size), an object fetched whole (at most
