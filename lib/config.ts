@@ -6,6 +6,7 @@ import { GRAMMAR_WHITESPACE } from './action-grammar';
 import { VLLM_SERVERS } from './grammar-blob';
 import { TOOL_ACTIONS } from './actions';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
+import { iterationBudgetProblems } from './iteration-budget';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
 // Every section is strict (an unknown key is an error that names the closest valid key) and every number
@@ -476,7 +477,7 @@ export function identicalCandidatesProblem(cfg: HaloConfig): string | undefined 
 
 /**
  * Episodes this config would run that pass a Temporal payload or history limit (lib/history-budget.ts): a
- * GRPO episode with its grouping's candidates, and an MCTS expansion's sampling call.
+ * GRPO episode with its grouping's candidates, an MCTS expansion's sampling call, and an iteration's child fan-out.
  */
 export function historyBudgetProblems(cfg: HaloConfig): string[] {
   const stepGroups = cfg.train.grouping === 'step';
@@ -492,7 +493,7 @@ export function historyBudgetProblems(cfg: HaloConfig): string[] {
     { n: grown ? 'train.dynamicSampling.maxCandidates' : 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' },
   );
   const expansion = samplingPayloadProblem(cfg.mcts.maxChildren, cfg.policy.maxTokens, { n: 'mcts.maxChildren', maxTokens: 'policy.maxTokens' });
-  return [...episode, ...(expansion ? [expansion] : [])];
+  return [...episode, ...(expansion ? [expansion] : []), ...iterationBudgetProblems(cfg)];
 }
 
 /**

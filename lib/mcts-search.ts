@@ -166,6 +166,8 @@ export interface MctsTreeView extends MctsProgress {
   pairThreshold: number;
   /** Null only while a continued run loads its snapshot. */
   tree: Tree | null;
+  /** Set when `tree` holds only the first nodes of a tree too large for a query result (lib/tree-query.ts). */
+  treeNote?: string;
   bestPath: BestPathView | null;
   pairs: number;
   counters: MctsCounters | null;

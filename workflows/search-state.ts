@@ -23,6 +23,7 @@ import {
   type SearchTask,
 } from '../lib/mcts-search';
 import { addChildren, describeSimulation, markEnded, recordActionError, recordShaped, shapedValue, type SearchCandidate, type Valuation, type Verdict } from '../lib/search-tree';
+import { boundTree } from '../lib/tree-query';
 import { workflowClockMs } from './clock';
 
 /** What a search runs on and with (from its input; the same in every run of its continue-as-new chain). */
@@ -152,6 +153,7 @@ export class SearchState {
   view(): MctsTreeView {
     const { runId, iteration, task, params } = this.spec;
     const tree = this.loaded;
+    const shown = tree ? boundTree(tree) : null;
     return {
       ...this.progress(),
       runId,
@@ -160,7 +162,8 @@ export class SearchState {
       goal: this.goal,
       alpha: params.alpha,
       pairThreshold: params.pairThreshold,
-      tree,
+      tree: shown?.tree ?? null,
+      ...(shown?.note ? { treeNote: shown.note } : {}),
       bestPath: tree ? bestPathView(tree, params.alpha) : null,
       pairs: tree ? collectPairs(tree, params.alpha, params.pairThreshold).length : 0,
       counters: tree ? this.counters : null,

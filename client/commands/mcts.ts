@@ -184,6 +184,7 @@ export function renderTree(view: MctsTreeView & { status?: string }, maxNodes = 
         `${c.restores} restores (${c.replayedActions} actions replayed${reuseNote(c.sessionReuse)}), ${c.sessionRebuilds} session rebuilds`,
     );
   }
+  if (view.treeNote) lines.push(`note: ${view.treeNote}`);
   const tree: Tree | null = view.tree;
   if (!tree) {
     lines.push(`(${view.phase})`);
