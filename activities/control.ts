@@ -97,6 +97,7 @@ export function createControlActivities(blobs: BlobStore) {
           tokens: wantsTokenIds(policy),
           tokensOptional: policy.tokenIdsOptional === true,
           ...(grammar ? { grammar } : {}),
+          ...(input.seed !== undefined ? { seed: input.seed } : {}),
         });
       let adapterLoad: SampleResult['adapterLoad'];
       let res: Awaited<ReturnType<typeof ask>>;

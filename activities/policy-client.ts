@@ -88,7 +88,7 @@ export async function chatCompletions(
   n: number,
   messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
   signal?: AbortSignal,
-  opts: { tokens?: boolean; tokensOptional?: boolean; field?: string; grammar?: Record<string, unknown> } = {},
+  opts: { tokens?: boolean; tokensOptional?: boolean; field?: string; grammar?: Record<string, unknown>; seed?: number } = {},
 ): Promise<ChatResult> {
   const client = new OpenAI({
     baseURL: policy.baseUrl,
@@ -105,6 +105,8 @@ export async function chatCompletions(
     ...(vllmLike(policy.baseUrl) ? NEUTRAL_SAMPLING : {}),
     ...(tokens ? TOKEN_FIELDS : {}),
     ...(opts.grammar ? structuredOutputs(opts.grammar) : {}),
+    // vLLM seeds one generator per request with it: a retried call draws the same n completions.
+    ...(opts.seed !== undefined ? { seed: opts.seed } : {}),
   };
   let res: OpenAI.Chat.Completions.ChatCompletion & { prompt_token_ids?: unknown };
   try {

@@ -152,6 +152,8 @@ export interface SampleInput {
   n?: number;
   observation: PromptObservationRef;
   history: { step: number; action: string; note?: string }[];
+  /** vLLM's per-request `seed` (workflows/sampler.ts derives it as for the colocated sampler); absent: unseeded. */
+  seed?: number;
 }
 
 export interface Candidate {

@@ -20,6 +20,8 @@ export interface ChatRequest {
   presence_penalty?: number | null;
   frequency_penalty?: number | null;
   repetition_penalty?: number | null;
+  /** vLLM's per-request generator seed. */
+  seed?: number | null;
   /** vLLM's constrained decoding; the fakes read its `json` schema (fake-constrained.ts). */
   structured_outputs?: { json?: unknown } | null;
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } from './chat-server';
 import { constrainedAnswer, jsonSchemaOf } from './fake-constrained';
 import { effectiveSampling, fakePromptTokenIds, placeholderPositions, truncatedLogprob, type EffectiveSampling } from './fake-vllm-sampling';
@@ -8,7 +9,8 @@ import { answerIds, DEFAULT_VOCAB, tokenText, type FakeVocab } from './fake-voca
  * tree from the prompt our prompt builder wrote and answers like a (very simple) model would:
  * - `scripted`: a Qwen computer-use tool call that solves simple MiniWoB tasks from the tree;
  * - `garbage`: prose with no action in it;
- * - `custom`: `answer` writes choice `choice` of a request from the parsed prompt (to script branching policies);
+ * - `custom`: `answer` writes choice `choice` of a request from the parsed prompt (to script branching policies),
+ *   with that choice's draw from the request's `seed` (`choiceDraw`: the same seed, the same answers);
  * - `status`: an HTTP error with the given status.
  * Asked for `logprobs` / `return_token_ids` / `return_tokens_as_token_ids`, it answers with vLLM's token fields
  * (`vllmTokenFields`), ids from a byte-level stand-in tokenizer (`fakeTokenIds`, or the model's own byte tokens:
@@ -23,7 +25,11 @@ export interface EmailScript {
 export type FakeMode =
   | { kind: 'scripted'; email?: EmailScript }
   | { kind: 'garbage' }
-  | { kind: 'custom'; answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number; temperature: number }) => string }
+  | {
+      kind: 'custom';
+      /** `random`: this choice's draw in [0, 1), from the request's `seed` when it has one (`choiceDraw`). */
+      answer: (p: { goal: string; tree: TreeLine[]; previous: string[]; choice: number; temperature: number; random: number }) => string;
+    }
   | { kind: 'status'; status: number };
 
 export interface RecordedRequest {
@@ -37,6 +43,8 @@ export interface RecordedRequest {
   logprobs?: boolean;
   returnTokenIds?: boolean;
   returnTokensAsTokenIds?: boolean;
+  /** vLLM's per-request `seed`, as sent. */
+  seed?: number | null;
   /** The distribution the request was sampled from: its fields over the server's defaults (fake-vllm-sampling.ts). */
   sampling: EffectiveSampling;
 }
@@ -141,6 +149,15 @@ export function fakeTokenIds(text: string, finishReason: string): number[] {
   return answerIds(DEFAULT_VOCAB, text, finishReason);
 }
 
+/**
+ * Choice `i`'s draw in [0, 1): as vLLM seeds one generator per request with its `seed`, the same seed gives every
+ * choice the same draw again; a request without one draws afresh.
+ */
+export function choiceDraw(seed: number | null | undefined, i: number): number {
+  if (seed == null) return Math.random();
+  return createHash('sha256').update(`${seed}:${i}`).digest().readUInt32BE(0) / 2 ** 32;
+}
+
 /** A made-up but deterministic log-prob per position: different tokens, different values, all in [-0.9, -0.01]. */
 export function fakeLogprob(id: number, position: number): number {
   return -(1 + ((id * 31 + position * 7) % 90)) / 100;
@@ -205,6 +222,7 @@ function record(body: ChatRequest, hasImage: boolean, goal: string, sampling: Ef
     logprobs: body.logprobs,
     returnTokenIds: body.return_token_ids,
     returnTokensAsTokenIds: body.return_tokens_as_token_ids,
+    seed: body.seed,
     sampling,
   };
 }
@@ -242,7 +260,7 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
           mode.kind === 'garbage'
             ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
             : mode.kind === 'custom'
-              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1) })
+              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1), random: choiceDraw(body.seed, i) })
               : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
         const content = schema ? constrainedAnswer(schema, free, opts.separators) : free;
         return {

@@ -36,6 +36,8 @@ import { XGRAMMAR_DEFAULT_SEPARATORS } from './fake-constrained';
  *   those of the cut distribution, and `chats[i].sampling` records what was sampled from. Values out of vLLM's
  *   ranges → 400 BadRequestError with `SamplingParams._verify_args`'s message. `logprobPlaceholders` reports that
  *   fraction (below 1) or count of log-prob positions as -9999, as vLLM clamps a missing or -inf one.
+ * - `seed`: recorded with the request (`chats[i].seed`); `custom` answers draw from it (fake-policy-server.ts
+ *   `choiceDraw`), so the same seed gives the same completions, as vLLM's per-request generator does.
  * - Images (`image_url` parts): taken as they come, unless `maxImagesPerPrompt` is set (`--limit-mm-per-prompt`:
  *   more image parts → 400 BadRequestError `At most <N> image(s) may be provided in one prompt.`, param "image"; 0
  *   plays a text-only server) or `checkImages` is on (a data URL whose bytes are no PNG, JPEG, GIF or WebP → 400

@@ -62,7 +62,8 @@ export interface SampleRequest {
   temperature?: number;
   /**
    * Where this call sits in its workflow (`step 2 draw 0`, `expand 5`): with the workflow id and n it seeds the
-   * colocated sampler, so a run draws the same samples on any stack. Absent: the prompt's hash (older histories).
+   * sampler (colocated, or vLLM's per-request `seed`), so a run draws the same samples on any stack. Absent: the
+   * prompt's hash (older histories) colocated, and no seed served.
    */
   seedKey?: string;
   /** Colocated only: ε of an exploring draw (train.dynamicSampling.explore); a served policy draws plainly. */
@@ -84,6 +85,8 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
       observation: req.observation,
       history: req.history,
       ...(s.adapter ? { adapter: s.adapter } : {}),
+      // The prompt is written inside the activity, so a call without a key has nothing stable to seed from.
+      ...(req.seedKey !== undefined ? { seed: samplingSeed(s.drawKey ?? workflowInfo().workflowId, req.seedKey, req.n) } : {}),
     });
     return { promptRef: res.promptRef, candidates: res.candidates, ...(res.grammarRef ? { grammarRef: res.grammarRef } : {}) };
   }

@@ -6,7 +6,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { learnerCommand } from '../../client/processes';
 import { startOrAttachTrain } from '../../client/train';
+import { samplingSeed } from '../../lib/iteration-policy';
 import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import { drawKey } from '../../lib/training-plan';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { toolCall } from '../../testing/fake-policy-server';
 import { startFakeVllmServer, type FakeVllmServer } from '../../testing/fake-vllm-server';
@@ -93,6 +95,11 @@ test('a served constrained GRPO run updates on vLLM 0.33 compact completions und
   // The stand-in wrote vLLM 0.33's compact JSON, and what it wrote is what was trained on.
   const chats = vllm.requests.filter((r) => r.path === '/v1/chat/completions');
   assert.ok(chats.length >= 2 && chats.every((r) => (r.body as { structured_outputs?: unknown }).structured_outputs !== undefined));
+  // Each step group's request is seeded from the run (no seed: its id), iteration, episode and draw, as colocated.
+  assert.deepEqual(
+    chats.map((r) => (r.body as { seed?: number }).seed),
+    [1, 2].map((it) => samplingSeed(drawKey(RUN, it, 0), 'step 1 draw 0', 2)),
+  );
   const lines = parseMetricsJsonl(readFileSync(join(stack.home, RUN, 'metrics.jsonl'), 'utf8')).filter(isGrpoMetrics);
   assert.deepEqual(
     lines.map((l) => l.adapter_version),

@@ -111,6 +111,27 @@ describe('samplePolicy: exact tokens', () => {
   });
 });
 
+describe('samplePolicy: seeded', () => {
+  test("the request carries the seed as vLLM's `seed`; the same seed draws the same completions, another seed others", async () => {
+    vllm.setMode({ kind: 'custom', answer: ({ random }) => toolCall({ action: 'type', element_id: 4, text: `draw ${Math.floor(random * 1e6)}` }) });
+    const texts = async (seed?: number) => {
+      const before = vllm.chats.length;
+      const res = await control.samplePolicy({ ...input('base-model', { n: 4 }), ...(seed !== undefined ? { seed } : {}) });
+      assert.equal(vllm.chats[before].seed, seed, 'the seed as sent');
+      return Promise.all(res.candidates.map(async (c) => (await blobs.get(c.completionRef)).toString('utf8')));
+    };
+    try {
+      const first = await texts(11);
+      assert.equal(new Set(first).size, 4, `one request's choices draw apart: ${first}`);
+      assert.deepEqual(await texts(11), first);
+      assert.notDeepEqual(await texts(12), first);
+      await texts(undefined); // unseeded: no seed field at all
+    } finally {
+      vllm.setMode({ kind: 'scripted' });
+    }
+  });
+});
+
 describe('samplePolicy: adapters survive a vLLM restart', () => {
   const run = 'run-r';
   const adapter = (v: number) => ({ base_url: vllm.url, lora_name: servedAdapterName(run, v), lora_path: join(root, 'checkpoints', run, `v${v}`) });
