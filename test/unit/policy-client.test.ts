@@ -6,6 +6,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { chatCompletions, classifyPolicyError, missingModelOf, NEUTRAL_SAMPLING, sampledTokens, vllmLike, wantsTokenIds } from '../../activities/policy-client';
 import { parseConfig, type PolicyConfig } from '../../lib/config';
 import { fakeLogprob, fakeTokenIds, startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
+import { truncatedLogprob } from '../../testing/fake-vllm-sampling';
 
 let fake: FakePolicyServer;
 before(async () => {
@@ -93,9 +94,10 @@ test("with tokens the request carries vLLM's fields and the completions the samp
     assert.equal(c.text, `answer ${i}`);
     assert.equal(c.finishReason, 'stop');
     assert.deepEqual(c.tokenIds, fakeTokenIds(c.text, 'stop'));
+    // Processed log-probs: the fake model's after the request's temperature, as the client keeps them (9 digits).
     assert.deepEqual(
       c.logprobs,
-      c.tokenIds!.map((id, t) => fakeLogprob(id, t)),
+      c.tokenIds!.map((id, t) => Number(truncatedLogprob(fakeLogprob(id, t), req.sampling).toPrecision(9))),
     );
   }
   // The prompt as the server encoded it, top-level in vLLM's answer: the same prompt, the same ids.
