@@ -137,7 +137,7 @@ const grpoShape = {
   /** Items the update retokenised (no sampler token ids) and the share of them that may differ from what was sampled. */
   retokenized: int.min(0).optional(),
   token_mismatch_rate: fraction.optional(),
-  /** Tokens whose sampler log-prob was unknown (ratio 1), and the share of completions sampled on other prompt ids. */
+  /** Tokens whose sampler log-prob was unknown (dropped from the loss), and the share of completions sampled on other prompt ids. */
   unknown_logprobs: int.min(0).optional(),
   prompt_mismatch_rate: fraction.optional(),
   /** The update's KL to the reference, clipped-token share, mean importance ratio and entropy, when measured. */

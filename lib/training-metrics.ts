@@ -31,7 +31,7 @@ export interface UpdateSummary {
   retokenized?: number;
   /** Share of the retokenised items whose ids are not a faithful stand-in for what was sampled. */
   token_mismatch_rate?: number;
-  /** Sampler tokens with an unknown log-prob (the learner used its own), and the share of completions sampled on
+  /** Sampler tokens with an unknown log-prob (dropped from the loss), and the share of completions sampled on
    * prompt ids that differ from the learner's encoding; null or absent from older learners. */
   unknown_logprobs?: number | null;
   prompt_mismatch_rate?: number | null;
