@@ -32,6 +32,8 @@ import { pauseSignal, stopSignal } from '../workflows/messages';
 import { episodeProgressQuery } from '../workflows/episode';
 import { EXIT, formatFailure, reportError, resultOf } from './failure';
 import { tokenIdsNote } from './token-ids';
+import { bestNote } from '../lib/iteration-policy';
+import { stackHealthLines } from './doctor-metrics';
 
 const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
 
@@ -175,6 +177,8 @@ trainCommand.action(async (opts: { runId?: string; detach?: boolean; dryRun?: bo
     if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
     else {
       console.log(`run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+      const best = bestNote(result);
+      if (best) console.log(best);
       console.log(
         `metrics:  ${where.metrics}\nadapters: ${where.adapters}${where.ui ? `\nUI:       ${where.ui}/namespaces/${stackStatus(cfg).namespace}/workflows/${result.runId}` : ''}`,
       );
@@ -201,6 +205,7 @@ program
         );
         if (st.latest) console.log(describeLatestMetrics(st.latest));
         if (st.failure) console.log(`last failure: ${formatFailure(st.failure)}`);
+        for (const line of await stackHealthLines(cfg, process.env)) console.log(line);
       }
     } finally {
       await connection.close();

@@ -95,3 +95,22 @@ export function staleness(iteration: number, sampledVersion: number): number {
 export function samplingSeed(workflowId: string, callKey: string, n: number): number {
   return parseInt(fnv1a32(`${workflowId}|${callKey}|${n}`), 16);
 }
+
+/** An adapter version and what the run's greedy held-out evaluation scored it. */
+export interface BestEval {
+  version: number;
+  iteration: number;
+  success: number;
+}
+
+/** The better of the best so far and a new evaluation: a later adapter has to score strictly higher to replace it. */
+export function betterEval(best: BestEval | undefined, next: BestEval): BestEval {
+  return best === undefined || next.success > best.success ? next : best;
+}
+
+/** What a finished run says about its best-evaluated adapter: nothing when that is the latest one. */
+export function bestNote(r: { adapterVersion: number; best?: BestEval }): string | null {
+  const b = r.best;
+  if (!b || b.version === r.adapterVersion) return null;
+  return `note: held-out evaluation scored adapter v${b.version} (iteration ${b.iteration}) best, success ${b.success.toFixed(2)}, above the latest v${r.adapterVersion}; both are kept in the run's checkpoints`;
+}

@@ -1,4 +1,5 @@
 import { condition, setHandler } from '@temporalio/workflow';
+import type { BestEval } from '../lib/iteration-policy';
 import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from './messages';
 import { workflowClockMs } from './clock';
 
@@ -8,6 +9,8 @@ export interface TrainingResult {
   iterations: number;
   adapterVersion: number;
   stoppedEarly: boolean;
+  /** With held-out evaluations: the adapter they scored best (the earliest of equals), which may not be the latest. */
+  best?: BestEval;
 }
 
 /**

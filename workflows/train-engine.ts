@@ -1,4 +1,4 @@
-import { continueAsNew, executeChild, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { continueAsNew, executeChild, log, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { AdapterActivities } from '../activities/adapters';
 import type { ControlActivities } from '../activities/control';
 import type { DiskActivities } from '../activities/disk';
@@ -9,7 +9,7 @@ import type { MetricsActivities } from '../activities/metrics';
 import type { HaloConfig } from '../lib/config';
 import { wandbOf } from '../lib/curves';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
-import { evaluationDue, greedy, samplingPolicy, servingOf, staleness, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
+import { betterEval, evaluationDue, greedy, samplingPolicy, servingOf, staleness, type BestEval, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig, type RunContext } from '../lib/run-context';
 import type { TrainingMetrics } from '../lib/run-metrics';
 import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training-plan';
@@ -58,6 +58,8 @@ export interface TrainingState {
   pendingRef?: string;
   /** Environment steps of the iterations learned from so far (evalEverySteps); absent: 0. */
   envSteps?: number;
+  /** The adapter its held-out evaluations scored best so far (lib/iteration-policy.ts `betterEval`). */
+  bestEval?: BestEval;
 }
 
 export interface TrainingInput {
@@ -169,6 +171,7 @@ class Loop<D, U> {
   private zeroStdHistory: number[];
   private lastMetrics: TrainingMetrics | null;
   private envSteps: number;
+  private bestEval: BestEval | undefined;
 
   constructor(
     private readonly algorithm: Algorithm<D, U>,
@@ -181,6 +184,7 @@ class Loop<D, U> {
     this.zeroStdHistory = state.zeroStdHistory ?? [];
     this.lastMetrics = state.lastMetrics ?? null;
     this.envSteps = state.envSteps ?? 0;
+    this.bestEval = state.bestEval;
   }
 
   /** Collect → update → serve → evaluate → metrics, then continue as new (or end). */
@@ -191,7 +195,7 @@ class Loop<D, U> {
     const collected = await this.algorithm.collect(this.scope, it, sampling, this.version, run.seconds);
     await this.learnFrom(collected, run.seconds);
     const ended = run.ended(runId, it, plan.iterations, this.version);
-    if (ended) return ended;
+    if (ended) return this.withBest(ended);
     return this.continue(it + 1);
   }
 
@@ -216,7 +220,7 @@ class Loop<D, U> {
     const lastCollected = collected?.iteration ?? pending?.iteration ?? it - 1;
     if (run.stopping || !go || lastCollected >= plan.iterations) {
       if (collected) await this.learnFrom(collected, { ...collected.seconds });
-      return { runId, iterations: lastCollected, adapterVersion: this.version, stoppedEarly: lastCollected < plan.iterations };
+      return this.withBest({ runId, iterations: lastCollected, adapterVersion: this.version, stoppedEarly: lastCollected < plan.iterations });
     }
     const { ref } = await control.storeJson({ value: collected });
     return this.continue(it + 1, ref);
@@ -246,6 +250,8 @@ class Loop<D, U> {
     if (due && plan.evalTasks.length > 0) {
       metrics.eval = await this.evaluate(c.iteration, seconds);
       metrics.seconds = { ...metrics.seconds, eval: seconds.eval };
+      this.bestEval = betterEval(this.bestEval, { version: this.version, iteration: c.iteration, success: metrics.eval.success_rate });
+      Object.assign(metrics, { best_adapter_version: this.bestEval.version, best_eval_success: this.bestEval.success });
     }
     await control.appendIterationMetrics({ run_id: runId, iteration: c.iteration, metrics, time: new Date().toISOString(), ...wandbOf(cfg) });
     this.lastMetrics = metrics;
@@ -278,6 +284,22 @@ class Loop<D, U> {
     };
   }
 
+  /**
+   * The run's result names the best-evaluated adapter beside the latest, and says so in the log when the latest
+   * scored below it: the run ends serving the latest, and nobody should take it for the best one unawares.
+   */
+  private withBest(r: TrainingResult): TrainingResult {
+    const best = this.bestEval;
+    if (!best) return r;
+    if (best.version !== r.adapterVersion) {
+      log.warn(`held-out evaluation scored adapter v${best.version} (iteration ${best.iteration}, success ${best.success}) above the latest v${r.adapterVersion}; both are kept`, {
+        runId: r.runId,
+        best,
+      });
+    }
+    return { ...r, best };
+  }
+
   private continue(iteration: number, pendingRef?: string): Promise<never> {
     this.scope.run.phase = 'continue';
     const next: TrainingState = {
@@ -289,6 +311,7 @@ class Loop<D, U> {
       paused: this.scope.run.paused,
       lastMetrics: this.lastMetrics,
       ...(this.envSteps > 0 ? { envSteps: this.envSteps } : {}),
+      ...(this.bestEval ? { bestEval: this.bestEval } : {}),
     };
     // Absent unless set: the continue-as-new input of runs nobody stopped stays as it was.
     if (this.scope.run.stopping) next.stopping = true;

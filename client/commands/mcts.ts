@@ -16,6 +16,7 @@ import { followStatus, progressNumbers, refuseEndedBadly } from '../train';
 import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from '../run-flags';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
+import { bestNote } from '../../lib/iteration-policy';
 
 // `halo mcts --config FILE [--detach] [--json]`: start the MCTS run `mcts.runId` (workflow `trainMcts`, id =
 // run id) or attach to it, and show its progress. `halo mcts tree RUN TASK [--json]`: the tree of the task's
@@ -244,6 +245,8 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
       if (opts.json) console.log(JSON.stringify({ ...result, ...where }));
       else {
         console.log(`MCTS run ${result.runId} finished: ${result.iterations} iterations, adapter v${result.adapterVersion}${result.stoppedEarly ? ' (stopped early)' : ''}`);
+        const best = bestNote(result);
+        if (best) console.log(best);
         console.log(`metrics:  ${where.metrics}\nadapters: ${where.adapters}`);
         console.log(`trees:    npx halo mcts tree ${runId} <task>`);
       }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../../lib/config';
 import { dynamicSamplingStats, type BatchStepGroup } from '../../lib/grpo';
-import { samplingSeed } from '../../lib/iteration-policy';
+import { bestNote, betterEval, samplingSeed } from '../../lib/iteration-policy';
 import { freshRunSummary, reproducibilityProblems, type FreshRun } from '../../lib/repeat-runs';
 import { iterationMetrics } from '../../lib/training-metrics';
 import { drawKey } from '../../lib/training-plan';
@@ -69,4 +69,15 @@ test('fresh runs: reached over the last five, iterations to the threshold, same 
   assert.deepEqual(reproducibilityProblems([run('a', [0, 1]), run('b', [0, 1])]), []);
   assert.match(reproducibilityProblems([run('a', [0, 1]), run('b', [0.25, 1])])[0], /different curves/);
   assert.match(reproducibilityProblems([run('a', [0, 1]), run('b', [0, 1], 'other')])[0], /different adapters/);
+});
+
+test('the best-evaluated adapter: a later one must score strictly higher; a finished run names it when it is not the latest', () => {
+  let best = betterEval(undefined, { version: 1, iteration: 1, success: 0.25 });
+  best = betterEval(best, { version: 2, iteration: 2, success: 0.75 });
+  best = betterEval(best, { version: 3, iteration: 3, success: 0.75 });
+  best = betterEval(best, { version: 4, iteration: 4, success: 0.5 });
+  assert.deepEqual(best, { version: 2, iteration: 2, success: 0.75 });
+  assert.match(bestNote({ adapterVersion: 4, best }) ?? '', /scored adapter v2 \(iteration 2\) best, success 0\.75, above the latest v4/);
+  assert.equal(bestNote({ adapterVersion: 2, best }), null);
+  assert.equal(bestNote({ adapterVersion: 4 }), null);
 });
