@@ -225,7 +225,7 @@ export const trainSchema = z
       .max(100)
       .default(5)
       .describe(
-        "maxStaleness 1: the learner clips the ratio to the weights at the start of the update and weights each token by π_now / π_sampler (AReaL's decoupled PPO), clamped to this cap: a token above it keeps a bounded gradient, where AReaL's example config masks it out",
+        "samples not drawn from the policy being trained (maxStaleness 1, a served policy, dynamicSampling's exploring draws): the learner clips the ratio to the weights at the start of the update and weights each token by π_now / π_sampler (AReaL's decoupled PPO), clamped to this cap: a token above it keeps a bounded gradient, where AReaL's example config masks it out",
       ),
     learningRate: z.number().gt(0).max(1).default(1e-6),
     klCoef: z.number().min(0).max(100).default(0.001),
