@@ -4,6 +4,7 @@ import type { HaloConfig } from '../lib/config';
 import type { CheckStatus, DoctorCheck } from './doctor-check';
 import { agisdkCheck, chromiumCheck, diskCheck, gpuCheck, miniwobCheck, realSitesCheck } from './doctor-machine';
 import { vllmChecks } from './doctor-vllm';
+import { workerMetricsChecks } from './doctor-metrics';
 import { learnerWatchdogCheck, temporalChecks } from './doctor-workers';
 import { REPO_ROOT } from './processes';
 
@@ -26,6 +27,7 @@ export async function runDoctor(cfg: HaloConfig, opts: DoctorOptions = {}): Prom
   const timeoutMs = (opts.timeoutS ?? 5) * 1000;
   const checks: DoctorCheck[] = [];
   checks.push(...(await temporalChecks(cfg, env, timeoutMs)));
+  checks.push(...(await workerMetricsChecks(cfg, env, timeoutMs)));
   const local = await Promise.all([chromiumCheck(), miniwobCheck(), agisdkCheck()]);
   checks.push(...local);
   checks.push(await realSitesCheck(cfg, env, timeoutMs));

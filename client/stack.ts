@@ -7,6 +7,7 @@ import { isAlive, learnerCommand, logTail, readPid, sleep, spawnBackground, stop
 import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { withoutModelKeys } from '../env/child-env';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
+import { metricsEndpoints } from '../lib/worker-metrics';
 
 export interface StackStatus {
   temporal: number | undefined;
@@ -122,16 +123,19 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
     const learner = learnerSettings();
     const learnerOn = roles ? roles.includes('learner') : learner.enabled;
     const started = new Map<string, ManagedProcess>();
+    // Each worker process serves its SDK metrics on a port of its own (lib/worker-metrics.ts).
+    const metrics = metricsEndpoints(process.env, cfg.stack.browserWorkers);
+    const withMetrics = (e: NodeJS.ProcessEnv, address: string | undefined) => (address ? { ...e, HALO_METRICS_ADDRESS: address } : e);
     if (has('control') && st.control === undefined) {
-      say('starting control worker');
+      say(`starting control worker${metrics ? ` (metrics on ${metrics.control})` : ''}`);
       const { command, args } = workerCommand('control');
-      started.set('control', spawnBackground(home, 'control-worker', command, args, env));
+      started.set('control', spawnBackground(home, 'control-worker', command, args, withMetrics(env, metrics?.control)));
     }
     st.browsers.forEach((pid, i) => {
       if (pid !== undefined || !has('browser')) return;
-      say(`starting browser worker ${i}`);
+      say(`starting browser worker ${i}${metrics ? ` (metrics on ${metrics.browsers[i]})` : ''}`);
       const { command, args } = workerCommand('browser');
-      started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, withoutModelKeys(env)));
+      started.set(`browser-${i}`, spawnBackground(home, `browser-worker-${i}`, command, args, withMetrics(withoutModelKeys(env), metrics?.browsers[i])));
     });
     if (learnerOn && st.learner === undefined) {
       // Without HALO_MODEL: the model this stack's learner last ran (client/learner-record.ts).

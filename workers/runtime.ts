@@ -6,11 +6,23 @@ import { connectOptions, temporalSettings, type TemporalSettings } from '../host
 import { InflightLedger, ledgerDir } from './inflight';
 import { createLogger, type Logger } from '../host/log';
 
-/** The Temporal runtime logs through pino too, so worker and SDK lines share one format. */
+/**
+ * The Temporal runtime logs through pino too (Core's own lines included, forwarded), so worker and SDK lines
+ * share one format. With HALO_METRICS_ADDRESS (host:port; `halo up` sets it per worker from HALO_METRICS_PORT)
+ * the SDK serves its worker metrics there for Prometheus, tagged with the worker's name.
+ */
 export function installRuntime(name: string): Logger {
   const log = createLogger(name);
   const level = (process.env.HALO_TEMPORAL_LOG_LEVEL ?? 'WARN').toUpperCase() as LogLevel;
+  const metrics = process.env.HALO_METRICS_ADDRESS?.trim();
+  if (metrics && !/^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/.test(metrics)) {
+    throw new Error(`HALO_METRICS_ADDRESS ${JSON.stringify(metrics)}: host:port to serve worker metrics on (e.g. 127.0.0.1:9464)`);
+  }
   Runtime.install({
+    telemetryOptions: {
+      logging: { filter: { core: level, other: 'ERROR' }, forward: {} },
+      ...(metrics ? { metrics: { prometheus: { bindAddress: metrics }, globalTags: { halo_worker: name } } } : {}),
+    },
     logger: new DefaultLogger(level, (entry) => {
       const fields = { ...(entry.meta ?? {}), sdk: true };
       const msg = entry.message;

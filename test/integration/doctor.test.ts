@@ -14,11 +14,22 @@ import type { DoctorReport } from '../../client/doctor';
 const exec = promisify(execFile);
 let home: string;
 let cfgFile: string;
+/** The workers' metrics ports (HALO_METRICS_PORT): the control worker's, then browser worker 0's. */
+let metricsPort: number;
 
 function halo(...args: string[]) {
   return exec(process.execPath, [join(REPO_ROOT, 'bin', 'halo.cjs'), ...args, '--config', cfgFile], {
     cwd: REPO_ROOT,
-    env: { ...process.env, TEMPORAL_ADDRESS: '', TEMPORAL_NAMESPACE: '', HALO_MODEL: 'tiny-random', HALO_GPU_QUEUE: 'gpu', HF_HUB_OFFLINE: '1', HALO_LEARNER: '' },
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: '',
+      TEMPORAL_NAMESPACE: '',
+      HALO_MODEL: 'tiny-random',
+      HALO_GPU_QUEUE: 'gpu',
+      HF_HUB_OFFLINE: '1',
+      HALO_LEARNER: '',
+      HALO_METRICS_PORT: String(metricsPort),
+    },
     timeout: 240_000,
   });
 }
@@ -37,6 +48,7 @@ async function doctor(...args: string[]): Promise<{ code: number; stdout: string
 
 before(async () => {
   home = mkdtempSync(join(tmpdir(), 'halo-doctor-'));
+  metricsPort = await freePort();
   cfgFile = join(home, 'halo.yaml');
   writeFileSync(
     cfgFile,
@@ -79,6 +91,14 @@ test('halo doctor: every local check passes on a running stack; a stopped worker
   const real = byId.get('real')!;
   if (real.status === 'skip') assert.match(real.detail, /offline|not checked/, 'skipped offline, and says so');
   assert.equal(report.ok, !report.checks.some((c) => c.status === 'fail'));
+  // `halo up` with HALO_METRICS_PORT: each worker serves its SDK metrics on its own port, and the doctor reads them.
+  for (const [id, port] of [
+    ['metrics.control', metricsPort],
+    ['metrics.browser-0', metricsPort + 1],
+  ] as const) {
+    const c = byId.get(id);
+    assert.ok(c && c.status !== 'fail' && c.detail.startsWith(`127.0.0.1:${port}: `), `${id}: ${JSON.stringify(c)}`);
+  }
   assert.equal(ok.code, report.ok ? 0 : 1, 'the exit code follows the checks');
 
   process.kill(st.browsers[0], 'SIGKILL');
@@ -93,6 +113,7 @@ test('halo doctor: every local check passes on a running stack; a stopped worker
   assert.match(browser.detail, /browser-worker-0/);
   assert.match(browser.fix ?? '', /npx halo up/, 'the fix is named');
   for (const id of ['temporal', 'worker.control', 'learner']) assert.equal(badReport.checks.find((c) => c.id === id)?.status, 'pass', id);
+  assert.equal(badReport.checks.find((c) => c.id === 'metrics.browser-0')?.status, 'fail', 'the dead worker serves no metrics');
 
   const text = await doctor();
   assert.equal(text.code, 1);

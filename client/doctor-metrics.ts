@@ -1,0 +1,91 @@
+import { firstLine } from '../env/page-actions';
+import type { HaloConfig } from '../lib/config';
+import { describeHealth, metricsEndpoints, parsePrometheus, scrapeUrl, workerHealth, type WorkerHealth } from '../lib/worker-metrics';
+import type { DoctorCheck } from './doctor-check';
+
+// The stack's own health as its workers' SDK metrics tell it (lib/worker-metrics.ts): `halo doctor` rows and the
+// lines `halo status` prints under a run.
+
+/** One worker's metrics endpoint, read and summarised; throws when it does not answer. */
+export async function readWorkerHealth(endpoint: string, timeoutMs: number): Promise<WorkerHealth> {
+  const res = await fetch(scrapeUrl(endpoint), { signal: AbortSignal.timeout(timeoutMs) });
+  if (!res.ok) throw new Error(`HTTP ${res.status} from ${scrapeUrl(endpoint)}`);
+  return workerHealth(parsePrometheus(await res.text()));
+}
+
+/** The endpoints of this stack's workers, named as `halo doctor` names the workers. */
+function namedEndpoints(cfg: HaloConfig, env: NodeJS.ProcessEnv): { id: string; name: string; endpoint: string }[] | null {
+  const e = metricsEndpoints(env, cfg.stack.browserWorkers);
+  if (!e) return null;
+  return [
+    { id: 'metrics.control', name: 'control worker metrics', endpoint: e.control },
+    ...e.browsers.map((endpoint, i) => ({ id: `metrics.browser-${i}`, name: `browser worker ${i} metrics`, endpoint })),
+  ];
+}
+
+export async function workerMetricsChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck[]> {
+  let endpoints: ReturnType<typeof namedEndpoints>;
+  try {
+    endpoints = namedEndpoints(cfg, env);
+  } catch (err) {
+    return [{ id: 'metrics', name: 'worker metrics', status: 'fail', detail: (err as Error).message, fix: 'set HALO_METRICS_PORT to a free port, or unset it' }];
+  }
+  if (!endpoints) {
+    return [
+      {
+        id: 'metrics',
+        name: 'worker metrics',
+        status: 'skip',
+        detail: 'off',
+        fix: 'HALO_METRICS_PORT=9464 npx halo up serves the workers’ Prometheus metrics (schedule-to-start latency, failures, free slots) and lets halo doctor read them',
+      },
+    ];
+  }
+  return Promise.all(
+    endpoints.map(async ({ id, name, endpoint }): Promise<DoctorCheck> => {
+      try {
+        const h = describeHealth(await readWorkerHealth(endpoint, timeoutMs));
+        return {
+          id,
+          name,
+          status: h.attention ? 'warn' : 'pass',
+          detail: `${endpoint}: ${h.text}`,
+          ...(h.attention
+            ? {
+                fix: 'tasks wait for a worker (start more with stack.browserWorkers, or look for a stalled one in <home>/logs) or workflow tasks fail (a replay problem: see the worker log)',
+              }
+            : {}),
+        };
+      } catch (err) {
+        return {
+          id,
+          name,
+          status: 'fail',
+          detail: `${endpoint}: ${firstLine((err as Error).message)}`,
+          fix: 'the worker is down or was started without metrics: npx halo down && npx halo up with HALO_METRICS_PORT set',
+        };
+      }
+    }),
+  );
+}
+
+/** Lines for `halo status`: each worker's health, or nothing when metrics are off or unreadable settings. */
+export async function stackHealthLines(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs = 2_000): Promise<string[]> {
+  let endpoints: ReturnType<typeof namedEndpoints>;
+  try {
+    endpoints = namedEndpoints(cfg, env);
+  } catch {
+    return [];
+  }
+  if (!endpoints) return [];
+  return Promise.all(
+    endpoints.map(async ({ name, endpoint }) => {
+      try {
+        const h = describeHealth(await readWorkerHealth(endpoint, timeoutMs));
+        return `${name.replace(/ metrics$/, '')}: ${h.text}${h.attention ? ' (needs attention: halo doctor)' : ''}`;
+      } catch (err) {
+        return `${name.replace(/ metrics$/, '')}: no metrics at ${endpoint} (${firstLine((err as Error).message)})`;
+      }
+    }),
+  );
+}

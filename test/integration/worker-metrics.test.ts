@@ -1,0 +1,90 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:net';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { workerMetricsChecks, stackHealthLines, readWorkerHealth } from '../../client/doctor-metrics';
+import { parseConfig } from '../../lib/config';
+import type { EpisodeInput } from '../../lib/episode-types';
+import { ALL_SEARCH_ATTRIBUTES } from '../../lib/search-attributes';
+import { parsePrometheus, scrapeUrl } from '../../lib/worker-metrics';
+import { installRuntime } from '../../workers/runtime';
+import { withFakeWorkers } from '../helpers/fake-workers';
+import { temporalExecutable } from '../helpers/workflow-env';
+
+// The workers' runtime as the control and browser workers install it, with HALO_METRICS_ADDRESS: the SDK serves
+// Prometheus metrics there, and `halo doctor` / `halo status` read the stack's health from them.
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+let env: TestWorkflowEnvironment;
+let port: number;
+before(async () => {
+  port = await freePort();
+  process.env.HALO_METRICS_ADDRESS = `127.0.0.1:${port}`;
+  installRuntime('control-worker');
+  env = await TestWorkflowEnvironment.createLocal({
+    server: { executable: { type: 'existing-path', path: temporalExecutable() }, searchAttributes: ALL_SEARCH_ATTRIBUTES, log: { format: 'pretty', level: 'error' } },
+  });
+});
+after(async () => {
+  await env?.teardown();
+});
+
+test('the workers serve SDK metrics on HALO_METRICS_ADDRESS; doctor and status read the stack health from them', { timeout: 120_000 }, async () => {
+  const input = (q: { browser: string; gpu: string }): EpisodeInput => ({
+    task: { env: 'miniwob', task: 'click-button', seed: 7 },
+    maxSteps: 2,
+    policy: parseConfig({ policy: { backend: 'openai', model: 'fake-model' } }).policy,
+    mode: 'test',
+    run: {
+      runId: 'metrics-test',
+      browserTaskQueue: q.browser,
+      gpuTaskQueue: q.gpu,
+      learnerHeartbeatTimeoutMs: 10_000,
+      maxSessionRebuilds: 1,
+      sessionStartTimeoutMs: 10_000,
+      heartbeatTimeoutMs: 5_000,
+    },
+  });
+  await withFakeWorkers(env, 'metrics', {}, async ({ q }) => {
+    await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `metrics-${q.control}`, args: [input(q)] });
+  });
+  const text = await (await fetch(scrapeUrl(`127.0.0.1:${port}`))).text();
+  const samples = parsePrometheus(text);
+  assert.ok(samples.length > 0 && samples.every((s) => s.labels.halo_worker === 'control-worker'), 'every sample is tagged with the worker');
+  const h = await readWorkerHealth(`127.0.0.1:${port}`, 5_000);
+  // The episode's workflow tasks and activities went through this process's workers.
+  assert.ok((h.workflowTaskWait?.count ?? 0) >= 3, JSON.stringify(h));
+  assert.ok((h.activityWait?.count ?? 0) >= 3, JSON.stringify(h));
+  assert.deepEqual([h.workflowTaskFailures, h.activityFailures], [0, 0]);
+  assert.ok((h.slotsAvailable.WorkflowWorker ?? 0) > 0, JSON.stringify(h.slotsAvailable));
+
+  // halo doctor with HALO_METRICS_PORT: the control worker's row from this endpoint; browser worker 0 (the next
+  // port) serves nothing here, which is a failed row saying what to do.
+  const cfg = parseConfig({});
+  const checks = await workerMetricsChecks(cfg, { HALO_METRICS_PORT: String(port) }, 5_000);
+  assert.deepEqual(
+    checks.map((c) => [c.id, c.status]),
+    [
+      ['metrics.control', 'pass'],
+      ['metrics.browser-0', 'fail'],
+    ],
+  );
+  assert.match(checks[0].detail, new RegExp(`^127\\.0\\.0\\.1:${port}: workflow tasks wait \\d+ ms on average \\(\\d+\\), activities wait \\d+ ms`));
+  assert.match(checks[1].fix ?? '', /HALO_METRICS_PORT/);
+  // Without it: one skipped row that says how to turn it on.
+  assert.deepEqual(
+    (await workerMetricsChecks(cfg, {}, 5_000)).map((c) => [c.id, c.status]),
+    [['metrics', 'skip']],
+  );
+  const lines = await stackHealthLines(cfg, { HALO_METRICS_PORT: String(port) });
+  assert.equal(lines.length, 2);
+  assert.match(lines[0], /^control worker: workflow tasks wait \d+ ms on average/);
+  assert.match(lines[1], /^browser worker 0: no metrics at 127\.0\.0\.1:\d+/);
+});
