@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # HALO-Agent on a fresh machine.
-#   ./launch.sh                 set up, start the local stack, run the default job
+#   ./launch.sh [--dry-run]     set up and run the seeds' job: the GPU plan (`gpu`) when `nvidia-smi -L` lists a GPU,
+#                               else the local job (`local`)
+#   ./launch.sh local [--dry-run]  set up, start the local stack, run the default job (tiny-random on MiniWoB++)
 #   ./launch.sh test            set up, run every test
 #   ./launch.sh setup           set up only
 #   ./launch.sh gpu [--dry-run] [halo train flags]  the real stack on an NVIDIA box without Docker (bin/launch-gpu.sh)
+#   ./launch.sh gpu serve [--dry-run]               vLLM only, with every flag training needs
+#   ./launch.sh gpu mcts [--dry-run] [halo mcts flags]  the real stack, then MCTS + DPO on REAL (configs/mcts-real.yaml)
 #   ./launch.sh resume [--dry-run]  bring back what was running (gpu or local) and resume its open runs
 #   ./launch.sh --skip-setup …  skip the (idempotent) setup step
 set -euo pipefail
@@ -32,8 +36,22 @@ PY_MINIWOB_OFFICIAL="miniwob==1.1.0 gymnasium selenium"
 say() { printf '\033[1mlaunch:\033[0m %s\n' "$*" >&2; }
 # shellcheck source=bin/launch-gpu.sh
 . bin/launch-gpu.sh
+# shellcheck source=bin/launch-node.sh
+. bin/launch-node.sh
+# The project's Node (bin/launch-node.sh), when setup installed one, runs everything below, npm and npx included.
+node_use_project
+
+has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+# The bare command is the seeds' job: on a GPU box that is the GPU plan; elsewhere the local job.
+AUTO=""
+if [ "$CMD" = run ] && { [ "${#RUN_FLAGS[@]}" = 0 ] || [ "${RUN_FLAGS[*]}" = --dry-run ]; }; then
+  if has_nvidia_gpu; then AUTO=gpu; else AUTO=local; fi
+  CMD="$AUTO"
+  ARGS=("$AUTO" "${RUN_FLAGS[@]+"${RUN_FLAGS[@]}"}")
+  RUN_FLAGS=()
+fi
 DRY_RUN=0
-if [ "$CMD" = gpu ] || [ "$CMD" = resume ]; then
+if [ "$CMD" = gpu ] || [ "$CMD" = resume ] || [ "$CMD" = local ]; then
   REST=()
   for a in "${ARGS[@]:1}"; do
     if [ "$a" = "--dry-run" ]; then DRY_RUN=1; else REST+=("$a"); fi
@@ -42,24 +60,10 @@ if [ "$CMD" = gpu ] || [ "$CMD" = resume ]; then
   [ "$DRY_RUN" = 0 ] || SKIP_SETUP=1
 fi
 
-# Node.js >= 20 runs the CLI and the workers; Ubuntu 22.04's own apt has Node 12.
-need_node() {
-  local v major
-  v="$(node --version 2>/dev/null || true)"
-  major="${v#v}"; major="${major%%.*}"
-  if [ -z "$v" ] || ! [ "$major" -ge 20 ] 2>/dev/null; then
-    say "Node.js >= 20 is needed (found: ${v:-none}). On Ubuntu 22.04, for example:"
-    say "  curl -fsSL https://deb.nodesource.com/setup_22.x | sudo -E bash - && sudo apt-get install -y nodejs"
-    say "  or nvm (https://github.com/nvm-sh/nvm): nvm install 22"
-    exit 1
-  fi
-}
-
 is_debian() { [ -r /etc/os-release ] && grep -q '^ID=debian' /etc/os-release; }
 
 setup() {
   local apt_pkgs=() playwright_chromium=0
-  need_node
   if ! python3 -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
     say "Python >= 3.10 is needed for the learner (found: $(python3 --version 2>&1 || echo none))"; exit 1
   fi
@@ -78,6 +82,8 @@ setup() {
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
   fi
+  # After apt: Node from PyPI needs Python's venv module.
+  ensure_node
   # npm and pip work side by side: npm ci runs in the background while the Python environments are set up.
   local npm_pid=""
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
@@ -133,16 +139,29 @@ setup() {
   mkdir -p runs checkpoints
 }
 
-if [ "$SKIP_SETUP" = 1 ]; then [ "$DRY_RUN" = 1 ] || need_node; else setup; fi
+if [ "$SKIP_SETUP" = 1 ]; then [ "$DRY_RUN" = 1 ] || ensure_node; else setup; fi
 
 # vLLM's key: from the environment or else from .env, as the CLI and the workers read it (bin/launch-gpu.sh).
-case "$CMD" in gpu|resume|run) gpu_load_policy_key ;; esac
+case "$CMD" in gpu|resume|run|local) gpu_load_policy_key ;; esac
 
-# On an NVIDIA machine the local default job is not the real one: say so, in one line, before running it.
-gpu_hint() {
-  local gpu
-  command -v nvidia-smi >/dev/null 2>&1 && gpu="$(nvidia-smi -L 2>/dev/null | head -n 1)" && [ -n "$gpu" ] || return 0
-  say "NVIDIA GPU here (${gpu%% (UUID*}): the seed's job is ./launch.sh gpu (vLLM serving $HALO_GPU_MODEL, the learner on the same GPU, GRPO on REAL v2 with $HALO_GPU_CONFIG); running the local default job now (tiny-random on MiniWoB++)"
+# Which job runs, and the other one word away, in one line before it starts.
+job_hint() {
+  local gpu="" real="vLLM serving $HALO_GPU_MODEL, the learner on the same GPU, GRPO on REAL v2 with $HALO_GPU_CONFIG"
+  has_nvidia_gpu && gpu="$(nvidia-smi -L 2>/dev/null | grep -m 1 '^GPU ')"
+  if [ "$1" = gpu ]; then
+    say "NVIDIA GPU here (${gpu%% (UUID*}): the seeds' job ($real); the local job is ./launch.sh local"
+  elif [ -n "$gpu" ]; then
+    say "NVIDIA GPU here (${gpu%% (UUID*}): running the local job (tiny-random on MiniWoB++) as asked; the seeds' job is ./launch.sh ($real)"
+  else
+    say "no NVIDIA GPU here (nvidia-smi -L lists none): the local job (tiny-random on MiniWoB++, ./launch.sh local); on a GPU box ./launch.sh runs the seeds' job (./launch.sh gpu)"
+  fi
+}
+
+# The local default job: local stack, MiniWoB++ tasks, colocated tiny-random policy, a few GRPO iterations.
+local_plan() {
+  local_state_command
+  echo "npx halo up"
+  echo "npx halo train --config configs/default.yaml"
 }
 
 case "$CMD" in
@@ -169,7 +188,24 @@ case "$CMD" in
       "${force_exit[@]}" --test-timeout=1800000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
     ;;
   gpu)
-    run_plan "$DRY_RUN" gpu_plan "${REST[@]+"${REST[@]}"}"
+    GPU_JOB=train
+    case "${REST[0]:-}" in serve|mcts) GPU_JOB="${REST[0]}"; REST=("${REST[@]:1}") ;; esac
+    [ "$AUTO" != gpu ] || job_hint gpu
+    if [ "$GPU_JOB" = serve ]; then
+      [ "${#REST[@]}" = 0 ] || { say "./launch.sh gpu serve takes no flags besides --dry-run (vLLM's settings: HALO_GPU_MODEL, HALO_LORA_RANK, HALO_VLLM_* in bin/launch-gpu.sh)"; exit 2; }
+      run_plan "$DRY_RUN" gpu_serve_plan
+    else
+      run_plan "$DRY_RUN" gpu_plan "$GPU_JOB" "${REST[@]+"${REST[@]}"}"
+    fi
+    ;;
+  local)
+    [ "${#REST[@]}" = 0 ] || { say "./launch.sh local takes no flags besides --dry-run (halo train flags: ./launch.sh FLAGS…)"; exit 2; }
+    job_hint local
+    run_plan "$DRY_RUN" local_plan
+    [ "$DRY_RUN" = 1 ] && exit 0
+    say "Temporal UI: http://localhost:8233 (workflow id grpo-local; its episodes are grpo-local-it<N>-ep<M>)"
+    say "metrics: runs/grpo-local/metrics.jsonl   adapters: checkpoints/grpo-local/v<N>/"
+    say "status: npx halo status grpo-local   stop the stack: npx halo down or ./teardown.sh (state stays on disk)"
     ;;
   resume)
     if [ "${#REST[@]}" -gt 0 ]; then
@@ -184,36 +220,28 @@ case "$CMD" in
   run)
     mkdir -p "$(dirname "$HALO_LAUNCH_STATE")"
     [ -f "$HALO_LAUNCH_STATE" ] || echo "HALO_LAUNCH_MODE=local" > "$HALO_LAUNCH_STATE"
-    if [ "${#RUN_FLAGS[@]}" -gt 0 ]; then
-      # A REAL task (v2.*), --domain or --env real is the real setup: configs/grpo-real.yaml on the GPU stack
-      # (`./launch.sh gpu` with these flags); anything else trains locally on the default config. A --config
-      # among the flags comes later and wins.
-      RUN_CONFIG=configs/default.yaml
-      prev=""
-      for a in "${RUN_FLAGS[@]}"; do
-        if { [ "$prev" = --task ] || [ "$prev" = --tasks ]; } && [ "${a#v2.}" != "$a" ]; then RUN_CONFIG=configs/grpo-real.yaml; fi
-        if [ "$prev" = --domain ] || { [ "$prev" = --env ] && [ "$a" = real ]; }; then RUN_CONFIG=configs/grpo-real.yaml; fi
-        case "$a" in --task=v2.*|--tasks=v2.*|--domain=*|--env=real) RUN_CONFIG=configs/grpo-real.yaml ;; esac
-        prev="$a"
-      done
-      # Flags, tasks and (REAL) the sites' reachability are checked before anything starts: offline, a REAL run
-      # stops here with the unreachable site named.
-      npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}" --dry-run
-      if [ "$RUN_CONFIG" = configs/grpo-real.yaml ]; then
-        run_plan 0 gpu_plan "${RUN_FLAGS[@]}"
-        exit
-      fi
-      gpu_hint
-      npx halo up
-      exec npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}"
+    # Flags without a command (a bare ./launch.sh is `gpu` or `local` above).
+    # A REAL task (v2.*), --domain or --env real is the real setup: configs/grpo-real.yaml on the GPU stack
+    # (`./launch.sh gpu` with these flags); anything else trains locally on the default config. A --config
+    # among the flags comes later and wins.
+    RUN_CONFIG=configs/default.yaml
+    prev=""
+    for a in "${RUN_FLAGS[@]}"; do
+      if { [ "$prev" = --task ] || [ "$prev" = --tasks ]; } && [ "${a#v2.}" != "$a" ]; then RUN_CONFIG=configs/grpo-real.yaml; fi
+      if [ "$prev" = --domain ] || { [ "$prev" = --env ] && [ "$a" = real ]; }; then RUN_CONFIG=configs/grpo-real.yaml; fi
+      case "$a" in --task=v2.*|--tasks=v2.*|--domain=*|--env=real) RUN_CONFIG=configs/grpo-real.yaml ;; esac
+      prev="$a"
+    done
+    # Flags, tasks and (REAL) the sites' reachability are checked before anything starts: offline, a REAL run
+    # stops here with the unreachable site named.
+    npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}" --dry-run
+    if [ "$RUN_CONFIG" = configs/grpo-real.yaml ]; then
+      run_plan 0 gpu_plan train "${RUN_FLAGS[@]}"
+      exit
     fi
-    # The default job: local stack, MiniWoB++ tasks, colocated tiny-random policy, a few GRPO iterations.
-    gpu_hint
+    job_hint local
     npx halo up
-    npx halo train --config configs/default.yaml
-    say "Temporal UI: http://localhost:8233 (workflow id grpo-local; its episodes are grpo-local-it<N>-ep<M>)"
-    say "metrics: runs/grpo-local/metrics.jsonl   adapters: checkpoints/grpo-local/v<N>/"
-    say "status: npx halo status grpo-local   stop the stack: npx halo down or ./teardown.sh (state stays on disk)"
+    exec npx halo train --config "$RUN_CONFIG" "${RUN_FLAGS[@]}"
     ;;
   *)
     exec npx halo "${ARGS[@]}"

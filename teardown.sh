@@ -19,6 +19,10 @@ set -euo pipefail
 here="${BASH_SOURCE[0]%/*}"
 [ "$here" = "${BASH_SOURCE[0]}" ] && here=.
 cd "$here"
+# The Node that launch.sh installed from PyPI when the system had none (or too old a one) runs `npx halo down`.
+# shellcheck source=bin/launch-node.sh
+. bin/launch-node.sh
+node_use_project
 
 PURGE=0
 YES=0

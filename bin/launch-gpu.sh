@@ -1,14 +1,18 @@
 # shellcheck shell=bash
-# The real stack on one NVIDIA machine without Docker, sourced by launch.sh (`./launch.sh gpu`, `./launch.sh resume`).
+# The real stack on one NVIDIA machine without Docker, sourced by launch.sh (`./launch.sh gpu`, `./launch.sh gpu serve`,
+# `./launch.sh gpu mcts`, `./launch.sh resume`).
 #
 #   vLLM in its own venv (.venv-vllm: its torch never replaces the learner's pinned one in .venv), the model
 #   downloaded once into the Hugging Face cache, vLLM started with the flags training needs, then `halo up`
-#   (Temporal, workers, the learner with HALO_MODEL on the same model) and `halo train` on the REAL config.
+#   (Temporal, workers, the learner with HALO_MODEL on the same model) and `halo train` (or, `gpu mcts`,
+#   `halo mcts`) on the REAL config; `gpu serve` stops once vLLM answers.
 #
-# gpu_plan / resume_plan print the commands, one per line (what --dry-run shows and the tests check); gpu_run /
-# resume_run execute them. Settings (environment):
+# gpu_plan / gpu_serve_plan / resume_plan print the commands, one per line (what --dry-run shows and the tests
+# check); launch.sh's run_plan executes them. The one vLLM command line is gpu_vllm_command's: the configs' headers
+# and the README quote it, and test/unit/launch.test.ts holds them to it. Settings (environment):
 #   HALO_GPU_MODEL        model served and trained (default Qwen/Qwen3-VL-8B-Instruct)
 #   HALO_GPU_CONFIG       training config (default configs/grpo-real.yaml)
+#   HALO_GPU_MCTS_CONFIG  MCTS config of `gpu mcts` (default configs/mcts-real.yaml)
 #   HALO_LORA_RANK        the adapters' rank (default 16); vLLM's --max-lora-rank is at least this (and 64)
 #   HALO_VLLM_GPU_UTIL    vLLM's share of GPU memory (default 0.5: the learner holds the model and LoRA state too)
 #   HALO_VLLM_PORT        default 8000;  HALO_VLLM_MAX_MODEL_LEN default 16384
@@ -24,6 +28,7 @@
 
 : "${HALO_GPU_MODEL:=Qwen/Qwen3-VL-8B-Instruct}"
 : "${HALO_GPU_CONFIG:=configs/grpo-real.yaml}"
+: "${HALO_GPU_MCTS_CONFIG:=configs/mcts-real.yaml}"
 : "${HALO_VLLM_GPU_UTIL:=0.5}"
 : "${HALO_VLLM_PORT:=8000}"
 : "${HALO_VLLM_MAX_MODEL_LEN:=16384}"
@@ -186,15 +191,13 @@ gpu_load_policy_key() {
   export GPU_KEY_FROM
 }
 
-# Every command of `./launch.sh gpu`, in order; extra arguments go to `halo train`.
-gpu_plan() {
-  local extra="" a
-  for a in "$@"; do extra+=" $(printf '%q' "$a")"; done
+# What every GPU job does first: the driver checked, vLLM installed, the model downloaded.
+gpu_prepare_plan() {
   gpu_max_lora_rank >/dev/null || return 1
   gpu_vllm_choice || return 1
   local key_var
   key_var="$(gpu_policy_key_var)"
-  echo "command -v nvidia-smi >/dev/null || { echo 'launch: no nvidia-smi: ./launch.sh gpu needs an NVIDIA GPU and its driver (the local stack: ./launch.sh)' >&2; exit 1; }; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv"
+  echo "command -v nvidia-smi >/dev/null || { echo 'launch: no nvidia-smi: ./launch.sh gpu needs an NVIDIA GPU and its driver (the local job: ./launch.sh local)' >&2; exit 1; }; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv"
   echo "# $GPU_NOTE"
   if [ -n "$GPU_APT" ]; then
     local sudo="sudo "
@@ -210,11 +213,30 @@ gpu_plan() {
     echo "# no policy key (\$$key_var is empty or unset, in the environment and in .env): vLLM accepts requests without one"
   fi
   echo ".venv-vllm/bin/hf download $HALO_GPU_MODEL"
+}
+
+# `./launch.sh gpu serve`: vLLM alone, started in the background and left running for a later `./launch.sh gpu`
+# (which finds it healthy), `halo train --policy-url`, or any OpenAI client.
+gpu_serve_plan() {
+  gpu_prepare_plan || return 1
+  echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"
+  gpu_wait_vllm
+  echo "# vLLM serves $HALO_GPU_MODEL at http://127.0.0.1:$HALO_VLLM_PORT/v1 (log runs/logs/vllm.log); the learner then needs HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16}; stop it with npx halo down or ./teardown.sh"
+}
+
+# Every command of `./launch.sh gpu` (job train) or `./launch.sh gpu mcts` (job mcts), in order; extra arguments
+# go to `halo train` or `halo mcts`.
+gpu_plan() {
+  local job="$1" extra="" a config
+  shift
+  for a in "$@"; do extra+=" $(printf '%q' "$a")"; done
+  if [ "$job" = mcts ]; then config="$HALO_GPU_MCTS_CONFIG"; else config="$HALO_GPU_CONFIG"; fi
+  gpu_prepare_plan || return 1
   gpu_state_command
   echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"
   gpu_wait_vllm
   echo "$(gpu_learner_env) npx halo up"
-  echo "$(gpu_learner_env) npx halo train --config $(printf '%q' "$HALO_GPU_CONFIG")$extra"
+  echo "$(gpu_learner_env) npx halo $job --config $(printf '%q' "$config")$extra"
 }
 
 # Records what runs, so `./launch.sh resume` brings back the same thing (never the local default job).

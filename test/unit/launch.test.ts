@@ -1,13 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../client/processes';
 import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
 
-// launch.sh: `gpu --dry-run` and `resume --dry-run` print every command (bin/launch-gpu.sh) and run none; Node's version is checked first.
+// launch.sh: `gpu --dry-run` and `resume --dry-run` print every command (bin/launch-gpu.sh) and run none. Node from PyPI:
+// test/unit/launch-node.test.ts.
 function launch(args: string[], env: Record<string, string> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), 'halo-launch-'));
   try {
@@ -86,24 +87,6 @@ test('./launch.sh resume --dry-run brings back what was recorded, never the loca
     lineWith(local, /^npx halo up$/);
     assert.doesNotMatch(local, /halo train|default\.yaml|vllm/);
     assert.equal(existsSync(join(dir, 'missing.env')), false, 'a dry run writes nothing');
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-test('./launch.sh without Node.js >= 20 stops at once and says how to get it', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'halo-old-node-'));
-  try {
-    writeFileSync(join(dir, 'node'), '#!/bin/sh\necho v12.22.9\n', { mode: 0o755 });
-    const r = spawnSync(join(REPO_ROOT, 'launch.sh'), ['--skip-setup', 'status', 'x'], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, PATH: `${dir}:${process.env.PATH}` },
-      encoding: 'utf8',
-    });
-    assert.equal(r.status, 1);
-    assert.match(r.stderr, /Node\.js >= 20 is needed \(found: v12\.22\.9\)/);
-    assert.match(r.stderr, /deb\.nodesource\.com\/setup_22\.x/);
-    assert.match(r.stderr, /nvm install 22/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -230,35 +213,132 @@ test("vLLM's key: read from .env when the environment lacks it, handed over as V
   }
 });
 
-test('./launch.sh (the local default job) on an NVIDIA machine first says, in one line, that the real job is ./launch.sh gpu', () => {
+/** launch.sh with stand-ins: nvidia-smi answering `nvidiaSmi`, npx recording what it was asked to run (nothing starts). */
+function launchWithGpu(args: string[], nvidiaSmi: string): { status: number | null; stdout: string; stderr: string[] } {
   const dir = mkdtempSync(join(tmpdir(), 'halo-launch-hint-'));
   try {
     const bin = join(dir, 'bin');
     mkdirSync(bin);
-    // Stand-ins: npx records what it was asked to run (nothing starts); nvidia-smi lists one GPU.
     writeFileSync(join(bin, 'npx'), '#!/bin/sh\necho "ran: npx $*" >&2\n', { mode: 0o755 });
-    const run = (nvidiaSmi: string) => {
-      writeFileSync(join(bin, 'nvidia-smi'), `#!/bin/sh\n${nvidiaSmi}\n`, { mode: 0o755 });
-      const r = spawnSync(join(REPO_ROOT, 'launch.sh'), ['--skip-setup'], {
-        cwd: REPO_ROOT,
-        env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HALO_ENV_FILE: '', HALO_LAUNCH_STATE: join(dir, 'state.env') },
-        encoding: 'utf8',
-      });
-      assert.equal(r.status, 0, r.stderr);
-      return r.stderr.split('\n');
-    };
-    const lines = run('echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)"');
-    const hint = lines.findIndex((l) => /the seed's job is \.\/launch\.sh gpu/.test(l));
-    assert.ok(hint >= 0, lines.join('\n'));
-    assert.match(
-      lines[hint],
-      /NVIDIA GPU here \(GPU 0: NVIDIA H100 80GB HBM3\).*vLLM serving Qwen\/Qwen3-VL-8B-Instruct.*configs\/grpo-real\.yaml.*running the local default job now/,
-    );
-    assert.ok(hint < lines.indexOf('ran: npx halo up'), 'said before the local job starts');
-    lines.find((l) => l === 'ran: npx halo train --config configs/default.yaml') ?? assert.fail('the local default job still runs');
-    // No GPU (nvidia-smi without a driver fails): no such line.
-    assert.ok(!run('echo "NVIDIA-SMI has failed" >&2; exit 9').some((l) => /launch\.sh gpu/.test(l)));
+    writeFileSync(join(bin, 'nvidia-smi'), `#!/bin/sh\n${nvidiaSmi}\n`, { mode: 0o755 });
+    const r = spawnSync(join(REPO_ROOT, 'launch.sh'), args, {
+      cwd: REPO_ROOT,
+      env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HALO_ENV_FILE: '', HALO_LORA_RANK: '', HALO_POLICY_API_KEY: '', HALO_LAUNCH_STATE: join(dir, 'state.env') },
+      encoding: 'utf8',
+    });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr.split('\n') };
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const H100 = 'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)"';
+const NO_DRIVER = 'echo "NVIDIA-SMI has failed" >&2; exit 9';
+
+test("a bare ./launch.sh on an NVIDIA machine is the seeds' job (the GPU plan); ./launch.sh local stays one word away", () => {
+  const gpu = launchWithGpu(['--skip-setup', '--dry-run'], H100);
+  assert.equal(gpu.status, 0, gpu.stderr.join('\n'));
+  lineWith(gpu.stdout, /\.venv-vllm\/bin\/vllm serve Qwen\/Qwen3-VL-8B-Instruct /);
+  lineWith(gpu.stdout, /npx halo train --config configs\/grpo-real\.yaml$/);
+  assert.doesNotMatch(gpu.stdout, /default\.yaml/);
+  const said = gpu.stderr.find((l) => /NVIDIA GPU here/.test(l)) ?? assert.fail(gpu.stderr.join('\n'));
+  assert.match(
+    said,
+    /NVIDIA GPU here \(GPU 0: NVIDIA H100 80GB HBM3\): the seeds' job \(vLLM serving Qwen\/Qwen3-VL-8B-Instruct.*configs\/grpo-real\.yaml\); the local job is \.\/launch\.sh local$/,
+  );
+
+  const local = launchWithGpu(['--skip-setup', 'local', '--dry-run'], H100);
+  assert.equal(local.status, 0, local.stderr.join('\n'));
+  assert.deepEqual(
+    local.stdout.split('\n').filter((l) => /^npx /.test(l)),
+    ['npx halo up', 'npx halo train --config configs/default.yaml'],
+  );
+  assert.doesNotMatch(local.stdout, /vllm|grpo-real/);
+  assert.ok(
+    local.stderr.some((l) => /running the local job \(tiny-random on MiniWoB\+\+\) as asked; the seeds' job is \.\/launch\.sh /.test(l)),
+    local.stderr.join('\n'),
+  );
+});
+
+test('a bare ./launch.sh without a GPU (no driver, or nvidia-smi -L listing none) runs the local job and says where the real one is', () => {
+  for (const smi of [NO_DRIVER, 'exit 0']) {
+    const r = launchWithGpu(['--skip-setup', '--dry-run'], smi);
+    assert.equal(r.status, 0, r.stderr.join('\n'));
+    lineWith(r.stdout, /^npx halo train --config configs\/default\.yaml$/);
+    assert.doesNotMatch(r.stdout, /vllm/);
+    assert.ok(
+      r.stderr.some((l) => /no NVIDIA GPU here .*the local job .*on a GPU box \.\/launch\.sh runs the seeds' job/.test(l)),
+      r.stderr.join('\n'),
+    );
+  }
+});
+
+test('./launch.sh local (not a dry run) starts the local stack and the default job, after saying so', () => {
+  const r = launchWithGpu(['--skip-setup', 'local'], H100);
+  assert.equal(r.status, 0, r.stderr.join('\n'));
+  const hint = r.stderr.findIndex((l) => /as asked; the seeds' job is \.\/launch\.sh/.test(l));
+  assert.ok(hint >= 0, r.stderr.join('\n'));
+  const up = r.stderr.indexOf('ran: npx halo up');
+  assert.ok(hint < up, 'said before the local job starts');
+  assert.ok(up < r.stderr.indexOf('ran: npx halo train --config configs/default.yaml'), r.stderr.join('\n'));
+  assert.ok(r.stderr.some((l) => /status: npx halo status grpo-local/.test(l)));
+});
+
+test('./launch.sh gpu serve --dry-run: vLLM alone, with every flag the served contract needs; nothing else starts', () => {
+  const out = launch(['--skip-setup', 'gpu', 'serve', '--dry-run'], { HALO_LORA_RANK: '128' });
+  const serve = lineWith(out, /vllm serve/);
+  for (const flag of [
+    /VLLM_ALLOW_RUNTIME_LORA_UPDATING=True /,
+    / --enable-lora /,
+    / --max-lora-rank 128 /,
+    / --logprobs-mode processed_logprobs /,
+    / --generation-config vllm /,
+    / --structured-outputs-config '\{"backend":"xgrammar","disable_any_whitespace":true\}'/,
+  ]) {
+    assert.match(serve, flag);
+  }
+  lineWith(out, /^until curl -sf http:\/\/127\.0\.0\.1:8000\/health/);
+  lineWith(out, /^# vLLM serves Qwen\/Qwen3-VL-8B-Instruct at http:\/\/127\.0\.0\.1:8000\/v1 .*HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct HALO_LORA_RANK=128/);
+  assert.doesNotMatch(out, /npx halo (up|train|mcts)|launch-state/, 'no stack, no job, no recorded state');
+  assert.throws(() => launch(['--skip-setup', 'gpu', 'serve', '--dry-run', '--lr', '1']), /gpu serve takes no flags/);
+});
+
+test('./launch.sh gpu mcts --dry-run: the same vLLM and learner, then MCTS + DPO on REAL with the flags given', () => {
+  const mcts = launch(['--skip-setup', 'gpu', 'mcts', '--dry-run', '--iterations', '2']);
+  const grpo = launch(['--skip-setup', 'gpu', '--dry-run']);
+  assert.equal(lineWith(mcts, /vllm serve/), lineWith(grpo, /vllm serve/));
+  assert.equal(lineWith(mcts, /npx halo up$/), lineWith(grpo, /npx halo up$/));
+  assert.match(
+    lineWith(mcts, /npx halo mcts/),
+    /^HALO_MODEL=Qwen\/Qwen3-VL-8B-Instruct HALO_LORA_RANK=16 HALO_VLLM_PORT=8000 npx halo mcts --config configs\/mcts-real\.yaml --iterations 2$/,
+  );
+  assert.doesNotMatch(mcts, /halo train/);
+});
+
+/** The vLLM command the launcher runs, as a person types it: no setsid, vllm from any venv. */
+function launcherVllmCommand(): string {
+  const line = lineWith(launch(['--skip-setup', 'gpu', 'serve', '--dry-run']), /vllm serve/);
+  return /\( (VLLM_ALLOW_RUNTIME_LORA_UPDATING=True .*) > runs\/logs\/vllm\.log/.exec(line)![1].replace('setsid .venv-vllm/bin/vllm', 'vllm');
+}
+
+/** Every `vllm serve` command of a file (comment markers and line continuations removed). */
+function vllmCommandsIn(text: string): string[] {
+  const lines = text.split('\n').map((l) => l.replace(/^#\s*/, '').trim());
+  const out: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^(\w+=\S+ )*vllm serve /.test(lines[i])) continue;
+    let cmd = lines[i];
+    while (cmd.endsWith('\\')) cmd = `${cmd.slice(0, -1).trim()} ${lines[++i]}`;
+    out.push(cmd.replace(/\s+#.*$/, ''));
+  }
+  return out;
+}
+
+test("the vllm serve commands of the REAL configs' headers and the README are the one the launcher runs", () => {
+  const expected = launcherVllmCommand();
+  for (const file of ['configs/mcts-real.yaml', 'configs/grpo-real.yaml', 'README.md']) {
+    const found = vllmCommandsIn(readFileSync(join(REPO_ROOT, file), 'utf8')).filter((c) => !/docker|--host 0\.0\.0\.0/.test(c));
+    assert.ok(found.length > 0, `${file}: no vllm serve command`);
+    for (const c of found) assert.equal(c, expected, file);
   }
 });

@@ -31,7 +31,8 @@ function searchPicks(scope: RunScope, it: number) {
 /**
  * Agent Q's MCTS-guided DPO: per iteration `searchesPerTask` searches per task (child workflows, workflows/mcts-search.ts)
  * with the previous iteration's adapter, the step-level pairs of all searches in one DPO batch, then the
- * learner's `update_dpo` (the reference policy is the one that sampled, through the logged log-probs). An
+ * learner's `update_dpo` (the reference policy is the base model, the learner's resident model with the adapter
+ * off; log-probs logged by the sampler are not used as the reference). An
  * iteration without pairs skips the update and keeps the adapter.
  */
 export const mcts: Algorithm<MctsExperience, UpdateDpoOutput> = {
