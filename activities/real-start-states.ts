@@ -32,7 +32,8 @@ export class RealStartStates {
   /** Which kept state can start `input`: the task with its run id (/config's query), when copies are allowed. */
   key(input: StartSessionInput): string | undefined {
     if (this.limit === 0 || input.spec.env !== 'real') return undefined;
-    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot') return undefined;
+    // Official scoring copies no state: agisdk starts every episode from /config.
+    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot' || input.envOptions?.realScoring === 'official') return undefined;
     return JSON.stringify([input.spec.task, input.envOptions?.realRunId ?? '0']);
   }
 

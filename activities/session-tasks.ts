@@ -4,10 +4,14 @@ import { checkSiteHealth } from '../env/real-site';
 import { getRealTask } from '../env/real-tasks';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { TaskSpec } from '../env/types';
+import type { RealScoring } from '../lib/episode-types';
 import { permanentEnvError } from './session-errors';
 
-/** The task's milestone site (REAL), null for MiniWoB; unknown tasks are permanent errors. */
-export function validateTask(spec: TaskSpec, miniwobTasks: string[]): string | null {
+/**
+ * The task's milestone site (REAL), null for MiniWoB; unknown tasks are permanent errors, and so are unscorable
+ * ones except under official scoring, which plays them and counts their 0.
+ */
+export function validateTask(spec: TaskSpec, miniwobTasks: string[], scoring?: RealScoring): string | null {
   try {
     if (spec.env === 'miniwob') {
       assertMiniwobTask(spec.task, miniwobTasks);
@@ -15,7 +19,7 @@ export function validateTask(spec: TaskSpec, miniwobTasks: string[]): string | n
     }
     if (spec.env === 'real') {
       const task = getRealTask(spec.task);
-      if (!task.scorable) throw new UnscorableTaskError(task);
+      if (!task.scorable && scoring !== 'official') throw new UnscorableTaskError(task);
       return task.site;
     }
   } catch (err) {

@@ -160,7 +160,7 @@ export class SessionManager {
    * the copy only if its /finish equals the parent's; otherwise, and everywhere else, reset and replay.
    */
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
-    const site = validateTask(input.spec, this.deps.miniwobTasks);
+    const site = validateTask(input.spec, this.deps.miniwobTasks, input.envOptions?.realScoring);
     if (input.spec.env === 'real') await checkRealTaskSite(input.spec.task, this.deps.realOriginOverride);
     const browser = await this.ensureBrowser(input.spec.env);
     const parent = this.forkParent(input);
@@ -177,7 +177,7 @@ export class SessionManager {
   /** The live REAL session this start forks, if it is on this worker and snapshot forks are on. */
   private forkParent(input: StartSessionInput): (Session & { env: RealEnv }) | undefined {
     if (input.spec.env !== 'real' || input.replay.length === 0) return undefined;
-    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot') return undefined;
+    if ((input.envOptions?.realForkMode ?? 'snapshot') !== 'snapshot' || input.envOptions?.realScoring === 'official') return undefined;
     const path = input.replay.map((a) => JSON.stringify(a));
     for (const s of this.sessions.values()) {
       if (s.episodeId !== input.episodeId || !(s.env instanceof RealEnv) || s.env.ended) continue;
@@ -438,6 +438,7 @@ export class SessionManager {
         blobs: this.deps.blobs,
         runId: input.envOptions?.realRunId ?? '0',
         evaluateAtCap: input.envOptions?.evaluateAtCap ?? false,
+        scoring: input.envOptions?.realScoring ?? 'training',
         limiter: this.siteLimiter,
         slotHolder: slotHolder(input.episodeId),
         limiterTimeoutMs: Math.min(this.slotTimeoutMs, opts.maxSlotWaitMs ?? Infinity),
@@ -458,7 +459,8 @@ export class SessionManager {
   /** What reward detectors see: the page, plus the site's client state where the environment has one. */
   /** `known`: the site's client state at `obs` when it was read already (not read again). */
   private async rewardView(env: SessionEnv, obs: Observation, known?: unknown): Promise<RewardView> {
-    if (!(env instanceof RealEnv)) return { url: obs.url, axtree: obs.axtree };
+    // Officially the site's state is read only where agisdk reads it: each read boots the app in a second tab.
+    if (!(env instanceof RealEnv) || env.official) return { url: obs.url, axtree: obs.axtree };
     const clientState = known ?? (await env.clientState().catch(() => undefined));
     return { url: obs.url, axtree: obs.axtree, clientState };
   }

@@ -145,6 +145,13 @@ export interface ExecuteOptions {
    * replay of actions that ran before, whose end state is checked against the one they reached.
    */
   force?: boolean;
+  /**
+   * `type` into an element replaces its value (Playwright's fill, agisdk's `fill(bid, value)`) instead of
+   * clicking it and typing after what it holds.
+   */
+  fill?: boolean;
+  /** Bound on one element action (default ELEMENT_ACTION_TIMEOUT_MS; agisdk uses 500 ms). */
+  elementTimeoutMs?: number;
 }
 
 /**
@@ -152,7 +159,8 @@ export interface ExecuteOptions {
  * key); Playwright errors are thrown (the caller turns non-fatal ones into action errors with firstLine).
  */
 export async function executePageAction(page: Page, action: PageAction, geom: PageGeometry, opts: ExecuteOptions = {}): Promise<string | undefined> {
-  const click = { timeout: ELEMENT_ACTION_TIMEOUT_MS, ...(opts.force ? { force: true } : {}) };
+  const timeout = opts.elementTimeoutMs ?? ELEMENT_ACTION_TIMEOUT_MS;
+  const click = { timeout, ...(opts.force ? { force: true } : {}) };
   switch (action.type) {
     case 'click': {
       const p = gridToPage(action.x, action.y, geom);
@@ -180,10 +188,14 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
         const loc = page.locator(`[data-halo-id="${action.id}"]`);
         if ((await loc.count()) === 0) return `no element with id ${action.id}`;
         const target = loc.first();
-        const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout: ELEMENT_ACTION_TIMEOUT_MS })) as string;
+        const tag = (await target.evaluate('(el) => el.tagName', undefined, { timeout })) as string;
         if (tag === 'SELECT') {
           // A native <select> popup cannot be driven by keys in headless Chromium: pick the option by label.
-          await target.selectOption({ label: action.text }, { timeout: ELEMENT_ACTION_TIMEOUT_MS });
+          await target.selectOption({ label: action.text }, { timeout });
+          return undefined;
+        }
+        if (opts.fill) {
+          await target.fill(action.text, { timeout, ...(opts.force ? { force: true } : {}) });
           return undefined;
         }
         await target.click(click);

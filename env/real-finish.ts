@@ -91,6 +91,54 @@ export async function readFinishState(bg: Page | undefined, origin: string, opts
   throw new FinishStateError(`${url} did not render a JSON <pre> within ${timeoutMs} ms (${last})`);
 }
 
+/** agisdk's budgets for reading /finish (webclones/base.py get_finish_json, and the 5 s context default it runs under). */
+export const AGISDK_FINISH_LOAD_MS = 1_000;
+export const AGISDK_FINISH_IDLE_MS = 1_000;
+export const AGISDK_DEFAULT_TIMEOUT_MS = 5_000;
+
+/**
+ * /finish read once, as agisdk reads it: load within 1 s, network idle within 1 s, the first `<pre>` taken as it
+ * is (a `Loading…` placeholder included), no reload and no retry. `error` carries agisdk's message where it
+ * would raise (which ends its episode with reward 0); `text` is whatever the `<pre>` held, JSON or not.
+ */
+export async function readFinishAsAgisdk(bg: Page | undefined, origin: string): Promise<{ text: string } | { error: string }> {
+  if (!bg || bg.isClosed()) throw new FinishStateError('REAL background page is closed');
+  try {
+    await bg.goto(`${origin}/finish`, { timeout: AGISDK_FINISH_LOAD_MS });
+    await bg.waitForLoadState('networkidle', { timeout: AGISDK_FINISH_IDLE_MS });
+    const pre = await bg.waitForSelector('pre', { timeout: AGISDK_DEFAULT_TIMEOUT_MS });
+    if (!pre) return { error: 'No state data available' };
+    // biome-ignore lint/performance/useDomNodeTextContent: agisdk reads inner_text(), and the eval must see the same text
+    return { text: await pre.innerText() };
+  } catch (err) {
+    if (isFatalPageError(err)) throw err;
+    if ((err as Error).name === 'TimeoutError') return { error: `Validation endpoint not yet available (${firstLine(err)})` };
+    return { error: `Validation error: ${firstLine(err)}` };
+  }
+}
+
+/**
+ * The official end of an episode: agisdk's read of /finish, then its eval; where agisdk would raise (a read that
+ * timed out, a `<pre>` that is not JSON) the episode scores 0, with agisdk's reason.
+ */
+export async function judgeAsAgisdk(bg: Page | undefined, origin: string, task: RealTask, blobs: BlobStore, evalOptions?: EvaluateOptions): Promise<RealApplyResult> {
+  const read = await readFinishAsAgisdk(bg, origin);
+  const zero = (reason: string, finalStateRef?: string): RealApplyResult => ({
+    reward: 0,
+    done: true,
+    success: false,
+    reason: `official scoring: ${reason}`,
+    ...(finalStateRef ? { finalStateRef } : {}),
+  });
+  if ('error' in read) return zero(read.error);
+  try {
+    JSON.parse(read.text);
+  } catch (err) {
+    return zero(`Invalid JSON format: ${firstLine(err)} in ${JSON.stringify(clip(read.text.trim(), 80))}`, await blobs.put(read.text, 'json'));
+  }
+  return judgeFinalState(task, read.text, blobs, { ...evalOptions, runUnscorable: true });
+}
+
 /** Stores the /finish text and judges it with the task's eval script: the result that ends the episode. */
 export async function judgeFinalState(task: RealTask, finishText: string, blobs: BlobStore, evalOptions?: EvaluateOptions): Promise<RealApplyResult> {
   const finalStateRef = await blobs.put(finishText, 'json');

@@ -8,8 +8,10 @@ export const AFTER_ACTION_LOAD_TIMEOUT_MS = 3_000;
 
 /**
  * The two pages of a REAL episode in its own context: the background page that holds the harness endpoints
- * (/config, /finish) and the agent's page (1280x720) that the policy sees and acts in. Dialogs are accepted
- * on both: the policy cannot see one, and it answered it by the click that opened it.
+ * (/config, /finish) and the agent's page (1280x720) that the policy sees and acts in. With `acceptDialogs`
+ * (training) dialogs are accepted on both: the policy cannot see one, and it answered it by the click that
+ * opened it. Without it no handler is set, as in agisdk, and Playwright dismisses every dialog (`confirm()`
+ * returns false), which is how the benchmark scores an action behind one.
  */
 export class RealPages implements GuardedPages {
   agent: Page | undefined;
@@ -17,7 +19,17 @@ export class RealPages implements GuardedPages {
   private cdp: CDPSession | undefined;
   private crashed = false;
 
-  constructor(private readonly context: BrowserContext) {}
+  constructor(
+    private readonly context: BrowserContext,
+    private readonly acceptDialogs = true,
+  ) {}
+
+  private onDialogs(page: Page): void {
+    if (!this.acceptDialogs) return;
+    page.on('dialog', (d) => {
+      d.accept().catch(() => undefined);
+    });
+  }
 
   /** The agent's page (after reset). */
   get page(): Page {
@@ -42,9 +54,7 @@ export class RealPages implements GuardedPages {
   async openBackground(): Promise<Page> {
     const bg = await this.context.newPage();
     this.background = bg;
-    bg.on('dialog', (d) => {
-      d.accept().catch(() => undefined);
-    });
+    this.onDialogs(bg);
     return bg;
   }
 
@@ -68,9 +78,7 @@ export class RealPages implements GuardedPages {
     page.on('crash', () => {
       this.crashed = true;
     });
-    page.on('dialog', (d) => {
-      d.accept().catch(() => undefined);
-    });
+    this.onDialogs(page);
     page.on('popup', onPopup);
     await page.bringToFront();
     return page;

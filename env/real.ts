@@ -5,13 +5,24 @@ import type { Action } from '../lib/actions';
 import { assignPageIds, executePageAction, firstLine, sleep, type PageAction } from './page-actions';
 import type { AxTreeOptions } from './page-scripts';
 import { UnscorableTaskError, type EvaluateOptions } from './real-eval';
-import { DEFAULT_FINISH_POLL_MS, DEFAULT_FINISH_TIMEOUT_MS, judgeFinalState, readFinishState, unjudgedAtCap, type RealApplyResult, type RealStepOutcome } from './real-finish';
+import {
+  AGISDK_DEFAULT_TIMEOUT_MS,
+  DEFAULT_FINISH_POLL_MS,
+  DEFAULT_FINISH_TIMEOUT_MS,
+  judgeAsAgisdk,
+  judgeFinalState,
+  readFinishState,
+  unjudgedAtCap,
+  type RealApplyResult,
+  type RealStepOutcome,
+} from './real-finish';
 import { OriginGuard } from './real-guard';
 import { AFTER_ACTION_LOAD_TIMEOUT_MS, RealPages } from './real-pages';
 import { checkSiteHealth, openOrUnreachable, SiteUnreachableError, type HealthOptions, type HealthResult } from './real-site';
 import { readSessionStorage, restoreSessionStorage, type ClientSnapshot } from './real-snapshot';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
 import type { ReleaseSlot, SiteLimiter } from './site-limits';
+import type { RealScoring } from '../lib/episode-types';
 import type { Environment, Observation, RealTaskSpec, TaskSpec } from './types';
 
 /**
@@ -36,6 +47,8 @@ import type { Environment, Observation, RealTaskSpec, TaskSpec } from './types';
 export const DEFAULT_REAL_SETTLE_MS = 500;
 const DEFAULT_NAVIGATION_TIMEOUT_MS = 30_000;
 const CONFIG_NETWORK_IDLE_TIMEOUT_MS = 10_000;
+/** agisdk's element actions (core/action/functions.py): `timeout=500` on every click, fill, select. */
+export const AGISDK_ELEMENT_TIMEOUT_MS = 500;
 
 export interface RealEnvOptions {
   /** A fresh context per episode (the site state lives in it), created with viewport 1280x720. */
@@ -73,6 +86,12 @@ export interface RealEnvOptions {
   vetRedirects?: boolean;
   axtreeMaxLines?: number;
   axtreeMaxChars?: number;
+  /**
+   * official: agisdk's rules (its /finish read and failure rule, dialogs dismissed, `type` into an element
+   * replaces its value, its timeouts, no evaluation at the step cap, unscorable tasks run and score 0);
+   * training (default): lenient reads and the project's own timeouts. See `real.scoring` in lib/config.ts.
+   */
+  scoring?: RealScoring;
 }
 
 interface EpisodeState {
@@ -95,6 +114,7 @@ export class RealEnv implements Environment {
   readonly evaluateAtCap: boolean;
   readonly maxSteps: number | undefined;
   readonly settleMs: number;
+  readonly scoring: RealScoring;
   private readonly blobs: BlobStore;
   private readonly opts: RealEnvOptions;
   private readonly pages: RealPages;
@@ -107,13 +127,17 @@ export class RealEnv implements Environment {
     this.context = opts.context;
     this.blobs = opts.blobs;
     this.runId = opts.runId;
-    this.evaluateAtCap = opts.evaluateAtCap ?? false;
+    this.scoring = opts.scoring ?? 'training';
+    // agisdk never evaluates a truncated episode.
+    this.evaluateAtCap = this.official ? false : (opts.evaluateAtCap ?? false);
     this.maxSteps = opts.maxSteps;
     this.settleMs = opts.settleMs ?? DEFAULT_REAL_SETTLE_MS;
     if (this.maxSteps !== undefined && !(Number.isInteger(this.maxSteps) && this.maxSteps >= 1)) {
       throw new Error(`maxSteps must be an integer >= 1, got ${this.maxSteps}`);
     }
-    this.pages = new RealPages(this.context);
+    this.pages = new RealPages(this.context, !this.official);
+    // agisdk's context.set_default_timeout(5000): every wait the harness does not bound itself.
+    if (this.official) this.context.setDefaultTimeout(AGISDK_DEFAULT_TIMEOUT_MS);
     this.guard = new OriginGuard(this.context, this.pages, { navigationTimeoutMs: this.navTimeout, vetRedirects: opts.vetRedirects ?? true });
   }
 
@@ -137,12 +161,16 @@ export class RealEnv implements Environment {
     return this.guard.privateRequestsBlocked;
   }
 
+  get official(): boolean {
+    return this.scoring === 'official';
+  }
+
   private get registry(): RealRegistry {
     return this.opts.registry ?? loadRealRegistry();
   }
 
   private get navTimeout(): number {
-    return this.opts.navigationTimeoutMs ?? DEFAULT_NAVIGATION_TIMEOUT_MS;
+    return this.opts.navigationTimeoutMs ?? (this.official ? AGISDK_DEFAULT_TIMEOUT_MS : DEFAULT_NAVIGATION_TIMEOUT_MS);
   }
 
   private requireEpisode(): EpisodeState {
@@ -166,7 +194,8 @@ export class RealEnv implements Environment {
   private async begin(spec: RealTaskSpec | TaskSpec, resumeAt?: ResumePoint): Promise<Observation> {
     if (spec.env !== 'real') throw new Error(`RealEnv cannot run env "${String(spec.env)}"`);
     const task = getRealTask(spec.task, this.registry);
-    if (!task.scorable) throw new UnscorableTaskError(task);
+    // Officially an unscorable task is played and judged like any other: its empty script finds no SUCCESS.
+    if (!task.scorable && !this.official) throw new UnscorableTaskError(task);
     const rootUrl = new URL(this.opts.originOverride ? this.opts.originOverride(task.startUrl) : task.startUrl).href;
     const origin = new URL(rootUrl).origin;
 
@@ -184,7 +213,7 @@ export class RealEnv implements Environment {
         await this.pages.clearOriginStorage(origin);
         const config = `${origin}/config?run_id=${encodeURIComponent(this.runId)}&task_id=${encodeURIComponent(task.canonicalId)}&latency=0`;
         await this.open(bg, config);
-        await bg.waitForLoadState('networkidle', { timeout: CONFIG_NETWORK_IDLE_TIMEOUT_MS }).catch(() => undefined);
+        await bg.waitForLoadState('networkidle', { timeout: this.official ? AGISDK_DEFAULT_TIMEOUT_MS : CONFIG_NETWORK_IDLE_TIMEOUT_MS }).catch(() => undefined);
         await this.open(bg, `${origin}/finish`);
       }
 
@@ -261,7 +290,10 @@ export class RealEnv implements Environment {
     this.guard.startAction();
     let actionError: string | undefined;
     try {
-      actionError = action.type === 'goto' ? await this.guard.goto(this.page, action.url) : await executePageAction(this.page, action as PageAction, this.pages.geometry);
+      actionError =
+        action.type === 'goto'
+          ? await this.guard.goto(this.page, action.url)
+          : await executePageAction(this.page, action as PageAction, this.pages.geometry, this.official ? { fill: true, elementTimeoutMs: AGISDK_ELEMENT_TIMEOUT_MS } : {});
     } catch (err) {
       if (this.pages.isFatal(err)) throw err;
       actionError = firstLine(err);
@@ -304,6 +336,7 @@ export class RealEnv implements Environment {
 
   private async finishAndEvaluate(): Promise<RealApplyResult> {
     const ep = this.requireEpisode();
+    if (this.official) return judgeAsAgisdk(this.pages.background, ep.origin, ep.task, this.blobs, this.opts.evalOptions);
     const { text } = await this.readFinish();
     return judgeFinalState(ep.task, text, this.blobs, this.opts.evalOptions);
   }

@@ -264,6 +264,12 @@ export const realSchema = z
       .describe(
         "how a step group's fork gets its parent's state. snapshot (default): copy the parent session's cookies, localStorage and sessionStorage into a new context and open its URL, kept only if /finish then matches the parent's (else replay); replay: reset and replay the action prefix. snapshot also lets an episode start from a copy of its task's state after /config, kept by the browser worker and checked the same way. MiniWoB++ always replays, because its state lives in page scripts",
       ),
+    scoring: z
+      .enum(['official', 'training'])
+      .optional()
+      .describe(
+        "how REAL episodes run and are judged. official: as agisdk 0.3.5's harness does: /finish is read once at the end (load and network idle within 1 s each, the first <pre> parsed as it is, reward 0 on a timeout or bad JSON, no retry), dialogs are dismissed, typing into a field replaces its value (fill), element actions time out after 500 ms and everything else after 5 s, the site's state is read nowhere else (no shaped-reward reads, state copies or snapshot forks), nothing is evaluated at the step cap (evaluateAtCap ignored), and a task whose eval script is empty (gocalendar-11) runs and counts as a failure; training: faster and more lenient (/finish polled and reloaded for up to 10 s, dialogs accepted, typing appends, 20 s element timeouts, the state read after every step for shaped rewards, snapshot forks). Default: official for halo eval, training for everything else",
+      ),
   })
   .prefault({});
 

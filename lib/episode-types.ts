@@ -35,7 +35,12 @@ export interface EnvOptions {
   miniwobReward?: MiniwobConfig['reward'];
   /** How a REAL fork gets its parent's state (config `real.forkMode`); absent: snapshot. */
   realForkMode?: 'snapshot' | 'replay';
+  /** How REAL episodes run and are judged (config `real.scoring`); absent: training. */
+  realScoring?: RealScoring;
 }
+
+/** `official`: agisdk 0.3.5's harness rules; `training`: the faster, more lenient settings training runs under. */
+export type RealScoring = 'official' | 'training';
 
 export interface SessionHandle {
   sessionId: string;

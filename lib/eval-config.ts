@@ -1,9 +1,10 @@
 import { z } from 'zod';
 import { servedAdapterName, type ServedAdapter } from './iteration-policy';
-import { runContextFromConfig } from './run-context';
+import type { RealScoring } from './episode-types';
+import { realScoringOf, runContextFromConfig } from './run-context';
 import { ConfigError, formatConfigIssues, type IssueLike } from './config-error';
 import { MAX_SEED, MAX_TASKS, mctsCriticSchema, type HaloConfig, type PolicyConfig } from './config';
-import { miniwobSettingsNote, type EvalNote, type EvalSkip } from './eval-summary';
+import { miniwobSettingsNote, realScoringNote, type EvalNote, type EvalSkip } from './eval-summary';
 import { evalSizeProblem, type EvalModeName, type EvalModePlan, type EvaluateInput } from './eval-types';
 import { criticParams, mctsParams, type MctsParams } from './mcts-params';
 import { CREDENTIAL_NAMES, credentialEnvVar, type CredentialName } from './credentials';
@@ -233,7 +234,7 @@ function checkLegacyKeyEnv(m: { credential: CredentialName; apiKeyEnv?: string }
   );
 }
 
-function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]): { task: string; site: string }[] {
+function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[], scoring: RealScoring): { task: string; site: string }[] {
   if (cfg.env === 'miniwob') {
     const known = opts.miniwobTasks;
     cfg.tasks.forEach((t, i) => {
@@ -263,8 +264,9 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
     const site = sites[entry];
     if (site) {
       for (const t of site) {
-        if (t.scorable) add(t.id, t.site);
-        else notes.push({ mode: 'all', note: `${t.id} left out of site ${entry}: unscorable (${t.unscorableReason ?? 'empty eval script'})` });
+        // The benchmark's denominator has every task: officially an unscorable one is run and scores 0, as in agisdk.
+        if (t.scorable || scoring === 'official') add(t.id, t.site);
+        if (!t.scorable) notes.push({ mode: 'all', note: unscorableNote(t, scoring, entry) });
       }
       return;
     }
@@ -272,10 +274,16 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
     if (!t) {
       throw new ConfigError(`invalid eval config:\n  tasks.${i}: "${entry}" is neither a REAL v2 task id nor a site (sites: ${Object.keys(sites).sort().join(', ')})`);
     }
-    if (!t.scorable) notes.push({ mode: 'all', note: `${t.id} is unscorable (${t.unscorableReason ?? 'empty eval script'}): it can only score 0` });
+    if (!t.scorable) notes.push({ mode: 'all', note: unscorableNote(t, scoring) });
     add(t.id, t.site);
   });
   return out;
+}
+
+function unscorableNote(t: RealTaskInfo, scoring: RealScoring, site?: string): string {
+  const why = t.unscorableReason ?? 'empty eval script';
+  if (scoring === 'official') return `${t.id} is unscorable (${why}): run and counted as a failure, as agisdk scores it`;
+  return site !== undefined ? `${t.id} left out of site ${site}: unscorable (${why})` : `${t.id} is unscorable (${why}): it can only score 0`;
 }
 
 /**
@@ -285,9 +293,10 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[]):
 export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: ResolveOptions): EvaluateInput {
   const { env, checkpoints, listAdapterVersions: versions } = opts;
   // First: under which MiniWoB++ rules every number of the summary was taken.
-  const notes: EvalNote[] = cfg.env === 'miniwob' ? [miniwobSettingsNote(base.miniwob)] : [];
+  const scoring = realScoringOf(base, 'evaluation');
+  const notes: EvalNote[] = cfg.env === 'miniwob' ? [miniwobSettingsNote(base.miniwob)] : [realScoringNote(scoring)];
   const skipped: EvalSkip[] = [];
-  const tasks = resolveTasks(cfg, opts, notes);
+  const tasks = resolveTasks(cfg, opts, notes, scoring);
   const modes: EvalModePlan[] = [];
   // The HALO config's legacy key variable belongs to its own credential, not to a mode's.
   const { apiKeyEnv: _baseKeyEnv, ...basePolicy } = base.policy;
@@ -408,7 +417,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
     skipped,
     notes,
     controlTaskQueue: base.temporal.controlTaskQueue,
-    run: { ...runContextFromConfig(base, cfg.runId), gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue },
+    run: { ...runContextFromConfig(base, cfg.runId, 'evaluation'), gpuTaskQueue: cfg.gpuTaskQueue ?? base.train.gpuTaskQueue },
   };
 }
 

@@ -90,6 +90,18 @@ export function miniwobSettingsNote(settings: Partial<MiniwobConfig>): EvalNote 
   return { mode: '*', note: `MiniWoB++ settings: ${time}; ${reward}; success = raw reward 1 (partial credit is a failure)` };
 }
 
+/**
+ * How REAL episodes were judged, for the summary's notes: only `official` numbers are comparable with agisdk's
+ * (and the benchmark's); `training` ones were read more leniently and can count successes agisdk scores 0.
+ */
+export function realScoringNote(scoring: 'official' | 'training'): EvalNote {
+  const how =
+    scoring === 'official'
+      ? "official (agisdk 0.3.5's harness rules: one /finish read at the end with its 1 s budgets and no retry, dialogs dismissed, typing replaces a field's value, its action timeouts, no state copies; an unscorable task is run and counts as a failure)"
+      : 'training (lenient: /finish polled up to 10 s, dialogs accepted, typing appends; not comparable with agisdk or the benchmark)';
+  return { mode: '*', note: `REAL scoring: ${how}; results are local (nothing is submitted to the REAL leaderboard)` };
+}
+
 /** z for a two-sided 95% interval. */
 export const Z95 = 1.959963984540054;
 

@@ -1,5 +1,5 @@
 import type { HaloConfig } from './config';
-import type { EnvOptions } from './episode-types';
+import type { EnvOptions, RealScoring } from './episode-types';
 import type { RewardWeights } from './rewards/weights';
 
 /**
@@ -26,7 +26,15 @@ export function learnerBaseModel(cfg: HaloConfig): string | undefined {
   return cfg.train.baseModel ?? (cfg.policy.backend === 'colocated' ? cfg.policy.model : undefined);
 }
 
-export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext {
+/**
+ * `real.scoring`, or the default of the use: an evaluation reports numbers comparable with the benchmark's, so
+ * it scores as agisdk does unless told otherwise; training and single episodes keep the faster settings.
+ */
+export function realScoringOf(cfg: HaloConfig, use: 'evaluation' | 'training'): RealScoring {
+  return cfg.real.scoring ?? (use === 'evaluation' ? 'official' : 'training');
+}
+
+export function runContextFromConfig(cfg: HaloConfig, runId: string, use: 'evaluation' | 'training' = 'training'): RunContext {
   return {
     runId,
     browserTaskQueue: cfg.temporal.browserTaskQueue,
@@ -41,6 +49,7 @@ export function runContextFromConfig(cfg: HaloConfig, runId: string): RunContext
       realRunId: cfg.real.runId,
       evaluateAtCap: cfg.real.evaluateAtCap,
       realForkMode: cfg.real.forkMode,
+      realScoring: realScoringOf(cfg, use),
       miniwobTimeLimit: cfg.miniwob.timeLimit,
       miniwobReward: cfg.miniwob.reward,
     },

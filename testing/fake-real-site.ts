@@ -46,6 +46,15 @@ export interface FakeRealSite {
   notices: string[];
   /** A "Search mail" text field in the header of the agent page (it searches nothing): a field to type into. */
   searchBox: boolean;
+  /**
+   * Send asks `confirm("Send this message?")` first and sends only if it is answered OK: an action that a
+   * harness dismissing dialogs (agisdk) never completes.
+   */
+  confirmSend: boolean;
+  /** The value the composer's To field opens with (a suggested recipient): typing after it is a wrong address. */
+  composeTo: string;
+  /** Added before the /finish page's answer only: a /finish that loads slowly while the rest of the site is fast. */
+  finishLatencyMs: number;
   /** Requests for one path. */
   hits(path: string): FakeRequest[];
   close(): Promise<void>;
@@ -207,8 +216,10 @@ function render() {
         sessionStorage.setItem('fake-gomail-draft', JSON.stringify(draft));
       });
     });
+    if (window.__COMPOSE_TO && !draft.to) form.to.value = window.__COMPOSE_TO;
     form.addEventListener('submit', function (ev) {
       ev.preventDefault();
+      if (window.__CONFIRM_SEND && !window.confirm('Send this message?')) return;
       var ids = s.email.emails.map(function (e) { return e.id; });
       var email = {
         id: Math.max.apply(null, ids.concat([0])) + 1,
@@ -296,6 +307,9 @@ export async function startFakeRealSite(
     latencyMs?: number;
     notices?: string[];
     searchBox?: boolean;
+    confirmSend?: boolean;
+    composeTo?: string;
+    finishLatencyMs?: number;
     /** Serve `/bounce?to=<url>`: a 302 to any URL (the egress tests' open redirect). */
     openRedirect?: boolean;
   } = {},
@@ -321,6 +335,9 @@ export async function startFakeRealSite(
     latencyMs: opts.latencyMs ?? 0,
     notices: opts.notices ?? [],
     searchBox: opts.searchBox ?? false,
+    confirmSend: opts.confirmSend ?? false,
+    composeTo: opts.composeTo ?? '',
+    finishLatencyMs: opts.finishLatencyMs ?? 0,
     hits: (path: string) => requests.filter((r) => r.path === path),
     close: async () => {
       await closeServer(server);
@@ -333,7 +350,8 @@ export async function startFakeRealSite(
     const { path, query } = parseTarget(raw);
     requests.push({ method: req.method ?? 'GET', url: raw, path, query });
     req.resume();
-    if (site.latencyMs > 0) setTimeout(() => answer(req, res, path), site.latencyMs);
+    const wait = site.latencyMs + (path === '/finish' ? site.finishLatencyMs : 0);
+    if (wait > 0) setTimeout(() => answer(req, res, path), wait);
     else answer(req, res, path);
   });
 
@@ -379,7 +397,9 @@ export async function startFakeRealSite(
 </header><main id="app"></main>`;
       const memory = `window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
       // `<` escaped: a notice may spell `</script>`.
-      const extras = `window.__NOTICES = ${JSON.stringify(site.notices).replace(/</g, '\\u003c')}; window.__SEARCH_BOX = ${JSON.stringify(site.searchBox)};`;
+      const extras =
+        `window.__NOTICES = ${JSON.stringify(site.notices).replace(/</g, '\\u003c')}; window.__SEARCH_BOX = ${JSON.stringify(site.searchBox)}; ` +
+        `window.__CONFIRM_SEND = ${JSON.stringify(site.confirmSend)}; window.__COMPOSE_TO = ${JSON.stringify(site.composeTo).replace(/</g, '\\u003c')};`;
       sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, extras, COMMON_JS, APP_JS]));
       return;
     }

@@ -291,7 +291,14 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
     listAdapterVersions: () => [],
   });
   assert.match(official.notes[0].note, /time limit official .*; reward official \(time-scaled\)/);
-  assert.deepEqual(official.run.envOptions, { realRunId: '0', realForkMode: 'snapshot', evaluateAtCap: false, miniwobTimeLimit: 'official', miniwobReward: 'official' });
+  assert.deepEqual(official.run.envOptions, {
+    realRunId: '0',
+    realForkMode: 'snapshot',
+    realScoring: 'official',
+    evaluateAtCap: false,
+    miniwobTimeLimit: 'official',
+    miniwobReward: 'official',
+  });
 
   // Unknown MiniWoB task.
   assert.throws(
@@ -305,7 +312,7 @@ test('plan: greedy policies, adapters (latest / pinned / path), skip reasons, no
   );
 });
 
-test('plan: REAL sites expand into their scorable tasks; ids keep their site', () => {
+test('plan: REAL sites expand into every task under official scoring (the default), an unscorable one counted as a failure; training leaves it out', () => {
   const realSites = {
     gomail: [
       { id: 'gomail-1', site: 'gomail', scorable: true },
@@ -324,8 +331,17 @@ test('plan: REAL sites expand into their scorable tasks; ids keep their site', (
     { task: 'gomail-2', site: 'gomail' },
     { task: 'omnizon-3', site: 'omnizon' },
     { task: 'gocalendar-10', site: 'gocalendar' },
+    { task: 'gocalendar-11', site: 'gocalendar' },
   ]);
-  assert.ok(plan.notes.some((n) => /gocalendar-11 left out of site gocalendar: unscorable/.test(n.note)));
+  assert.equal(plan.run.envOptions?.realScoring, 'official');
+  assert.match(plan.notes[0].note, /^REAL scoring: official .*results are local/);
+  assert.ok(plan.notes.some((n) => /gocalendar-11 is unscorable .*counted as a failure/.test(n.note)));
+
+  const training = resolveEvalPlan(cfg, parseConfig({ real: { scoring: 'training' } }), { env: {}, realSites });
+  assert.equal(training.run.envOptions?.realScoring, 'training');
+  assert.match(training.notes[0].note, /^REAL scoring: training .*not comparable/);
+  assert.ok(!training.tasks.some((t) => t.task === 'gocalendar-11'));
+  assert.ok(training.notes.some((n) => /gocalendar-11 left out of site gocalendar: unscorable/.test(n.note)));
   assert.throws(
     () => resolveEvalPlan(parseEvalConfig({ env: 'real', tasks: ['gomale'] }), base, { env: {}, realSites, listAdapterVersions: () => [] }),
     /tasks\.0: "gomale" is neither a REAL v2 task id nor a site/,

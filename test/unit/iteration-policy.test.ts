@@ -51,7 +51,16 @@ test('one run context from the config, carried whole by the episode input', () =
     [run.runId, run.browserTaskQueue, run.gpuTaskQueue, run.learnerHeartbeatTimeoutMs, run.maxSessionRebuilds, run.sessionStartTimeoutMs, run.heartbeatTimeoutMs],
     ['my-run', 'b-q', 'g-q', 7000, 2, 3000, 4000],
   );
-  assert.deepEqual(run.envOptions, { realRunId: 'real-1', realForkMode: 'snapshot', evaluateAtCap: true, miniwobTimeLimit: 'raised', miniwobReward: 'raw' });
+  assert.deepEqual(run.envOptions, {
+    realRunId: 'real-1',
+    realForkMode: 'snapshot',
+    realScoring: 'training',
+    evaluateAtCap: true,
+    miniwobTimeLimit: 'raised',
+    miniwobReward: 'raw',
+  });
+  assert.equal(runContextFromConfig(cfg, 'my-eval', 'evaluation').envOptions?.realScoring, 'official');
+  assert.equal(runContextFromConfig(parseConfig({ real: { scoring: 'official' } }), 'r').envOptions?.realScoring, 'official');
   const input = episodeInput({ run, task: { env: 'miniwob', task: 'click-button', seed: 1 }, maxSteps: 3, sampling: { policy: cfg.policy, adapterVersion: 2 }, mode: 'grpo' });
   assert.equal(episodeRun(input, 'wf-id'), run);
   assert.equal(input.adapterVersion, 2);
