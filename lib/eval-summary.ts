@@ -26,6 +26,8 @@ export interface EvalEpisodeRecord {
   error?: string;
   /** Steps sampled without token ids (a served mode whose server gives none); absent when every step had them. */
   tokenIdsMissing?: number;
+  /** REAL: how the episode was judged (`real.scoring`); absent for MiniWoB++ and for records written before it was kept. */
+  scoring?: 'official' | 'training';
 }
 
 export interface WilsonInterval {

@@ -115,7 +115,8 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
   const records = await pool(chunk, input.parallelism, async (r): Promise<EvalEpisodeRecord | null> => {
     if (!(await control.proceed())) return null;
     const workflowId = evalEpisodeId(evalId, r.mode.label, r.task, r.seed);
-    const base = { mode: r.mode.label, task: r.task, site: r.site, seed: r.seed, workflowId };
+    const scoring = input.env === 'real' ? (input.run.envOptions?.realScoring ?? 'training') : undefined;
+    const base = { mode: r.mode.label, task: r.task, site: r.site, seed: r.seed, workflowId, ...(scoring ? { scoring } : {}) };
     progress.running++;
     details();
     try {
