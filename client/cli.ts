@@ -26,7 +26,7 @@ import { register as registerDoctor } from './commands/doctor';
 import { register as registerExport } from './commands/export';
 import { register as registerVerifyExploration } from './commands/verify-exploration';
 import { blobStoreFor } from '../blob/store';
-import { singleEpisodeInput } from './episode-input';
+import { episodeMaxSteps, singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
 import { pauseSignal, stopSignal } from '../workflows/messages';
 import { episodeProgressQuery } from '../workflows/episode';
@@ -104,7 +104,7 @@ program
   .addOption(new Option('--env <env>', 'environment').choices(['miniwob', 'real']))
   .option('--task <task>', 'task name, e.g. click-button')
   .option('--seed <n>', 'task seed', num('seed'))
-  .option('--max-steps <n>', 'step cap', num('max-steps'))
+  .option('--max-steps <n>', "step cap (default: the config's; --env real from a MiniWoB++ config: REAL's 25)", num('max-steps'))
   .option('--policy-url <url>', 'OpenAI-compatible base URL of the policy (vLLM), e.g. http://127.0.0.1:8000/v1')
   .option('--model <name>', 'model or LoRA adapter name served there')
   .option('--temperature <t>', 'sampling temperature', num('temperature'))
@@ -117,7 +117,7 @@ program
         ...base,
         // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
         policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
-        episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: opts.maxSteps }) },
+        episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: episodeMaxSteps(base, opts.env, opts.maxSteps) }) },
       },
       'command line',
     );
