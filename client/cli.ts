@@ -6,7 +6,7 @@ import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
 import { addOverrideOptions, flagDefaults, knownLongFlags, overrideFlagsOf, preflightTasks, runConfigFromFlags } from './run-flags';
-import { normalizeFlagSpellings } from '../lib/config-overrides';
+import { completePolicyUrl, normalizeFlagSpellings } from '../lib/config-overrides';
 import { join, resolve } from 'node:path';
 import { loadConfigFile } from '../host/config-file';
 import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
@@ -34,6 +34,7 @@ import { EXIT, formatFailure, reportError, resultOf } from './failure';
 import { tokenIdsNote } from './token-ids';
 import { bestNote } from '../lib/iteration-policy';
 import { stackHealthLines } from './doctor-metrics';
+import { withServedModel } from './served-model';
 
 const DEFAULT_CONFIG = join(REPO_ROOT, 'configs', 'default.yaml');
 
@@ -112,11 +113,13 @@ program
   .option('--json', 'print the result as JSON only')
   .action(async (opts) => {
     const base = loadConfig(program.opts().config);
+    const policyUrl = opts.policyUrl === undefined ? undefined : completePolicyUrl(opts.policyUrl);
+    if (policyUrl?.completed) console.error(`halo: --policy-url ${opts.policyUrl}: completed to ${policyUrl.url} (vLLM's OpenAI API is under /v1)`);
     const cfg = parseConfig(
       {
         ...base,
         // A policy URL means an OpenAI-compatible server (vLLM), whatever backend the config names.
-        policy: { ...base.policy, ...defined({ baseUrl: opts.policyUrl, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
+        policy: { ...base.policy, ...defined({ baseUrl: policyUrl?.url, model: opts.model, temperature: opts.temperature }), ...(opts.policyUrl ? { backend: 'openai' } : {}) },
         episode: { ...base.episode, ...defined({ env: opts.env, task: opts.task, seed: opts.seed, maxSteps: episodeMaxSteps(base, opts.env, opts.maxSteps) }) },
       },
       'command line',
@@ -142,7 +145,9 @@ const trainCommand = program
   .option('--json', 'print the final result as JSON');
 addOverrideOptions(trainCommand, 'train', () => ({ file: 'configs/default.yaml', values: flagDefaults('train', loadConfig(undefined)) }));
 trainCommand.action(async (opts: { runId?: string; detach?: boolean; dryRun?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>) => {
-  const { cfg, notes, pin } = runConfigFromFlags('train', program.opts().config, DEFAULT_CONFIG, opts);
+  const fromFlags = runConfigFromFlags('train', program.opts().config, DEFAULT_CONFIG, opts);
+  const { notes, pin } = fromFlags;
+  const cfg = typeof opts.policyUrl === 'string' ? await withServedModel(fromFlags.cfg, { configGiven: program.opts().config !== undefined, notes }) : fromFlags.cfg;
   for (const n of notes) console.error(`halo: ${n}`);
   if (cfg.episode.env === 'real') await preflightTasks('real', [...cfg.train.tasks, ...cfg.train.heldOutTasks], pin, `GRPO run ${cfg.train.runId}`);
   else {

@@ -1,12 +1,14 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
-import { isAbsolute, relative } from 'node:path';
+import { isAbsolute, join, relative } from 'node:path';
 import { configSchema, ConfigError, identicalCandidatesProblem, parseConfig, type HaloConfig } from '../lib/config';
 import {
   ALSO_ACCEPTED,
   applyRunOverrides,
+  flagsImplyReal,
   flagsOf,
   parseWithFlags,
+  REAL_CONFIG,
   type OverrideCommand,
   type OverrideContext,
   type OverrideFlags,
@@ -15,6 +17,7 @@ import {
 import { readConfigRaw } from '../host/config-file';
 import { realTasksBySite, type RegistrySnapshot } from '../env/real-tasks';
 import { loadTaskRegistryFile, realPreflight, snapshotSites } from './real-preflight';
+import { REPO_ROOT } from './processes';
 
 // The common overrides of `halo train`, `halo mcts` and `halo eval` (lib/config-overrides.ts) as commander
 // options, and what a run checks before it starts.
@@ -98,7 +101,9 @@ export function parseHaloWithFlags(o: Overridden, source: string): HaloConfig {
 
 /**
  * `halo train` / `halo mcts`: the config file (or `defaultFile` when it exists, else the defaults) with the
- * flags and `--run-id` applied and validated.
+ * flags and `--run-id` applied and validated. Without a config file, REAL tasks on a policy server
+ * (`--policy-url … --domain gomail`, the seeds' command) take the REAL config: the default one trains the local
+ * tiny-random model, which no policy server serves.
  */
 export function runConfigFromFlags(
   command: 'train' | 'mcts',
@@ -106,10 +111,17 @@ export function runConfigFromFlags(
   defaultFile: string,
   opts: Record<string, unknown> & { runId?: string; taskRegistry?: string },
 ): { cfg: HaloConfig; notes: string[]; pin?: TaskRegistryPin } {
-  const path = file ?? (existsSync(defaultFile) ? defaultFile : undefined);
+  const flags = overrideFlagsOf(opts);
+  const pre: string[] = [];
+  let path = file ?? (existsSync(defaultFile) ? defaultFile : undefined);
+  if (file === undefined && flags.policyUrl !== undefined && flagsImplyReal(flags)) {
+    path = join(REPO_ROOT, REAL_CONFIG[command]);
+    pre.push(`no --config: ${REAL_CONFIG[command]} (REAL tasks on the policy server of --policy-url)`);
+  }
   const raw = path ? readConfigRaw(path) : {};
   const pin = loadPin(opts.taskRegistry);
-  const o = applyRunOverrides(command, raw, overrideFlagsOf(opts), overrideContext(pin, path ? relativeToCwd(path) : undefined));
+  const o = applyRunOverrides(command, raw, flags, overrideContext(pin, path ? relativeToCwd(path) : undefined));
+  o.notes.unshift(...pre);
   if (opts.runId !== undefined) {
     o.raw[command] ??= {};
     const sec = o.raw[command] as Record<string, unknown>;

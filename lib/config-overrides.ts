@@ -50,6 +50,28 @@ export const REAL_CONFIG: Record<'train' | 'mcts', string> = { train: 'configs/g
 /** The learner's local test model (random weights): fine for MiniWoB++ smoke runs, never for REAL. */
 export const LOCAL_TEST_MODEL = 'tiny-random';
 
+/**
+ * A policy URL as the OpenAI client needs it. The client appends `/chat/completions` to the URL as given, and vLLM
+ * serves that API under `/v1`, so a bare server root (`http://localhost:8000`, the seeds' spelling) would answer
+ * every sample with a 404: it gets `/v1`. A URL with any path is someone's proxy route and is left alone.
+ */
+export function completePolicyUrl(url: string): { url: string; completed: boolean } {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return { url, completed: false };
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.pathname !== '/' || u.search || u.hash) return { url, completed: false };
+  return { url: `${url.replace(/\/+$/, '')}/v1`, completed: true };
+}
+
+/** Whether the task flags alone make the run a REAL one (a v2.* task, --domain, --env real). */
+export function flagsImplyReal(flags: OverrideFlags): boolean {
+  const tasks = [flags.task, ...(flags.tasks ?? '').split(',')].filter((t): t is string => t !== undefined);
+  return flags.domain !== undefined || flags.env === 'real' || tasks.some((t) => REAL_ID.test(t.trim()));
+}
+
 export interface FlagDef {
   key: OverrideKey;
   flag: string;
@@ -161,8 +183,9 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     flag: '--policy-url',
     arg: 'url',
     help: {
-      train: 'OpenAI-compatible base URL of the policy (vLLM): policy.backend openai there, and new adapters loaded into it unless train.vllmBaseUrl is set',
-      mcts: 'OpenAI-compatible base URL of the policy (vLLM): policy.backend openai there, and new adapters loaded into it unless mcts.vllmBaseUrl is set',
+      train:
+        'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1): policy.backend openai there, and new adapters loaded into it unless train.vllmBaseUrl is set; without --config, REAL tasks take configs/grpo-real.yaml and the model the server serves',
+      mcts: 'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1): policy.backend openai there, and new adapters loaded into it unless mcts.vllmBaseUrl is set; without --config, REAL tasks take configs/mcts-real.yaml and the model the server serves',
     },
     path: { train: 'policy.baseUrl', mcts: 'policy.baseUrl' },
   },
@@ -386,11 +409,13 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
   if (flags.policyUrl !== undefined) {
     // A policy URL means an OpenAI-compatible server (vLLM), as with `halo episode --policy-url`; the run's
     // adapters go there too unless the file names another server, so later iterations sample them.
-    set('policy.baseUrl', flags.policyUrl, '--policy-url');
+    const policy = completePolicyUrl(flags.policyUrl);
+    if (policy.completed) notes.push(`--policy-url ${flags.policyUrl}: completed to ${policy.url} (vLLM's OpenAI API is under /v1)`);
+    set('policy.baseUrl', policy.url, '--policy-url');
     set('policy.backend', 'openai', '--policy-url');
     if (getPath(raw, `${sec}.vllmBaseUrl`) === undefined) {
-      set(`${sec}.vllmBaseUrl`, flags.policyUrl, '--policy-url');
-      notes.push(`--policy-url: new adapters are loaded into ${flags.policyUrl} (${sec}.vllmBaseUrl)`);
+      set(`${sec}.vllmBaseUrl`, policy.url, '--policy-url');
+      notes.push(`--policy-url: new adapters are loaded into ${policy.url} (${sec}.vllmBaseUrl)`);
     }
   }
   if (command === 'train') {

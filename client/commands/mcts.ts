@@ -14,6 +14,7 @@ import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
 import { followStatus, progressNumbers, refuseEndedBadly } from '../train';
 import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runConfigFromFlags } from '../run-flags';
+import { withServedModel } from '../served-model';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
 import { bestNote } from '../../lib/iteration-policy';
@@ -224,7 +225,9 @@ export function register(program: Command, ctx: { loadConfig(path?: string): Hal
   addOverrideOptions(mcts, 'mcts', () => ({ file: 'configs/mcts-default.yaml', values: flagDefaults('mcts', ctx.loadConfig(MCTS_DEFAULT_CONFIG)) }));
   mcts.action(async (_opts: unknown, cmd: Command) => {
     const opts = cmd.optsWithGlobals<{ config?: string; runId?: string; detach?: boolean; json?: boolean; taskRegistry?: string } & Record<string, unknown>>();
-    const { cfg, notes, pin } = runConfigFromFlags('mcts', opts.config, MCTS_DEFAULT_CONFIG, opts);
+    const fromFlags = runConfigFromFlags('mcts', opts.config, MCTS_DEFAULT_CONFIG, opts);
+    const { notes, pin } = fromFlags;
+    const cfg = typeof opts.policyUrl === 'string' ? await withServedModel(fromFlags.cfg, { configGiven: opts.config !== undefined, notes }) : fromFlags.cfg;
     for (const n of notes) if (!opts.json) console.error(`halo: ${n}`);
     await preflightTasks(cfg.episode.env, cfg.mcts.tasks, pin, `MCTS run ${cfg.mcts.runId}`);
     const runId = cfg.mcts.runId;
