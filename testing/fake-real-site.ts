@@ -14,6 +14,9 @@ import type { AddressInfo } from 'node:net';
  * with `to`/`cc`/`bcc` lists, `subject`, `content`, `sent`, `draft`, `spam`, `trash`, `isRead`...), plus
  * `actionhistory`, `initialstate`, `finalstate`, `state`, `ui.snackbar.message`.
  * A second server on another port is the "external" origin for the navigation-blocking tests.
+ * Switches make it differ from what a lenient harness gets away with (each a difference from agisdk's harness
+ * that test/integration/real-scoring.test.ts shows): a /finish that renders or loads slowly, a Send behind
+ * `confirm()`, a To field that opens with a value, and an undo-send outbox that a second tab's boot writes back.
  */
 
 export interface FakeRequest {
@@ -55,6 +58,13 @@ export interface FakeRealSite {
   composeTo: string;
   /** Added before the /finish page's answer only: a /finish that loads slowly while the rest of the site is fast. */
   finishLatencyMs: number;
+  /**
+   * Undo send, in a persisted-state app: Send puts the message in an outbox, and the agent's tab delivers it
+   * this many ms later, working on the persisted state (a store synced across tabs). The app booting meanwhile in
+   * a second tab (/finish) returns outbox messages to drafts and writes its state back, so a read of /finish
+   * during the window changes what the eval judges. 0: sent at once.
+   */
+  outboxMs: number;
   /** Requests for one path. */
   hits(path: string): FakeRequest[];
   close(): Promise<void>;
@@ -159,8 +169,17 @@ document.getElementById('status').textContent = 'Configured ' + store.config.tas
 `;
 
 const FINISH_JS = String.raw`
+// Booted in a second tab, the app owns no composer: a message still in the outbox goes back to drafts, and the
+// rehydrated state is written back, as redux-persist does after every rehydration.
+function recoverOutbox(s) {
+  var moved = 0;
+  s.current.email.emails.forEach(function (e) { if (e.outbox) { e.outbox = false; e.draft = true; e.labels = ['drafts']; moved++; } });
+  if (moved) record(s, 'email/recoverOutbox', { count: moved });
+  saveStore(s);
+}
 setTimeout(function () {
   var s = loadStore();
+  if (window.__OUTBOX_MS > 0) recoverOutbox(s);
   var out = finishJson(s);
   if (!window.__MEMORY_STATE) {
     document.getElementById('finish').textContent = JSON.stringify(out, null, 2);
@@ -188,6 +207,18 @@ function el(tag, attrs, children) {
   for (var k in attrs) { if (k === 'text') e.textContent = attrs[k]; else e.setAttribute(k, attrs[k]); }
   (children || []).forEach(function (c) { e.appendChild(c); });
   return e;
+}
+// Delivery reads the persisted state, as a store synced across tabs does: what another tab wrote counts.
+function deliver(id) {
+  store = loadStore();
+  var e = store.current.email.emails.filter(function (x) { return x.id === id; })[0];
+  if (e && e.outbox) {
+    e.outbox = false; e.sent = true; e.labels = ['sent'];
+    store.current.ui.snackbar = { open: true, message: 'Message sent' };
+    record(store, 'email/deliver', { id: id });
+    saveStore(store);
+  }
+  render();
 }
 function render() {
   var main = document.getElementById('app');
@@ -232,12 +263,15 @@ function render() {
         isRead: true, starred: false, sent: true, draft: false, spam: false, trash: false, archived: false,
         labels: ['sent']
       };
+      var undo = window.__OUTBOX_MS > 0;
+      if (undo) { email.sent = false; email.outbox = true; email.labels = ['outbox']; }
       s.email.emails.push(email);
-      s.ui.snackbar = { open: true, message: 'Message sent' };
+      s.ui.snackbar = { open: true, message: undo ? 'Sending… Undo' : 'Message sent' };
       record(store, 'email/sendEmail', { id: email.id });
       saveStore(store);
       composing = false;
       render();
+      if (undo) setTimeout(function () { deliver(email.id); }, window.__OUTBOX_MS);
     });
     main.appendChild(form);
   }
@@ -310,6 +344,7 @@ export async function startFakeRealSite(
     confirmSend?: boolean;
     composeTo?: string;
     finishLatencyMs?: number;
+    outboxMs?: number;
     /** Serve `/bounce?to=<url>`: a 302 to any URL (the egress tests' open redirect). */
     openRedirect?: boolean;
   } = {},
@@ -338,6 +373,7 @@ export async function startFakeRealSite(
     confirmSend: opts.confirmSend ?? false,
     composeTo: opts.composeTo ?? '',
     finishLatencyMs: opts.finishLatencyMs ?? 0,
+    outboxMs: opts.outboxMs ?? 0,
     hits: (path: string) => requests.filter((r) => r.path === path),
     close: async () => {
       await closeServer(server);
@@ -369,7 +405,7 @@ export async function startFakeRealSite(
       return;
     }
     if (path === '/finish') {
-      const delay = `window.__FINISH_DELAY_MS = ${JSON.stringify(site.finishDelayMs)}; window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)};`;
+      const delay = `window.__FINISH_DELAY_MS = ${JSON.stringify(site.finishDelayMs)}; window.__MEMORY_STATE = ${JSON.stringify(site.memoryState)}; window.__OUTBOX_MS = ${JSON.stringify(site.outboxMs)};`;
       sendHtml(res, page('Finish', '<pre id="finish">Loading state…</pre>', [delay, COMMON_JS, FINISH_JS]));
       return;
     }
@@ -399,7 +435,7 @@ export async function startFakeRealSite(
       // `<` escaped: a notice may spell `</script>`.
       const extras =
         `window.__NOTICES = ${JSON.stringify(site.notices).replace(/</g, '\\u003c')}; window.__SEARCH_BOX = ${JSON.stringify(site.searchBox)}; ` +
-        `window.__CONFIRM_SEND = ${JSON.stringify(site.confirmSend)}; window.__COMPOSE_TO = ${JSON.stringify(site.composeTo).replace(/</g, '\\u003c')};`;
+        `window.__CONFIRM_SEND = ${JSON.stringify(site.confirmSend)}; window.__OUTBOX_MS = ${JSON.stringify(site.outboxMs)}; window.__COMPOSE_TO = ${JSON.stringify(site.composeTo).replace(/</g, '\\u003c')};`;
       sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, extras, COMMON_JS, APP_JS]));
       return;
     }

@@ -36,6 +36,7 @@ function plainSite(): void {
   site.finishLatencyMs = 0;
   site.confirmSend = false;
   site.composeTo = '';
+  site.outboxMs = 0;
 }
 
 function input(episodeId: string, scoring: RealScoring, task = TASK): StartSessionInput {
@@ -64,14 +65,14 @@ const SCRIPT: ((axtree: string) => Action)[] = [
 ];
 
 /** The scripted agent's whole episode under one scoring; returns its last step (the answer's verdict). */
-async function play(episodeId: string, scoring: RealScoring, task = TASK): Promise<StepSessionResult & { finishLoads: number }> {
+async function play(episodeId: string, scoring: RealScoring, task = TASK, script = SCRIPT): Promise<StepSessionResult & { finishLoads: number }> {
   const finishBefore = site.hits('/finish').length;
   const start = await manager.start(input(episodeId, scoring, task));
   let axtree = (await blobs.get(start.observation.axtreeRef)).toString('utf8');
   let rewardState = start.rewardState;
   let out: StepSessionResult | undefined;
   try {
-    for (const [index, pick] of SCRIPT.entries()) {
+    for (const [index, pick] of script.entries()) {
       out = await manager.step({ sessionId: start.sessionId, index, action: pick(axtree), rewardState });
       assert.equal(out.actionError, undefined, `step ${index} (${scoring})`);
       rewardState = out.rewardState;
@@ -167,4 +168,22 @@ test('an unscorable task (empty eval script): training refuses it, official play
   const official = await play('unscorable-official', 'official', 'gocalendar-11');
   assert.equal(official.success, false);
   assert.equal(official.reward, 0);
+});
+
+test('a persisted-state app that writes back when /finish boots in a second tab: training reads change the judged state, official reads do not', async () => {
+  plainSite();
+  // Undo send: the message waits in the outbox; an agent that waits past the window before answering has sent it.
+  site.outboxMs = 4_000;
+  const waitThenAnswer = [...SCRIPT.slice(0, 5), (): Action => ({ type: 'wait', seconds: 7 }), SCRIPT[5]];
+  try {
+    const training = await play('write-back-training', 'training', TASK, waitThenAnswer);
+    const official = await play('write-back-official', 'official', TASK, waitThenAnswer);
+    assert.equal(official.success, true, official.reason ?? '');
+    assert.equal(training.success, false, 'the read after Send booted the app in the background tab, which wrote the message back as a draft');
+    assert.ok(training.finalStateRef);
+    const state = JSON.parse((await blobs.get(training.finalStateRef)).toString('utf8')) as { actionhistory: { type: string }[] };
+    assert.ok(state.actionhistory.some((a) => a.type === 'email/recoverOutbox'));
+  } finally {
+    plainSite();
+  }
 });
