@@ -16,8 +16,8 @@ decoding) is scored under the same per-position masks (grammar.py), for the poli
 so both are distributions over the tokens the sampler could have picked.
 
 Packed (the default): the pairs of one prompt (the siblings of one search node) share it, and its pairs are
-chunked as the memory plan fits them (memory.plan_dpo; at mcts-real's shape one chunk per prompt, with gradient
-checkpointing where the prompt's pairs would otherwise need several). Per prompt the frozen ViT runs once; per
+chunked as the memory plan fits them (memory.plan_dpo; at mcts-real's shape one chunk per prompt, with as many
+decoder layers checkpointed as the budget needs where the prompt's pairs would otherwise need several chunks). Per prompt the frozen ViT runs once; per
 chunk one packed sequence (logprobs.packed_layout: the prompt once, the chosen and rejected completions of its
 pairs after it) runs twice: no grad with the adapter disabled (the reference), then forward+backward with the
 LoRA weights as bf16 working copies (grpo.LoraWorkingCopy). Policy and reference see the same layout, so with
@@ -48,7 +48,7 @@ from .logprobs import (
     packed_group_logprobs,
     packed_layout,
 )
-from .memory import DpoPlan, MemoryModel, PairShape, plan_dpo
+from .memory import DpoPlan, MemoryModel, PairShape, forward_units, plan_dpo
 from .prompts import EncodedPrompt
 
 
@@ -138,20 +138,24 @@ def dpo_backward(
     plan: DpoPlan,
     packed: bool = True,
     on_progress: Callable[[], None] | None = None,
+    only: set[int] | None = None,
 ) -> DpoPass:
-    """Accumulate d(loss)/d(LoRA) into .grad over the plan's chunks (see the module's docstring)."""
+    """Accumulate d(loss)/d(LoRA) into .grad over the plan's chunks (see the module's docstring); `only`: the
+    indices of the plan's groups to run (a data-parallel rank's shard), the other pairs' z and pi stay 0."""
     n = len(samples)
     out = DpoPass(z=[0.0] * n, pi=[(0.0, 0.0)] * n)
     params = [p for p in policy.model.parameters() if p.requires_grad]
     with LoraWorkingCopy(params, policy.dtype if packed else params[0].dtype) as work:
-        for group in plan.groups:
+        for gi, group in enumerate(plan.groups):
+            if only is not None and gi not in only:
+                continue
             prompt = samples[group.chunks[0][0]].prompt
             feats = image_features(policy, prompt) if packed else None
-            for rows in group.chunks:
+            for ci, rows in enumerate(group.chunks):
                 lay = packed_layout(policy, prompt, _completions(samples, rows)[0], feats) if packed else None
                 with torch.no_grad(), policy.model.disable_adapter():
                     ref = _pair_logprobs(policy, samples, rows, lay).float()
-                with checkpointed_layers(policy, group.checkpointed), compiled_stance(policy):
+                with checkpointed_layers(policy, group.checkpointed_layers(ci)), compiled_stance(policy):
                     pi = _pair_logprobs(policy, samples, rows, lay)
                     losses, z = dpo_loss(pi[:, 0], pi[:, 1], ref[:, 0], ref[:, 1], beta)
                     loss = losses.sum() / n  # mean over all pairs of the batch, accumulated chunk by chunk
@@ -167,6 +171,42 @@ def dpo_backward(
     return out
 
 
+def shard_groups(samples: list[DpoSample], plan: DpoPlan, ranks) -> set[int]:
+    """This rank's prompt groups of the plan, spread over the ranks by their compute (memory.forward_units)."""
+    from .distributed import owners
+
+    cost = [
+        sum(
+            forward_units(
+                len(samples[c[0]].prompt) + sum(len(samples[r].chosen) + len(samples[r].rejected) for r in c),
+                g.checkpointed_layers(i),
+                plan.decoder_layers,
+            )
+            for i, c in enumerate(g.chunks)
+        )
+        for g in plan.groups
+    ]
+    return {gi for gi, r in enumerate(owners(cost, ranks.world)) if r == ranks.rank}
+
+
+def _sharded_backward(policy, samples, beta, plan, packed, on_progress, ranks) -> DpoPass:
+    from .distributed import digest
+
+    n = len(samples)
+    error, res = None, DpoPass(z=[0.0] * n, pi=[(0.0, 0.0)] * n)
+    try:
+        mine = shard_groups(samples, plan, ranks)
+        res = dpo_backward(policy, samples, beta=beta, plan=plan, packed=packed, on_progress=on_progress, only=mine)
+    except Exception as e:  # noqa: BLE001 - every rank must hear of it before the collectives
+        error = e
+    shapes = [[s.prompt_key, len(s.prompt), len(s.chosen), len(s.rejected)] for s in samples]
+    ranks.settle(error, digest([shapes, [g.chunks for g in plan.groups]]))
+    ranks.reduce_gradients([p for p in policy.model.parameters() if p.requires_grad])
+    # Each pair ran on one rank and is 0 on the others: the sums are the pairs' values.
+    flat = ranks.sum([res.loss, *res.z, *(v for pair in res.pi for v in pair)])
+    return DpoPass(loss=flat[0], z=flat[1 : n + 1], pi=[(flat[n + 1 + 2 * i], flat[n + 2 + 2 * i]) for i in range(n)])
+
+
 def dpo_step(
     policy,
     optimizer,
@@ -178,14 +218,19 @@ def dpo_step(
     packed: bool = True,
     plan: DpoPlan | None = None,
     on_progress: Callable[[], None] | None = None,
+    ranks=None,
 ) -> DpoStats:
     """One optimiser step on the batch; `plan` (plan_chunks) sets the chunks, else `pairs_per_chunk` without a
-    memory budget."""
+    memory budget. With `ranks` (distributed.Ranks) this rank runs its shard of the plan's prompt groups, and the
+    gradients and per-pair results are summed over the ranks before the step (the same step on every rank)."""
     t0 = time.monotonic()
     n = len(samples)
     plan = plan or plan_chunks(policy, samples, pairs_per_chunk, packed)
     optimizer.zero_grad(set_to_none=True)
-    res = dpo_backward(policy, samples, beta=beta, plan=plan, packed=packed, on_progress=on_progress)
+    if ranks is None:
+        res = dpo_backward(policy, samples, beta=beta, plan=plan, packed=packed, on_progress=on_progress)
+    else:
+        res = _sharded_backward(policy, samples, beta, plan, packed, on_progress, ranks)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     return DpoStats(
         loss=res.loss,

@@ -221,16 +221,18 @@ def reference_logprobs(
     prefix_sharing: bool = True,
     on_progress: Callable[[], None] | None = None,
     layouts: dict[int, PackedLayout] | None = None,
+    chunks: list[list[int]] | None = None,
 ) -> torch.Tensor:
     """(B, L) log-probs with the LoRA adapter disabled (the frozen base policy), no gradient.
 
     With prefix sharing each chunk of a group is one packed sequence (prompt once, completions after it).
-    `layouts` (first row of a chunk -> its packed layout) lets the caller reuse the layouts it built.
+    `layouts` (first row of a chunk -> its packed layout) lets the caller reuse the layouts it built; `chunks`
+    (default: every chunk of the batch) the rows to compute, the others stay 0.
     """
     L = max(len(s.ids) for s in samples)
     ref = torch.zeros((len(samples), L), dtype=torch.float32, device=policy.device)
     with torch.no_grad(), policy.model.disable_adapter():
-        for rows in _chunks(samples, chunk, prefix_sharing):
+        for rows in chunks if chunks is not None else _chunks(samples, chunk, prefix_sharing):
             ids = [samples[r].ids for r in rows]
             masks = [samples[r].bitmask for r in rows]
             if prefix_sharing:
@@ -302,8 +304,11 @@ def grpo_backward(
     ratios: RatioStats | None = None,
     token_stats: TokenStats | None = None,
     weight_cap: float | None = None,
+    only: set[int] | None = None,
 ) -> tuple[float, int]:
     """Accumulate d(loss)/d(LoRA) into .grad; returns (loss, completion tokens); `ratios` collects ratio stats.
+    `only`: the indices of the chunks (`_chunks`) to run, a data-parallel rank's shard; the loss is still
+    normalised by the whole batch, so the shards' gradients sum to the whole batch's.
 
     prefix_sharing=True: every chunk of up to `micro_batch` completions of one prompt is one packed sequence
     (prompt once, then the completions, block attention mask), run once without the adapter for the KL
@@ -316,6 +321,8 @@ def grpo_backward(
     norm = dr_grpo_denominator(B, max_completion_len, L)
     adv, old, dropped = _row_table(samples, L, dev)
     chunks = _chunks(samples, micro_batch, prefix_sharing)
+    if only is not None:
+        chunks = [c for j, c in enumerate(chunks) if j in only]
     layouts = None
     if prefix_sharing:
         layouts = {}
@@ -324,7 +331,7 @@ def grpo_backward(
             if on_progress:
                 on_progress()
     ref = (
-        reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts)
+        reference_logprobs(policy, samples, temperature, micro_batch, prefix_sharing, on_progress, layouts, chunks)
         if kl_coef != 0
         else None
     )
@@ -391,6 +398,42 @@ def apply_gradients(policy, optimizer, max_grad_norm: float) -> float:
     return grad_norm
 
 
+def shard_chunks(samples: list[GrpoSample], micro_batch: int, prefix_sharing: bool, ranks) -> set[int]:
+    """This rank's chunks: whole prompt groups (packed; padded: single chunks), spread by their tokens."""
+    from .distributed import owners
+
+    chunks = _chunks(samples, micro_batch, prefix_sharing)
+    unit = [samples[c[0]].prompt_key if prefix_sharing else str(j) for j, c in enumerate(chunks)]
+    cost: dict[str, float] = {}
+    for u, c in zip(unit, chunks):
+        cost[u] = cost.get(u, 0.0) + len(samples[c[0]].prompt) + sum(len(samples[i].ids) for i in c)
+    owner = dict(zip(cost, owners(list(cost.values()), ranks.world)))
+    return {j for j, u in enumerate(unit) if owner[u] == ranks.rank}
+
+
+def _reduce_stats(ranks, loss: float, ratios: RatioStats, ts: TokenStats) -> float:
+    """Every rank's sums of the statistics (and the max |log-ratio|), into its own; returns the batch's loss."""
+    sums = ranks.sum(
+        [
+            loss,
+            ratios.tokens,
+            ratios.clipped,
+            ratios.capped,
+            ratios.abs_log_ratio_sum,
+            ratios.ratio_sum,
+            ts.tokens,
+            ts.nll_sum,
+            ts.kl_sum or 0.0,
+            float(ts.kl_sum is not None),
+        ]
+    )
+    (ratios.max_abs_log_ratio,) = ranks.max([ratios.max_abs_log_ratio])
+    loss, tok, clipped, capped, ratios.abs_log_ratio_sum, ratios.ratio_sum, ttok, ts.nll_sum, kl, has_kl = sums
+    ratios.tokens, ratios.clipped, ratios.capped, ts.tokens = int(tok), int(clipped), int(capped), int(ttok)
+    ts.kl_sum = kl if has_kl else None
+    return loss
+
+
 def grpo_step(
     policy,
     optimizer,
@@ -405,13 +448,14 @@ def grpo_step(
     prefix_sharing: bool = True,
     on_progress: Callable[[], None] | None = None,
     weight_cap: float | None = None,
+    ranks=None,
 ) -> GrpoStats:
+    """One optimiser step on the batch; with `ranks` (distributed.Ranks) this rank's shard of it, the gradients and
+    statistics summed over the ranks before the step (the same step on every rank)."""
     t0 = time.monotonic()
     optimizer.zero_grad(set_to_none=True)
     ratios, token_stats = RatioStats(), TokenStats()
-    loss, tokens = grpo_backward(
-        policy,
-        samples,
+    backward = dict(
         clip_eps=clip_eps,
         kl_coef=kl_coef,
         temperature=temperature,
@@ -423,6 +467,20 @@ def grpo_step(
         token_stats=token_stats,
         weight_cap=weight_cap,
     )
+    if ranks is None:
+        loss, tokens = grpo_backward(policy, samples, **backward)
+    else:
+        from .distributed import digest
+
+        error, loss, tokens = None, 0.0, 0
+        try:
+            mine = shard_chunks(samples, micro_batch, prefix_sharing, ranks)
+            loss, tokens = grpo_backward(policy, samples, only=mine, **backward)
+        except Exception as e:  # noqa: BLE001 - every rank must hear of it before the collectives
+            error = e
+        ranks.settle(error, digest([[s.prompt_key, len(s.prompt), len(s.ids), s.advantage] for s in samples]))
+        ranks.reduce_gradients([p for p in policy.model.parameters() if p.requires_grad])
+        loss = _reduce_stats(ranks, loss, ratios, token_stats)
     grad_norm = apply_gradients(policy, optimizer, max_grad_norm)
     denominator = dr_grpo_denominator(len(samples), max_completion_len, max(len(s.ids) for s in samples))
     return GrpoStats(

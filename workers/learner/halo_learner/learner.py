@@ -25,12 +25,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from . import adapters, retention
 from .adapters import check_model
-from .batches import InvalidBatch, dpo_samples, grpo_samples
+from .batches import InvalidBatch
 from .blobs import BlobStore
-from .dpo import DpoSample, dpo_step, plan_chunks
+from .dpo import DpoSample, plan_chunks
 from .grammar import Grammars
-from .grpo import GrpoSample, grpo_step
+from .grpo import GrpoSample
 from .logprobs import check_block_mask_attention, compile_packed_layers
+from .distributed import Ranks
+from .steps import RankSteps
 from .memory import DpoPlan, MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
 from .models import Policy, load_policy
 from .payloads import (
@@ -47,7 +49,7 @@ from .payloads import (
     Prompt,
     PromptTokenIds,
 )
-from .prompts import PromptCache, completion_ids_from_text, encode_prompt
+from .prompts import encode_prompt
 from .sampling import SampleRequest, Sampled, sample_batch, stop_ids
 
 log = logging.getLogger("halo_learner")
@@ -74,7 +76,7 @@ class Settings:
         )
 
 
-class Learner:
+class Learner(RankSteps):
     def __init__(
         self,
         policy: Policy,
@@ -82,8 +84,12 @@ class Learner:
         checkpoints: Path | None = None,
         settings: Settings | None = None,
         oom_hints: OomHints | None = None,
+        ranks: Ranks | None = None,
     ):
         self.policy = policy
+        # Data-parallel (distributed.py): this learner leads when rank 0, and follows through follower.py otherwise.
+        self.ranks = ranks
+        self.followers_hold: tuple[str, int] | None = None  # the version every other rank holds in memory
         self.blobs = blobs or BlobStore()
         self.checkpoints = checkpoints
         self.settings = settings or Settings.from_env()
@@ -166,6 +172,8 @@ class Learner:
         )
         self.resident = (run_id, version) if not reused else None
         self.optimizer_synced = not reused
+        if self.ranks is not None and not reused:
+            self.followers_hold = (run_id, version)
         self.planned = None
         try:
             retention.prune_after_update(self.checkpoints, run_id, self.settings.keep_last)
@@ -261,38 +269,18 @@ class Learner:
                 "changes from batch to batch; write the run's policy.maxTokens into the batch",
                 inp.batch_ref,
             )
-        self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-        # Encoding a large batch's screenshots takes seconds before the first chunk: heartbeat through it too.
-        preparing = (lambda: progress({"phase": "update_policy", "stage": "prepare"})) if progress else None
-        prep = grpo_samples(
-            batch,
-            PromptCache(self.policy.processor, self.blobs),
-            self.policy.tokenizer,
-            self._sampled_tokens,
-            self._prompt_token_ids,
-            lambda ref, ids: self.grammars.completion_bitmask(ref, ids),
-            preparing,
-            retokenise=completion_ids_from_text,
-        )
+        self._announce("update_policy", inp)
+        try:
+            self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
+            prep = self.prepare_grpo(batch, progress)
+            plan = self._plan(inp.batch_ref, prep.samples)
+        except BaseException:
+            self._post_plan(None)
+            raise
+        self._post_plan(plan.micro_batch)
         samples, retok = prep.samples, prep.retokenized
-        plan = self._plan(inp.batch_ref, samples)
         beat = _beater(progress, "update_policy", len(samples), micro_batch=plan.micro_batch)
-        self.resident = None  # weights are about to change; unknown until committed
-        self._set_lr(hp.learning_rate)
-        stats = grpo_step(
-            self.policy,
-            self.optimizer,
-            samples,
-            clip_eps=hp.clip_epsilon,
-            kl_coef=hp.kl_coef,
-            temperature=hp.temperature,
-            max_grad_norm=hp.max_grad_norm,
-            max_completion_len=batch.max_completion_len,
-            micro_batch=plan.micro_batch,
-            prefix_sharing=self.settings.prefix_sharing,
-            on_progress=beat,
-            weight_cap=hp.stale_weight_cap,
-        )
+        stats = self.grpo_update(inp, batch, samples, plan.micro_batch, beat)
         ratios, ts = stats.ratios, stats.token_stats
         update_stats = dict(
             kl=ts.kl,
@@ -387,31 +375,18 @@ class Learner:
                 accuracy=m.get("accuracy", 0.0),
             )
         batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
-        self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-        preparing = (lambda: progress({"phase": "update_dpo", "stage": "prepare"})) if progress else None
-        prep = dpo_samples(
-            batch,
-            PromptCache(self.policy.processor, self.blobs),
-            self.policy.tokenizer,
-            self._sampled_tokens,
-            lambda ref, ids: self.grammars.completion_bitmask(ref, ids),
-            preparing,
-        )
+        self._announce("update_dpo", inp)
+        try:
+            self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
+            prep = self.prepare_dpo(batch, progress)
+            plan = self._plan_dpo(inp.batch_ref, prep.samples)
+        except BaseException:
+            self._post_plan(None)
+            raise
+        self._post_plan(plan.to_json())
         samples = prep.samples
-        plan = self._plan_dpo(inp.batch_ref, samples)
         beat = _beater(progress, "update_dpo", len(samples), micro_batch=plan.pairs_per_chunk)
-        self.resident = None
-        self._set_lr(hp.learning_rate)
-        stats = dpo_step(
-            self.policy,
-            self.optimizer,
-            samples,
-            beta=hp.beta,
-            max_grad_norm=hp.max_grad_norm,
-            packed=self.settings.prefix_sharing,
-            plan=plan,
-            on_progress=beat,
-        )
+        stats = self.dpo_update(inp, samples, plan, beat)
         if stats.logged_refs_ignored:
             log.info(
                 "update_dpo %s v%d: %d pairs carried logged reference log-probs; the reference is the base "

@@ -509,23 +509,27 @@ def _masked_packed(
 
 
 @contextlib.contextmanager
-def checkpointed_layers(policy, on: bool = True):
-    """Gradient checkpointing of the language model's decoder layers for the passes run inside: each layer keeps
-    only its input and is recomputed (non-reentrant torch.utils.checkpoint) when the backward reaches it. The
-    layers' own `training` flag turns transformers' checkpointing on; their submodules stay in eval mode (no
-    dropout anywhere: LoRA dropout is 0, attention dropout applies in training mode only and is 0 too)."""
-    if not on:
+def checkpointed_layers(policy, layers: int | bool = True):
+    """Gradient checkpointing of the language model's first `layers` decoder layers (True: all of them) for the
+    passes run inside: each keeps only its input and is recomputed (non-reentrant torch.utils.checkpoint) when the
+    backward reaches it. The first ones, because the backward reaches them last, when the activations of the layers
+    after them are already freed: their recompute adds nothing to the peak (memory.py). The layers' own `training`
+    flag turns transformers' checkpointing on; their submodules stay in eval mode (no dropout anywhere: LoRA dropout
+    is 0, attention dropout applies in training mode only and is 0 too)."""
+    stack = hf_model(policy).model.language_model.layers
+    n = len(stack) if layers is True else int(layers)
+    if n <= 0:
         yield
         return
-    layers = hf_model(policy).model.language_model.layers
-    saved = [(layer.gradient_checkpointing, layer.training) for layer in layers]
+    chosen = list(stack)[:n]
+    saved = [(layer.gradient_checkpointing, layer.training) for layer in chosen]
     ckpt = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
     try:
-        for layer in layers:
+        for layer in chosen:
             layer.gradient_checkpointing, layer.training, layer._gradient_checkpointing_func = True, True, ckpt
         yield
     finally:
-        for layer, (gc, training) in zip(layers, saved):
+        for layer, (gc, training) in zip(chosen, saved):
             layer.gradient_checkpointing, layer.training = gc, training
 
 

@@ -15,13 +15,23 @@ on the packed path (bf16 LoRA working copies), 10.9 MB on the padded path (peft'
 `HALO_ACT_BYTES_PER_TOKEN` overrides both.
 
 A DPO update (`plan_dpo`) chunks pairs, never splitting one (its loss needs both log-probs), one prompt per
-chunk (a packed sequence of the prompt and the chosen and rejected completions of some of its pairs). A prompt
-whose pairs fit one chunk gets one; otherwise, when gradient checkpointing fits them into fewer chunks, they
-are planned checkpointed: each decoder layer keeps only its input (`checkpointed_bytes_per_token`) and is
-recomputed in the backward (one more forward: a third more compute than the reference and gradient passes,
-against one more prompt pass and one more round of kernel launches per extra chunk). Chunks are filled
-first-fit decreasing. A completion scored under a grammar adds its allowed-token table and masked logits.
-At mcts-real's shape on an H100 (bench/learner_dpo.py, 2026-11-26): estimated 25.7 GiB, measured 24.1.
+chunk (a packed sequence of the prompt and the chosen and rejected completions of some of its pairs). Chunks are
+filled first-fit decreasing. A prompt whose pairs fit one chunk with every activation kept gets one. Otherwise two
+plans are weighed: the plain one (more chunks, each repeating the prompt in all three passes and paying its own
+round of kernel launches), and the fewest chunks that fit with every decoder layer checkpointed, each then
+checkpointing only as many of its layers as it needs to fit the budget (the first n: by the time the backward
+reaches them the other layers' activations are freed, so their recompute adds nothing to the peak). A
+checkpointed layer keeps only its input (`checkpoint_input_bytes`) and is recomputed in the backward: one more
+forward of that layer. The cheaper plan in forward-token units wins: 4 per token (reference, forward, a backward
+of two) plus n/L per token for n checkpointed layers of L. Checkpointing whole chunks only (as before) left a third
+of the budget unused at mcts-real's shape (24.1 of 39.6 GiB) and recomputed every layer. A completion scored under
+a grammar adds its allowed-token table and masked logits.
+
+Estimate error: plans fill the budget up to HEADROOM_BYTES (2 GiB) below it. Measured against it, the activation
+model errs high, not low (GRPO packed 35.5 GiB estimated, 34.9 measured; DPO fully checkpointed 25.7 / 24.1), so
+the 2 GiB are what the estimate may be low by (about 10 % of the ~20 GiB of activations and logits a chunk holds
+at mcts-real's shape) on top of the CUDA context and allocator slack; an out-of-memory failure still falls back to
+the halving below.
 
 An out-of-memory failure halves the chunk size for the retry of the same batch (a hint persisted under
 HALO_HOME and carried in heartbeat details), so a retry never repeats the failure that preceded it.
@@ -60,9 +70,10 @@ DEFAULT_VLLM_UTILIZATION = 0.5
 @dataclass
 class MemoryModel:
     resident_bytes: int
-    act_bytes_per_token: float
+    act_bytes_per_token: float  # every decoder layer's activations kept
     vocab: int
-    checkpointed_bytes_per_token: float = 0.0
+    layers: int = 1  # decoder layers
+    checkpoint_input_bytes: float = 0.0  # per token and checkpointed layer: the input it is recomputed from
 
     @classmethod
     def from_policy(cls, policy, packed: bool = True) -> "MemoryModel":
@@ -81,14 +92,23 @@ class MemoryModel:
             resident_bytes=int(resident),
             act_bytes_per_token=per_token,
             vocab=cfg.vocab_size,
-            checkpointed_bytes_per_token=CHECKPOINT_BYTES_PER_UNIT_PER_LAYER * cfg.hidden_size * cfg.num_hidden_layers
-            + CHECKPOINT_LAYERS_LIVE * per_token / cfg.num_hidden_layers,
+            layers=cfg.num_hidden_layers,
+            checkpoint_input_bytes=CHECKPOINT_BYTES_PER_UNIT_PER_LAYER * cfg.hidden_size,
         )
 
-    def chunk_bytes(self, tokens: int, kept: int, constrained: bool = False, checkpointed: bool = False) -> float:
-        per_token = self.checkpointed_bytes_per_token if checkpointed else self.act_bytes_per_token
+    def bytes_per_token(self, checkpointed_layers: int = 0) -> float:
+        """Activations kept per token with the first `checkpointed_layers` decoder layers checkpointed: their inputs,
+        the other layers' activations, and while a checkpointed layer is recomputed, it and the one its gradient
+        flows into (by then the others are freed)."""
+        n = min(max(checkpointed_layers, 0), self.layers)
+        if n == 0:
+            return self.act_bytes_per_token
+        layer = self.act_bytes_per_token / self.layers
+        return n * self.checkpoint_input_bytes + max(self.layers - n, CHECKPOINT_LAYERS_LIVE) * layer
+
+    def chunk_bytes(self, tokens: int, kept: int, constrained: bool = False, checkpointed_layers: int = 0) -> float:
         logit = LOGIT_BYTES + (GRAMMAR_LOGIT_BYTES if constrained else 0.0)
-        return self.resident_bytes + per_token * tokens + logit * kept * self.vocab
+        return self.resident_bytes + self.bytes_per_token(checkpointed_layers) * tokens + logit * kept * self.vocab
 
 
 def budget_bytes(device: torch.device) -> int | None:
@@ -158,7 +178,14 @@ class PairShape:
 @dataclass
 class DpoGroupPlan:
     chunks: list[list[int]]  # pair indices per packed sequence (reference pass, then forward+backward)
-    checkpointed: bool = False  # gradient checkpointing in the forward+backward
+    layers: list[int] | None = None  # per chunk: its first n decoder layers checkpointed (None: none)
+
+    def checkpointed_layers(self, i: int) -> int:
+        return self.layers[i] if self.layers else 0
+
+    @property
+    def checkpointed(self) -> bool:
+        return any(self.layers or ())
 
 
 @dataclass
@@ -168,6 +195,7 @@ class DpoPlan:
     peak_bytes: float  # estimated peak of the costliest chunk
     budget_bytes: int | None
     fits: bool  # False: some single pair is estimated over budget (tried anyway)
+    decoder_layers: int = 1
 
     @property
     def chunks(self) -> int:
@@ -175,18 +203,42 @@ class DpoPlan:
 
     @property
     def checkpointed(self) -> int:
-        return sum(len(g.chunks) for g in self.groups if g.checkpointed)
+        """Chunks with any layer checkpointed."""
+        return sum(1 for g in self.groups for i in range(len(g.chunks)) if g.checkpointed_layers(i))
+
+    def to_json(self) -> dict:
+        return dict(
+            groups=[{"chunks": g.chunks, "layers": g.layers} for g in self.groups],
+            pairs_per_chunk=self.pairs_per_chunk,
+            peak_bytes=self.peak_bytes,
+            budget_bytes=self.budget_bytes,
+            fits=self.fits,
+            decoder_layers=self.decoder_layers,
+        )
+
+    @classmethod
+    def from_json(cls, d: dict) -> "DpoPlan":
+        return cls(**{**d, "groups": [DpoGroupPlan(g["chunks"], g["layers"]) for g in d["groups"]]})
+
+    @property
+    def recomputed_layers(self) -> int:
+        """Decoder layers recomputed over the whole update (a chunk's checkpointed layers, summed)."""
+        return sum(g.checkpointed_layers(i) for g in self.groups for i in range(len(g.chunks)))
 
 
-def _pair_chunk_cost(model: MemoryModel, pairs: list[PairShape], rows: list[int], packed: bool, ckpt: bool) -> float:
-    prompt_len = pairs[rows[0]].prompt_len
-    constrained = any(pairs[r].constrained for r in rows)
+def _pair_chunk_tokens(pairs: list[PairShape], rows: list[int]) -> tuple[int, int]:
     lens = [n for r in rows for n in (pairs[r].chosen_len, pairs[r].rejected_len)]
+    return _chunk_shape(pairs[rows[0]].prompt_len, lens, True)
+
+
+def _pair_chunk_cost(model: MemoryModel, pairs: list[PairShape], rows: list[int], packed: bool, ckpt: int) -> float:
+    constrained = any(pairs[r].constrained for r in rows)
     if packed:
-        return model.chunk_bytes(*_chunk_shape(prompt_len, lens, True), constrained, ckpt)
+        return model.chunk_bytes(*_pair_chunk_tokens(pairs, rows), constrained, ckpt)
     # Unpacked (group_logprobs): the prompt once, its KV expanded under 2k right-padded completion rows.
+    lens = [n for r in rows for n in (pairs[r].chosen_len, pairs[r].rejected_len)]
     L = max(lens)
-    return model.chunk_bytes(prompt_len + len(lens) * L, len(lens) * (L + 1), constrained)
+    return model.chunk_bytes(pairs[rows[0]].prompt_len + len(lens) * L, len(lens) * (L + 1), constrained)
 
 
 def _first_fit(rows: list[int], size, cap: int, fits) -> list[list[int]]:
@@ -202,6 +254,11 @@ def _first_fit(rows: list[int], size, cap: int, fits) -> list[list[int]]:
     return sorted((sorted(b) for b in bins), key=lambda b: b[0])
 
 
+def forward_units(tokens: int, checkpointed_layers: int, layers: int) -> float:
+    """A chunk's compute in token-forwards: reference, forward and a backward of two, plus the recomputed layers."""
+    return tokens * (4.0 + checkpointed_layers / max(layers, 1))
+
+
 def plan_dpo(pairs: list[PairShape], cap: int, budget: int | None, model: MemoryModel, packed: bool = True) -> DpoPlan:
     """Chunks of a DPO batch under the budget (see the module's docstring), at most `cap` pairs each.
 
@@ -210,20 +267,38 @@ def plan_dpo(pairs: list[PairShape], cap: int, budget: int | None, model: Memory
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(pairs):
         groups.setdefault(p.group, []).append(i)
+    L = max(model.layers, 1)
 
-    def fits(rows: list[int], ckpt: bool = False) -> bool:
+    def fits(rows: list[int], ckpt: int = 0) -> bool:
         return budget is None or _pair_chunk_cost(model, pairs, rows, packed, ckpt) + HEADROOM_BYTES <= budget
 
     def size(r: int) -> int:
         return pairs[r].chosen_len + pairs[r].rejected_len
+
+    def least_layers(rows: list[int]) -> int:
+        """The fewest checkpointed layers with which the chunk fits (the most that help when none does)."""
+        # Past L - CHECKPOINT_LAYERS_LIVE a further checkpointed layer saves nothing: two stay live in the recompute.
+        lo, hi = 0, L - CHECKPOINT_LAYERS_LIVE if L > CHECKPOINT_LAYERS_LIVE else L
+        while lo < hi:  # below hi the estimate falls as n grows (a checkpointed layer keeps less than a whole one)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(rows, mid) else (mid + 1, hi)
+        return lo
+
+    def units(chunks: list[list[int]], layers: list[int]) -> float:
+        return sum(forward_units(_pair_chunk_tokens(pairs, c)[0], n, L) for c, n in zip(chunks, layers))
 
     cap = max(1, cap)
     out: list[DpoGroupPlan] = []
     if packed:
         for rows in groups.values():
             plain = _first_fit(rows, size, cap, fits)
-            ckpt = _first_fit(rows, size, cap, lambda b: fits(b, True)) if len(plain) > 1 else plain
-            out.append(DpoGroupPlan(ckpt, True) if len(ckpt) < len(plain) else DpoGroupPlan(plain))
+            if len(plain) == 1:
+                out.append(DpoGroupPlan(plain))
+                continue
+            fewer = _first_fit(rows, size, cap, lambda b: fits(b, L))
+            layers = [least_layers(c) for c in fewer]
+            better = units(fewer, layers) < units(plain, [0] * len(plain))
+            out.append(DpoGroupPlan(fewer, layers) if better else DpoGroupPlan(plain))
     else:
         k = cap
         while True:
@@ -232,13 +307,16 @@ def plan_dpo(pairs: list[PairShape], cap: int, budget: int | None, model: Memory
                 break
             k -= 1
         out = [DpoGroupPlan(cs) for cs in chunks]
-    peak = max(_pair_chunk_cost(model, pairs, c, packed, g.checkpointed) for g in out for c in g.chunks)
+    peak = max(
+        _pair_chunk_cost(model, pairs, c, packed, g.checkpointed_layers(i)) for g in out for i, c in enumerate(g.chunks)
+    )
     return DpoPlan(
         groups=out,
         pairs_per_chunk=max(len(c) for g in out for c in g.chunks),
         peak_bytes=peak,
         budget_bytes=budget,
         fits=budget is None or peak + HEADROOM_BYTES <= budget,
+        decoder_layers=L,
     )
 
 

@@ -9,6 +9,8 @@ HALO_LORA_RANK/ALPHA/SEED, HALO_SAMPLE_BATCH (sampling calls batched at most: 8 
 HALO_SAMPLE_BATCH_ROWS (32: completions in one batch at most), HALO_SAMPLE_WINDOW_MS (20: how long a batch waits
 for calls arriving together). SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
 (30): how long past an activity's timeout the slot may stay busy before the learner restarts itself (watchdog.py).
+HALO_LEARNER_GPUS (1): data-parallel updates over that many GPUs (distributed.py); this process is rank 0 and the
+only Temporal worker, and starts the other ranks itself (follower.py).
 An activity a killed predecessor left running is failed at startup (halo_learner/inflight.py), so its retry
 starts at once rather than after the heartbeat timeout.
 """
@@ -31,13 +33,15 @@ from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from .activities import LearnerActivities
+from .distributed import connect, gpus_from_env, rank_device, spawn_followers, watch_followers
 from .envfile import load_dotenv
 from .inflight import InflightLedger, release_orphan
-from .models import tiny_seed
+from .follower import follow
+from .models import load_policy, tiny_seed
 from .learner import Learner
 from .paths import halo_home
 from .prompt_text import unlisted_added_tokens
-from .watchdog import SlotWatch, Watchdog, event_path
+from .watchdog import SlotWatch, Watchdog, event_path, restart_in_place
 
 log = logging.getLogger("halo_learner.worker")
 
@@ -140,6 +144,39 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
         async with worker:
             await stop.wait()
             log.info("shutting down")
+    if learner.ranks is not None:
+        learner.ranks.close()
+
+
+def learner_factory(env=os.environ) -> Callable[[], Learner]:
+    """Learner.from_env on one GPU; with HALO_LEARNER_GPUS=k, this rank's learner on its own GPU, joined to the
+    others (rank 0 starts ranks 1..k-1 first, so they load their models while it loads its own)."""
+    world = gpus_from_env(env)
+    if world == 1:
+        return Learner.from_env
+    rank = int(env.get("HALO_LEARNER_RANK") or 0)
+    if rank == 0:
+        address, procs = spawn_followers(world)
+    else:
+        address, procs = env["HALO_LEARNER_MASTER"], []
+
+    def make() -> Learner:
+        device = rank_device(rank)
+        policy = load_policy(device=device)
+        ranks = connect(rank, world, address, device)
+        ranks.followers = procs
+        if rank == 0:
+
+            def restart() -> None:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                restart_in_place()
+
+            watch_followers(ranks, restart)
+        return Learner(policy, ranks=ranks)
+
+    return make
 
 
 def main() -> int:
@@ -158,7 +195,13 @@ def main() -> int:
         torch_threads = "1"
     if torch_threads:
         torch.set_num_threads(int(torch_threads))
-    asyncio.run(serve(Learner.from_env))
+    make = learner_factory()
+    if int(os.environ.get("HALO_LEARNER_RANK") or 0) > 0:
+        learner = make()
+        follow(learner)
+        learner.ranks.close()
+        return 0
+    asyncio.run(serve(make))
     return 0
 
 

@@ -195,27 +195,34 @@ def _textbook_grads(policy, samples, beta):
     return float(loss.detach()), torch.cat([p.grad.flatten() for p in policy.trainable_parameters().values()])
 
 
-def _dpo_grads(policy, samples, beta, packed, cap, checkpointed=False):
+def _dpo_grads(policy, samples, beta, packed, cap, checkpointed: bool | int = False):
+    """Loss, gradient, plan, and per decoder layer how often it ran (`checkpointed`: its first n layers, True: all)."""
     from halo_learner.dpo import dpo_backward, plan_chunks
 
     policy.model.zero_grad(set_to_none=True)
     plan = plan_chunks(policy, samples, cap, packed)
+    n = plan.decoder_layers if checkpointed is True else int(checkpointed)
     for g in plan.groups:
-        g.checkpointed = checkpointed
-    layer = policy.model.base_model.model.model.language_model.layers[0]
-    calls, forward = [], layer.forward
+        g.layers = [n] * len(g.chunks) if n else None
+    layers = policy.model.base_model.model.model.language_model.layers
+    calls = [0] * len(layers)
 
-    def counted(*a, **k):  # a forward hook would not see the checkpoint's recompute
-        calls.append(1)
-        return forward(*a, **k)
+    def counted(i, forward):
+        def run(*a, **k):  # a forward hook would not see the checkpoint's recompute
+            calls[i] += 1
+            return forward(*a, **k)
 
-    layer.forward = counted
+        return run
+
+    for i, layer in enumerate(layers):
+        layer.forward = counted(i, layer.forward)
     try:
         out = dpo_backward(policy, samples, beta=beta, plan=plan, packed=packed)
     finally:
-        del layer.forward
+        for layer in layers:
+            del layer.forward
     grads = torch.cat([p.grad.flatten() for p in policy.trainable_parameters().values()])
-    return out.loss, grads, plan, len(calls)
+    return out.loss, grads, plan, calls
 
 
 def test_packed_dpo_gradients_equal_the_padded_computation(policy, blobs):
@@ -233,11 +240,15 @@ def test_packed_dpo_gradients_equal_the_padded_computation(policy, blobs):
         "packed, whole groups, checkpointed": _dpo_grads(policy, samples, beta, True, 8, checkpointed=True),
         "packed, one pair per chunk": _dpo_grads(policy, samples, beta, True, 1),
         "packed, two pairs per chunk, checkpointed": _dpo_grads(policy, samples, beta, True, 2, checkpointed=True),
+        "packed, whole groups, first layer checkpointed": _dpo_grads(policy, samples, beta, True, 8, checkpointed=1),
     }
     assert [len(g.chunks) for g in runs["packed, whole groups"][2].groups] == [1, 1]
     assert [len(g.chunks) for g in runs["packed, two pairs per chunk, checkpointed"][2].groups] == [2, 1]
-    # Per chunk the first layer runs for the reference and the gradient pass, and once more when checkpointed.
-    assert runs["packed, whole groups"][3] == 2 * 2 and runs["packed, whole groups, checkpointed"][3] == 3 * 2
+    # Per chunk each layer runs for the reference and the gradient pass, and once more when checkpointed: the first
+    # n layers only, when the plan checkpoints n of them.
+    assert runs["packed, whole groups"][3] == [2 * 2, 2 * 2]
+    assert runs["packed, whole groups, checkpointed"][3] == [3 * 2, 3 * 2]
+    assert runs["packed, whole groups, first layer checkpointed"][3] == [3 * 2, 2 * 2]
     for name, (loss, g, _, _) in runs.items():
         diff = float((g - g_t).abs().max())
         rel = float((g - g_t).norm() / g_t.norm())

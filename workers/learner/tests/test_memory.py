@@ -19,6 +19,7 @@ from halo_learner.memory import (
     OomHints,
     PairShape,
     _chunk_shape,
+    forward_units,
     plan_dpo,
     plan_micro_batch,
 )
@@ -70,7 +71,7 @@ def test_oom_hints_halve_per_batch(tmp_path):
 
 def test_oom_retry_runs_a_smaller_micro_batch(learner, blobs, monkeypatch):
     """The first attempt runs out of memory at 4 completions per chunk; the retry plans 2 and succeeds."""
-    import halo_learner.learner as learner_mod
+    import halo_learner.steps as learner_mod
 
     m = messages(png_ref(blobs, 64, 64, 41), "Goal: archive the mail")
     rnd = random.Random(3)
@@ -108,7 +109,7 @@ def test_oom_retry_runs_a_smaller_micro_batch(learner, blobs, monkeypatch):
 
 
 def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
-    import halo_learner.learner as learner_mod
+    import halo_learner.steps as learner_mod
 
     m = messages(None, "Goal: x")
     ref = blobs.put_json(
@@ -130,7 +131,7 @@ def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
 
 # ---- DPO: pairs packed per prompt, never split --------------------------------------------------------------
 
-EIGHT_B_DPO = dataclasses.replace(EIGHT_B, checkpointed_bytes_per_token=(3.0 * 36 + 2 * 58.0) * 4096)
+EIGHT_B_DPO = dataclasses.replace(EIGHT_B, layers=36, checkpoint_input_bytes=3.0 * 4096)
 MCTS_REAL_BUDGET = int(39.6 * GIB)  # what vLLM at 0.5 leaves of an 80 GB H100 (bench/RESULTS.md)
 
 
@@ -144,9 +145,10 @@ def _mcts_real_pairs(lo: int = 128, hi: int = 512, seed: int = 0) -> list[PairSh
     ]
 
 
-def _cost(pairs, rows, checkpointed):
+def _cost(pairs, rows, layers: int = 0):
+    """A chunk's estimated peak with its first `layers` decoder layers checkpointed."""
     lens = [n for i in rows for n in (pairs[i].chosen_len, pairs[i].rejected_len)]
-    return EIGHT_B_DPO.chunk_bytes(*_chunk_shape(pairs[rows[0]].prompt_len, lens, True), False, checkpointed)
+    return EIGHT_B_DPO.chunk_bytes(*_chunk_shape(pairs[rows[0]].prompt_len, lens, True), False, layers)
 
 
 def test_dpo_plan_fits_the_mcts_real_shape_where_padding_cannot():
@@ -163,7 +165,7 @@ def test_dpo_plan_fits_the_mcts_real_shape_where_padding_cannot():
     # A prompt's 4 pairs of up to 512 tokens do not fit one sequence with every activation kept; checkpointed,
     # each prompt is one sequence: the prompt runs once per pass.
     assert len(plan.groups) == 16 and plan.chunks == 16 and plan.checkpointed == 16
-    assert all(_cost(pairs, c, False) + HEADROOM_BYTES > MCTS_REAL_BUDGET for c in chunks)
+    assert all(_cost(pairs, c) + HEADROOM_BYTES > MCTS_REAL_BUDGET for c in chunks)
     # The unpacked baseline repeats the prompt's activations per chunk and pads: not even one pair fits.
     fp32_lora = dataclasses.replace(EIGHT_B_DPO, act_bytes_per_token=78.0 * 4096 * 36)
     padded = plan_dpo(pairs, cap=8, budget=MCTS_REAL_BUDGET, model=fp32_lora, packed=False)
@@ -179,10 +181,58 @@ def test_dpo_plan_checkpoints_only_where_it_saves_a_chunk():
     plan = plan_dpo(many, cap=16, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
     (g,) = plan.groups
     assert g.checkpointed and 1 < len(g.chunks) < 12
-    assert all(_cost(many, c, True) + HEADROOM_BYTES <= MCTS_REAL_BUDGET for c in g.chunks)
+    assert all(_cost(many, c, 36) + HEADROOM_BYTES <= MCTS_REAL_BUDGET for c in g.chunks)
     for a in range(len(g.chunks)):
         for b in range(a + 1, len(g.chunks)):
-            assert _cost(many, g.chunks[a] + g.chunks[b], True) + HEADROOM_BYTES > MCTS_REAL_BUDGET
+            assert _cost(many, g.chunks[a] + g.chunks[b], 36) + HEADROOM_BYTES > MCTS_REAL_BUDGET
+
+
+def test_dpo_plan_uses_the_budget_checkpointing_only_the_layers_it_must():
+    """At mcts-real's shape each prompt's chunk checkpoints the fewest layers that fit: one fewer would not fit, and
+    the costliest chunk fills the budget to within one layer's activations (checkpointing every layer of every chunk
+    left a third of it unused)."""
+    pairs = _mcts_real_pairs()
+    plan = plan_dpo(pairs, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    room = MCTS_REAL_BUDGET - HEADROOM_BYTES
+    for g in plan.groups:
+        for i, c in enumerate(g.chunks):
+            n = g.checkpointed_layers(i)
+            assert 0 < n < 36 and _cost(pairs, c, n) <= room < _cost(pairs, c, n - 1)
+    # The costliest chunk is within one decoder layer's activations of the budget (less the headroom).
+    tokens = max(_pair_tokens(pairs, c) for g in plan.groups for c in g.chunks)
+    assert room - plan.peak_bytes < EIGHT_B_DPO.act_bytes_per_token / 36 * tokens
+    every_layer = max(_cost(pairs, c, 36) for g in plan.groups for c in g.chunks)
+    print(
+        f"estimated peak {plan.peak_bytes / GIB:.1f} GiB (every layer checkpointed: {every_layer / GIB:.1f}) of "
+        f"{MCTS_REAL_BUDGET / GIB:.1f}; {plan.recomputed_layers} of {16 * 36} layer passes recomputed"
+    )
+    assert plan.peak_bytes > every_layer + 8 * GIB and plan.peak_bytes + HEADROOM_BYTES <= MCTS_REAL_BUDGET
+    assert plan.recomputed_layers < 16 * 36 * 0.6
+
+
+def test_dpo_plan_prefers_more_chunks_when_the_prompt_is_cheaper_than_the_recompute():
+    """Two plain chunks repeat a 50-token prompt; one chunk would recompute a dozen layers of 1600 tokens: the plan
+    weighs the two in forward-token units and takes the cheaper, and with a screenshot prompt the other one."""
+    short = [PairShape("a", 50, 400, 400) for _ in range(4)]
+    (g,) = plan_dpo(short, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO).groups
+    assert len(g.chunks) == 2 and not g.checkpointed
+    one = _first_fit_layers(short)
+    assert forward_units(_pair_tokens(short, range(4)), one, 36) > sum(
+        forward_units(_pair_tokens(short, c), 0, 36) for c in g.chunks
+    )
+    screenshot = [PairShape("a", 1140, 400, 400) for _ in range(4)]
+    (g,) = plan_dpo(screenshot, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO).groups
+    assert len(g.chunks) == 1 and 0 < g.checkpointed_layers(0) < 36
+
+
+def _pair_tokens(pairs, rows) -> int:
+    lens = [n for i in rows for n in (pairs[i].chosen_len, pairs[i].rejected_len)]
+    return _chunk_shape(pairs[list(rows)[0]].prompt_len, lens, True)[0]
+
+
+def _first_fit_layers(pairs) -> int:
+    """The fewest layers with which all the pairs fit one chunk."""
+    return next(n for n in range(37) if _cost(pairs, list(range(len(pairs))), n) + HEADROOM_BYTES <= MCTS_REAL_BUDGET)
 
 
 def test_dpo_plan_caps_and_grammar_cost():
@@ -195,11 +245,14 @@ def test_dpo_plan_caps_and_grammar_cost():
     masked = [dataclasses.replace(p, constrained=True) for p in long]
     a = plan_dpo(long, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
     b = plan_dpo(masked, cap=8, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
-    assert b.peak_bytes > a.peak_bytes  # the allowed-token tables and masked logits are counted
+    # The allowed-token tables and masked logits are counted: the masked chunk needs more layers checkpointed.
+    assert b.recomputed_layers > a.recomputed_layers
+    tokens, kept = _chunk_shape(1000, [500] * 8, True)
+    assert EIGHT_B_DPO.chunk_bytes(tokens, kept, True, 10) > EIGHT_B_DPO.chunk_bytes(tokens, kept, False, 10)
 
 
 def test_dpo_oom_retry_halves_the_pairs_per_chunk(learner, blobs, monkeypatch):
-    import halo_learner.learner as learner_mod
+    import halo_learner.steps as learner_mod
 
     m = messages(png_ref(blobs, 64, 64, 43), "Goal: reply to the mail")
     ref = blobs.put_json(
