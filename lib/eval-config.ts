@@ -20,7 +20,7 @@ import { CREDENTIAL_NAMES, credentialEnvVar, type CredentialName } from './crede
  */
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
-export const MODE_NAMES = ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline'] as const;
+export const MODE_NAMES = ['qwen3vl_base', 'qwen3vl_grpo', 'qwen3vl_mcts', 'openai_baseline', 'gpt5_baseline'] as const;
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$/;
 const LABEL = /^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$/;
@@ -48,7 +48,7 @@ export const adapterSchema = z.union([
 ]);
 export type AdapterSpec = z.infer<typeof adapterSchema>;
 
-function qwenMode<N extends Exclude<EvalModeName, 'openai_baseline'>>(name: N, adapter: { run: string; version: number | 'latest' }) {
+function qwenMode<N extends Exclude<EvalModeName, BaselineModeName>>(name: N, adapter: { run: string; version: number | 'latest' }) {
   return z.strictObject({
     name: z.literal(name),
     label: label.optional().describe('unique name of this mode in the results (default: name)'),
@@ -107,8 +107,21 @@ export const openaiBaselineModeSchema = z.strictObject({
   timeoutMs: timeoutMs.optional(),
 });
 
-export const evalModeSchema = z.discriminatedUnion('name', [qwenBaseModeSchema, qwenGrpoModeSchema, qwenMctsModeSchema, openaiBaselineModeSchema]);
+/**
+ * The seeds' GPT-5 baseline: OpenAI's API with gpt-5, needing only OPENAI_API_KEY. gpt-5 reasons before it answers
+ * and its reasoning tokens count against max_completion_tokens, so the openai_baseline's 512 would often end the
+ * call before the action is written.
+ */
+export const gpt5BaselineModeSchema = openaiBaselineModeSchema.extend({
+  name: z.literal('gpt5_baseline'),
+  model: z.string().min(1).default('gpt-5').describe('a GPT-5 class OpenAI model with image input (gpt-5, gpt-5-mini, …)'),
+  maxTokens: maxTokens.default(4096).describe('max_completion_tokens: the reasoning tokens and the answer together'),
+});
+
+export const evalModeSchema = z.discriminatedUnion('name', [qwenBaseModeSchema, qwenGrpoModeSchema, qwenMctsModeSchema, openaiBaselineModeSchema, gpt5BaselineModeSchema]);
 export type EvalMode = z.infer<typeof evalModeSchema>;
+type BaselineModeName = 'openai_baseline' | 'gpt5_baseline';
+const isBaseline = (m: EvalMode): m is Extract<EvalMode, { name: BaselineModeName }> => m.name === 'openai_baseline' || m.name === 'gpt5_baseline';
 
 export const evalConfigSchema = z.strictObject({
   runId: z.string().regex(ID, 'letters, digits, . _ - (max 81)').default('eval-local').describe('the eval id: workflow id of the evaluation'),
@@ -214,10 +227,10 @@ export function adapterFromPath(path: string): { run: string; version: number } 
 const sameUrl = (a: string, b: string) => a.replace(/\/+$/, '') === b.replace(/\/+$/, '');
 
 /**
- * Why an `openai_baseline` mode cannot run, or null: it needs either its API key in the environment or a
+ * Why an `openai_baseline` or `gpt5_baseline` mode cannot run, or null: it needs either its API key in the environment or a
  * non-default baseUrl (a local OpenAI-compatible server needs no key).
  */
-export function baselineSkipReason(mode: Extract<EvalMode, { name: 'openai_baseline' }>, env: Record<string, string | undefined>): string | null {
+export function baselineSkipReason(mode: Extract<EvalMode, { name: BaselineModeName }>, env: Record<string, string | undefined>): string | null {
   const envVar = credentialEnvVar(mode.credential, env);
   if (env[envVar]) return null;
   if (!sameUrl(mode.baseUrl, OPENAI_DEFAULT_BASE_URL)) return null;
@@ -305,7 +318,7 @@ export function resolveEvalPlan(cfg: EvalConfig, base: HaloConfig, opts: Resolve
   for (const [i, m] of cfg.modes.entries()) {
     const labelOf = m.label ?? m.name;
     checkLegacyKeyEnv(m, `modes.${i}`, env);
-    if (m.name === 'openai_baseline') {
+    if (isBaseline(m)) {
       const why = baselineSkipReason(m, env);
       if (why) {
         skipped.push({ mode: labelOf, reason: why });

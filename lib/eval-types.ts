@@ -7,7 +7,7 @@ import type { RunContext } from './run-context';
 // The evaluation plan lives in lib because the client builds it (lib/eval-config.ts) and the `evaluate`
 // workflow runs it: both import it from here, so lib never reaches up into workflows/.
 
-export type EvalModeName = 'qwen3vl_base' | 'qwen3vl_grpo' | 'qwen3vl_mcts' | 'openai_baseline';
+export type EvalModeName = 'qwen3vl_base' | 'qwen3vl_grpo' | 'qwen3vl_mcts' | 'openai_baseline' | 'gpt5_baseline';
 
 /** One mode as the workflow runs it: everything resolved by the client (adapter version, skip decision, sites). */
 export interface EvalModePlan {

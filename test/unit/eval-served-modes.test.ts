@@ -119,12 +119,13 @@ test('configs/eval-real.yaml: REAL held-out tasks, base / GRPO / MCTS adapters s
   assert.equal(config.env, 'real');
   assert.deepEqual(config.tasks, halo.train.heldOutTasks, 'the GRPO run never trained on them');
   assert.deepEqual(
-    config.modes.map((m) => [m.name, m.name === 'openai_baseline' ? 'openai' : m.backend]),
+    config.modes.map((m) => [m.name, 'backend' in m ? m.backend : 'openai']),
     [
       ['qwen3vl_base', 'openai'],
       ['qwen3vl_grpo', 'openai'],
       ['qwen3vl_mcts', 'openai'],
       ['openai_baseline', 'openai'],
+      ['gpt5_baseline', 'openai'],
     ],
   );
   const plan = resolveEvalPlan(config, halo, {
@@ -137,6 +138,7 @@ test('configs/eval-real.yaml: REAL held-out tasks, base / GRPO / MCTS adapters s
   assert.deepEqual(by.qwen3vl_grpo.adapter, { base_url: 'http://127.0.0.1:8000/v1', lora_name: 'grpo-real-gomail-v20', lora_path: '/ckpt/grpo-real-gomail/v20' });
   assert.deepEqual(by.qwen3vl_mcts.adapter, { base_url: 'http://127.0.0.1:8000/v1', lora_name: 'mcts-real-v4', lora_path: '/ckpt/mcts-real/v4' });
   assert.equal(by.openai_baseline.policy.model, 'gpt-4o');
+  assert.equal(by.gpt5_baseline.policy.model, 'gpt-5');
   assert.deepEqual(
     plan.tasks.map((t) => t.site),
     config.tasks.map(() => 'gomail'),
