@@ -1,4 +1,5 @@
-// Dense reward shaping for one step: general terms (valid/invalid action, first visit of a state, loops),
+// Dense reward shaping for one step: general terms (valid/invalid action, first visit of a state, a visit of a
+// state seen before, loops),
 // the site's milestones (each at most once per episode), the environment's own reward and task success.
 //
 // Pure and deterministic: no I/O, no Node APIs, no clock, no randomness. The episode workflow calls it
@@ -19,6 +20,10 @@
 //    (env reward, task success) are reported as they are. Its resulting page is still recorded as visited.
 //  - new_state needs a valid action that changed the state, to a state not seen this episode, on an
 //    http(s) page (not data:/about: pages the agent could write itself with goto, nor /finish or /config).
+//  - revisit (state-visitation penalty, off by default) is new_state's mirror: a valid action whose resulting
+//    state was already seen this episode pays it, a no-op included, so repeating actions that lead nowhere new
+//    costs something even when they alternate and the loop term (same action, same state) never sees them.
+//    An invalid action pays invalid_action instead, never both.
 //  - `visited` keeps at most 512 keys, dropping the oldest: it bounds the workflow payload (~6 KB) and never
 //    evicts in practice, since a step adds at most two keys and episodes stop at 200 steps.
 
@@ -214,6 +219,9 @@ function computeRewardWithKeys(
   if (valid && keyAfter !== keyBefore && !seen.has(keyAfter) && isWebPage(input.after)) {
     add('new_state', g.new_state, `state ${keyAfter}`);
   }
+  if (valid && (keyAfter === keyBefore || seen.has(keyAfter))) {
+    add('revisit', g.revisit, `state ${keyAfter} visited before`);
+  }
 
   if (actionKey !== null && actionKey === prev.lastActionKey && keyBefore === prev.lastStateKey && keyAfter === keyBefore) {
     add('loop', g.loop, `same action again on unchanged state ${keyBefore}: ${clipText(actionKey, 100)}`);
@@ -259,6 +267,7 @@ const LABELS: Record<string, string> = {
   invalid_action: 'invalid',
   new_state: 'new state',
   loop: 'loop',
+  revisit: 'revisit',
   env_reward: 'env reward',
   task_success: 'task success',
 };

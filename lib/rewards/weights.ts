@@ -18,6 +18,10 @@ export const generalWeightsSchema = z
     invalid_action: penalty(-0.5, 'unparseable output or an action the environment rejected (replaces valid_action)'),
     new_state: bonus(0.2, 'first visit of a state (url path + accessibility tree) in this episode'),
     loop: penalty(-1.0, 'the same action again on an unchanged state, which it did not change'),
+    revisit: penalty(
+      0,
+      'state-visitation penalty: a valid action that ends on a state already visited this episode, its own included (off at 0; -0.1 to -0.3 against an agent that keeps to the same few states)',
+    ),
     task_success: bonus(10, 'the task was judged successful'),
     env_reward_scale: z.number().min(0).max(MAX_ABS).default(1.0).describe("multiplier of the environment's own reward (MiniWoB raw reward)"),
   })

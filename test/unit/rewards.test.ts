@@ -587,7 +587,7 @@ test('configs/rewards.yaml holds exactly the schema defaults', () => {
   const raw = parseYaml(readFileSync(path, 'utf8')) as unknown;
   assert.deepEqual(raw, rewardWeightsSchema.parse({}));
   assert.deepEqual(loadRewardWeights(path), defaultRewardWeights());
-  assert.deepEqual(W.general, { valid_action: 0.1, invalid_action: -0.5, new_state: 0.2, loop: -1, task_success: 10, env_reward_scale: 1 });
+  assert.deepEqual(W.general, { valid_action: 0.1, invalid_action: -0.5, new_state: 0.2, loop: -1, revisit: 0, task_success: 10, env_reward_scale: 1 });
 });
 
 test('a custom YAML file changes the reward', () => {
