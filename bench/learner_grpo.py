@@ -13,7 +13,12 @@
       prompt a 1280x720 screenshot (880 image tokens), dr_grpo with max_completion_len 256, the chunk size
       planned by halo_learner.memory under the budget vLLM at --gpu-memory-utilization 0.5 leaves, and the
       process capped at that budget (torch.cuda.set_per_process_memory_fraction), so a wrong plan is an OOM,
-      which (as in the learner) halves the chunk and tries again.
+      which (as in the learner) halves the chunk and tries again. The packed step runs the decoupled objective
+      (--weight-cap, staleWeightCap's default 5), as served and exploring samples train; the bench's completions
+      carry no sampler log-probs, so every importance weight is 1 and nothing is clipped before the step.
+      --ranks K runs it through the data-parallel learner (halo_learner.distributed) on K GPUs, one process
+      each, the batch sharded by prompt group; --ranks 1 is that code path on one GPU. --no-padded skips the
+      padded baseline.
 
 Everything is built locally (no download): the model from the published 8B config below with random
 weights (same FLOPs and memory as the real ones), and a processor made of a locally trained byte-level
@@ -37,6 +42,7 @@ one AdamW step on the LoRA weights (rank 16 on the 7 language-model projections)
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import random
 import sys
@@ -101,7 +107,7 @@ SYSTEM = (
 )
 
 
-def build(smoke: bool):
+def build(smoke: bool, device: torch.device | None = None):
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     if smoke:
@@ -120,7 +126,7 @@ def build(smoke: bool):
             vision_end_token_id=ids["<|vision_end|>"],
             tie_word_embeddings=False,
         )
-        device, dtype = torch.device("cuda"), torch.bfloat16
+        device, dtype = device or torch.device("cuda"), torch.bfloat16
     torch.manual_seed(0)
     with torch.device(device):
         base = Qwen3VLForConditionalGeneration._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
@@ -272,19 +278,22 @@ def logprob_check(policy, blobs, completion_len: int, text_tokens: int, group_si
     )
 
 
-def real_shape(args, policy, blobs) -> int:
+def real_shape(args, policy, blobs, ranks=None) -> int:
     """(d) the bf16 log-prob check, then (e) the real config's step under the memory budget."""
     from halo_learner.memory import GIB, LOGIT_BYTES, MemoryModel, _chunk_shape, budget_bytes, plan_micro_batch
 
     cuda = policy.device.type == "cuda"
     dev = torch.cuda.get_device_name() if cuda else "CPU (smoke, tiny random model)"
-    total = torch.cuda.get_device_properties(0).total_memory if cuda else 0
+    total = torch.cuda.get_device_properties(policy.device).total_memory if cuda else 0
+    world = f"{ranks.world} rank(s), data-parallel path" if ranks else "single process"
     print(
-        f"\n## learner_grpo --real-shape: {dev} ({total / GIB:.1f} GiB), torch {torch.__version__}, "
+        f"\n## learner_grpo --real-shape: {dev} ({total / GIB:.1f} GiB), torch {torch.__version__}, {world}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n",
         flush=True,
     )
     perturb_adapter(policy, args.perturb)
+    if ranks is not None and ranks.world > 1:  # every rank computes it, rank 0 prints it; keep the ranks in step
+        args.no_padded = True
     print(
         "| (d) bf16 packed vs. padded | tokens | max abs diff | mean abs diff | padded alone vs. batched: max | "
         "mean | mean abs adapter effect |"
@@ -300,7 +309,7 @@ def real_shape(args, policy, blobs) -> int:
 
     budget = budget_bytes(policy.device)
     if cuda:
-        torch.cuda.set_per_process_memory_fraction(budget / total)
+        torch.cuda.set_per_process_memory_fraction(budget / total, policy.device)
     groups, size, max_len = 8, 8, args.max_tokens
     rnd = random.Random(5)
     batches = []
@@ -316,10 +325,11 @@ def real_shape(args, policy, blobs) -> int:
     )
     print(
         "| (e) mode | chunk (planned) | estimated peak GiB | step s | completions/s | completion tokens/s | "
-        "peak GPU mem GiB | OOM retries | activation bytes/token measured (model) |"
+        "peak GPU mem GiB | OOM retries | activation bytes/token measured (model) | loss (first, last) | "
+        "clip fraction | capped |"
     )
-    print("|---|---|---|---|---|---|---|---|---|", flush=True)
-    for packed in (True, False):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for packed in (True, False) if not args.no_padded else (True,):
         shape = (
             [
                 (len(b.prompt), [len(s.ids) for s in batches[0][i * size : (i + 1) * size]])
@@ -331,6 +341,10 @@ def real_shape(args, policy, blobs) -> int:
         mm = MemoryModel.from_policy(policy, packed)
         plan = plan_micro_batch(shape, size, budget, mm, packed)
         k, ooms = plan.micro_batch, 0
+        if ranks is not None:  # rank 0's plan for every rank: resident memory may differ by a few MB between them
+            from learner_ranks import broadcast
+
+            k = broadcast(k, ranks)
         while True:
             try:
                 opt = torch.optim.AdamW(
@@ -339,11 +353,11 @@ def real_shape(args, policy, blobs) -> int:
                 if cuda:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
-                times, ctoks = [], 0
+                times, ctoks, stats = [], 0, []
                 for i, batch in enumerate(batches if packed else batches[: args.warmup + 1]):
                     sync(policy)
                     t0 = time.perf_counter()
-                    grpo_step(
+                    st = grpo_step(
                         policy,
                         opt,
                         batch,
@@ -354,8 +368,11 @@ def real_shape(args, policy, blobs) -> int:
                         max_completion_len=max_len,
                         micro_batch=k,
                         prefix_sharing=packed,
+                        weight_cap=args.weight_cap if packed else None,
+                        ranks=ranks,
                     )
                     sync(policy)
+                    stats.append(st)
                     if i >= args.warmup:
                         times.append(time.perf_counter() - t0)
                         ctoks += sum(len(s.ids) for s in batch)
@@ -392,7 +409,10 @@ def real_shape(args, policy, blobs) -> int:
         print(
             f"| {'packed groups' if packed else 'padded baseline'} | {k} ({plan.micro_batch}) | "
             f"{plan.peak_bytes / GIB:.1f} | {step:.2f} | {n / step:.2f} | {ctoks / len(times) / step:,.0f} | "
-            f"{peak / GIB if cuda else float('nan'):.1f} | {ooms} | {measured:,.0f} ({mm.act_bytes_per_token:,.0f}) |",
+            f"{peak / GIB if cuda else float('nan'):.1f} | {ooms} | {measured:,.0f} ({mm.act_bytes_per_token:,.0f}) | "
+            f"{stats[0].loss:.6f}, {stats[-1].loss:.6f} | {stats[-1].ratios.clip_fraction:.3f} "
+            f"({stats[-1].ratios.tokens} tokens) | "
+            f"{stats[-1].ratios.capped_fraction if packed else float('nan'):.3f} |",
             flush=True,
         )
         del opt
@@ -428,6 +448,11 @@ def main() -> int:
     )
     ap.add_argument("--max-tokens", type=int, default=256, help="--real-shape: policy.maxTokens")
     ap.add_argument("--perturb", type=float, default=0.02, help="--real-shape: std of the perturbed LoRA B")
+    ap.add_argument("--weight-cap", type=float, default=5.0, help="--real-shape: the decoupled objective's cap")
+    ap.add_argument("--no-padded", action="store_true", help="--real-shape: skip the padded baseline")
+    ap.add_argument(
+        "--ranks", type=int, default=0, help="--real-shape: data-parallel over this many GPUs (0: no process group)"
+    )
     args = ap.parse_args()
     if args.real_shape and not torch.cuda.is_available() and not args.smoke:
         print("--real-shape needs CUDA (or --smoke for the CPU dry run)", file=sys.stderr)
@@ -439,15 +464,20 @@ def main() -> int:
         print("no CUDA device: run with --smoke for the CPU smoke test", file=sys.stderr)
         return 2
 
+    if args.real_shape:
+        args.steps = min(args.steps, 2)
+        if args.smoke:
+            args.max_tokens, args.steps = 16, 1
+        if args.ranks:
+            from learner_ranks import run_ranks
+
+            return run_ranks(args, functools.partial(real_shape, args), build)
     t0 = time.perf_counter()
     policy = build(args.smoke)
     build_s = time.perf_counter() - t0
     blobs = BlobStore(tempfile.mkdtemp(prefix="halo-bench-blobs-"))
     print(f"model built in {build_s:.1f}s", flush=True)
     if args.real_shape:
-        args.steps = min(args.steps, 2)
-        if args.smoke:
-            args.max_tokens, args.steps = 16, 1
         return real_shape(args, policy, blobs)
     batches = [
         make_batch(policy, blobs, args.groups, args.group_size, args.completion_len, args.text_tokens, s)

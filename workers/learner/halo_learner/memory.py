@@ -27,11 +27,12 @@ of two) plus n/L per token for n checkpointed layers of L. Checkpointing whole c
 of the budget unused at mcts-real's shape (24.1 of 39.6 GiB) and recomputed every layer. A completion scored under
 a grammar adds its allowed-token table and masked logits.
 
-Estimate error: plans fill the budget up to HEADROOM_BYTES (2 GiB) below it. Measured against it, the activation
-model errs high, not low (GRPO packed 35.5 GiB estimated, 34.9 measured; DPO fully checkpointed 25.7 / 24.1), so
-the 2 GiB are what the estimate may be low by (about 10 % of the ~20 GiB of activations and logits a chunk holds
-at mcts-real's shape) on top of the CUDA context and allocator slack; an out-of-memory failure still falls back to
-the halving below.
+Estimate error: plans fill the budget up to HEADROOM_BYTES (2 GiB) below it. The per-token model errs high (GRPO
+packed 35.5 GiB estimated, 34.9 measured; DPO fully checkpointed 25.7 / 24.1); the attention's transient is
+quadratic in a chunk's length (ATTN_TRANSIENT_BYTES) and is counted, since without it a DPO chunk of ~4.5k tokens
+planned 37.5 GiB ran out of memory at 39.6. So the 2 GiB are what the estimate may be low by (about 10 % of the
+~20 GiB of activations and logits a chunk holds at mcts-real's shape) on top of the CUDA context and allocator
+slack; an out-of-memory failure still falls back to the halving below.
 
 An out-of-memory failure halves the chunk size for the retry of the same batch (a hint persisted under
 HALO_HOME and carried in heartbeat details), so a retry never repeats the failure that preceded it.
@@ -62,6 +63,10 @@ GRAMMAR_LOGIT_BYTES = 5.0
 # allocator slack), and the activations of the layer being recomputed and of the one its gradient flows into.
 CHECKPOINT_BYTES_PER_UNIT_PER_LAYER = 3.0
 CHECKPOINT_LAYERS_LIVE = 2
+# The packed block mask made a (heads, S, S) bf16 buffer in the attention of a layer (measured: a 1.21 GiB allocation
+# at S ~ 4.5k, 32 heads, H200, 2026-11-29): transient, but quadratic in the chunk's length, so a long DPO chunk planned
+# without it ran out of memory. Two such buffers alive at once are allowed for.
+ATTN_TRANSIENT_BYTES = 4.0
 # CUDA context, allocator fragmentation and the no-grad reference pass's transient buffers.
 HEADROOM_BYTES = 2 * GIB
 DEFAULT_VLLM_UTILIZATION = 0.5
@@ -74,6 +79,7 @@ class MemoryModel:
     vocab: int
     layers: int = 1  # decoder layers
     checkpoint_input_bytes: float = 0.0  # per token and checkpointed layer: the input it is recomputed from
+    heads: int = 0  # attention heads (the quadratic transient, ATTN_TRANSIENT_BYTES)
 
     @classmethod
     def from_policy(cls, policy, packed: bool = True) -> "MemoryModel":
@@ -94,6 +100,7 @@ class MemoryModel:
             vocab=cfg.vocab_size,
             layers=cfg.num_hidden_layers,
             checkpoint_input_bytes=CHECKPOINT_BYTES_PER_UNIT_PER_LAYER * cfg.hidden_size,
+            heads=cfg.num_attention_heads,
         )
 
     def bytes_per_token(self, checkpointed_layers: int = 0) -> float:
@@ -108,7 +115,13 @@ class MemoryModel:
 
     def chunk_bytes(self, tokens: int, kept: int, constrained: bool = False, checkpointed_layers: int = 0) -> float:
         logit = LOGIT_BYTES + (GRAMMAR_LOGIT_BYTES if constrained else 0.0)
-        return self.resident_bytes + self.bytes_per_token(checkpointed_layers) * tokens + logit * kept * self.vocab
+        attention = ATTN_TRANSIENT_BYTES * self.heads * tokens * tokens
+        return (
+            self.resident_bytes
+            + self.bytes_per_token(checkpointed_layers) * tokens
+            + logit * kept * self.vocab
+            + attention
+        )
 
 
 def budget_bytes(device: torch.device) -> int | None:
@@ -297,7 +310,8 @@ def plan_dpo(pairs: list[PairShape], cap: int, budget: int | None, model: Memory
                 continue
             fewer = _first_fit(rows, size, cap, lambda b: fits(b, L))
             layers = [least_layers(c) for c in fewer]
-            better = units(fewer, layers) < units(plain, [0] * len(plain))
+            # A plain plan whose chunk (a single pair) does not fit is no option, however cheap.
+            better = not all(fits(c) for c in plain) or units(fewer, layers) < units(plain, [0] * len(plain))
             out.append(DpoGroupPlan(fewer, layers) if better else DpoGroupPlan(plain))
     else:
         k = cap

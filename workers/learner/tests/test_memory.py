@@ -131,7 +131,7 @@ def test_oom_at_one_row_is_permanent(learner, blobs, monkeypatch):
 
 # ---- DPO: pairs packed per prompt, never split --------------------------------------------------------------
 
-EIGHT_B_DPO = dataclasses.replace(EIGHT_B, layers=36, checkpoint_input_bytes=3.0 * 4096)
+EIGHT_B_DPO = dataclasses.replace(EIGHT_B, layers=36, checkpoint_input_bytes=3.0 * 4096, heads=32)
 MCTS_REAL_BUDGET = int(39.6 * GIB)  # what vLLM at 0.5 leaves of an 80 GB H100 (bench/RESULTS.md)
 
 
@@ -208,6 +208,9 @@ def test_dpo_plan_uses_the_budget_checkpointing_only_the_layers_it_must():
     )
     assert plan.peak_bytes > every_layer + 8 * GIB and plan.peak_bytes + HEADROOM_BYTES <= MCTS_REAL_BUDGET
     assert plan.recomputed_layers < 16 * 36 * 0.6
+    # Halved by an out-of-memory retry: two pairs per chunk would still not fit plain, so they are checkpointed too.
+    halved = plan_dpo(pairs, cap=2, budget=MCTS_REAL_BUDGET, model=EIGHT_B_DPO)
+    assert halved.fits and halved.pairs_per_chunk == 2
 
 
 def test_dpo_plan_prefers_more_chunks_when_the_prompt_is_cheaper_than_the_recompute():
