@@ -21,7 +21,7 @@ import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
 import { freshRunSummary, freshRunsMarkdown, type FreshRun } from '../lib/repeat-runs';
 import { startTestStack } from '../testing/stack';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
-import { mapLimit, parseBenchCli } from './method-runs';
+import { mapLimit, parseBenchCli, type BenchValues } from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/fresh-repeats.ts [options]
 
@@ -38,7 +38,10 @@ Trains one config K times, each run on a freshly started stack of its own, and w
   -h, --help         this text`;
 
 function list(flag: string, text: string): string[] {
-  const items = text.split(',').map((s) => s.trim()).filter(Boolean);
+  const items = text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (items.length === 0) throw new ConfigError(`--${flag}: at least one value`);
   return items;
 }
@@ -47,7 +50,10 @@ function adapterHash(checkpoints: string, runId: string, version: number): strin
   const dir = join(checkpoints, runId, `v${version}`);
   if (!existsSync(dir)) return null;
   const h = createHash('sha256');
-  for (const f of readdirSync(dir).filter((f) => f.endsWith('.safetensors')).sort()) h.update(f).update(readFileSync(join(dir, f)));
+  for (const f of readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors'))
+    .sort())
+    h.update(f).update(readFileSync(join(dir, f)));
   return h.digest('hex').slice(0, 16);
 }
 
@@ -89,7 +95,7 @@ async function oneRun(base: HaloConfig, seed: number, model: string, k: number, 
 }
 
 runBench(async () => {
-  let values;
+  let values: BenchValues;
   try {
     values = parseBenchCli(
       process.argv.slice(2),
@@ -122,12 +128,18 @@ runBench(async () => {
   const base = loadConfigFile(values.config as string);
   if (values.iterations) base.train.iterations = Number(values.iterations);
   printBenchHeader('fresh-repeats');
-  const runs = await mapLimit(seeds.map((seed, k) => ({ seed, k })), parallel, async ({ seed, k }) => {
-    const r = await oneRun(base, seed, models[k % models.length], k + 1, tag);
-    const s = freshRunSummary(r, threshold);
-    console.log(`${r.runId} (${r.model}): success ${r.success.map((x) => x.toFixed(2)).join(' ')} · last five ${s.lastFive.toFixed(2)} · ${r.seconds} s${r.error ? ` · FAILED ${r.error}` : ''}`);
-    return r;
-  });
+  const runs = await mapLimit(
+    seeds.map((seed, k) => ({ seed, k })),
+    parallel,
+    async ({ seed, k }) => {
+      const r = await oneRun(base, seed, models[k % models.length], k + 1, tag);
+      const s = freshRunSummary(r, threshold);
+      console.log(
+        `${r.runId} (${r.model}): success ${r.success.map((x) => x.toFixed(2)).join(' ')} · last five ${s.lastFive.toFixed(2)} · ${r.seconds} s${r.error ? ` · FAILED ${r.error}` : ''}`,
+      );
+      return r;
+    },
+  );
   const dir = resolve(values.out as string, tag);
   mkdirSync(dir, { recursive: true });
   const md = freshRunsMarkdown(runs, threshold, { command: benchCommandLine('fresh-repeats'), config: values.config as string });

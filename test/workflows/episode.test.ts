@@ -293,7 +293,12 @@ describe('episode: dynamic sampling', { timeout: 240_000 }, () => {
 
   test('dynamic sampling stops at maxCandidates, and a group with a success draws no more', async () => {
     const policy: PolicyScript = (step, n) => Array.from({ length: n }, (_, i) => click(100 + 10 * i, 10 + step));
-    const capped = await runEpisode('group-capped', (q) => episodeInput(q, { maxSteps: 1, env: 'real', grouping: { n: 2, choose: 'best', maxCandidates: 5 } }), { step: () => ({ shaped: 0 }) }, policy);
+    const capped = await runEpisode(
+      'group-capped',
+      (q) => episodeInput(q, { maxSteps: 1, env: 'real', grouping: { n: 2, choose: 'best', maxCandidates: 5 } }),
+      { step: () => ({ shaped: 0 }) },
+      policy,
+    );
     assert.ok(capped.outcome.ok);
     // 5 allows one extra draw of 2 (a third would make 6).
     assert.deepEqual(capped.control.groups, [{ rewards: [0, 0, 0, 0], chosen: 0, firstDraw: 2 }]);
