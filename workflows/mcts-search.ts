@@ -45,7 +45,7 @@ import type { MctsStoreActivities } from '../activities/mcts-store';
 import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
 import { NEUTRAL_VALUE } from '../lib/critic';
 import type { PolicyConfig } from '../lib/config';
-import { episodeRun, type LegacyEpisodeFields, type LivedState, type SessionHandle } from '../lib/episode-types';
+import { episodeRun, type LegacyEpisodeFields, type SessionHandle } from '../lib/episode-types';
 import { actionPath, getNode, select } from '../lib/mcts';
 import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/parked-choice';
 import type { MctsParams } from '../lib/mcts-params';
