@@ -181,15 +181,15 @@ def test_sampler_ids_and_logprobs_make_the_ratio_real(learner, blobs):
 
 def test_retokenised_fallback_is_counted_and_ids_are_used_as_given(learner, blobs, monkeypatch):
     """Items with the sampler's tokens are not retokenised; text-only items are, and unfaithful ones are counted."""
-    import halo_learner.learner as learner_mod
+    import halo_learner.steps as steps_mod
 
-    retokenise = learner_mod.completion_ids_from_text
+    retokenise = steps_mod.completion_ids_from_text
 
     def unfaithful_world(tok, prompt_text, completion, end_of_turn):
         r = retokenise(tok, prompt_text, completion, end_of_turn)
         return dataclasses.replace(r, mismatch=r.mismatch or completion == "world")
 
-    monkeypatch.setattr(learner_mod, "completion_ids_from_text", unfaithful_world)
+    monkeypatch.setattr(steps_mod, "completion_ids_from_text", unfaithful_world)
     m = messages(None, "Goal: type hello")
     tok = learner.policy.tokenizer
     given = tok("hello world", add_special_tokens=False)["input_ids"][::-1] + [tok.convert_tokens_to_ids("<|im_end|>")]
