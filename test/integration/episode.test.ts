@@ -181,7 +181,8 @@ describe('durable episode on MiniWoB++', () => {
       .filter((d): d is string => Boolean(d))
       .map((d) => JSON.parse(Buffer.from(d, 'base64').toString('utf8')) as string);
     assert.ok(
-      summaries.some((t) => /^step 3: wait 0s on http:\/\/127\.0\.0\.1:\d+\/miniwob\/click-checkboxes\.html$/.test(t)),
+      // The page as the policy sees it: at the fixed origin, never the local server's port.
+      summaries.some((t) => /^step 3: wait 0s on http:\/\/miniwob\.local\/miniwob\/click-checkboxes\.html$/.test(t)),
       summaries.join('\n'),
     );
     assert.ok(
