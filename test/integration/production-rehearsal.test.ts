@@ -112,7 +112,10 @@ async function rehearse(constrained: boolean) {
     throw new Error(why.join(' <- '));
   })) as TrainingResult;
   await restarted;
-  assert.deepEqual(result, { runId: RUN, iterations: 3, adapterVersion: 3, stoppedEarly: false });
+  const { best, ...ended } = result;
+  assert.deepEqual(ended, { runId: RUN, iterations: 3, adapterVersion: 3, stoppedEarly: false });
+  // The greedy evaluation after iteration 2 scored v2: the run names it as its best-evaluated adapter.
+  assert.equal(best?.version, 2);
 
   // Which model every sampling request named: the newest adapter loaded so far (the base model before v1).
   // Iteration i's episodes start only after v<i-1> is loaded; the greedy evaluation after iteration 2 uses v2.
