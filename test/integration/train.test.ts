@@ -40,7 +40,10 @@ test('a GRPO run: adapter versions 1..I, one metrics line per iteration, a secon
   const again = await startOrAttachTrain(stack.client, cfg);
   assert.equal(again.attached, true, 'the same run id attaches instead of starting a second run');
   const result = (await first.handle.result()) as TrainingResult;
-  assert.deepEqual(result, { runId: 'grpo-test', iterations: 2, adapterVersion: 2, stoppedEarly: false });
+  const { best, ...ended } = result;
+  assert.deepEqual(ended, { runId: 'grpo-test', iterations: 2, adapterVersion: 2, stoppedEarly: false });
+  // Its one evaluation (after iteration 2) scored v2: that is the best-evaluated adapter.
+  assert.deepEqual(best && { version: best.version, iteration: best.iteration }, { version: 2, iteration: 2 });
 
   const adapters = readdirSync(join(stack.checkpoints, 'grpo-test'))
     .filter((d) => /^v\d+$/.test(d))
