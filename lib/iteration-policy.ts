@@ -103,9 +103,9 @@ export interface BestEval {
   success: number;
 }
 
-/** The better of the best so far and a new evaluation: a later adapter has to score strictly higher to replace it. */
+/** The better of the best so far and a new evaluation: a later adapter that scores as well replaces it (the latest of equals). */
 export function betterEval(best: BestEval | undefined, next: BestEval): BestEval {
-  return best === undefined || next.success > best.success ? next : best;
+  return best === undefined || next.success >= best.success ? next : best;
 }
 
 /** What a finished run says about its best-evaluated adapter: nothing when that is the latest one. */

@@ -113,7 +113,7 @@ const commonShape = {
   /** Wall-clock seconds per phase (`rollout`, `search`, `update`, `eval`, …). */
   seconds: z.record(z.string(), finite.min(0)),
   eval: EvalMetricsSchema.optional(),
-  /** With an evaluation: the adapter the run's evaluations scored best so far (the earliest of equals), and its score. */
+  /** With an evaluation: the adapter the run's evaluations scored best so far (the latest of equals), and its score. */
   best_adapter_version: int.min(0).optional(),
   best_eval_success: fraction.optional(),
   /** Episodes (MCTS: searches) of the iteration that failed, left out of the batch and the other numbers. */

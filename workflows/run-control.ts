@@ -9,7 +9,7 @@ export interface TrainingResult {
   iterations: number;
   adapterVersion: number;
   stoppedEarly: boolean;
-  /** With held-out evaluations: the adapter they scored best (the earliest of equals), which may not be the latest. */
+  /** With held-out evaluations: the adapter they scored best (the latest of equals), which may not be the latest. */
   best?: BestEval;
 }
 

@@ -71,13 +71,14 @@ test('fresh runs: reached over the last five, iterations to the threshold, same 
   assert.match(reproducibilityProblems([run('a', [0, 1]), run('b', [0, 1], 'other')])[0], /different adapters/);
 });
 
-test('the best-evaluated adapter: a later one must score strictly higher; a finished run names it when it is not the latest', () => {
+test('the best-evaluated adapter: the latest of equals; a finished run names it when the latest scored below it', () => {
   let best = betterEval(undefined, { version: 1, iteration: 1, success: 0.25 });
   best = betterEval(best, { version: 2, iteration: 2, success: 0.75 });
   best = betterEval(best, { version: 3, iteration: 3, success: 0.75 });
+  assert.equal(best.version, 3, 'as good as the best: the later one');
   best = betterEval(best, { version: 4, iteration: 4, success: 0.5 });
-  assert.deepEqual(best, { version: 2, iteration: 2, success: 0.75 });
-  assert.match(bestNote({ adapterVersion: 4, best }) ?? '', /scored adapter v2 \(iteration 2\) best, success 0\.75, above the latest v4/);
-  assert.equal(bestNote({ adapterVersion: 2, best }), null);
+  assert.deepEqual(best, { version: 3, iteration: 3, success: 0.75 });
+  assert.match(bestNote({ adapterVersion: 4, best }) ?? '', /scored adapter v3 \(iteration 3\) best, success 0\.75, above the latest v4/);
+  assert.equal(bestNote({ adapterVersion: 3, best }), null);
   assert.equal(bestNote({ adapterVersion: 4 }), null);
 });

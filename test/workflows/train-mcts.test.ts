@@ -179,7 +179,10 @@ describe('trainMcts', { timeout: 90_000 }, () => {
       const cfg = mctsConfig(q, runId, 2, 10, { maxStaleness: 1, evalEvery: 1, heldOutTasks: ['click-link'], evalSeeds: [3, 4] });
       const handle = await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
       const result = (await handle.result()) as TrainingResult;
-      assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      const { best, ...ended } = result;
+      assert.deepEqual(ended, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      // Both evaluations succeeded in every episode: the latest of equals is the best.
+      assert.deepEqual(best, { version: 2, iteration: 2, success: 1 });
       // Iteration 2's search ran while the update on iteration 1 wrote v1: both searched with v0.
       assert.deepEqual(
         learner.samples.filter((s) => s.n === 2).map((s) => s.version),
