@@ -3,6 +3,7 @@
 // cannot: in how many runs the method got there, and at what cost in browser sessions and env steps. Pure.
 
 import { median } from './eval-summary';
+import { mean } from './grpo';
 import type { Method, MethodRow } from './methods-table';
 
 export interface RepeatRun {
@@ -157,12 +158,11 @@ export interface FreshRunSummary {
   lastEval: number | null;
 }
 
-const meanOf = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
-
-export function freshRunSummary(r: FreshRun, threshold: number): FreshRunSummary {
-  const lastFive = meanOf(r.success.slice(-5));
+/** What a run's training curve says against the threshold (a failed run never reached it). */
+export function freshRunSummary(r: Pick<FreshRun, 'success' | 'evals' | 'error'>, threshold: number): FreshRunSummary {
+  const lastFive = mean(r.success.slice(-5));
   let toThreshold: number | null = null;
-  for (let i = 0; i < r.success.length && toThreshold === null; i++) if (meanOf(r.success.slice(i, i + 5)) >= threshold) toThreshold = i + 1;
+  for (let i = 0; i < r.success.length && toThreshold === null; i++) if (mean(r.success.slice(i, i + 5)) >= threshold) toThreshold = i + 1;
   return { lastFive, reached: !r.error && lastFive >= threshold, toThreshold, lastEval: r.evals.at(-1)?.success ?? null };
 }
 
@@ -192,7 +192,7 @@ export function freshRunsMarkdown(runs: readonly FreshRun[], threshold: number, 
   const rows = runs.map((r, i) => {
     const s = sums[i];
     const curve = r.success.map((x) => x.toFixed(2)).join(' ');
-    const zs = `${meanOf(r.zeroStdFirstDraw).toFixed(2)} → ${meanOf(r.zeroStd).toFixed(2)}`;
+    const zs = `${mean(r.zeroStdFirstDraw).toFixed(2)} → ${mean(r.zeroStd).toFixed(2)}`;
     const ev = s.lastEval === null ? '–' : s.lastEval.toFixed(2);
     return `| ${r.runId} | ${r.model} | ${r.seed} | ${curve} | ${s.lastFive.toFixed(2)} | ${s.reached ? 'yes' : r.error ? `failed: ${r.error}` : 'no'} | ${s.toThreshold ?? '–'} | ${ev} | ${zs} | ${r.adapterHash ?? '–'} | ${r.seconds} |`;
   });

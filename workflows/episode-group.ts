@@ -23,9 +23,7 @@ export async function runGroup(ep: EpisodeContext, sampled: Sampled, stepNo: num
   const here = ep.session;
   const n = sampled.candidates.length;
   const runs = await runCandidates(ep, here, sampled, 0, stepNo);
-  const rewards = runs.map(rewardOf);
-  // A group whose candidates all succeeded has nothing left to find; one whose candidates all failed alike might.
-  const grown = runs.some((r) => 'out' in r && r.out.success) ? sampled : await drawMore(ep, here, sampled, rewards, stepNo, more);
+  const { grown, rewards } = await drawMore(ep, here, sampled, runs, stepNo, more);
   const u = parseInt(fnv1a32(`${ep.sampler.drawKey ?? ep.workflowId}:${stepNo}`), 16) / 2 ** 32;
   // The episode goes on from one of the step's own n candidates: what it plays, and its success, stay the policy's.
   const chosen = chooseCandidate(rewards.slice(0, n), ep.input.grouping!.choose, u);
@@ -48,17 +46,20 @@ async function runCandidates(ep: EpisodeContext, here: DurableSession, drawn: Sa
 
 /**
  * Dynamic sampling (DAPO): while every candidate scored the same and none succeeded, the group carries no
- * gradient, so it draws n more from the same state (train.dynamicSampling), up to maxCandidates. The extra candidates only teach: their
- * forks close as soon as they are scored. Appends their rewards to `rewards`; returns the group's candidates.
+ * gradient, so it draws n more from the same state (train.dynamicSampling), up to maxCandidates; a group whose
+ * candidates all succeeded has nothing left to find. The extra candidates only teach: their forks close as soon as
+ * they are scored. Returns the group's candidates and every candidate's reward, the step's own draw first.
  */
 async function drawMore(
   ep: EpisodeContext,
   here: DurableSession,
   sampled: Sampled,
-  rewards: number[],
+  first: CandidateRun[],
   stepNo: number,
   more: ((draw: number) => Promise<Sampled>) | undefined,
-): Promise<Sampled> {
+): Promise<{ grown: Sampled; rewards: number[] }> {
+  const rewards = first.map(rewardOf);
+  if (first.some((r) => 'out' in r && r.out.success)) return { grown: sampled, rewards };
   const cap = ep.input.grouping?.maxCandidates ?? 0;
   const n = sampled.candidates.length;
   const candidates = [...sampled.candidates];
@@ -73,7 +74,7 @@ async function drawMore(
     rewards.push(...runs.map(rewardOf));
     candidates.push(...extra.candidates);
   }
-  return { ...sampled, candidates };
+  return { grown: { ...sampled, candidates }, rewards };
 }
 
 /** One candidate in a new session at `here`'s state; a lost fork is opened again within the run's rebuild limit. */
