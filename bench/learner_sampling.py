@@ -40,7 +40,7 @@ from halo_learner.blobs import BlobStore  # noqa: E402
 from halo_learner.logprobs import run_prompt, run_prompts  # noqa: E402
 from halo_learner.memory import GIB, budget_bytes  # noqa: E402
 from halo_learner.prompts import encode_prompt  # noqa: E402
-from halo_learner.sampling import SampleRequest, sample, sample_batch  # noqa: E402
+from halo_learner.sampling import SampleRequest, sample_batch  # noqa: E402
 from learner_grpo import SYSTEM, build, screenshot_ref, sync, user_text  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def prefill_difference(policy, reqs) -> tuple[float, float]:
     return worst, total / len(reqs)
 
 
-def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int) -> None:
+def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int, explore: float = 0.0) -> None:
     print(
         "| calls x n | rows | sequential s | batched s | speed-up | completion tokens/s seq / batched | "
         "peak GiB seq / batched | prefill log-probs, batched vs. alone: max / mean abs diff | "
@@ -94,10 +94,10 @@ def table(policy, ps, shapes, max_tokens: int, temperature: float, repeats: int)
     )
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for calls, n in shapes:
-        reqs = [SampleRequest(ps[i], n, temperature, max_tokens, seed=100 + i) for i in range(calls)]
+        reqs = [SampleRequest(ps[i], n, temperature, max_tokens, seed=100 + i, explore=explore) for i in range(calls)]
 
         def sequential(reqs=reqs):
-            return [sample(policy, r.prompt, r.n, r.temperature, r.max_tokens, r.seed) for r in reqs]
+            return [sample_batch(policy, [r])[0] for r in reqs]
 
         def batched(reqs=reqs):
             return sample_batch(policy, reqs)
@@ -134,6 +134,12 @@ def main() -> int:
     ap.add_argument("--text-tokens", type=int, default=400, help="text tokens of the longest user message")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds per mode and shape (after one warm-up)")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument(
+        "--explore",
+        type=float,
+        default=0.0,
+        help="train.dynamicSampling.explore: each token drawn from (1 - e)*policy + e*uniform over what is allowed",
+    )
     ap.add_argument("--float32-shapes", default="", help="shapes to run again with the model in float32 (GPU)")
     ap.add_argument("--float32-max-tokens", type=int, default=32)
     args = ap.parse_args()
@@ -157,10 +163,10 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
         f"budget {(budget or 0) / GIB:.1f} GiB (the process is capped there); prompts {min(len(p) for p in ps)}.."
         f"{max(len(p) for p in ps)} tokens ({width}x{height} screenshot each), max_tokens {args.max_tokens}, "
-        f"temperature {args.temperature}, {args.repeats} timed rounds per row (medians)\n",
+        f"temperature {args.temperature}, explore {args.explore}, {args.repeats} timed rounds per row (medians)\n",
         flush=True,
     )
-    table(policy, ps, shapes, args.max_tokens, args.temperature, args.repeats)
+    table(policy, ps, shapes, args.max_tokens, args.temperature, args.repeats, args.explore)
     if args.float32_shapes and cuda:
         torch.cuda.set_per_process_memory_fraction(1.0)
         policy.model.float()
