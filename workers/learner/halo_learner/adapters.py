@@ -20,6 +20,10 @@ With HALO_STORE=s3://bucket/prefix the folder is also published to the object st
 and the local folder is a cache: a version this host lacks is fetched (files checked against the manifest's
 sha256) where a path is needed, for the learner to continue from it and for vLLM to load it. Two learners that
 raced for one version leave one manifest; the loser's local folder is replaced by the winner's.
+
+A local folder whose files do not match its manifest is damaged: as a parent it is missing (fetched again from the
+object store when committed there); as the version an update is about to write it is quarantined under
+<run_id>/.damaged/ and written again, never reported as reused.
 """
 
 from __future__ import annotations
@@ -166,6 +170,45 @@ def damage(path: Path) -> str | None:
     return None
 
 
+QUARANTINE_DIR = ".damaged"
+
+
+def quarantine(path: Path, run_id: str, version: int, why: str) -> Path:
+    """Move the damaged version folder `path` aside, under <run>/.damaged/ (kept for an operator to inspect, never
+    read as a version), so that the next update of that version writes it again. Returns where it went."""
+    aside_root = path.parent / QUARANTINE_DIR
+    aside_root.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = aside_root / f"{path.name}-{stamp}-{os.getpid()}-{time.monotonic_ns()}"
+    os.rename(path, aside)
+    paths.fsync_dir(path.parent)
+    log.warning(
+        "adapter %s/v%d at %s is damaged (%s): moved aside to %s; it will be written again",
+        run_id,
+        version,
+        path,
+        why,
+        aside,
+    )
+    return aside
+
+
+def quarantine_if_damaged(run_id: str, version: int, root: Path | None = None, store=None) -> Path | None:
+    """Before v<version> is written (or reported as already written): a local folder of it that is damaged and
+    that the object store cannot restore (no store, or the version not committed there) is quarantined. Returns
+    where it went, or None when nothing was moved (no folder, a whole one, or one the store will fetch again)."""
+    path = version_dir(run_id, version, root)
+    if not path.exists():
+        return None
+    why = damage(path)
+    if why is None:
+        return None
+    store = store if store is not None else remote_store()
+    if store is not None and store.exists(store.loc.key(run_id, f"v{version}", MANIFEST_FILE)):
+        return None  # ensure_whole fetches the committed version again
+    return quarantine(path, run_id, version, why)
+
+
 def ensure_whole(path: Path, run_id: str, version: int, root: Path | None = None, store=None) -> Path:
     """`path` (an existing v<version> folder) once its files match its manifest. A damaged folder is a missing
     one: fetched again from the object store when the version is committed there, else AdapterDamaged."""
@@ -229,6 +272,7 @@ def save_version(
 ) -> tuple[Path, bool]:
     """Write v<version> atomically. Returns (path, reused): reused when another writer got there first."""
     final = version_dir(run_id, version, root)
+    quarantine_if_damaged(run_id, version, root)
     if final.exists() or fetch_version(run_id, version, root) is not None:
         return final, True
     _mkdir_durably(final.parent)

@@ -177,11 +177,13 @@ class Learner(RankSteps):
         self.planned = None
         try:
             retention.prune_after_update(self.checkpoints, run_id, self.settings.keep_last)
-        except OSError as e:  # disk housekeeping must never fail an update that is already committed
-            log.warning("pruning optimiser state of %s failed: %s", run_id, e)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # housekeeping never fails a committed update
+            log.warning("pruning optimiser state of %s failed: %s: %s", run_id, e.__class__.__name__, e)
         return path, reused
 
     def _existing(self, run_id: str, version: int, batch_ref: str) -> dict | None:
+        # A damaged folder of the version asked for is not an answer: it goes aside and the update writes it again.
+        adapters.quarantine_if_damaged(run_id, version, self.checkpoints)
         path = self._vdir(run_id, version)
         if not path.exists():
             return None

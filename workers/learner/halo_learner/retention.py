@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from .adapters import MANIFEST_FILE, OPTIMIZER_FILE, read_manifest, version_dir, write_manifest
 
+log = logging.getLogger(__name__)
 DEFAULT_KEEP_LAST = 3
 DEFAULT_KEEP_EVERY = 10
 
@@ -98,7 +100,8 @@ def plan(
 
 
 def apply(actions: list[Action]) -> int:
-    """Carry out `plan`'s actions; returns the bytes freed."""
+    """Carry out `plan`'s actions; returns the bytes freed. A version whose manifest cannot be read (torn by a
+    crash, edited by hand) is left as it is and named in the log; the others are still done."""
     freed = 0
     for a in actions:
         if a.kind == "delete":
@@ -107,13 +110,26 @@ def apply(actions: list[Action]) -> int:
             os.rename(a.path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
         else:
-            _strip_optimizer(a.path)
+            try:
+                _strip_optimizer(a.path)
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning(
+                    "retention: v%d at %s keeps its optimiser state: %s is unreadable (%s: %s)",
+                    a.version,
+                    a.path,
+                    MANIFEST_FILE,
+                    e.__class__.__name__,
+                    e,
+                )
+                continue
         freed += a.bytes
     return freed
 
 
 def _strip_optimizer(path: Path) -> None:
     m = read_manifest(path)
+    if not isinstance(m, dict) or not isinstance(m.get("files"), dict):
+        raise ValueError("it has no files object")
     m["files"].pop(OPTIMIZER_FILE, None)
     m["optimizer_pruned"] = True
     write_manifest(path, m)  # manifest first (and durably): it never lists a file that is gone
