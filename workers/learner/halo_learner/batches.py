@@ -40,6 +40,13 @@ class InvalidBatch(ValueError):
     pass
 
 
+# An item whose prompt ids differ from the server's in more than this share of the prompt is not trained on: its
+# log-probs would be scored on another input than the one sampled from (a different image size or chat template),
+# and its ratio to the sampler would be noise. Below it (a merged space, a neutralised spelling) it is scored on the
+# learner's encoding and counted.
+PROMPT_DIFF_LIMIT = 0.05
+
+
 @dataclass
 class PreparedGrpo:
     samples: list[GrpoSample]
@@ -49,6 +56,8 @@ class PreparedGrpo:
     prompts_compared: int = 0  # items whose token blob carried the server's prompt ids
     prompts_mismatched: int = 0  # of those, prompts the learner encodes to other ids
     first_prompt_mismatch: tuple[int, PromptIdsMismatch] | None = None  # (item, where)
+    prompts_dropped: int = 0  # of the mismatched, items left out: more than PROMPT_DIFF_LIMIT of the prompt differs
+    first_dropped: tuple[int, PromptIdsMismatch] | None = None
     unknown_items: int = 0  # items with at least one unknown sampler log-prob
     first_unknown: int | None = None  # the first such item
 
@@ -95,6 +104,12 @@ def grpo_samples(
                 if diff is not None:
                     out.prompts_mismatched += 1
                     out.first_prompt_mismatch = out.first_prompt_mismatch or (i, diff)
+                    if diff.fraction > PROMPT_DIFF_LIMIT:
+                        out.prompts_dropped += 1
+                        out.first_dropped = out.first_dropped or (i, diff)
+                        if on_item:
+                            on_item()
+                        continue
         else:
             r = retokenise(tokenizer, prompt.text, it.completion, end_of_turn=it.finish_reason != "length")
             ids, old = r.ids, None
@@ -138,13 +153,25 @@ def grpo_samples(
     if out.first_prompt_mismatch is not None:
         item, diff = out.first_prompt_mismatch
         log.warning(
-            "%d of %d completions were sampled on prompt ids that differ from the learner's encoding (scored on the "
-            "learner's); items[%d]: %s",
+            "%d of %d completions were sampled on prompt ids that differ from the learner's encoding (%d dropped, "
+            "the rest scored on the learner's); items[%d]: %s",
             out.prompts_mismatched,
             out.prompts_compared,
+            out.prompts_dropped,
             item,
             diff.describe(),
         )
+    if out.first_dropped is not None:
+        item, diff = out.first_dropped
+        reason = (
+            f"{out.prompts_dropped} of {len(batch.items)} items dropped: their prompt ids differ from the learner's "
+            f"encoding in more than {PROMPT_DIFF_LIMIT:.0%} of the prompt, so the sampler's log-probs are of another "
+            f"input (image size, image processor or chat template differ between server and learner); "
+            f"items[{item}]: {diff.describe()}"
+        )
+        if not out.samples:
+            raise InvalidBatch(f"nothing to train on: {reason}")
+        log.warning("%s", reason)
     return out
 
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from .blobs import BlobStore
 from .prompt_text import PromptStructureError, check_structure, neutralise, tokens_for
@@ -34,6 +34,24 @@ def prompt_key(messages) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"))
 
 
+def load_image(data: bytes) -> Image.Image:
+    """A screenshot as vLLM 0.33 hands it to the image processor (`vllm/multimodal/image.py`: `normalize_image`,
+    then `convert_image_mode(image, "RGB")`): EXIF orientation applied, and transparency (RGBA, LA, PA, or a tRNS
+    chunk) composited onto white. PIL's plain `convert("RGB")` would drop alpha instead, so a transparent pixel
+    would reach the learner as whatever colour it stores (black, usually) and the server as white."""
+    with Image.open(io.BytesIO(data)) as im:
+        try:
+            im = ImageOps.exif_transpose(im)
+        except Exception:  # noqa: BLE001 - vLLM suppresses any EXIF failure too and keeps the image as it is
+            pass
+        if im.mode in ("RGBA", "LA", "PA") or "transparency" in im.info:
+            rgba = im.convert("RGBA")
+            out = Image.new("RGB", rgba.size, (255, 255, 255))
+            out.paste(rgba, mask=rgba.split()[3])
+            return out
+        return im.convert("RGB")
+
+
 def to_template_messages(
     messages, blobs: BlobStore | None, tokens: tuple[str, ...] = (), empty_user_text: bool = False
 ) -> tuple[list[dict], list[Image.Image]]:
@@ -48,8 +66,7 @@ def to_template_messages(
         for part in m["content"]:
             if part["type"] == "image":
                 if blobs is not None:
-                    with Image.open(io.BytesIO(blobs.get(part["ref"]))) as im:
-                        images.append(im.convert("RGB"))
+                    images.append(load_image(blobs.get(part["ref"])))
                 parts.append({"type": "image"})
             elif m["role"] == "user":
                 parts.append({"type": "text", "text": "" if empty_user_text else neutralise(part["text"], tokens)})
@@ -120,11 +137,18 @@ class PromptIdsMismatch:
     server_text: str  # the decoded neighbourhood of the position on each side
     learner_text: str
     lengths: tuple[int, int]  # (server, learner)
+    differing: int  # positions whose ids differ, plus the length difference
+
+    @property
+    def fraction(self) -> float:
+        """The share of the longer encoding that differs: one merged space is small, a different image size
+        (every id after the image shifted) is most of the prompt."""
+        return self.differing / max(self.lengths)
 
     def describe(self) -> str:
         return (
             f"first difference at position {self.position} of ({self.lengths[0]} server, {self.lengths[1]} learner) "
-            f"ids: server {self.server_id} vs learner {self.learner_id}; "
+            f"ids ({self.differing} differ): server {self.server_id} vs learner {self.learner_id}; "
             f"server ...{self.server_text!r}... learner ...{self.learner_text!r}..."
         )
 
@@ -145,6 +169,7 @@ def compare_prompt_ids(tokenizer, server: list[int], learner: list[int], context
         server_text=around(server),
         learner_text=around(learner),
         lengths=(len(server), len(learner)),
+        differing=sum(a != b for a, b in zip(server, learner)) + abs(len(server) - len(learner)),
     )
 
 

@@ -1,5 +1,6 @@
 """The server's prompt ids (a token blob's prompt_ref) against the learner's own encoding of the stored prompt:
-differences are counted and the first one logged, the item is still scored; a malformed blob fails the batch."""
+differences are counted and the first one logged; a small one is scored on the learner's encoding, one above
+PROMPT_DIFF_LIMIT of the prompt drops the item with its reason; a malformed blob fails the batch."""
 
 from __future__ import annotations
 
@@ -82,3 +83,26 @@ def test_a_malformed_prompt_blob_is_an_invalid_batch(learner, blobs, prompt, blo
     items[1]["tokens_ref"] = blobs.put_json(bad)
     with pytest.raises(InvalidBatch, match=r"items\[1\]\.tokens_ref\.prompt_ref: .* is not the server's prompt ids"):
         _update(learner, blobs, "bad-prompt", items)
+
+
+def test_a_prompt_encoded_to_other_ids_in_more_than_the_limit_is_dropped_with_its_reason(
+    learner, blobs, prompt, caplog
+):
+    # The server saw a larger image: more image tokens, and every id after them shifted.
+    m, ids = prompt
+    image = learner.policy.processor.image_token_id
+    at = ids.index(image)
+    shifted = ids[:at] + [image] * 8 + ids[at:]
+    items = _items(learner, blobs, m, shifted, n=1) + _items(learner, blobs, m, ids, n=2)
+    with caplog.at_level(logging.WARNING, logger="halo_learner"):
+        out = _update(learner, blobs, "shifted-prompt", items)
+    assert out.prompt_mismatch_rate == pytest.approx(1 / 3)
+    assert out.tokens == 6 and out.ratio_tokens == 6  # the shifted item is not scored
+    dropped = [r.getMessage() for r in caplog.records if "dropped: their prompt ids differ" in r.getMessage()]
+    assert len(dropped) == 1 and "1 of 3 items dropped" in dropped[0] and "items[0]" in dropped[0], dropped
+
+
+def test_a_batch_whose_every_prompt_differs_beyond_the_limit_fails_naming_why(learner, blobs, prompt):
+    m, ids = prompt
+    with pytest.raises(InvalidBatch, match="nothing to train on: 2 of 2 items dropped"):
+        _update(learner, blobs, "all-shifted", _items(learner, blobs, m, ids[: len(ids) // 2]))
