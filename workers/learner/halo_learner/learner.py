@@ -303,6 +303,7 @@ class Learner(RankSteps):
             token_mismatch_rate=prep.token_mismatch_rate,
             unknown_logprobs=prep.unknown_logprobs,
             prompt_mismatch_rate=prep.prompt_mismatch_rate,
+            prompts_dropped=prep.prompts_dropped,
             max_abs_log_ratio=ratios.max_abs_log_ratio,
             mean_abs_log_ratio=ratios.mean_abs_log_ratio,
             capped_fraction=ratios.capped_fraction if hp.stale_weight_cap is not None and ratios.tokens else None,
