@@ -2,6 +2,7 @@ import { firstLine } from '../env/page-actions';
 import type { HaloConfig } from '../lib/config';
 import { describeHealth, metricsEndpoints, parsePrometheus, scrapeUrl, workerHealth, type WorkerHealth } from '../lib/worker-metrics';
 import type { DoctorCheck } from './doctor-check';
+import { learnerSettings } from './stack';
 
 // The stack's own health as its workers' SDK metrics tell it (lib/worker-metrics.ts): `halo doctor` rows and the
 // lines `halo status` prints under a run.
@@ -20,6 +21,8 @@ function namedEndpoints(cfg: HaloConfig, env: NodeJS.ProcessEnv): { id: string; 
   return [
     { id: 'metrics.control', name: 'control worker metrics', endpoint: e.control },
     ...e.browsers.map((endpoint, i) => ({ id: `metrics.browser-${i}`, name: `browser worker ${i} metrics`, endpoint })),
+    // A learner on another host (HALO_LEARNER=0 here) serves its metrics there.
+    ...(learnerSettings(env).enabled ? [{ id: 'metrics.learner', name: 'learner metrics', endpoint: e.learner }] : []),
   ];
 }
 

@@ -140,8 +140,8 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
     if (learnerOn && st.learner === undefined) {
       // Without HALO_MODEL: the model this stack's learner last ran (client/learner-record.ts).
       const model = learnerModelFor(home, learner.model);
-      say(`starting learner (model ${model}, queue ${learner.gpuQueue})`);
-      const l = learnerCommand({ ...env, HALO_MODEL: model });
+      say(`starting learner (model ${model}, queue ${learner.gpuQueue})${metrics ? ` (metrics on ${metrics.learner})` : ''}`);
+      const l = learnerCommand(withMetrics({ ...env, HALO_MODEL: model }, metrics?.learner));
       started.set('learner', spawnBackground(home, 'learner', l.command, l.args, l.env));
       recordLearnerModel(home, model);
     }

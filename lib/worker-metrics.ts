@@ -9,22 +9,30 @@ export interface MetricsEndpoints {
   control: string;
   /** One per browser worker `halo up` starts, in order. */
   browsers: string[];
+  /** The Python learner (the Python SDK's runtime serves the same series). */
+  learner: string;
 }
 
 /**
  * Where the workers `halo up` starts expose metrics: the control worker on HALO_METRICS_PORT, browser worker i
- * on the port after it plus i (each process binds its own port). HALO_METRICS_HOST (default 127.0.0.1) is the
+ * on the port after it plus i, the learner on the port after the browser workers' (each process binds its own port). HALO_METRICS_HOST (default 127.0.0.1) is the
  * address they bind; 0.0.0.0 lets a Prometheus on another host scrape them. Null when HALO_METRICS_PORT is unset.
  */
 export function metricsEndpoints(env: Record<string, string | undefined>, browserWorkers: number): MetricsEndpoints | null {
   const raw = env.HALO_METRICS_PORT?.trim();
   if (!raw) return null;
   const port = Number(raw);
-  if (!Number.isInteger(port) || port < 1 || port + browserWorkers > 65_535) {
-    throw new Error(`HALO_METRICS_PORT ${JSON.stringify(raw)}: a port from 1 to ${65_535 - browserWorkers} (the browser workers take the ${browserWorkers} after it)`);
+  if (!Number.isInteger(port) || port < 1 || port + browserWorkers + 1 > 65_535) {
+    throw new Error(
+      `HALO_METRICS_PORT ${JSON.stringify(raw)}: a port from 1 to ${65_535 - browserWorkers - 1} (the ${browserWorkers} browser workers and the learner take the ports after it)`,
+    );
   }
   const host = env.HALO_METRICS_HOST?.trim() || '127.0.0.1';
-  return { control: `${host}:${port}`, browsers: Array.from({ length: browserWorkers }, (_, i) => `${host}:${port + 1 + i}`) };
+  return {
+    control: `${host}:${port}`,
+    browsers: Array.from({ length: browserWorkers }, (_, i) => `${host}:${port + 1 + i}`),
+    learner: `${host}:${port + 1 + browserWorkers}`,
+  };
 }
 
 /** Where to scrape an endpoint from this host: a wildcard bind address is reached on loopback. */

@@ -14,7 +14,7 @@ import type { DoctorReport } from '../../client/doctor';
 const exec = promisify(execFile);
 let home: string;
 let cfgFile: string;
-/** The workers' metrics ports (HALO_METRICS_PORT): the control worker's, then browser worker 0's. */
+/** The workers' metrics ports (HALO_METRICS_PORT): the control worker's, then browser worker 0's, then the learner's. */
 let metricsPort: number;
 
 function halo(...args: string[]) {
@@ -95,6 +95,7 @@ test('halo doctor: every local check passes on a running stack; a stopped worker
   for (const [id, port] of [
     ['metrics.control', metricsPort],
     ['metrics.browser-0', metricsPort + 1],
+    ['metrics.learner', metricsPort + 2],
   ] as const) {
     const c = byId.get(id);
     assert.ok(c && c.status !== 'fail' && c.detail.startsWith(`127.0.0.1:${port}: `), `${id}: ${JSON.stringify(c)}`);

@@ -65,8 +65,8 @@ test('the workers serve SDK metrics on HALO_METRICS_ADDRESS; doctor and status r
   assert.deepEqual([h.workflowTaskFailures, h.activityFailures], [0, 0]);
   assert.ok((h.slotsAvailable.WorkflowWorker ?? 0) > 0, JSON.stringify(h.slotsAvailable));
 
-  // halo doctor with HALO_METRICS_PORT: the control worker's row from this endpoint; browser worker 0 (the next
-  // port) serves nothing here, which is a failed row saying what to do.
+  // halo doctor with HALO_METRICS_PORT: the control worker's row from this endpoint; browser worker 0 and the
+  // learner (the next ports) serve nothing here, which is a failed row saying what to do.
   const cfg = parseConfig({});
   const checks = await workerMetricsChecks(cfg, { HALO_METRICS_PORT: String(port) }, 5_000);
   assert.deepEqual(
@@ -74,6 +74,7 @@ test('the workers serve SDK metrics on HALO_METRICS_ADDRESS; doctor and status r
     [
       ['metrics.control', 'pass'],
       ['metrics.browser-0', 'fail'],
+      ['metrics.learner', 'fail'],
     ],
   );
   assert.match(checks[0].detail, new RegExp(`^127\\.0\\.0\\.1:${port}: workflow tasks wait \\d+ ms on average \\(\\d+\\), activities wait \\d+ ms`));
@@ -84,7 +85,13 @@ test('the workers serve SDK metrics on HALO_METRICS_ADDRESS; doctor and status r
     [['metrics', 'skip']],
   );
   const lines = await stackHealthLines(cfg, { HALO_METRICS_PORT: String(port) });
-  assert.equal(lines.length, 2);
+  assert.equal(lines.length, 3);
   assert.match(lines[0], /^control worker: workflow tasks wait \d+ ms on average/);
   assert.match(lines[1], /^browser worker 0: no metrics at 127\.0\.0\.1:\d+/);
+  assert.match(lines[2], new RegExp(`^learner: no metrics at 127\\.0\\.0\\.1:${port + 2} `));
+  // A learner on another host (HALO_LEARNER=0 here) has no row.
+  assert.deepEqual(
+    (await workerMetricsChecks(cfg, { HALO_METRICS_PORT: String(port), HALO_LEARNER: '0' }, 5_000)).map((c) => c.id),
+    ['metrics.control', 'metrics.browser-0'],
+  );
 });

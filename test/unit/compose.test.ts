@@ -127,6 +127,7 @@ function pyEnvReads(): Set<string> {
   for (const f of sources(['workers/learner/halo_learner'], ['.py'])) {
     const text = readFileSync(f, 'utf8');
     for (const m of text.matchAll(/\b(?:environ|env)(?:\.get\(\s*|\[\s*)["']([A-Z][A-Z0-9_]*)["']/g)) names.add(m[1]);
+    if (text.includes('from temporalio.envconfig import')) for (const k of ENVCONFIG_VARIABLES) names.add(k);
   }
   return names;
 }
@@ -550,5 +551,13 @@ test(".venv-vllm and .venv-miniwob-official (the setup's other venvs) are git-ig
       assert.ok(rules.includes(venv), `${f} does not name ${venv}`);
     }
     assert.ok(!ignored(rules, 'client/cli.ts') || f.includes('learner'), `${f} drops the sources`);
+  }
+});
+
+test('every worker serves its SDK metrics: control and browser workers and the learner bind HALO_METRICS_ADDRESS', () => {
+  for (const name of [...NODE_WORKERS, ...PY_WORKERS]) {
+    const address = env(services[name]).HALO_METRICS_ADDRESS;
+    // 0.0.0.0: a Prometheus on the compose network reaches it; a loopback bind would serve only the container itself.
+    assert.match(address ?? '', /^0\.0\.0\.0:\d+$/, `${name}: HALO_METRICS_ADDRESS ${address}`);
   }
 });

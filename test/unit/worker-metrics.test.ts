@@ -2,12 +2,20 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeHealth, metricsEndpoints, parsePrometheus, scrapeUrl, SLOW_SCHEDULE_TO_START_MS, workerHealth } from '../../lib/worker-metrics';
 
-test('HALO_METRICS_PORT gives the control worker its port and each browser worker the ports after it', () => {
+test('HALO_METRICS_PORT gives the control worker its port, each browser worker the ports after it, then the learner', () => {
   assert.equal(metricsEndpoints({}, 2), null);
-  assert.deepEqual(metricsEndpoints({ HALO_METRICS_PORT: '9464' }, 2), { control: '127.0.0.1:9464', browsers: ['127.0.0.1:9465', '127.0.0.1:9466'] });
-  assert.deepEqual(metricsEndpoints({ HALO_METRICS_PORT: '9464', HALO_METRICS_HOST: '0.0.0.0' }, 1), { control: '0.0.0.0:9464', browsers: ['0.0.0.0:9465'] });
-  assert.throws(() => metricsEndpoints({ HALO_METRICS_PORT: 'ninety' }, 1), /HALO_METRICS_PORT "ninety": a port from 1 to 65534/);
-  assert.throws(() => metricsEndpoints({ HALO_METRICS_PORT: '65535' }, 1), /HALO_METRICS_PORT/);
+  assert.deepEqual(metricsEndpoints({ HALO_METRICS_PORT: '9464' }, 2), {
+    control: '127.0.0.1:9464',
+    browsers: ['127.0.0.1:9465', '127.0.0.1:9466'],
+    learner: '127.0.0.1:9467',
+  });
+  assert.deepEqual(metricsEndpoints({ HALO_METRICS_PORT: '9464', HALO_METRICS_HOST: '0.0.0.0' }, 1), {
+    control: '0.0.0.0:9464',
+    browsers: ['0.0.0.0:9465'],
+    learner: '0.0.0.0:9466',
+  });
+  assert.throws(() => metricsEndpoints({ HALO_METRICS_PORT: 'ninety' }, 1), /HALO_METRICS_PORT "ninety": a port from 1 to 65533/);
+  assert.throws(() => metricsEndpoints({ HALO_METRICS_PORT: '65534' }, 1), /HALO_METRICS_PORT/);
   assert.equal(scrapeUrl('0.0.0.0:9464'), 'http://127.0.0.1:9464/metrics');
   assert.equal(scrapeUrl('10.0.0.5:9465'), 'http://10.0.0.5:9465/metrics');
 });

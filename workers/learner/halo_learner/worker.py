@@ -4,7 +4,7 @@ that arrive together as one batch (sample_batcher.py).
     PYTHONPATH=workers/learner .venv/bin/python -m halo_learner.worker
 
 Environment: HALO_MODEL (HF id, local path or "tiny-random"), HALO_HOME, HALO_CHECKPOINTS, HALO_GPU_QUEUE,
-TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
+the Temporal profile (temporal.toml, TEMPORAL_*: connection.py), HALO_METRICS_ADDRESS (Prometheus), HALO_MICRO_BATCH, HALO_PREFIX_SHARING,
 HALO_LORA_RANK/ALPHA/SEED, HALO_SAMPLE_BATCH (sampling calls batched at most: 8 on a GPU, 1 on the CPU),
 HALO_SAMPLE_BATCH_ROWS (32: completions in one batch at most), HALO_SAMPLE_WINDOW_MS (20: how long a batch waits
 for calls arriving together). SIGTERM/SIGINT drain the running activity (up to HALO_SHUTDOWN_GRACE_S) and exit. HALO_WATCHDOG_GRACE_S
@@ -25,14 +25,13 @@ import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 from typing import Callable
 
 from temporalio.client import Client
-from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from .activities import LearnerActivities
+from .connection import learner_runtime, temporal_settings
 from .distributed import connect, gpus_from_env, rank_device, spawn_followers, watch_followers
 from .envfile import load_dotenv
 from .inflight import InflightLedger, release_orphan
@@ -44,31 +43,6 @@ from .prompt_text import unlisted_added_tokens
 from .watchdog import SlotWatch, Watchdog, event_path, restart_in_place
 
 log = logging.getLogger("halo_learner.worker")
-
-
-def temporal_settings(env=os.environ) -> dict:
-    """Same variables and rules as client/connection.ts."""
-    cert, key = env.get("TEMPORAL_TLS_CLIENT_CERT_PATH"), env.get("TEMPORAL_TLS_CLIENT_KEY_PATH")
-    ca, server_name = env.get("TEMPORAL_TLS_SERVER_CA_CERT_PATH"), env.get("TEMPORAL_TLS_SERVER_NAME")
-    if bool(cert) != bool(key):
-        raise ValueError("TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH must be set together")
-    api_key = env.get("TEMPORAL_API_KEY") or None
-    tls: bool | TLSConfig = False
-    if env.get("TEMPORAL_TLS", "").lower() in ("1", "true", "yes") or cert or ca or server_name:
-        tls = TLSConfig(
-            client_cert=Path(cert).read_bytes() if cert else None,
-            client_private_key=Path(key).read_bytes() if key else None,
-            server_root_ca_cert=Path(ca).read_bytes() if ca else None,
-            domain=server_name or None,
-        )
-    elif api_key:
-        tls = True  # API keys travel only over TLS
-    return dict(
-        target_host=env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233",
-        namespace=env.get("TEMPORAL_NAMESPACE") or "default",
-        api_key=api_key,
-        tls=tls,
-    )
 
 
 def worker_identity(learner: Learner) -> str:
@@ -103,9 +77,9 @@ def build_worker(
 async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None = None) -> None:
     """Serves the queue; `learner` may be a factory, called after a dead predecessor's attempt is released
     (loading an 8B model takes a while, and the retry can be queued meanwhile)."""
-    settings = temporal_settings()
+    settings = temporal_settings(os.environ)
     queue = task_queue or os.environ.get("HALO_GPU_QUEUE") or "gpu"
-    client = await Client.connect(**settings)
+    client = await Client.connect(**settings, runtime=learner_runtime(os.environ))
     ledger = InflightLedger(halo_home() / "learner", queue)
     released = await release_orphan(client, ledger)
     if released:
