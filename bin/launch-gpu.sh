@@ -9,7 +9,7 @@
 #
 # gpu_plan / gpu_serve_plan / resume_plan print the commands, one per line (what --dry-run shows and the tests
 # check); launch.sh's run_plan executes them. The one vLLM command line is gpu_vllm_command's: the configs' headers
-# and the README quote it, and test/unit/launch.test.ts holds them to it. Settings (environment):
+# and docs/episodes.md quote it, and test/unit/launch.test.ts holds them to it. Settings (environment):
 #   HALO_GPU_MODEL        model served and trained (default Qwen/Qwen3-VL-8B-Instruct)
 #   HALO_GPU_CONFIG       training config (default configs/grpo-real.yaml)
 #   HALO_GPU_MCTS_CONFIG  MCTS config of `gpu mcts` (default configs/mcts-real.yaml)

@@ -33,7 +33,7 @@ export async function chromiumCheck(): Promise<DoctorCheck> {
       name,
       status: 'fail',
       detail: firstLine((err as Error).message),
-      fix: "./launch.sh setup installs Debian's chromium; elsewhere set HALO_CHROMIUM to a Chromium binary (README: Ubuntu 22.04)",
+      fix: "./launch.sh setup installs Debian's chromium; elsewhere set HALO_CHROMIUM to a Chromium binary (docs/setup.md: Ubuntu 22.04)",
     };
   }
 }

@@ -9,7 +9,7 @@ import { ConfigError } from '../lib/config-error';
  * user reads the same lines (or `--json` fields) whichever command ran it.
  */
 
-/** Exit codes of the CLI (README "Exit codes"). */
+/** Exit codes of the CLI (docs/cli.md). */
 export const EXIT = { ok: 0, runtime: 1, config: 2 } as const;
 
 export interface WorkflowRef {

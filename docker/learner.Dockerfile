@@ -26,7 +26,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY workers/learner/requirements.txt workers/learner/requirements.txt
 
-# torch first and alone (as the README says), then the pinned requirements (its torch pin is then satisfied).
+# torch first and alone (as workers/learner/README.md says), then the pinned requirements (its torch pin is then satisfied).
 RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install "torch==${TORCH_VERSION}" --index-url "$TORCH_INDEX_URL"; \
     else pip install "torch==${TORCH_VERSION}"; fi \
  && python -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' is a CPU-only build: set TORCH_INDEX_URL to a CUDA wheel index')" \

@@ -26,7 +26,7 @@ export type GrammarWhitespace = (typeof GRAMMAR_WHITESPACE)[number];
 
 /**
  * The vLLM flag value (`--structured-outputs-config`) that makes the server sample under `whitespace`:
- * docker-compose.yml, bin/launch-gpu.sh and the README start it with the compact one, `halo doctor` names it.
+ * docker-compose.yml, bin/launch-gpu.sh and docs/episodes.md start it with the compact one, `halo doctor` names it.
  */
 export function vllmStructuredOutputsConfig(whitespace: GrammarWhitespace): string {
   return JSON.stringify({ backend: 'xgrammar', disable_any_whitespace: whitespace === 'compact' });

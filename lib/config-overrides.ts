@@ -123,7 +123,7 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     flag: '--episodes',
     arg: 'n',
     help: {
-      train: 'episode budget: split into iterations × episodes per iteration, never more than n (see README)',
+      train: 'episode budget: split into iterations × episodes per iteration, never more than n (see docs/cli.md)',
       mcts: 'search budget: one search per task per iteration, so n / (number of tasks) iterations, never more than n searches',
     },
   },

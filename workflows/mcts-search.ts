@@ -1,5 +1,5 @@
 /**
- * Agent-Q-style MCTS as a durable workflow (README.md, "MCTS exploration (Agent Q style) with step-level DPO").
+ * Agent-Q-style MCTS as a durable workflow (docs/mcts.md).
  *
  * `mctsSearch` (one per task): the search tree lives in workflow state (pure operations of lib/mcts.ts), and
  * every simulation reads top to bottom in `simulate` below:

@@ -202,7 +202,7 @@ export async function chainChildWorkflows(env: TestWorkflowEnvironment, workflow
 /**
  * With HALO_RECORD_HISTORY=<dir>: every run of a workflow's continue-as-new chain into
  * `<dir>/<workflowId>.<label>-<n>.json`, in the JSON `temporal workflow show --output json` writes, for
- * test/integration/replay.test.ts. Re-record only with a versioning plan (see README, "Workflow versions").
+ * test/integration/replay.test.ts. Re-record only with a versioning plan (see docs/architecture.md, "Workflow versions").
  */
 export async function recordHistories(env: TestWorkflowEnvironment, workflowId: string, firstRunId: string, label: string): Promise<void> {
   const dir = process.env.HALO_RECORD_HISTORY;

@@ -2,7 +2,7 @@ import ts from 'typescript';
 
 /**
  * What keeps an upgrade from stranding a run in flight, as checks over text: every `patched(id)` in workflow
- * code has a row in the README's patch table (so an operator knows when it may go), and the recorded histories
+ * code has a row in the patch table of docs/architecture.md (so an operator knows when it may go), and the recorded histories
  * that test/integration/replay.test.ts replays cover every workflow type and the new branch of every patch.
  */
 
@@ -39,9 +39,9 @@ export interface PatchRow {
   where: string;
 }
 
-/** The rows of the README's patch table: the table under the "Workflow versions" heading whose first column is `patch id`. */
-export function readmePatchTable(readme: string): PatchRow[] {
-  const lines = readme.split('\n');
+/** The rows of the patch table (docs/architecture.md): the table under the "Workflow versions" heading whose first column is `patch id`. */
+export function patchTable(markdown: string): PatchRow[] {
+  const lines = markdown.split('\n');
   const heading = lines.findIndex((l) => /^#+ .*Workflow versions/.test(l));
   if (heading < 0) return [];
   const start = lines.findIndex((l, i) => i > heading && /^\|\s*patch id\s*\|/.test(l));
@@ -61,10 +61,10 @@ export function patchTableProblems(calls: PatchCall[], rows: PatchRow[]): string
   for (const { id, file } of calls) {
     const row = rows.find((r) => r.ids.includes(id));
     const base = file.split('/').at(-1)!;
-    if (!row) problems.push(`patch '${id}' (${file}) has no row in the README's patch table`);
-    else if (!row.where.includes(base)) problems.push(`the README's row for '${id}' does not name ${base}, where it is called`);
+    if (!row) problems.push(`patch '${id}' (${file}) has no row in the patch table of docs/architecture.md`);
+    else if (!row.where.includes(base)) problems.push(`the patch table's row for '${id}' does not name ${base}, where it is called`);
   }
-  for (const row of rows) for (const id of row.ids) if (!calls.some((c) => c.id === id)) problems.push(`the README's patch table names '${id}', which no workflow calls`);
+  for (const row of rows) for (const id of row.ids) if (!calls.some((c) => c.id === id)) problems.push(`the patch table names '${id}', which no workflow calls`);
   return [...new Set(problems)];
 }
 

@@ -154,7 +154,7 @@ test('pause holds the run between iterations, resume continues, stop ends it gra
   assert.equal(adapters.length, result.adapterVersion, 'every finished iteration kept its adapter');
 });
 
-test("the README's `temporal workflow start --type trainGrpo` form starts a run", async () => {
+test("docs/training.md's `temporal workflow start --type trainGrpo` form starts a run", async () => {
   const input = JSON.stringify({
     config: {
       temporal: { controlTaskQueue: stack.controlQueue, browserTaskQueue: stack.browserQueue },

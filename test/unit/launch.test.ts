@@ -334,9 +334,9 @@ function vllmCommandsIn(text: string): string[] {
   return out;
 }
 
-test("the vllm serve commands of the REAL configs' headers and the README are the one the launcher runs", () => {
+test("the vllm serve commands of the REAL configs' headers and docs/episodes.md are the one the launcher runs", () => {
   const expected = launcherVllmCommand();
-  for (const file of ['configs/mcts-real.yaml', 'configs/grpo-real.yaml', 'README.md']) {
+  for (const file of ['configs/mcts-real.yaml', 'configs/grpo-real.yaml', 'docs/episodes.md']) {
     const found = vllmCommandsIn(readFileSync(join(REPO_ROOT, file), 'utf8')).filter((c) => !/docker|--host 0\.0\.0\.0/.test(c));
     assert.ok(found.length > 0, `${file}: no vllm serve command`);
     for (const c of found) assert.equal(c, expected, file);

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
-import { historyCoverageProblems, patchCalls, patchTableProblems, readmePatchTable, summarizeHistory } from '../helpers/workflow-versions';
+import { historyCoverageProblems, patchCalls, patchTableProblems, patchTable, summarizeHistory } from '../helpers/workflow-versions';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -19,16 +19,16 @@ function workflowSources(): Map<string, string> {
   return out;
 }
 
-test("every patched() id in workflows/ has a row in the README's patch table naming its file, and every row a call", () => {
+test('every patched() id in workflows/ has a row in the patch table of docs/architecture.md naming its file, and every row a call', () => {
   const { calls, problems } = patchCalls(workflowSources());
   assert.deepEqual(problems, []);
   assert.ok(calls.length >= 8, `found the calls: ${calls.map((c) => c.id).join(', ')}`);
-  const rows = readmePatchTable(readFileSync(join(ROOT, 'README.md'), 'utf8'));
-  assert.ok(rows.length > 0, "found the README's patch table");
+  const rows = patchTable(readFileSync(join(ROOT, 'docs', 'architecture.md'), 'utf8'));
+  assert.ok(rows.length > 0, 'found the patch table in docs/architecture.md');
   assert.deepEqual(patchTableProblems(calls, rows), []);
 });
 
-const README = `# x
+const DOC = `# x
 
 ### Workflow versions and the patches old histories need
 
@@ -50,15 +50,15 @@ test('each patch-table check can fail', () => {
     calls.map((c) => c.id),
     ['a-patch', 'b-patch', 'c-patch'],
   );
-  const rows = readmePatchTable(README);
+  const rows = patchTable(DOC);
   assert.deepEqual(rows, [{ ids: ['a-patch', 'b-patch'], where: '`one.ts`, `two.ts`' }]);
-  assert.deepEqual(patchTableProblems(calls, rows), ["patch 'c-patch' (workflows/two.ts) has no row in the README's patch table"]);
+  assert.deepEqual(patchTableProblems(calls, rows), ["patch 'c-patch' (workflows/two.ts) has no row in the patch table of docs/architecture.md"]);
   assert.deepEqual(patchTableProblems([{ id: 'a-patch', file: 'workflows/three.ts' }], rows), [
-    "the README's row for 'a-patch' does not name three.ts, where it is called",
-    "the README's patch table names 'b-patch', which no workflow calls",
+    "the patch table's row for 'a-patch' does not name three.ts, where it is called",
+    "the patch table names 'b-patch', which no workflow calls",
   ]);
   assert.deepEqual(patchCalls(new Map([['workflows/x.ts', 'const ID = "p";\npatched(ID);\n']])).problems, ['workflows/x.ts:2: patched() with an id that is not a string literal']);
-  assert.deepEqual(readmePatchTable('# no table here\n'), []);
+  assert.deepEqual(patchTable('# no table here\n'), []);
 });
 
 test('history coverage names workflow types without a history and patches whose new branch none took', () => {
