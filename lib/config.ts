@@ -108,7 +108,7 @@ export const policySchema = z
       .enum(GRAMMAR_WHITESPACE)
       .default('compact')
       .describe(
-        'openai backend, constrained: the whitespace vLLM allows around JSON tokens. compact: vLLM started with --structured-outputs-config {"backend":"xgrammar","disable_any_whitespace":true} (docker-compose.yml, ./launch.sh gpu and the README do); any: the vLLM default, free whitespace, which no token budget bounds, so a sample may run out of tokens (an invalid action): a warning-level choice. The colocated sampler always samples compact',
+        'openai backend, constrained: the whitespace vLLM allows around JSON tokens. compact: vLLM started with --structured-outputs-config {"backend":"xgrammar","disable_any_whitespace":true} (docker-compose.yml, ./launch.sh gpu and docs/episodes.md do); any: the vLLM default, free whitespace, which no token budget bounds, so a sample may run out of tokens (an invalid action): a warning-level choice. The colocated sampler always samples compact',
       ),
     server: z
       .enum(VLLM_SERVERS)
