@@ -1,6 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
 import { clipErrorText, type CredentialName } from '../lib/credentials';
+import { checkAdapterFolder } from './adapter-check';
 import { apiKeyFor } from './credentials';
 
 /**
@@ -82,6 +83,7 @@ export async function loadAdapterIntoVllm(input: LoadAdapterInput): Promise<Load
   if (!adapter_path) throw badInput('adapter_path is empty');
   const http = new VllmHttp(input);
   const name = adapterName(run_id, version);
+  await checkAdapterFolder(adapter_path, name);
 
   // Versions of this run older than this one, beyond the `keep` newest of them, go first: that frees their
   // slots before the new adapter takes one. Newer versions (a late retry of an old load) are left alone.
@@ -128,6 +130,7 @@ export interface EnsureAdapterInput extends ServedAdapter {
  */
 export async function ensureAdapterLoaded(input: EnsureAdapterInput): Promise<{ loaded: boolean }> {
   checkServedAdapter(input);
+  await checkAdapterFolder(input.lora_path, input.lora_name);
   const http = new VllmHttp(input);
   const res = await http.post('/v1/load_lora_adapter', { lora_name: input.lora_name, lora_path: input.lora_path });
   if (res.ok) return { loaded: true };

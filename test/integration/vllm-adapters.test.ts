@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../client/temporal-server';
@@ -15,7 +15,7 @@ import { failureOf } from '../helpers/application-failure';
 let vllm: FakeVllmServer;
 let root: string;
 
-const adapterDir = (run: string, version: number, files?: string[]) => writeAdapterFolder(root, run, version, files);
+const adapterDir = (run: string, version: number, files?: string[], contents?: Record<string, string>) => writeAdapterFolder(root, run, version, files, contents);
 
 before(async () => {
   root = mkdtempSync(join(tmpdir(), 'halo-adapters-'));
@@ -79,15 +79,15 @@ describe('loadAdapterIntoVllm against the runtime LoRA API', () => {
   });
 
   test('a folder without adapter_model.safetensors is rejected too (400)', async () => {
-    const dir = adapterDir('run-d', 1, ['adapter_config.json']);
+    const dir = adapterDir('run-d', 1, ['adapter_config.json', 'manifest.json']);
     const f = await failureOf(loadAdapterIntoVllm({ base_url: vllm.url, run_id: 'run-d', version: 1, adapter_path: dir }));
     assert.equal(f.nonRetryable, true);
     assert.match(f.message, /HTTP 400 BadRequestError: .*doesn't contain tensors/);
   });
 
   test("a rank above --max-lora-rank: vLLM's 500, non-retryable, naming the flag; the same folder loads once the rank fits", async () => {
-    const dir = adapterDir('run-r', 1);
-    writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({ r: 16, rank_pattern: { 'model.layers.0.self_attn.q_proj': 32 } }));
+    const config = JSON.stringify({ r: 16, rank_pattern: { 'model.layers.0.self_attn.q_proj': 32 } });
+    const dir = adapterDir('run-r', 1, undefined, { 'adapter_config.json': config });
     const small = await startFakeVllmServer({ maxLoraRank: 16 });
     try {
       const f = await failureOf(loadAdapterIntoVllm({ base_url: small.url, run_id: 'run-r', version: 1, adapter_path: dir }));
