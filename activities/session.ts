@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
 import { RealEnv } from '../env/real';
 import { type Look, type ReplayCounters, Replays } from './session-replay';
-import { sameFinalState, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
+import { sameFinalState, sameView, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
 import { SiteLimiter, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-limits';
 import { ForkMismatch, sessionStartFailure } from './session-errors';
@@ -190,7 +190,8 @@ export class SessionManager {
   /** One snapshot per parent state: the forks of a step group start together and share it. */
   private parentSnapshot(parent: Session & { env: RealEnv }): Promise<ClientSnapshot> {
     if (parent.snapshot?.applied !== parent.applied) {
-      const value = this.using(parent, () => parent.env.snapshot());
+      const view = parent.view.axtree;
+      const value = this.using(parent, async () => ({ ...(await parent.env.snapshot()), view }));
       value.catch(() => {
         if (parent.snapshot?.value === value) parent.snapshot = undefined;
       });
@@ -223,10 +224,12 @@ export class SessionManager {
     try {
       const real = (await this.createEnv(input, context, opts)) as RealEnv;
       env = real;
-      await real.resume(input.spec, snap);
-      // The eval reads /finish: a copy that renders anything else (state kept only in page scripts) is no fork.
-      const finish = await real.finalStateText();
+      const resumed = await real.resume(input.spec, snap);
+      // The eval reads /finish: a copy that renders anything else is no fork; nor is one whose page differs from
+      // what the parent's policy saw (state kept only in page scripts shows there, and reaches no storage copy).
+      const finish = await real.copiedStateText();
       if (!sameFinalState(finish, snap.finish) || real.page.url() !== snap.url) throw new ForkMismatch();
+      if (snap.view !== undefined && !sameView(resumed.axtree, snap.view)) throw new ForkMismatch();
       const look = await this.replayer.replayAndLook(real, { ...input, replay: [...replay] }, beat, () => this.look(real));
       // Nothing replayed: the /finish just read is the state the session starts in (no second read).
       return await this.register(input, context, real, site, browser, replay.length, opts, replay.length === 0 ? { ...look, clientState: JSON.parse(finish) } : look);

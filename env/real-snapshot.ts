@@ -4,8 +4,9 @@ import type { BrowserContext, Page } from 'playwright-core';
 /**
  * A REAL session's client state, enough to open a copy of it without replaying its actions: the clone sites
  * keep their state in the browser (redux-persist in localStorage, some in sessionStorage or cookies), so a
- * new context seeded with that storage and opened at the same URL is the same episode state. What storage
- * cannot carry (state held only in page scripts) is caught by comparing /finish, which is what the eval reads.
+ * new context seeded with that storage and opened at the same URL is the same episode state. A copy is checked
+ * on /finish (what the eval reads, rendered from a copy of the storage, env/real-state-copy.ts) and on the page the
+ * policy saw: state held only in page scripts reaches neither storage nor that read, but it shows on the page.
  */
 export interface ClientSnapshot {
   /** Playwright's storageState: cookies and per-origin localStorage. */
@@ -17,6 +18,8 @@ export interface ClientSnapshot {
   steps: number;
   /** The /finish JSON text when the snapshot was taken: the fork must render the same. */
   finish: string;
+  /** The accessibility tree the policy last saw there (a fork's parent): the fork's page must read the same. */
+  view?: string;
 }
 
 export async function readSessionStorage(page: Page): Promise<Record<string, string>> {
@@ -46,6 +49,24 @@ export function sameFinalState(a: string, b: string): boolean {
   } catch {
     return a === b;
   }
+}
+
+/**
+ * The same page for a fork: equal accessibility trees but for element ids, grid positions and focus, which a
+ * fresh page numbers, lays out and focuses anew (a copy restores neither the parent's renders nor its caret).
+ */
+export function sameView(a: string, b: string): boolean {
+  const plain = (t: string) =>
+    t
+      .split('\n')
+      .map((l) =>
+        l
+          .replace(/^\s*\[\d+\] /, '')
+          .replace(/ @\(\d+,\d+\)$/, '')
+          .replace(/ focused\b/, ''),
+      )
+      .join('\n');
+  return plain(a) === plain(b);
 }
 
 /** How a start that asked for a fork got its state. */

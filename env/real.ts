@@ -13,6 +13,7 @@ import {
   judgeFinalState,
   readFinishState,
   unjudgedAtCap,
+  type ReadFinishOptions,
   type RealApplyResult,
   type RealStepOutcome,
 } from './real-finish';
@@ -20,6 +21,7 @@ import { OriginGuard } from './real-guard';
 import { AFTER_ACTION_LOAD_TIMEOUT_MS, RealPages } from './real-pages';
 import { checkSiteHealth, openOrUnreachable, SiteUnreachableError, type HealthOptions, type HealthResult } from './real-site';
 import { readSessionStorage, restoreSessionStorage, type ClientSnapshot } from './real-snapshot';
+import { readFinishInCopy, type StateCopyRead } from './real-state-copy';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
 import type { ReleaseSlot, SiteLimiter } from './site-limits';
 import type { RealScoring } from '../lib/episode-types';
@@ -341,37 +343,52 @@ export class RealEnv implements Environment {
     return judgeFinalState(ep.task, text, this.blobs, this.opts.evalOptions);
   }
 
-  /** The site's client state as /finish renders it now (read in the background page). */
+  /**
+   * The site's client state as /finish renders it now, read in a copy of the context's storage (the shaped
+   * rewards' read): a read beside the agent's tab could change what the eval judges (env/real-state-copy.ts).
+   */
   async clientState(): Promise<unknown> {
-    return (await this.readFinish()).value;
+    return (await this.readCopy()).value;
   }
 
-  /** The /finish JSON text now. */
+  /** The /finish JSON text now, read as the eval reads it: in this context's background page. */
   async finalStateText(): Promise<string> {
     return (await this.readFinish()).text;
+  }
+
+  /** The /finish JSON text now, read in a copy of the context's storage (a fork's check against its parent). */
+  async copiedStateText(): Promise<string> {
+    return (await this.readCopy()).text;
   }
 
   /** The client state a fork needs (see env/real-snapshot.ts), with the /finish it must reproduce. */
   async snapshot(): Promise<ClientSnapshot> {
     const ep = this.requireEpisode();
     this.pages.assertUsable();
-    const finish = (await this.readFinish()).text;
+    const { storage, text } = await this.readCopy();
     return {
-      storage: await this.context.storageState(),
+      storage,
       sessionStorage: await readSessionStorage(this.page),
       url: this.page.url(),
       steps: ep.steps,
-      finish,
+      finish: text,
     };
   }
 
-  private readFinish(): Promise<{ text: string; value: object }> {
-    const ep = this.requireEpisode();
-    return readFinishState(this.pages.background, ep.origin, {
+  private finishOptions(): ReadFinishOptions {
+    return {
       timeoutMs: this.opts.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
       pollMs: this.opts.finishPollMs ?? DEFAULT_FINISH_POLL_MS,
       navigationTimeoutMs: this.navTimeout,
-    });
+    };
+  }
+
+  private readCopy(): Promise<StateCopyRead> {
+    return readFinishInCopy(this.context, this.requireEpisode().origin, this.finishOptions());
+  }
+
+  private readFinish(): Promise<{ text: string; value: object }> {
+    return readFinishState(this.pages.background, this.requireEpisode().origin, this.finishOptions());
   }
 
   /** Bounded-retry HTTP check of a site root (default: the current episode's origin). */

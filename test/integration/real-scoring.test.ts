@@ -11,7 +11,8 @@ import { startRealSessions, type RealSessions } from '../helpers/real-sessions';
 
 // Each difference between the project's training settings and agisdk's harness, shown on the local REAL-protocol
 // site by one scripted agent: official scoring must give agisdk's verdict, and training scoring (the old
-// behaviour) a different one, or the stand-in would not be showing the difference at all.
+// behaviour) a different one, or the stand-in would not be showing the difference at all. The write-back app is
+// the exception: training's own reads no longer change the judged state, so there both must agree.
 
 const TASK = 'gomail-18';
 const TARGET = 'brian.king@example.com';
@@ -170,7 +171,7 @@ test('an unscorable task (empty eval script): training refuses it, official play
   assert.equal(official.reward, 0);
 });
 
-test('a persisted-state app that writes back when /finish boots in a second tab: training reads change the judged state, official reads do not', async () => {
+test('a persisted-state app that writes back when /finish boots in a second tab: training reads the state from a copy and judges what official scoring judges', async () => {
   plainSite();
   // Undo send: the message waits in the outbox; an agent that waits past the window before answering has sent it.
   site.outboxMs = 4_000;
@@ -179,10 +180,17 @@ test('a persisted-state app that writes back when /finish boots in a second tab:
     const training = await play('write-back-training', 'training', TASK, waitThenAnswer);
     const official = await play('write-back-official', 'official', TASK, waitThenAnswer);
     assert.equal(official.success, true, official.reason ?? '');
-    assert.equal(training.success, false, 'the read after Send booted the app in the background tab, which wrote the message back as a draft');
-    assert.ok(training.finalStateRef);
-    const state = JSON.parse((await blobs.get(training.finalStateRef)).toString('utf8')) as { actionhistory: { type: string }[] };
-    assert.ok(state.actionhistory.some((a) => a.type === 'email/recoverOutbox'));
+    assert.equal(training.success, true, training.reason ?? '');
+    // Training still read the state after every step (the shaped rewards), while the message sat in the outbox:
+    // the app those reads booted wrote its draft into a copy, never into the storage the answer was judged from.
+    assert.ok(training.finishLoads > waitThenAnswer.length, `training loaded /finish ${training.finishLoads} times`);
+    const history = async (r: StepSessionResult) => {
+      assert.ok(r.finalStateRef);
+      const state = JSON.parse((await blobs.get(r.finalStateRef)).toString('utf8')) as { actionhistory: { type: string }[] };
+      return state.actionhistory.map((a) => a.type);
+    };
+    assert.deepEqual(await history(training), await history(official));
+    assert.ok(!(await history(training)).includes('email/recoverOutbox'));
   } finally {
     plainSite();
   }
