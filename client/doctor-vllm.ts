@@ -6,11 +6,12 @@ import type { HaloConfig } from '../lib/config';
 import { isLoopbackHost, resolveCredential } from '../lib/credentials';
 import type { DoctorCheck } from './doctor-check';
 import { vllmGrammarWhitespaceCheck } from './doctor-grammar-whitespace';
+import { vllmLogprobsModeCheck } from './doctor-logprobs-mode';
 
 // `halo doctor` on the policy server: vLLM serves the model, takes images, loads LoRA adapters at run time, and (when it
-// runs on this machine) was started with the adapters' rank and the log-prob mode training needs.
+// runs on this machine) was started with the adapters' rank; its log-prob mode is probed over HTTP.
 
-/** vLLM: served models, runtime LoRA updating, and (for a vLLM on this machine) its LoRA rank and log-prob mode. */
+/** vLLM: served models, images, constrained whitespace, log-prob mode, runtime LoRA updating, and (for a vLLM on this machine) its LoRA rank. */
 export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck[]> {
   if (cfg.policy.backend !== 'openai') {
     return [{ id: 'vllm', name: 'vLLM', status: 'skip', detail: `policy.backend is ${cfg.policy.backend}: no policy server needed` }];
@@ -84,6 +85,7 @@ export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeou
       : { id: 'vllm.image', name: 'vLLM image input', status: 'skip', detail: `${cfg.policy.model} is not served` },
   );
   if (hasModel) out.push(await vllmGrammarWhitespaceCheck(cfg, base, headers, timeoutMs));
+  if (hasModel && vllmLike(base)) out.push(await vllmLogprobsModeCheck(cfg, base, headers, timeoutMs));
   out.push(vllmSamplingCheck(base, cfg.policy.model));
   if (cfg.train.vllmBaseUrl === undefined && cfg.mcts.vllmBaseUrl === undefined) return out;
   // The adapter endpoint may be another server (train.vllmBaseUrl): its origin is checked for the key on its own.

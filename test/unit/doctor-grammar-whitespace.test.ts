@@ -41,7 +41,10 @@ test('doctor: a vLLM started without disable_any_whitespace fails a compact conf
   // The probe favours the whitespace tokens the server's own tokenizer names, under a JSON schema.
   const tokenize = requests.filter((r) => r.path === '/tokenize').map((r) => (r.body as { prompt: string }).prompt);
   assert.deepEqual(tokenize, [' ', '\n']);
-  const probe = requests.filter((r) => r.path === '/v1/chat/completions').at(-1)!.body as { logit_bias: Record<string, number>; structured_outputs: { json: unknown } };
+  const probe = requests.find((r) => r.path === '/v1/chat/completions' && (r.body as { structured_outputs?: unknown }).structured_outputs)!.body as {
+    logit_bias: Record<string, number>;
+    structured_outputs: { json: unknown };
+  };
   assert.deepEqual(Object.keys(probe.logit_bias).map(Number).sort(), [FAKE_BYTE_OFFSET + 0x0a, FAKE_BYTE_OFFSET + 0x20]);
   assert.ok(probe.structured_outputs.json);
 });
