@@ -1,6 +1,7 @@
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
+import { dropPrivileges } from './browser-user';
 import { browserEnv } from './child-env';
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from './private-network';
 
@@ -36,9 +37,9 @@ export const CHROMIUM_ARGS: readonly string[] = [
 ];
 
 /**
- * Chromium's own sandbox (user namespaces + seccomp-bpf around every renderer) stays on, except for a browser
- * started as root, where Chromium refuses to run sandboxed: a developer machine or CI running as root. The
- * worker image runs as an unprivileged user, so pages from the web render sandboxed there.
+ * Whether Chromium keeps its own sandbox (user namespaces + seccomp-bpf around every renderer) when it runs as
+ * `uid`: not as root, where Chromium refuses to run sandboxed. A worker running as root therefore starts the
+ * browser as an unprivileged user (env/browser-user.ts); the worker image runs as one already.
  */
 export function chromiumSandboxed(uid: number | undefined = process.getuid?.()): boolean {
   return uid !== 0;
@@ -126,15 +127,18 @@ export function resolveChromiumPath(explicit?: string): string {
  */
 export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<Browser> {
   const executablePath = resolveChromiumPath(opts.executablePath);
+  const workerUid = process.getuid?.();
+  const dropped = dropPrivileges(executablePath, workerUid);
   const proxy = opts.egressGuard ? await startEgressProxy(opts.egressGuard === true ? {} : opts.egressGuard) : undefined;
   let browser: Browser;
   try {
     browser = await chromium.launch({
-      executablePath,
+      executablePath: dropped?.executablePath ?? executablePath,
       headless: opts.headless ?? true,
       args: [...CHROMIUM_ARGS, ...(proxy?.chromiumArgs ?? []), ...(opts.extraArgs ?? [])],
       // Playwright adds --no-sandbox unless told otherwise.
-      chromiumSandbox: chromiumSandboxed(),
+      chromiumSandbox: chromiumSandboxed(dropped?.user.uid ?? workerUid),
+      ...(dropped ? { downloadsPath: dropped.downloadsPath } : {}),
       // Playwright would hand Chromium the worker's whole environment.
       env: browserEnv(),
       ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
