@@ -1,8 +1,10 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
 import { clipErrorText, type CredentialName } from '../lib/credentials';
+import type { ReplicaStats } from '../lib/policy-pool';
 import { checkAdapterFolder } from './adapter-check';
 import { apiKeyFor } from './credentials';
+import { poolOf } from './replica-pools';
 
 /**
  * Hot-loading the learner's adapters into vLLM through its runtime LoRA API (server started with
@@ -43,6 +45,12 @@ export interface LoadAdapterInput {
   credential?: CredentialName;
   /** Deprecated: accepted only when it names the variable the worker maps the credential to. */
   api_key_env?: string;
+  /**
+   * A pool of servers (`policy.baseUrls`): the adapter goes into each of them (older versions unloaded on each),
+   * `base_url` being one of them. A replica that cannot be reached is skipped (drained; it loads the adapter on its
+   * first request when it is back); a refusal is the adapter's fault and fails the call.
+   */
+  replicas?: string[];
 }
 
 export interface LoadAdapterResult {
@@ -54,6 +62,10 @@ export interface LoadAdapterResult {
   unloaded: string[];
   /** This run's adapters loaded after the call, oldest first. */
   run_adapters: string[];
+  /** With `replicas`: those that were skipped (unreachable) and why. */
+  skipped?: { url: string; message: string }[];
+  /** With `replicas`: what each replica did in this worker so far (the run's metrics row carries it). */
+  pool?: ReplicaStats[];
 }
 
 export interface LoadedModel {
@@ -75,6 +87,37 @@ export function serverRoot(baseUrl: string): string {
 }
 
 export async function loadAdapterIntoVllm(input: LoadAdapterInput): Promise<LoadAdapterResult> {
+  const replicas = input.replicas;
+  if (replicas === undefined || replicas.length <= 1) return loadIntoOne(input);
+  if (!Array.isArray(replicas) || !replicas.some((r) => serverRoot(r) === serverRoot(input.base_url ?? ''))) {
+    throw badInput(`replicas ${JSON.stringify(replicas)}: a list of the pool's servers, base_url ${JSON.stringify(input.base_url)} among them`);
+  }
+  const pool = poolOf({ baseUrl: input.base_url, baseUrls: replicas });
+  const skipped: { url: string; message: string }[] = [];
+  let first: LoadAdapterResult | undefined;
+  for (const url of replicas) {
+    try {
+      const res = await loadIntoOne({ ...input, base_url: url });
+      pool.loads(url, 1);
+      first ??= res;
+    } catch (err) {
+      if (!(err instanceof ApplicationFailure) || err.nonRetryable) throw err;
+      pool.unreachable(url, Date.now());
+      skipped.push({ url, message: clipErrorText(err.message, 300) });
+    }
+  }
+  if (!first) {
+    throw ApplicationFailure.create({
+      message: `no policy replica took adapter ${adapterName(input.run_id, input.version)}: ${skipped.map((s) => `${s.url}: ${s.message}`).join('; ')}`,
+      type: 'VllmUnreachable',
+      nonRetryable: false,
+    });
+  }
+  return { ...first, ...(skipped.length > 0 ? { skipped } : {}), pool: pool.stats(Date.now()) };
+}
+
+/** `loadAdapterIntoVllm` on one server. */
+async function loadIntoOne(input: LoadAdapterInput): Promise<LoadAdapterResult> {
   const { run_id, version, adapter_path } = input;
   const keep = input.keep ?? 1;
   if (!/^[A-Za-z0-9._-]+$/.test(run_id ?? '')) throw badInput(`run_id ${JSON.stringify(run_id)}: letters, digits, ".", "_" and "-" only`);

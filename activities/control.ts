@@ -8,8 +8,8 @@ import { grammarBlob, type GrammarSampler } from '../lib/grammar-blob';
 import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
 import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
 import { toOpenAiMessages } from './openai-messages';
-import { withServedAdapter } from './adapters';
-import { chatCompletions, missingModelOf, wantsTokenIds } from './policy-client';
+import { chatCompletions, wantsTokenIds } from './policy-client';
+import { onPolicyPool } from './policy-pool';
 
 const PREVIEW_CHARS = 200;
 
@@ -92,22 +92,19 @@ export function createControlActivities(blobs: BlobStore) {
       const messages = await toOpenAiMessages(blobs, prompt);
       const grammarRef = policy.constrained ? await storeGrammar(axtree, policy.maxTokens, policy.server, policy.grammarWhitespace, policy.actions) : undefined;
       const grammar = grammarRef ? await blobs.getJson<Record<string, unknown>>(grammarRef) : undefined;
-      const ask = () =>
-        chatCompletions(policy, input.n ?? 1, messages, activitySignal(), {
-          tokens: wantsTokenIds(policy),
+      // One request on one replica of the policy's servers (activities/policy-pool.ts): its tokens, log-probs and
+      // grammar are that request's, whichever replica answered.
+      const pooled = await onPolicyPool(policy, adapter, (onReplica) =>
+        chatCompletions(onReplica, input.n ?? 1, messages, activitySignal(), {
+          tokens: wantsTokenIds(onReplica),
           tokensOptional: policy.tokenIdsOptional === true,
           ...(grammar ? { grammar } : {}),
           ...(input.seed !== undefined ? { seed: input.seed } : {}),
-        });
-      let adapterLoad: SampleResult['adapterLoad'];
-      let res: Awaited<ReturnType<typeof ask>>;
-      if (adapter) {
-        const served = await withServedAdapter(adapter, ask, missingModelOf);
-        res = served.value;
-        if (served.stats.loadRequests > 0) adapterLoad = { requests: served.stats.loadRequests, ms: served.stats.loadMs, reloaded: served.stats.reloaded };
-      } else {
-        res = await ask();
-      }
+        }),
+      );
+      const res = pooled.value;
+      const loads = pooled.adapter;
+      const adapterLoad: SampleResult['adapterLoad'] = loads && loads.loadRequests > 0 ? { requests: loads.loadRequests, ms: loads.loadMs, reloaded: loads.reloaded } : undefined;
       // The prompt as the server encoded it, once per request: every completion's token blob references it.
       const promptIdsRef = res.promptTokenIds ? await blobs.putJson({ prompt_token_ids: res.promptTokenIds }) : undefined;
       const candidates: Candidate[] = [];
@@ -132,6 +129,7 @@ export function createControlActivities(blobs: BlobStore) {
         latencyMs: Date.now() - t0,
         askedForTokens: res.askedForTokens,
         ...(adapterLoad ? { adapterLoad } : {}),
+        ...(policy.baseUrls && policy.baseUrls.length > 1 ? { replica: pooled.replica } : {}),
       };
     },
 

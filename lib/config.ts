@@ -7,6 +7,7 @@ import { VLLM_SERVERS } from './grammar-blob';
 import { TOOL_ACTIONS } from './actions';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
 import { iterationBudgetProblems } from './iteration-budget';
+import { replicaKey } from './policy-pool';
 
 // One schema for every config file. Every value has a default, so an empty file is a valid config.
 // Every section is strict (an unknown key is an error that names the closest valid key) and every number
@@ -53,6 +54,14 @@ export const policySchema = z
       .default('openai')
       .describe('openai: an OpenAI-compatible server (vLLM) at baseUrl; colocated: the learner samples with its resident model'),
     baseUrl: z.string().url().default('http://127.0.0.1:8000/v1'),
+    baseUrls: z
+      .array(z.string().url())
+      .min(1)
+      .max(64)
+      .optional()
+      .describe(
+        'openai backend: several servers of the same model (vLLM replicas, one per GPU) sampled as one pool: each request goes to the least-loaded healthy one, each loads every adapter version before it samples with it, and one that stops answering is drained and asked again later while the others go on. policy.baseUrl must be one of them (its default is the first replica ./launch.sh gpu starts). Absent: baseUrl alone',
+      ),
     model: z.string().min(1).default('Qwen/Qwen3-VL-8B-Instruct'),
     credential: z
       .enum(CREDENTIAL_NAMES)
@@ -120,6 +129,21 @@ export const policySchema = z
   .refine((p) => p.actions === undefined || p.constrained, {
     message: 'actions limits the constrained grammar: set policy.constrained: true (unconstrained output may be any action)',
     path: ['actions'],
+  })
+  .superRefine((p, ctx) => {
+    if (!p.baseUrls) return;
+    const keys = p.baseUrls.map(replicaKey);
+    const twice = keys.find((k, i) => keys.indexOf(k) !== i);
+    if (twice) ctx.addIssue({ code: 'custom', path: ['baseUrls'], message: `${twice} is listed twice: each replica once` });
+    if (p.backend !== 'openai')
+      ctx.addIssue({ code: 'custom', path: ['baseUrls'], message: 'a pool of servers is for policy.backend openai (the colocated learner samples itself)' });
+    if (!keys.includes(replicaKey(p.baseUrl))) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['baseUrl'],
+        message: `${p.baseUrl} is not one of policy.baseUrls (${p.baseUrls.join(', ')}): set policy.baseUrl to one of them, e.g. the first`,
+      });
+    }
   })
   .prefault({});
 
@@ -446,12 +470,24 @@ export function parseConfig(raw: unknown, source = 'config', opts: { historyBudg
   const input = raw ?? {};
   const result = configSchema.safeParse(input);
   if (result.success) {
-    const problems = [...dynamicSamplingProblems(result.data), ...(opts.historyBudget === false ? [] : historyBudgetProblems(result.data))];
+    const problems = [...dynamicSamplingProblems(result.data), ...poolProblems(result.data), ...(opts.historyBudget === false ? [] : historyBudgetProblems(result.data))];
     if (problems.length) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     return result.data;
   }
   const lines = formatConfigIssues(result.error.issues, configSchema, input);
   throw new ConfigError(`invalid ${source}:\n${lines.join('\n')}`);
+}
+
+/** A pool of policy servers loads each adapter into every replica: the adapter endpoint must be one of them. */
+export function poolProblems(cfg: HaloConfig): string[] {
+  const urls = cfg.policy.baseUrls;
+  if (!urls || urls.length <= 1) return [];
+  const keys = urls.map(replicaKey);
+  return (['train', 'mcts'] as const)
+    .filter((sec) => cfg[sec].vllmBaseUrl !== undefined && !keys.includes(replicaKey(cfg[sec].vllmBaseUrl!)))
+    .map(
+      (sec) => `${sec}.vllmBaseUrl ${cfg[sec].vllmBaseUrl} is not one of policy.baseUrls: with a pool, every replica loads each adapter; set it to one of them (e.g. the first)`,
+    );
 }
 
 /** train.dynamicSampling that cannot work: extra draws exist only for step groups, and one draw is N candidates. */

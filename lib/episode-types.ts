@@ -188,6 +188,8 @@ export interface SampleResult {
   askedForTokens?: boolean;
   /** Adapter loads this call made (`input.adapter`): requests, milliseconds, and whether vLLM had forgotten it. */
   adapterLoad?: { requests: number; ms: number; reloaded: boolean };
+  /** A pool of servers (`policy.baseUrls`): the replica that answered. */
+  replica?: string;
 }
 
 export interface EpisodeInput extends LegacyEpisodeFields {

@@ -120,6 +120,23 @@ const commonShape = {
   failed_episodes: int.min(1).optional(),
   /** Pipelined runs (maxStaleness ≥ 1): the adapter the batch sampled from, updates behind the on-policy one. */
   sampled_adapter_version: int.min(0).optional(),
+  /**
+   * A pool of policy servers (policy.baseUrls): what each replica did in the control worker that loaded this
+   * iteration's adapter, counted since that worker started (requests, retryable failures, mean latency of its
+   * answers, adapter loads, whether it takes requests).
+   */
+  policy_replicas: z
+    .array(
+      z.object({
+        url: z.string(),
+        requests: int.min(0),
+        failures: int.min(0),
+        mean_latency_ms: finite.min(0).optional(),
+        adapter_loads: int.min(0),
+        healthy: z.boolean(),
+      }),
+    )
+    .optional(),
   staleness: int.min(0).optional(),
 };
 

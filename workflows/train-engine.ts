@@ -11,6 +11,7 @@ import { wandbOf } from '../lib/curves';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { betterEval, evaluationDue, greedy, samplingPolicy, servingOf, staleness, type BestEval, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig, type RunContext } from '../lib/run-context';
+import type { ReplicaStats } from '../lib/policy-pool';
 import type { TrainingMetrics } from '../lib/run-metrics';
 import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training-plan';
 import * as profiles from './activity-profiles';
@@ -230,18 +231,21 @@ class Loop<D, U> {
   private async learnFrom(c: Collected<D>, seconds: Record<string, number>): Promise<void> {
     const { cfg, runId, run, control, plan } = this.scope;
     const update = await this.algorithm.update(this.scope, c, this.version + 1, seconds);
+    let replicas: ReplicaStats[] | undefined;
     if (update) {
       this.version++;
       this.adapterPath = update.adapterPath;
-      // Serve the new adapter (colocated: the learner already holds it). Pipelined collection may still be
-      // sampling from the previous version: it stays loaded.
+      // Serve the new adapter (colocated: the learner already holds it), on every replica of a pool. Pipelined
+      // collection may still be sampling from the previous version: it stays loaded.
       if (servingOf(cfg.policy, plan.vllmBaseUrl)) {
-        const load = { base_url: plan.vllmBaseUrl!, run_id: runId, version: this.version, adapter_path: update.adapterPath, keep: 1 + plan.maxStaleness };
-        await run.timed('load adapter', () => control.loadAdapterIntoVllm(load), 'load', seconds);
+        const pool = cfg.policy.baseUrls && cfg.policy.baseUrls.length > 1 ? { replicas: cfg.policy.baseUrls } : {};
+        const load = { base_url: plan.vllmBaseUrl!, run_id: runId, version: this.version, adapter_path: update.adapterPath, keep: 1 + plan.maxStaleness, ...pool };
+        replicas = (await run.timed('load adapter', () => control.loadAdapterIntoVllm(load), 'load', seconds)).pool;
       }
     }
     run.phase = 'metrics';
     const metrics = this.algorithm.metrics(this.scope, c, update?.result ?? null, this.version, { ...seconds });
+    if (replicas) metrics.policy_replicas = replicas;
     if (c.failed > 0) metrics.failed_episodes = c.failed;
     if (plan.maxStaleness > 0) Object.assign(metrics, { sampled_adapter_version: c.sampledVersion, staleness: staleness(c.iteration, c.sampledVersion) });
     const stepsBefore = this.envSteps;
