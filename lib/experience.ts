@@ -7,8 +7,8 @@ import type { RewardBreakdown } from './rewards/types';
  * blob of `recordTrajectory`, with its step groups), the batch builders read it (GRPO step, episode and anchor
  * grouping; MCTS's DPO pairs), the viewer and `halo export` show it. The TypeScript types are inferred from
  * these schemas; what crosses to the Python learner (the prompt, the sampler's tokens, the DPO pair) is
- * mirrored field by field in `workers/learner/halo_learner/payloads.py` and compared by
- * `test/integration/learner-contract.test.ts` (through lib/learner-types.ts).
+ * generated into `workers/learner/halo_learner/payloads.py` from these schemas (through lib/learner-types.ts,
+ * `npx halo learner-schema --write`).
  *
  * Model output always travels with the sampler's token reference (`tokensRef`, a `SampledTokens` blob), never
  * with the token ids inline: N × maxTokens ids and log-probs would swell every history and batch that carried
@@ -59,6 +59,9 @@ export const SampledTokensSchema = z
       ctx.addIssue({ code: 'custom', path: ['logprobs'], message: `logprobs has ${t.logprobs.length} entries but token_ids has ${t.token_ids.length}` });
     }
   });
+
+/** The blob behind a `SampledTokens` `prompt_ref`: the served request's prompt token ids (vLLM's top-level `prompt_token_ids`). */
+export const PromptTokenIdsSchema = z.strictObject({ prompt_token_ids: z.array(int.min(0)).min(1) });
 
 // ---- where: the task and the pages --------------------------------------------------------------------
 
@@ -295,6 +298,7 @@ export type LearnerPrompt = z.output<typeof PromptSchema>;
 /** What a writer puts in a token blob (defaulted keys optional); readers parse it into `SampledTokensParsed`. */
 export type SampledTokens = z.input<typeof SampledTokensSchema>;
 export type SampledTokensParsed = z.output<typeof SampledTokensSchema>;
+export type PromptTokenIds = z.infer<typeof PromptTokenIdsSchema>;
 export type TaskRef = z.infer<typeof TaskRefSchema>;
 export type ObservationRef = z.infer<typeof ObservationRefSchema>;
 export type StepObservationRef = z.infer<typeof StepObservationRefSchema>;

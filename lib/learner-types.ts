@@ -1,23 +1,35 @@
 import { z } from 'zod';
-import { BLOB_REF, DpoPairSchema, ImagePartSchema, PromptMessageSchema, PromptPartSchema, PromptSchema, SampledTokensSchema, TextPartSchema, blobRefSchema } from './experience';
+import { mctsSchema, policySchema, trainSchema } from './config';
+import {
+  BLOB_REF,
+  DpoPairSchema,
+  ImagePartSchema,
+  PromptMessageSchema,
+  PromptPartSchema,
+  PromptSchema,
+  PromptTokenIdsSchema,
+  SampledTokensSchema,
+  TextPartSchema,
+  blobRefSchema,
+} from './experience';
 
 /**
- * The TypeScript half of the learner contract: one zod schema per pydantic model of
- * `workers/learner/halo_learner/payloads.py`, same snake_case keys, same defaults, unknown keys rejected
- * (`extra="forbid"` there, strict objects here). Used to check what goes to the `gpu` task queue and what
- * comes back from it. `test/integration/learner-contract.test.ts` compares these schemas with the pydantic
- * ones field by field and round-trips real payloads through the Python worker, so the two sides cannot drift
- * silently.
+ * The learner contract, declared once: what goes to the `gpu` task queue and what comes back from it, snake_case
+ * keys, unknown keys rejected. The Python learner's pydantic models (`workers/learner/halo_learner/payloads.py`)
+ * are generated from these schemas (`npx halo learner-schema --write`; test/unit/learner-schema.test.ts fails
+ * when the file is stale), with the checks JSON Schema cannot state (the `refine`s) mirrored in
+ * `payload_rules.py`. `test/integration/learner-contract.test.ts` round-trips real payloads through the worker.
  *
  * Types: `XInput` (z.input) is what a caller may write (defaulted keys optional); `X` (z.output) is the
  * parsed value with every default filled in, which is what is sent.
  */
 
-const RUN_ID = /^[A-Za-z0-9._-]+$/;
+// One path component (the learner's checkpoints/<run_id>/): "", ".", "..", ".hidden" and separators are refused.
+const RUN_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
 
 const finite = z.number(); // zod 4 rejects NaN and ±Infinity for z.number()
 const int = z.number().int();
-const runId = z.string().min(1).regex(RUN_ID, 'run_id may contain only letters, digits, ".", "_" and "-"');
+const runId = z.string().min(1).regex(RUN_ID, 'run_id: a letter or digit, then up to 199 letters, digits, ".", "_" or "-"');
 /**
  * The base model a request was written for (the run's `policy.model`, e.g. "Qwen/Qwen3-VL-8B-Instruct"); the
  * learner refuses it with a non-retryable `ModelMismatch` when it holds another model. Null skips the check.
@@ -25,21 +37,25 @@ const runId = z.string().min(1).regex(RUN_ID, 'run_id may contain only letters, 
 const baseModel = z.string().min(1).nullable().default(null);
 
 // The prompt, the sampler's tokens and the DPO pair are experience (lib/experience.ts), declared there once.
-export { BLOB_REF, DpoPairSchema, ImagePartSchema, PromptMessageSchema, PromptPartSchema, PromptSchema, SampledTokensSchema, TextPartSchema };
-export type { DpoPair, DpoPairInput, LearnerPrompt, SampledTokens, SampledTokensParsed } from './experience';
+export { BLOB_REF, DpoPairSchema, ImagePartSchema, PromptMessageSchema, PromptPartSchema, PromptSchema, PromptTokenIdsSchema, SampledTokensSchema, TextPartSchema };
+export type { DpoPair, DpoPairInput, LearnerPrompt, PromptTokenIds, SampledTokens, SampledTokensParsed } from './experience';
 
 // ---- update_policy ---------------------------------------------------------------------------------
 
+// A request without a hyperparameter trains with the run config's default for it (lib/config.ts), the one place
+// each default is written; the ranges here are the learner's own, wider than a config's.
+const TRAIN = trainSchema.parse(undefined);
+const MCTS = mctsSchema.parse(undefined);
+const POLICY = policySchema.parse(undefined);
+
 export const GrpoHyperparametersSchema = z.strictObject({
-  learning_rate: finite.gt(0).default(1e-6),
-  kl_coef: finite.min(0).default(0.001),
-  clip_epsilon: finite.gt(0).lt(1).default(0.2),
-  temperature: finite.gt(0).default(0.7),
-  max_grad_norm: finite.gt(0).default(1.0),
-  loss_type: z
-    .string()
-    .refine((v) => v === 'dr_grpo', { message: "loss_type is not supported; the learner implements 'dr_grpo' only" })
-    .default('dr_grpo'),
+  learning_rate: finite.gt(0).default(TRAIN.learningRate),
+  kl_coef: finite.min(0).default(TRAIN.klCoef),
+  clip_epsilon: finite.gt(0).lt(1).default(TRAIN.clipEpsilon),
+  temperature: finite.gt(0).default(POLICY.temperature),
+  max_grad_norm: finite.gt(0).default(TRAIN.maxGradNorm),
+  /** dr_grpo only: advantages r − mean(r), no std division, a constant length normaliser. */
+  loss_type: z.literal('dr_grpo').default(TRAIN.lossType),
   /** Pipelined iterations: the decoupled objective, importance weights to the sampler's policy capped at this. */
   stale_weight_cap: finite.gt(0).nullable().default(null),
 });
@@ -115,9 +131,9 @@ export const UpdatePolicyOutputSchema = z.strictObject({
 // ---- update_dpo ------------------------------------------------------------------------------------
 
 export const DpoHyperparametersSchema = z.strictObject({
-  learning_rate: finite.gt(0).default(1e-6),
-  beta: finite.gt(0).default(0.1),
-  max_grad_norm: finite.gt(0).default(1.0),
+  learning_rate: finite.gt(0).default(MCTS.learningRate),
+  beta: finite.gt(0).default(MCTS.beta),
+  max_grad_norm: finite.gt(0).default(MCTS.maxGradNorm),
 });
 
 /** The blob behind `update_dpo`'s `batch_ref`. */
@@ -209,11 +225,15 @@ export type SampleActionsInput = z.output<typeof SampleActionsInputSchema>;
 export type LearnerCompletion = z.output<typeof CompletionSchema>;
 export type SampleActionsOutput = z.output<typeof SampleActionsOutputSchema>;
 
-/** Every schema of the contract under its pydantic class name, for the cross-language schema comparison. */
+/** Every schema of the contract under its pydantic name, in the order payloads.py declares them. */
 export const LEARNER_SCHEMAS = {
   TextPart: TextPartSchema,
   ImagePart: ImagePartSchema,
+  PromptPart: PromptPartSchema,
   PromptMessage: PromptMessageSchema,
+  Prompt: PromptSchema,
+  SampledTokens: SampledTokensSchema,
+  PromptTokenIds: PromptTokenIdsSchema,
   GrpoHyperparameters: GrpoHyperparametersSchema,
   GrpoItem: GrpoItemSchema,
   GrpoBatch: GrpoBatchSchema,
@@ -221,7 +241,6 @@ export const LEARNER_SCHEMAS = {
   UpdatePolicyOutput: UpdatePolicyOutputSchema,
   DpoHyperparameters: DpoHyperparametersSchema,
   DpoPair: DpoPairSchema,
-  SampledTokens: SampledTokensSchema,
   DpoBatch: DpoBatchSchema,
   UpdateDpoInput: UpdateDpoInputSchema,
   UpdateDpoOutput: UpdateDpoOutputSchema,

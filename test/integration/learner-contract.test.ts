@@ -7,7 +7,6 @@ import { promisify } from 'node:util';
 import { deflateSync } from 'node:zlib';
 import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import { z } from 'zod';
 import { BlobStore } from '../../blob/store';
 import { buildPrompt } from '../../lib/prompt';
 import { DpoBatchSchema, GrpoBatchSchema, LEARNER_SCHEMAS, PromptSchema } from '../../lib/learner-types';
@@ -41,66 +40,8 @@ async function python(code: string, input: unknown): Promise<unknown> {
 
 // ---- schemas ---------------------------------------------------------------------------------------
 
-interface FieldInfo {
-  required: boolean;
-  default?: unknown;
-  types: string[];
-}
-
-const PY_FIELDS = `
-import json, sys
-from halo_learner import payloads
-names = json.load(sys.stdin)
-out = {}
-def types(p, defs):
-    if "$ref" in p:
-        return types(defs[p["$ref"].split("/")[-1]], defs)
-    if "anyOf" in p or "oneOf" in p:
-        return sorted({t for q in p.get("anyOf", p.get("oneOf")) for t in types(q, defs)})
-    if "const" in p:
-        return ["const:" + json.dumps(p["const"], separators=(",", ":"))]
-    if "enum" in p:
-        return ["enum:" + json.dumps(sorted(p["enum"]), separators=(",", ":"))]
-    return [p.get("type", "?")]
-for name in names:
-    model = getattr(payloads, name)
-    js = model.model_json_schema()
-    defs = js.get("$defs", {})
-    req = set(js.get("required", []))
-    fields = {}
-    for k, p in js["properties"].items():
-        f = {"required": k in req, "types": types(p, defs)}
-        if "default" in p:
-            f["default"] = p["default"]
-        fields[k] = f
-    out[name] = {"fields": fields, "extra": model.model_config.get("extra")}
-print(json.dumps(out))
-`;
-
-function zodFields(schema: z.ZodType): Record<string, FieldInfo> {
-  const js = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as {
-    properties: Record<string, Record<string, unknown>>;
-    required?: string[];
-  };
-  const shape = (schema as unknown as z.ZodObject).shape;
-  const types = (p: Record<string, unknown>): string[] => {
-    const alts = (p.anyOf ?? p.oneOf) as Record<string, unknown>[] | undefined;
-    if (alts) return [...new Set(alts.flatMap(types))].sort();
-    if ('const' in p) return [`const:${JSON.stringify(p.const)}`];
-    if (Array.isArray(p.enum)) return [`enum:${JSON.stringify([...p.enum].sort())}`];
-    if (Array.isArray(p.type)) return [...p.type].map(String).sort(); // zod writes ["string", "null"]
-    return [String(p.type ?? '?')];
-  };
-  const out: Record<string, FieldInfo> = {};
-  for (const [k, p] of Object.entries(js.properties)) {
-    const required = (js.required ?? []).includes(k);
-    const f: FieldInfo = { required, types: types(p) };
-    // The value an absent key gets on this side (for a nested model: the full default object).
-    if (!required) f.default = (shape[k] as z.ZodType).parse(undefined);
-    out[k] = f;
-  }
-  return out;
-}
+// The pydantic models are generated from the zod schemas (test/unit/learner-schema.test.ts keeps payloads.py
+// current); what is written twice is the refines (payload_rules.py), judged here on the same payloads.
 
 /** Payloads judged by both sides: same verdict, and for valid ones the same parsed value (defaults filled). */
 const IMG = `sha256:${'a'.repeat(64)}.png`;
@@ -143,6 +84,10 @@ const CASES: { model: keyof typeof LEARNER_SCHEMAS; payload: unknown; valid: boo
   { model: 'GrpoHyperparameters', payload: { stale_weight_cap: 0 }, valid: false },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r-1.a_b', version: 1, batch_ref: 'x' }, valid: true },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r 1', version: 1, batch_ref: 'x' }, valid: false },
+  // A run id names the learner's checkpoint folder: one path component, never '..' (zod accepted it before generation).
+  { model: 'UpdatePolicyInput', payload: { run_id: '..', version: 1, batch_ref: 'x' }, valid: false },
+  { model: 'PromptTokenIds', payload: { prompt_token_ids: [1, 2] }, valid: true },
+  { model: 'PromptTokenIds', payload: { prompt_token_ids: [] }, valid: false },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 0, batch_ref: 'x' }, valid: false },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 2, batch_ref: 'x', hyperparameters: { learning_rate: 1e-5 } }, valid: true },
   { model: 'UpdatePolicyInput', payload: { run_id: 'r', version: 2, batch_ref: 'x', hyperparameters: { lr: 1e-5 } }, valid: false },
@@ -220,19 +165,6 @@ print(json.dumps(out))
 `;
 
 describe('learner contract: zod (lib/learner-types.ts, lib/experience.ts) = pydantic (halo_learner/payloads.py)', () => {
-  test('every model has the same fields, requiredness, types and defaults on both sides', async () => {
-    const names = Object.keys(LEARNER_SCHEMAS);
-    const py = (await python(PY_FIELDS, names)) as Record<string, { fields: Record<string, FieldInfo>; extra: string }>;
-    for (const name of names) {
-      assert.equal(py[name].extra, 'forbid', `${name} rejects unknown keys in Python`);
-      const ts = zodFields(LEARNER_SCHEMAS[name as keyof typeof LEARNER_SCHEMAS]);
-      assert.deepEqual(Object.keys(ts).sort(), Object.keys(py[name].fields).sort(), `${name}: field names`);
-      for (const [k, f] of Object.entries(py[name].fields)) {
-        assert.deepEqual(ts[k], f, `${name}.${k}`);
-      }
-    }
-  });
-
   test('the same payloads are accepted and rejected on both sides, with the same defaults', async () => {
     const py = (await python(PY_CASES, CASES)) as { ok: boolean; value?: unknown; error?: string[] }[];
     CASES.forEach((c, i) => {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_learner.payloads import UNKNOWN_LOGPROB_FLOOR
+from halo_learner.payload_rules import UNKNOWN_LOGPROB_FLOOR
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "tools" / "vllm_wheel_contract.py"
