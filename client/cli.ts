@@ -264,7 +264,10 @@ const tasks = program
     console.log(`${total} REAL v2 tasks in ${Object.keys(bySite).length} sites`);
     for (const [site, list] of Object.entries(bySite).sort(([a], [b]) => a.localeCompare(b))) {
       console.log(`\n${site} (${list.length})`);
-      for (const t of list) console.log(`  ${t.id.padEnd(16)} ${t.scorable ? '' : '[unscorable: ' + (t.unscorableReason ?? 'empty eval script') + '] '}${clipLine(t.goal, 100)}`);
+      for (const t of list) {
+        console.log(`  ${t.id.padEnd(16)} ${t.scorable ? '' : '[unscorable: ' + (t.unscorableReason ?? 'empty eval script') + '] '}${clipLine(t.goal, 100)}`);
+        for (const c of t.caveats) console.log(`  ${''.padEnd(16)} [caveat: ${c}]`);
+      }
     }
   });
 

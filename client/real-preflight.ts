@@ -31,7 +31,7 @@ export function snapshotSites(snap: RegistrySnapshot): Record<string, SiteTask[]
   const out: Record<string, SiteTask[]> = {};
   for (const t of snap.tasks) {
     out[t.site] ??= [];
-    out[t.site].push({ id: t.id, site: t.site, scorable: t.scorable !== false });
+    out[t.site].push({ id: t.id, site: t.site, scorable: t.scorable !== false, ...(t.caveats?.length ? { caveats: t.caveats } : {}) });
   }
   return out;
 }

@@ -38,6 +38,11 @@ export interface RealTask {
   /** False when the task can never be scored (empty or missing script, unsupported eval). */
   scorable: boolean;
   unscorableReason?: string;
+  /**
+   * Why a verdict on this task may not mean what its goal says, beyond the agent's actions: an eval script that
+   * reads outside its state file, a task on a different deployment than the rest of its site. Empty for most.
+   */
+  caveats: string[];
 }
 
 export interface RealRegistry {
@@ -58,6 +63,8 @@ export interface RegistrySnapshotTask {
   eval_script: string;
   eval_sha256: string | null;
   scorable: boolean;
+  /** RealTask.caveats (absent in snapshots written before they were kept). */
+  caveats?: string[];
 }
 
 export interface RegistrySnapshot {
@@ -165,6 +172,41 @@ function compareTasks(a: RealTask, b: RealTask): number {
   return a.site.localeCompare(b.site) || taskNumber(a.id) - taskNumber(b.id) || a.id.localeCompare(b.id);
 }
 
+/**
+ * What an eval script reads besides the state file it is given. agisdk writes that file into the shared temporary
+ * folder; the project writes it alone into a folder of its own (env/real-eval.ts), so a script that looks around
+ * it can judge the same state differently in the two harnesses.
+ */
+export function scriptReadsOutsideState(source: string): string | undefined {
+  if (/\bos\.(listdir|scandir|walk)\s*\(|\bglob\.(i?glob)\s*\(/.test(source)) {
+    return 'its eval script also reads the files next to its state file (the shared temporary folder under agisdk, an empty private folder here): its verdict can depend on them';
+  }
+  if (/\bos\.path\.dirname\s*\(/.test(source)) {
+    return "its eval script reads the name of its state file's folder (a SUCCESS for one recorded folder name): its verdict can depend on where the state was written";
+  }
+  return undefined;
+}
+
+/**
+ * Tasks whose start URL is not the one the rest of their site's tasks use: agisdk pins most sites to one preview
+ * deployment, and a task on another one (a production alias) runs on a site that may have drifted from the
+ * deployment its script was written against.
+ */
+function deploymentCaveats(tasks: RealTask[]): void {
+  const bySite = new Map<string, Map<string, number>>();
+  for (const t of tasks) {
+    const urls = bySite.get(t.site) ?? new Map<string, number>();
+    urls.set(t.origin, (urls.get(t.origin) ?? 0) + 1);
+    bySite.set(t.site, urls);
+  }
+  for (const t of tasks) {
+    const urls = [...(bySite.get(t.site) ?? new Map<string, number>()).entries()].sort((a, b) => b[1] - a[1]);
+    const [main, count] = urls[0] ?? [t.origin, 0];
+    if (urls.length < 2 || t.origin === main || (urls[1]?.[1] ?? 0) === count) continue;
+    t.caveats.push(`runs on ${t.origin}, not ${main} where the other ${count} ${t.site} tasks run: that deployment may have drifted from what its eval script was written against`);
+  }
+}
+
 function loadTask(file: string, evalScriptsDir: string): RealTask {
   let raw: RawTask;
   try {
@@ -202,6 +244,7 @@ function loadTask(file: string, evalScriptsDir: string): RealTask {
   if (evalScript !== '' && !/^[A-Za-z0-9_.-]+\.py$/.test(evalScript)) throw bad(`eval script name ${JSON.stringify(evalScript)}`);
   const evalScriptPath = evalScript === '' ? '' : join(evalScriptsDir, evalScript);
   let evalSha256: string | null = null;
+  const caveats: string[] = [];
   if (evalScriptPath !== '') {
     let bytes: Buffer | undefined;
     try {
@@ -212,6 +255,8 @@ function loadTask(file: string, evalScriptsDir: string): RealTask {
     if (bytes) {
       evalSha256 = createHash('sha256').update(bytes).digest('hex');
       if (bytes.toString('utf8').trim() === '') unscorableReason ??= `eval script ${evalScript} is empty (${bytes.length} bytes)`;
+      const outside = scriptReadsOutsideState(bytes.toString('utf8'));
+      if (outside) caveats.push(outside);
     }
   }
   const id = raw.id;
@@ -227,6 +272,7 @@ function loadTask(file: string, evalScriptsDir: string): RealTask {
     evalSha256,
     scorable: unscorableReason === undefined,
     ...(unscorableReason !== undefined ? { unscorableReason } : {}),
+    caveats,
   };
 }
 
@@ -255,6 +301,7 @@ export function loadRealRegistry(agisdkDir?: string): RealRegistry {
   }
   if (tasks.length === 0) throw new Error(`no REAL v2 tasks in ${tasksDir}; ${INSTALL_HINT}`);
   tasks.sort(compareTasks);
+  deploymentCaveats(tasks);
   const registry: RealRegistry = { agisdkDir: loc.dir, agisdkVersion: loc.version, tasksDir, evalScriptsDir, tasks, byId };
   registries.set(loc.dir, registry);
   return registry;
@@ -315,6 +362,7 @@ export function registrySnapshot(registry: RealRegistry = loadRealRegistry()): R
       eval_script: t.evalScript,
       eval_sha256: t.evalSha256,
       scorable: t.scorable,
+      ...(t.caveats.length ? { caveats: [...t.caveats] } : {}),
     })),
   };
 }

@@ -35,6 +35,7 @@ export interface SiteTask {
   id: string;
   site: string;
   scorable: boolean;
+  caveats?: string[];
 }
 
 export interface OverrideContext {
@@ -300,8 +301,11 @@ export function sampleTasks(list: readonly string[], n: number, seed: number): s
 const REAL_ID = /^v2\./i;
 const stripV2 = (t: string) => t.replace(REAL_ID, '');
 
-/** Task list and environment from --task/--tasks/--domain/--env; undefined when none of them is given. */
-function resolveTaskFlags(flags: OverrideFlags, fileEnv: unknown, ctx: OverrideContext, notes: string[]): { env?: string; tasks?: string[] } {
+/**
+ * Task list and environment from --task/--tasks/--domain/--env; undefined when none of them is given. `keepSites`:
+ * --domain's sites stay site names (checked here) for the evaluation to expand under its scoring.
+ */
+function resolveTaskFlags(flags: OverrideFlags, fileEnv: unknown, ctx: OverrideContext, notes: string[], keepSites = false): { env?: string; tasks?: string[] } {
   const given = [flags.task, flags.tasks, flags.domain].filter((v) => v !== undefined).length;
   if (flags.task !== undefined && flags.tasks !== undefined) throw new ConfigError('--task and --tasks: give one of them');
   let tasks: string[] | undefined;
@@ -327,6 +331,10 @@ function resolveTaskFlags(flags: OverrideFlags, fileEnv: unknown, ctx: OverrideC
     for (const site of splitList(flags.domain)) {
       const list = sites[site];
       if (!list) throw new ConfigError(`--domain: unknown REAL site ${JSON.stringify(site)} (sites: ${Object.keys(sites).sort().join(', ')})`);
+      if (keepSites) {
+        fromSites.push(site);
+        continue;
+      }
       const unscorable = list.filter((t) => !t.scorable).map((t) => t.id);
       if (unscorable.length) notes.push(`--domain ${site}: left out ${unscorable.join(', ')} (unscorable)`);
       fromSites.push(...list.filter((t) => t.scorable).map((t) => t.id));
@@ -489,7 +497,9 @@ export function applyEvalOverrides(evalFileRaw: unknown, haloFileRaw: unknown, f
     flagPaths.set(path, flag);
   };
   const tasksFlag = flags.domain !== undefined ? '--domain' : flags.task !== undefined ? '--task' : '--tasks';
-  const { env, tasks } = resolveTaskFlags(flags, raw.env, ctx, notes);
+  // A site stays a site: the plan expands it into agisdk's task set for the site under the evaluation's scoring
+  // (every task officially, gocalendar-11 included; the scorable ones under training scoring).
+  const { env, tasks } = resolveTaskFlags(flags, raw.env, ctx, notes, true);
   if (env !== undefined) set('env', env, flags.env !== undefined ? '--env' : tasksFlag);
   if (tasks !== undefined) set('tasks', tasks, tasksFlag);
   let seed: number | undefined;

@@ -198,6 +198,8 @@ export interface RealTaskInfo {
   site: string;
   scorable: boolean;
   unscorableReason?: string;
+  /** Why its verdict may depend on more than the agent's actions (env/real-tasks.ts RealTask.caveats). */
+  caveats?: string[];
 }
 
 /** What a plan needs from outside the config: the host fills these in (host/eval-config-file.ts). */
@@ -259,8 +261,10 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[], 
   }
   const sites = opts.realSites;
   const out: { task: string; site: string }[] = [];
-  const add = (task: string, site: string) => {
-    if (!out.some((o) => o.task === task)) out.push({ task, site });
+  const add = (task: string, site: string, caveats?: string[]) => {
+    if (out.some((o) => o.task === task)) return;
+    out.push({ task, site });
+    for (const c of caveats ?? []) notes.push({ mode: 'all', note: `${task}: ${c}` });
   };
   if (!sites) {
     // No registry at hand: ids as given, their site is the id without its number.
@@ -278,7 +282,7 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[], 
     if (site) {
       for (const t of site) {
         // The benchmark's denominator has every task: officially an unscorable one is run and scores 0, as in agisdk.
-        if (t.scorable || scoring === 'official') add(t.id, t.site);
+        if (t.scorable || scoring === 'official') add(t.id, t.site, t.caveats);
         if (!t.scorable) notes.push({ mode: 'all', note: unscorableNote(t, scoring, entry) });
       }
       return;
@@ -288,7 +292,7 @@ function resolveTasks(cfg: EvalConfig, opts: ResolveOptions, notes: EvalNote[], 
       throw new ConfigError(`invalid eval config:\n  tasks.${i}: "${entry}" is neither a REAL v2 task id nor a site (sites: ${Object.keys(sites).sort().join(', ')})`);
     }
     if (!t.scorable) notes.push({ mode: 'all', note: unscorableNote(t, scoring) });
-    add(t.id, t.site);
+    add(t.id, t.site, t.caveats);
   });
   return out;
 }

@@ -69,7 +69,7 @@ export function taskRegistries(cfg: EvalConfig): Pick<ResolveOptions, 'miniwobTa
   if (cfg.env === 'miniwob') return { miniwobTasks: listMiniwobTasks(findMiniwobHtml()) };
   const sites: Record<string, RealTaskInfo[]> = {};
   for (const [site, tasks] of Object.entries(realTasksBySite())) {
-    sites[site] = tasks.map((t) => ({ id: t.id, site: t.site, scorable: t.scorable, unscorableReason: t.unscorableReason }));
+    sites[site] = tasks.map((t) => ({ id: t.id, site: t.site, scorable: t.scorable, unscorableReason: t.unscorableReason, caveats: t.caveats }));
   }
   return { realSites: sites };
 }

@@ -6,7 +6,7 @@ import { addOverrideOptions, knownLongFlags, runConfigFromFlags } from '../../cl
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { evalConfigSchema, parseEvalConfig, type EvalConfig } from '../../lib/eval-config';
+import { evalConfigSchema, parseEvalConfig, resolveEvalPlan, type EvalConfig } from '../../lib/eval-config';
 import {
   applyEvalOverrides,
   applyRunOverrides,
@@ -27,7 +27,7 @@ import type { RealRegistry, RegistrySnapshot } from '../../env/real-tasks';
 const sites: Record<string, SiteTask[]> = {
   gomail: [
     { id: 'gomail-1', site: 'gomail', scorable: true },
-    { id: 'gomail-2', site: 'gomail', scorable: true },
+    { id: 'gomail-2', site: 'gomail', scorable: true, caveats: ['runs on another deployment'] },
     { id: 'gomail-3', site: 'gomail', scorable: false },
   ],
   omnizon: [{ id: 'omnizon-3', site: 'omnizon', scorable: true }],
@@ -119,8 +119,22 @@ test('every eval flag lands at its config path', () => {
   const m = cfg.modes.find((x) => x.name === 'qwen3vl_mcts');
   assert.ok(m && 'testTimeMcts' in m && m.testTimeMcts?.simulations === 3, JSON.stringify(m));
   assert.equal(base.mcts.ucbConstant, 0.5);
-  const site = evalOf({ domain: 'gomail' }).cfg;
-  assert.deepEqual([site.env, site.tasks], ['real', ['gomail-1', 'gomail-2']]);
+  // --domain: agisdk's task set for the site (every task whose name starts with "<site>-"), unscorable ones
+  // included under official scoring (the evaluation default), as agisdk counts them.
+  const site = evalOf({ domain: 'gomail' });
+  assert.deepEqual([site.cfg.env, site.cfg.tasks], ['real', ['gomail']]);
+  const plan = (scoring: 'official' | 'training') =>
+    resolveEvalPlan(site.cfg, parseConfig({ real: { scoring } }), { env: {}, checkpoints: '/ckpt', listAdapterVersions: () => [], realSites: sites });
+  assert.deepEqual(
+    plan('official').tasks.map((t) => t.task),
+    ['gomail-1', 'gomail-2', 'gomail-3'],
+  );
+  assert.deepEqual(
+    plan('training').tasks.map((t) => t.task),
+    ['gomail-1', 'gomail-2'],
+  );
+  // A task's registry caveat is in the evaluation's notes.
+  assert.ok(plan('official').notes.some((n) => n.note === 'gomail-2: runs on another deployment'));
   assert.throws(() => evalOf({ simulations: '3' }, { modes: [{ name: 'qwen3vl_base' }] }), /--simulations: the eval config has no qwen3vl_mcts mode/);
 });
 

@@ -189,3 +189,15 @@ test('site limiter: a per-origin cap with FIFO waiters, timeouts and per-site li
   assert.equal(await limiter.run('https://a.test', async () => 42), 42);
   assert.throws(() => new SiteLimiter(0), /integer >= 1/);
 });
+
+test('caveats: the scripts that read outside their state file and the task on a production alias', () => {
+  const noted = Object.fromEntries(listRealTasks().flatMap((t) => (t.caveats.length ? [[t.id, t.caveats]] : [])));
+  assert.deepEqual(Object.keys(noted).sort(), ['networkin-25', 'omnizon-28', 'opendining-17']);
+  assert.match(noted['omnizon-28'][0], /reads the files next to its state file/);
+  assert.match(noted['networkin-25'][0], /name of its state file's folder/);
+  assert.match(
+    noted['opendining-17'][0],
+    /^runs on https:\/\/real-opendining\.vercel\.app, not https:\/\/real-opendining-fdcw98zrb-real-sites\.vercel\.app where the other 10 opendining tasks run/,
+  );
+  assert.deepEqual(registrySnapshot().tasks.find((t) => t.id === 'omnizon-28')?.caveats, noted['omnizon-28']);
+});
