@@ -8,6 +8,8 @@ import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { withoutModelKeys } from '../env/child-env';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 import { metricsEndpoints } from '../lib/worker-metrics';
+import { buildWorkflowBundle } from '../workers/workflow-bundle';
+import { upgradeWorkflowWorker } from '../workers/upgrade-check';
 
 export interface StackStatus {
   temporal: number | undefined;
@@ -103,9 +105,11 @@ export function stackStatus(cfg: HaloConfig): StackStatus {
 /**
  * Start what is not running yet (Temporal dev server for a local address, control worker, browser
  * workers, the Python learner) and wait until the server answers and every worker polls its queue. Safe to
- * call twice.
+ * call twice. A control worker starts on a workflow bundle built here, and only after every open workflow of
+ * its queue replayed against that bundle (workers/upgrade-check.ts): otherwise UpgradeRefused, nothing started.
+ * `upgrade` restarts a running control worker the same way (new code, runs in flight).
  */
-export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {}, opts: { roles?: Role[] } = {}): Promise<StackStatus> {
+export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {}, opts: { roles?: Role[]; upgrade?: boolean } = {}): Promise<StackStatus> {
   const st = stackStatus(cfg);
   const { home, address, namespace } = st;
   // Without roles: the whole stack on this box. With roles: only those parts, and never a Temporal server.
@@ -126,10 +130,17 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
     // Each worker process serves its SDK metrics on a port of its own (lib/worker-metrics.ts).
     const metrics = metricsEndpoints(process.env, cfg.stack.browserWorkers);
     const withMetrics = (e: NodeJS.ProcessEnv, address: string | undefined) => (address ? { ...e, HALO_METRICS_ADDRESS: address } : e);
-    if (has('control') && st.control === undefined) {
-      say(`starting control worker${metrics ? ` (metrics on ${metrics.control})` : ''}`);
-      const { command, args } = workerCommand('control');
-      started.set('control', spawnBackground(home, 'control-worker', command, args, withMetrics(env, metrics?.control)));
+    if (has('control') && (st.control === undefined || opts.upgrade)) {
+      // Before any worker starts: the open workflows must replay against the code the new worker will run.
+      const bundle = await buildWorkflowBundle(join(home, 'bundles'));
+      const client = new Client({ connection: conn, namespace });
+      const { check } = await upgradeWorkflowWorker(client, cfg.temporal.controlTaskQueue, bundle, async () => {
+        if (st.control !== undefined && (await stopProcess(home, 'control-worker'))) say(`stopped control worker (pid ${st.control})`);
+        say(`starting control worker on workflow build ${bundle.buildId}${metrics ? ` (metrics on ${metrics.control})` : ''}`);
+        const { command, args } = workerCommand('control');
+        started.set('control', spawnBackground(home, 'control-worker', command, args, withMetrics({ ...env, HALO_WORKFLOW_BUNDLE: bundle.path }, metrics?.control)));
+      });
+      if (check.replayed.length > 0) say(`the ${check.replayed.length} open workflow(s) replay against build ${bundle.buildId}`);
     }
     st.browsers.forEach((pid, i) => {
       if (pid !== undefined || !has('browser')) return;

@@ -1,4 +1,6 @@
 import '../host/load-env'; // first: .env fills in what the environment does not set
+import { hostname } from 'node:os';
+import { join } from 'node:path';
 import { Worker } from '@temporalio/worker';
 import { blobStoreFor } from '../blob/store';
 import { createControlActivities } from '../activities/control';
@@ -14,6 +16,7 @@ import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
 import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
+import { buildWorkflowBundle, readWorkflowBundle } from './workflow-bundle';
 
 /**
  * Runs the workflows (deterministic orchestration) and the activities that are plain I/O: policy sampling,
@@ -28,11 +31,16 @@ async function main() {
   const batches = createLearnerBatchActivities(blobs);
   // TensorBoard / W&B curves of each run, synced from its metrics file after every metrics append.
   const curves = createCurvesSink({ warn: (msg, fields) => log.warn(fields ?? {}, msg) });
+  // The bundle `halo up` replayed the open workflows against (HALO_WORKFLOW_BUNDLE), or one built now.
+  const bundled = process.env.HALO_WORKFLOW_BUNDLE;
+  const bundle = bundled ? readWorkflowBundle(bundled) : await buildWorkflowBundle(join(haloHome(), 'bundles'));
   const worker = await Worker.create({
     connection,
     namespace,
     taskQueue: queueNames().control,
-    workflowsPath: require.resolve('../workflows'),
+    workflowBundle: { codePath: bundle.path },
+    // `<pid>@<host>` first: `halo up` finds its own poller by it. The build says which workflow code runs.
+    identity: `${process.pid}@${hostname()} halo-control build=${bundle.buildId}`,
     activities: {
       ...createControlActivities(blobs),
       ...batches,
@@ -49,7 +57,7 @@ async function main() {
     // A shutdown never hangs: an activity that ignores its cancellation is given up after this.
     shutdownForceTime: '25s',
   });
-  log.info({ taskQueue: queueNames().control, namespace, pid: process.pid }, 'control worker ready');
+  log.info({ taskQueue: queueNames().control, namespace, pid: process.pid, buildId: bundle.buildId }, 'control worker ready');
   await worker.run();
   await connection.close();
   log.info('control worker stopped');
