@@ -4,6 +4,7 @@ import { NEUTRAL_SAMPLING, vllmLike } from '../activities/policy-client';
 import { firstLine } from '../env/page-actions';
 import type { HaloConfig } from '../lib/config';
 import { isLoopbackHost, resolveCredential } from '../lib/credentials';
+import { policyReplicas } from '../lib/policy-pool';
 import type { DoctorCheck } from './doctor-check';
 import { vllmGrammarWhitespaceCheck } from './doctor-grammar-whitespace';
 import { vllmLogprobsModeCheck } from './doctor-logprobs-mode';
@@ -11,11 +12,81 @@ import { vllmLogprobsModeCheck } from './doctor-logprobs-mode';
 // `halo doctor` on the policy server: vLLM serves the model, takes images, loads LoRA adapters at run time, and (when it
 // runs on this machine) was started with the adapters' rank; its log-prob mode is probed over HTTP.
 
-/** vLLM: served models, images, constrained whitespace, log-prob mode, runtime LoRA updating, and (for a vLLM on this machine) its LoRA rank. */
+/**
+ * vLLM: served models, images, constrained whitespace, log-prob mode, runtime LoRA updating, and (for a vLLM on this
+ * machine) its LoRA rank. A pool (policy.baseUrls) gets every check once per replica (ids `<check>#<i>`, from 1), each
+ * replica its own adapter endpoint and flags, and one more row comparing the adapters the replicas serve.
+ */
 export async function vllmChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck[]> {
   if (cfg.policy.backend !== 'openai') {
     return [{ id: 'vllm', name: 'vLLM', status: 'skip', detail: `policy.backend is ${cfg.policy.backend}: no policy server needed` }];
   }
+  const urls = policyReplicas(cfg.policy);
+  if (urls.length <= 1) return serverChecks(cfg, env, timeoutMs);
+  const out: DoctorCheck[] = [];
+  const served: { url: string; adapters?: string[] }[] = [];
+  for (const [i, url] of urls.entries()) {
+    const own = (u: string | undefined) => (u === undefined ? undefined : url);
+    const one: HaloConfig = {
+      ...cfg,
+      policy: { ...cfg.policy, baseUrl: url, baseUrls: undefined },
+      train: { ...cfg.train, vllmBaseUrl: own(cfg.train.vllmBaseUrl) },
+      mcts: { ...cfg.mcts, vllmBaseUrl: own(cfg.mcts.vllmBaseUrl) },
+    };
+    const checks = await serverChecks(one, env, timeoutMs);
+    out.push(...checks.map((c) => ({ ...c, id: `${c.id}#${i + 1}`, name: `${c.name} (replica ${i + 1}, ${url})` })));
+    const answered = checks.some((c) => c.id === 'vllm' && c.name === 'vLLM reachable' && c.detail.includes(' serves '));
+    served.push({ url, ...(answered ? { adapters: await servedModels(url, env, cfg, timeoutMs).catch(() => undefined) } : {}) });
+  }
+  out.push(replicaAdaptersCheck(cfg.policy.model, served));
+  return out;
+}
+
+/** The models a replica serves now (`GET /v1/models`), its key sent as for the other checks. */
+async function servedModels(url: string, env: NodeJS.ProcessEnv, cfg: HaloConfig, timeoutMs: number): Promise<string[]> {
+  const base = url.replace(/\/+$/, '');
+  const cred = resolveCredential({ credential: cfg.policy.credential, apiKeyEnv: cfg.policy.apiKeyEnv, url: base, field: 'policy', fallback: 'policy' }, env);
+  const u = new URL(base);
+  const key = cred.ok && cred.key && (u.protocol === 'https:' || isLoopbackHost(u.hostname)) ? cred.key : undefined;
+  const res = await fetch(`${base}/models`, { headers: key ? { authorization: `Bearer ${key}` } : {}, signal: AbortSignal.timeout(timeoutMs) });
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  return (((await res.json()) as { data?: { id: string }[] }).data ?? []).map((m) => m.id);
+}
+
+/**
+ * Whether the replicas serve the same adapters: a replica that restarted serves none until a request names one (it
+ * loads the adapter then), so a difference is a warning; a replica that does not answer fails the row.
+ */
+export function replicaAdaptersCheck(baseModel: string, served: { url: string; adapters?: string[] }[]): DoctorCheck {
+  const name = 'vLLM replicas: adapters';
+  const down = served.filter((s) => s.adapters === undefined).map((s) => s.url);
+  const lists = served.filter((s) => s.adapters !== undefined).map((s) => ({ url: s.url, adapters: (s.adapters ?? []).filter((m) => m !== baseModel) }));
+  const all = [...new Set(lists.flatMap((l) => l.adapters))].sort();
+  const lacking = lists.map((l) => ({ url: l.url, missing: all.filter((a) => !l.adapters.includes(a)) })).filter((l) => l.missing.length > 0);
+  const up = `${lists.length} of ${served.length} replicas answer, ${all.length} adapter${all.length === 1 ? '' : 's'} served (${all.join(', ') || 'none'})`;
+  if (down.length) {
+    return {
+      id: 'vllm.replicas',
+      name,
+      status: 'fail',
+      detail: `${up}; not answering: ${down.join(', ')} (sampling drains it: the others take its requests)`,
+      fix: './launch.sh gpu starts every replica (or docker compose up -d --scale vllm=N)',
+    };
+  }
+  if (lacking.length) {
+    return {
+      id: 'vllm.replicas',
+      name,
+      status: 'warn',
+      detail: `${up}; ${lacking.map((l) => `${l.url} lacks ${l.missing.join(', ')}`).join('; ')}`,
+      fix: 'nothing to do for a run that is sampling: a replica loads an adapter before its first request naming it (a restarted one has none)',
+    };
+  }
+  return { id: 'vllm.replicas', name, status: 'pass', detail: up };
+}
+
+/** The checks of one server. */
+async function serverChecks(cfg: HaloConfig, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<DoctorCheck[]> {
   const base = cfg.policy.baseUrl.replace(/\/+$/, '');
   const root = (cfg.train.vllmBaseUrl ?? base).replace(/\/+$/, '').replace(/\/v1$/, '');
   // The key as the workers find it: the credential's variable on this side (a legacy policy.apiKeyEnv only when it
