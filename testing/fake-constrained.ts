@@ -166,6 +166,19 @@ export function jsonSchemaOf(json: unknown): Schema {
   return schema as Schema;
 }
 
+/**
+ * What the model means under `schema`, tight (`,`/`:`), best first: the JSON in its answer when the schema admits
+ * it, then the first value the schema admits. The vLLM stand-in writes the first that xgrammar accepts through it
+ * (testing/xgrammar-writer.ts): this subset's checks are looser than xgrammar's in places (a `pattern` is searched
+ * here, matched whole there).
+ */
+export function constrainedCandidates(schema: Schema, modelText: string): string[] {
+  const wanted = meant(modelText);
+  const values: unknown[] = wanted !== undefined && schemaAdmits(schema, wanted) ? [wanted] : [];
+  values.push(firstAdmitted(schema));
+  return [...new Set(values.map((v) => xgrammarCompact(inSchemaOrder(schema, v), [',', ':'])))];
+}
+
 /** The constrained answer to a request whose unconstrained answer would have been `modelText`, under `separators`. */
 export function constrainedAnswer(schema: Schema, modelText: string, separators: [string, string] = XGRAMMAR_DEFAULT_SEPARATORS): string {
   const wanted = meant(modelText);

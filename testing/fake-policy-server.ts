@@ -61,6 +61,8 @@ export interface AnswerOptions {
   separators?: [string, string];
   /** `--logprobs-mode raw_logprobs` (vLLM's default): the model's log-probs before temperature and truncation. */
   rawLogprobs?: boolean;
+  /** Writes a constrained answer as the server's grammar lets the model (the vLLM stand-in: xgrammar); default `constrainedAnswer` with `separators`. */
+  constrain?: (schema: Record<string, unknown>, modelText: string) => Promise<string>;
 }
 
 export interface FakePolicyServer {
@@ -255,21 +257,27 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
       const vocab = opts.vocab ?? DEFAULT_VOCAB;
       const json = body.structured_outputs?.json;
       const schema = json == null ? undefined : jsonSchemaOf(json);
-      const choices = Array.from({ length: n }, (_, i) => {
-        const free =
-          mode.kind === 'garbage'
-            ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
-            : mode.kind === 'custom'
-              ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1), random: choiceDraw(body.seed, i) })
-              : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
-        const content = schema ? constrainedAnswer(schema, free, opts.separators) : free;
-        return {
-          index: i,
-          finish_reason: 'stop',
-          message: { role: 'assistant', content },
-          ...vllmTokenFields(content, 'stop', body, opts.legacyTokens, { sampling: opts.rawLogprobs ? undefined : sampling, logprobPlaceholders: opts.logprobPlaceholders, vocab }),
-        };
-      });
+      const choices = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const free =
+            mode.kind === 'garbage'
+              ? `As an AI I would rather describe the page. ${'lorem ipsum '.repeat(5 + i)}`
+              : mode.kind === 'custom'
+                ? mode.answer({ goal, tree: parseTree(tree), previous, choice: i, temperature: Number(body.temperature ?? 1), random: choiceDraw(body.seed, i) })
+                : scriptedAnswer(goal, tree, previous, mode.kind === 'scripted' ? mode.email : undefined);
+          const content = !schema ? free : opts.constrain ? await opts.constrain(schema, free) : constrainedAnswer(schema, free, opts.separators);
+          return {
+            index: i,
+            finish_reason: 'stop',
+            message: { role: 'assistant', content },
+            ...vllmTokenFields(content, 'stop', body, opts.legacyTokens, {
+              sampling: opts.rawLogprobs ? undefined : sampling,
+              logprobPlaceholders: opts.logprobPlaceholders,
+              vocab,
+            }),
+          };
+        }),
+      );
       const prompt = body.return_token_ids === true && !opts.legacyTokens ? { prompt_token_ids: fakePromptTokenIds(body, vocab) } : {};
       return chatCompletion(`chatcmpl-fake-${index}`, body.model, choices, prompt);
     },

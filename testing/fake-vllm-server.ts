@@ -7,8 +7,9 @@ import { createChatResponder, type FakeMode, type RecordedRequest } from './fake
 import { fakeTokenize, withFreeWhitespace } from './fake-whitespace';
 import { effectiveSampling, QWEN3_VL_GENERATION_CONFIG, samplingError, serverDefaults } from './fake-vllm-sampling';
 import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
-import { VLLM_GRAMMAR_CALLS, type VllmServer } from '../lib/grammar-blob';
-import { XGRAMMAR_DEFAULT_SEPARATORS } from './fake-constrained';
+import type { VllmServer } from '../lib/grammar-blob';
+import { constrainedCandidates } from './fake-constrained';
+import { xgrammarReady, xgrammarWrite } from './xgrammar-writer';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -43,9 +44,12 @@ import { XGRAMMAR_DEFAULT_SEPARATORS } from './fake-constrained';
  *   plays a text-only server) or `checkImages` is on (a data URL whose bytes are no PNG, JPEG, GIF or WebP → 400
  *   BadRequestError `cannot identify image file <_io.BytesIO object at 0x…>`, PIL's complaint that vLLM passes on).
  * - Constrained answers (`structured_outputs.json`): the bare JSON value of the scripted action that the schema admits
- *   (fake-constrained.ts), then the end of turn; with free whitespace unless `disableAnyWhitespace` (the server
- *   flag; the request's `disable_any_whitespace` is ignored, as vLLM does): fake-whitespace.ts. Compact, it writes the
- *   separators of the release `server` plays (default vLLM 0.33: `{"a":1}`; vllm-0.31: `{"a": 1}`).
+ *   (fake-constrained.ts), written by xgrammar itself through a matcher compiled with the call of the release
+ *   `server` plays (xgrammar-writer.ts; default vLLM 0.33, `compile_json_schema(spec, any_whitespace=False,
+ *   separators=(",", ":"))` compact: `{"a":1}`; vllm-0.31 without separators: `{"a": 1}`), then the end of turn; a
+ *   meant value xgrammar refuses gives way to the first value the schema admits. With free whitespace unless
+ *   `disableAnyWhitespace` (the server flag; the request's `disable_any_whitespace` is ignored, as vLLM does):
+ *   fake-whitespace.ts.
  * - Log-probs: processed (`--logprobs-mode processed_logprobs`, as ./launch.sh gpu and compose start vLLM: after
  *   temperature and truncation), or with `rawLogprobs` vLLM's default raw_logprobs (the model's own, whatever the
  *   temperature). `POST /tokenize
@@ -114,7 +118,7 @@ export async function startFakeVllmServer(
     logprobPlaceholders?: number;
     /** A byte-level BPE `tokenizer.json`: ids are its single-byte tokens and its `<|im_end|>` (default: made-up ids). */
     tokenizer?: string;
-    /** The vLLM release played, which decides the compact separators (default vllm-0.33). */
+    /** The vLLM release played, whose xgrammar call writes constrained answers (default vllm-0.33). */
     server?: VllmServer;
     /** `--logprobs-mode raw_logprobs`, vLLM's default (default here: processed_logprobs, the flag launch passes). */
     rawLogprobs?: boolean;
@@ -135,7 +139,18 @@ export async function startFakeVllmServer(
   const defaults = serverDefaults(opts.generationConfig ?? (/qwen3-vl/i.test(baseModel) ? QWEN3_VL_GENERATION_CONFIG : {}), opts.vllmGenerationConfig ?? false);
   let failing: { status: number; count: number } | undefined;
   let vocab: FakeVocab = opts.tokenizer ? byteLevelVocab(opts.tokenizer) : DEFAULT_VOCAB;
-  const separators = VLLM_GRAMMAR_CALLS[opts.server ?? 'vllm-0.33'].compactSeparators ?? XGRAMMAR_DEFAULT_SEPARATORS;
+  const release = opts.server ?? 'vllm-0.33';
+  const constrain = async (schema: Record<string, unknown>, modelText: string): Promise<string> => {
+    const refused: string[] = [];
+    for (const text of constrainedCandidates(schema, modelText)) {
+      try {
+        return (await xgrammarWrite({ schema, release, disableAnyWhitespace: opts.disableAnyWhitespace ?? false, text })).text;
+      } catch (err) {
+        refused.push((err as Error).message);
+      }
+    }
+    throw new Error(`the stand-in found no answer xgrammar accepts: ${refused.join('; ')}`);
+  };
   const maxLoraRank = opts.maxLoraRank ?? 16;
 
   const server = createServer((req, res) => {
@@ -228,7 +243,7 @@ export async function startFakeVllmServer(
         defaults,
         logprobPlaceholders: opts.logprobPlaceholders,
         vocab,
-        separators,
+        constrain,
         rawLogprobs: opts.rawLogprobs,
       });
       const reply = opts.disableAnyWhitespace ? out : withFreeWhitespace(out, body as Record<string, unknown>, vocab);
@@ -272,6 +287,8 @@ export async function startFakeVllmServer(
     return sendText(res, `Success: LoRA adapter '${name}' removed successfully.`);
   }
 
+  // Constrained answers come from xgrammar: its import (seconds, once per process) happens before the first request.
+  await xgrammarReady();
   await new Promise<void>((resolve) => server.listen(opts.port ?? 0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
   const api: FakeVllmServer = {

@@ -162,3 +162,26 @@ test('the server answers constrained requests in the tokenizer it was given (or 
     await server.close();
   }
 });
+
+test('the stand-in writes what xgrammar lets the model write, not what this subset admits: a `pattern` matches whole there', async () => {
+  // JSON Schema searches a pattern, so this file's check admits "abc" for pattern "a"; xgrammar matches the whole
+  // string, so vLLM's model could never write it, and the learner's mask (the same xgrammar call) would refuse it.
+  const picky = { type: 'object', properties: { a: { type: 'string', pattern: 'a' } }, required: ['a'], additionalProperties: false };
+  assert.ok(schemaAdmits(picky, { a: 'abc' }));
+  for (const [server, want] of [
+    ['vllm-0.33', '{"a":"a"}'],
+    ['vllm-0.31', '{"a": "a"}'],
+  ] as const) {
+    const s = await startFakeVllmServer({ baseModel: 'base-model', disableAnyWhitespace: true, server, mode: { kind: 'custom', answer: () => '{"a": "abc"}' } });
+    try {
+      const res = await fetch(`${s.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'base-model', messages: [{ role: 'user', content: 'x' }], structured_outputs: { json: picky } }),
+      });
+      assert.equal(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content, want, server);
+    } finally {
+      await s.close();
+    }
+  }
+});
