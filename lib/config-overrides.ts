@@ -185,8 +185,8 @@ export const OVERRIDE_FLAGS: readonly FlagDef[] = [
     arg: 'url',
     help: {
       train:
-        'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1): policy.backend openai there, and new adapters loaded into it unless train.vllmBaseUrl is set; without --config, REAL tasks take configs/grpo-real.yaml and the model the server serves',
-      mcts: 'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1): policy.backend openai there, and new adapters loaded into it unless mcts.vllmBaseUrl is set; without --config, REAL tasks take configs/mcts-real.yaml and the model the server serves',
+        'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1), or several separated by commas (a pool of replicas, policy.baseUrls): policy.backend openai there, and new adapters loaded into it (every replica) unless train.vllmBaseUrl is set; without --config, REAL tasks take configs/grpo-real.yaml and the model the server serves',
+      mcts: 'OpenAI-compatible base URL of the policy (vLLM; a bare http://host:port gets /v1), or several separated by commas (a pool of replicas, policy.baseUrls): policy.backend openai there, and new adapters loaded into it (every replica) unless mcts.vllmBaseUrl is set; without --config, REAL tasks take configs/mcts-real.yaml and the model the server serves',
     },
     path: { train: 'policy.baseUrl', mcts: 'policy.baseUrl' },
   },
@@ -417,9 +417,20 @@ export function applyRunOverrides(command: 'train' | 'mcts', fileRaw: unknown, f
   if (flags.policyUrl !== undefined) {
     // A policy URL means an OpenAI-compatible server (vLLM), as with `halo episode --policy-url`; the run's
     // adapters go there too unless the file names another server, so later iterations sample them.
-    const policy = completePolicyUrl(flags.policyUrl);
-    if (policy.completed) notes.push(`--policy-url ${flags.policyUrl}: completed to ${policy.url} (vLLM's OpenAI API is under /v1)`);
+    // A comma-separated list is a pool of replicas (policy.baseUrls, ./launch.sh gpu on several GPUs); the first
+    // is policy.baseUrl. It replaces any pool the file names.
+    const given = flags.policyUrl.split(',').map((u) => u.trim());
+    if (given.some((u) => u === '')) throw new ConfigError(`--policy-url ${JSON.stringify(flags.policyUrl)}: an empty URL in the list (one URL, or several separated by commas)`);
+    const pool = given.map(completePolicyUrl);
+    for (const [i, p] of pool.entries()) if (p.completed) notes.push(`--policy-url ${given[i]}: completed to ${p.url} (vLLM's OpenAI API is under /v1)`);
+    const policy = pool[0];
     set('policy.baseUrl', policy.url, '--policy-url');
+    if (pool.length > 1 || getPath(raw, 'policy.baseUrls') !== undefined)
+      set(
+        'policy.baseUrls',
+        pool.map((p) => p.url),
+        '--policy-url',
+      );
     set('policy.backend', 'openai', '--policy-url');
     if (getPath(raw, `${sec}.vllmBaseUrl`) === undefined) {
       set(`${sec}.vllmBaseUrl`, policy.url, '--policy-url');

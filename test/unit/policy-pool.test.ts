@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError } from '../../lib/config-error';
 import { parseConfig } from '../../lib/config';
+import { applyRunOverrides } from '../../lib/config-overrides';
 import { DRAIN_FIRST_MS, DRAIN_MAX_MS, policyReplicas, ReplicaPool } from '../../lib/policy-pool';
 
 const A = 'http://a:8000/v1';
@@ -102,4 +103,17 @@ test('policy.baseUrls: the single baseUrl config stays valid; a pool names baseU
     /train\.vllmBaseUrl http:\/\/elsewhere:8000 is not one of policy\.baseUrls/,
   );
   assert.doesNotThrow(bad({ baseUrl: A, baseUrls: [A, B] }, { train: { vllmBaseUrl: 'http://b:8000' } }));
+});
+
+test('--policy-url with several URLs (comma separated) is the pool: baseUrl the first, adapters loaded into every replica', () => {
+  const o = applyRunOverrides('train', {}, { policyUrl: 'http://127.0.0.1:8000,http://127.0.0.1:8001/v1' });
+  const cfg = parseConfig(o.raw);
+  assert.equal(cfg.policy.baseUrl, 'http://127.0.0.1:8000/v1');
+  assert.deepEqual(cfg.policy.baseUrls, ['http://127.0.0.1:8000/v1', 'http://127.0.0.1:8001/v1']);
+  assert.equal(cfg.train.vllmBaseUrl, 'http://127.0.0.1:8000/v1');
+  // One URL keeps the single-server config, and replaces a pool the file names.
+  const single = parseConfig(applyRunOverrides('mcts', { policy: { baseUrl: A, baseUrls: [A, B] } }, { policyUrl: C }).raw);
+  assert.deepEqual([single.policy.baseUrl, single.policy.baseUrls], [C, [C]]);
+  assert.equal(parseConfig(applyRunOverrides('train', {}, { policyUrl: C }).raw).policy.baseUrls, undefined);
+  assert.throws(() => applyRunOverrides('train', {}, { policyUrl: `${A},` }), /--policy-url .*an empty URL in the list/);
 });
