@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { randomUUID } from 'node:crypto';
 import { DEFAULT_VIEWPORT, launchChromium } from '../env/browser';
-import { RealEnv } from '../env/real';
+import { AGISDK_SLOW_MO_MS, RealEnv } from '../env/real';
 import { type Look, type ReplayCounters, Replays } from './session-replay';
 import { sameFinalState, sameView, type ClientSnapshot, type ForkCounters } from '../env/real-snapshot';
 import { getRealTask } from '../env/real-tasks';
@@ -30,6 +30,13 @@ import type {
 } from '../lib/episode-types';
 
 export type SessionEnv = MiniWobEnv | RealEnv;
+
+type BrowserKind = 'miniwob' | 'real' | 'real-official';
+
+function browserKind(input: StartSessionInput): BrowserKind {
+  if (input.spec.env !== 'real') return 'miniwob';
+  return input.envOptions?.realScoring === 'official' ? 'real-official' : 'real';
+}
 
 interface Session {
   id: string;
@@ -66,8 +73,11 @@ export interface StartOptions {
  * here, so everything after `startSession` is routed to this worker's own task queue.
  */
 export class SessionManager {
-  /** One browser per environment kind: MiniWoB++ renders with scrollbars, REAL (like agisdk) without. */
-  private readonly browsers = new Map<TaskSpec['env'], Browser>();
+  /**
+   * One browser per environment kind: MiniWoB++ renders with scrollbars, REAL (like agisdk) without, and REAL
+   * under official scoring paces every Playwright call as agisdk does (slow_mo is a launch option).
+   */
+  private readonly browsers = new Map<BrowserKind, Browser>();
   private readonly sessions = new Map<string, Session>();
   private readonly siteLimiter: SiteLimiter;
   private readonly slotTimeoutMs: number;
@@ -119,17 +129,18 @@ export class SessionManager {
     return { ...this.warm.counters, warm_pages: this.warm.size };
   }
 
-  private async ensureBrowser(env: TaskSpec['env']): Promise<Browser> {
-    const current = this.browsers.get(env);
+  private async ensureBrowser(kind: BrowserKind): Promise<Browser> {
+    const current = this.browsers.get(kind);
     if (current?.isConnected()) return current;
-    const browser = await launchChromium({ hideScrollbars: env === 'real', egressGuard: env === 'real' });
+    const real = kind !== 'miniwob';
+    const browser = await launchChromium({ hideScrollbars: real, egressGuard: real, ...(kind === 'real-official' ? { slowMo: AGISDK_SLOW_MO_MS } : {}) });
     // A crashed browser takes its sessions with it (their episodes rebuild them from the action path), and
     // their site slots at once: episodes waiting for one must not wait for the sessions' closes.
     browser.on('disconnected', () => {
       this.dropSessionsOf(browser);
       void this.warm.sweep(Date.now(), browser);
     });
-    this.browsers.set(env, browser);
+    this.browsers.set(kind, browser);
     return browser;
   }
 
@@ -162,7 +173,7 @@ export class SessionManager {
   async start(input: StartSessionInput, beat: (d: unknown) => void = () => {}, opts: StartOptions = {}): Promise<StartSessionResult> {
     const site = validateTask(input.spec, this.deps.miniwobTasks, input.envOptions?.realScoring);
     if (input.spec.env === 'real') await checkRealTaskSite(input.spec.task, this.deps.realOriginOverride);
-    const browser = await this.ensureBrowser(input.spec.env);
+    const browser = await this.ensureBrowser(browserKind(input));
     const parent = this.forkParent(input);
     if (!parent) return this.startByReplay(input, site, browser, beat, opts);
     const forked = await this.startFromSnapshot(input, () => this.parentSnapshot(parent), [], site, browser, beat, opts);

@@ -71,6 +71,8 @@ export interface LaunchChromiumOptions {
    * An object passes options to the proxy (tests: its resolver).
    */
   egressGuard?: boolean | EgressProxyOptions;
+  /** Playwright's slowMo: a pause after every browser operation (agisdk's REAL harness: 1000 ms). */
+  slowMo?: number;
 }
 
 const egressProxies = new WeakMap<Browser, EgressProxy>();
@@ -143,6 +145,7 @@ export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<
       env: browserEnv(),
       ...(opts.hideScrollbars === true ? {} : { ignoreDefaultArgs: [HIDE_SCROLLBARS] }),
       timeout: opts.timeoutMs ?? 60_000,
+      ...(opts.slowMo ? { slowMo: opts.slowMo } : {}),
     });
   } catch (err) {
     await proxy?.close();

@@ -47,8 +47,12 @@ import type { Environment, Observation, RealTaskSpec, TaskSpec } from './types';
  */
 
 export const DEFAULT_REAL_SETTLE_MS = 500;
+/** agisdk's pause after an executed action (core/env.py: `time.sleep(0.5)`), before its load waits. */
+export const AGISDK_POST_ACTION_MS = 500;
 const DEFAULT_NAVIGATION_TIMEOUT_MS = 30_000;
 const CONFIG_NETWORK_IDLE_TIMEOUT_MS = 10_000;
+/** agisdk's Playwright slow_mo (core/task.py): a 1 s pause after every browser operation, official scoring only. */
+export const AGISDK_SLOW_MO_MS = 1_000;
 /** agisdk's element actions (core/action/functions.py): `timeout=500` on every click, fill, select. */
 export const AGISDK_ELEMENT_TIMEOUT_MS = 500;
 
@@ -66,7 +70,7 @@ export interface RealEnvOptions {
   maxSteps?: number;
   /** Default: loadRealRegistry() (the installed agisdk). */
   registry?: RealRegistry;
-  /** Wait after each action (the harness: 0.5 s), then for DOMContentLoaded (≤ 3 s). */
+  /** Wait after each action (the harness: 0.5 s, always under official scoring), then for DOMContentLoaded (≤ 3 s). */
   settleMs?: number;
   /** Bound on reading /finish (reload + poll for a JSON `<pre>`). */
   finishTimeoutMs?: number;
@@ -133,7 +137,8 @@ export class RealEnv implements Environment {
     // agisdk never evaluates a truncated episode.
     this.evaluateAtCap = this.official ? false : (opts.evaluateAtCap ?? false);
     this.maxSteps = opts.maxSteps;
-    this.settleMs = opts.settleMs ?? DEFAULT_REAL_SETTLE_MS;
+    // agisdk sleeps 0.5 s after every action; training may set its own pause.
+    this.settleMs = this.official ? AGISDK_POST_ACTION_MS : (opts.settleMs ?? DEFAULT_REAL_SETTLE_MS);
     if (this.maxSteps !== undefined && !(Number.isInteger(this.maxSteps) && this.maxSteps >= 1)) {
       throw new Error(`maxSteps must be an integer >= 1, got ${this.maxSteps}`);
     }
@@ -319,9 +324,12 @@ export class RealEnv implements Environment {
 
   private async settle(): Promise<void> {
     if (this.settleMs > 0) await sleep(this.settleMs);
-    const page = this.pages.agent;
-    if (page && !page.isClosed()) {
-      await page.waitForLoadState('domcontentloaded', { timeout: AFTER_ACTION_LOAD_TIMEOUT_MS }).catch(() => undefined);
+    // agisdk waits for every page and frame of the context (env.py _wait_dom_loaded); training for the agent page.
+    const pages = this.official ? this.context.pages() : [this.pages.agent];
+    for (const page of pages) {
+      if (!page || page.isClosed()) continue;
+      const frames = this.official ? page.frames() : [page.mainFrame()];
+      for (const frame of frames) await frame.waitForLoadState('domcontentloaded', { timeout: AFTER_ACTION_LOAD_TIMEOUT_MS }).catch(() => undefined);
     }
   }
 
