@@ -76,14 +76,32 @@ fi
 
 stopped_any=0
 
+# The pid a pid file names, if that process is still the one it was: the file holds "<pid> <boot id> <start ticks>"
+# (client/processes.ts); after a reboot the pid belongs to another process and is not printed.
+live_pid() {
+  local pid boot ticks now btime
+  read -r pid boot ticks < "$1" || true
+  pid="${pid//[!0-9]/}"
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  now="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
+  if [ -n "$boot" ] && [ -n "$ticks" ]; then
+    [ "$boot" = "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" ] && [ "$now" = "$ticks" ] || return 0
+  elif [ -n "$now" ]; then
+    # A bare pid: only a process that started before the file was written (2 s of slack) can be the one it names.
+    btime="$(sed -n 's/^btime //p' /proc/stat)"
+    [ $((btime + now / 100)) -le $(($(stat -c %Y "$1") + 2)) ] || return 0
+  fi
+  echo "$pid"
+}
+
 # The launch.sh stack (./launch.sh, ./launch.sh gpu): its processes have pid files in <home>/pids.
 launch_stack() {
   local home="${HOME_DIR:-runs}" f pid name live=()
   for f in "$home"/pids/*.pid; do
     [ -f "$f" ] || continue
-    pid="$(tr -dc '0-9' < "$f")"
+    pid="$(live_pid "$f")"
     name="${f##*/}"; name="${name%.pid}"
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then live+=("$name (pid $pid)"); fi
+    if [ -n "$pid" ]; then live+=("$name (pid $pid)"); fi
   done
   if [ "${#live[@]}" -eq 0 ]; then
     echo "teardown: no process of the launch.sh stack runs ($home/pids)"
@@ -96,7 +114,7 @@ launch_stack() {
   if ! command -v npx >/dev/null 2>&1; then
     # No Node.js (a box that only ran compose before?): SIGTERM to each process group, as halo down would.
     for f in "$home"/pids/*.pid; do
-      pid="$(tr -dc '0-9' < "$f")"; name="${f##*/}"; name="${name%.pid}"
+      pid="$(live_pid "$f")"; name="${f##*/}"; name="${name%.pid}"
       if [ -n "$pid" ] && { kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null; }; then echo "teardown: sent SIGTERM to $name (pid $pid; no npx here for halo down)"; fi
       rm -f "$f"
     done

@@ -7,7 +7,7 @@ import type { HaloConfig } from '../lib/config';
 import { learnerBaseModel } from '../lib/run-context';
 import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
 import type { DoctorCheck } from './doctor-check';
-import { isAlive, pidFile } from './processes';
+import { pidFile, readPid } from './processes';
 import { learnerSettings, stackStatus } from './stack';
 
 // `halo doctor` on the Temporal side: the server, its namespace and search attributes, and the workers that poll
@@ -127,10 +127,8 @@ export interface WorkerCheck extends DoctorCheck {
 
 async function workerCheck(conn: Connection, namespace: string, w: WorkerSpec): Promise<WorkerCheck> {
   const stale = w.pidNames.filter((n) => {
-    const f = pidFile(w.home, n);
-    if (!existsSync(f)) return false;
-    const pid = Number(readFileSync(f, 'utf8').trim());
-    return !(Number.isInteger(pid) && pid > 0 && isAlive(pid));
+    // A file whose pid is gone, or is now another process (after a reboot), names nothing that runs.
+    return existsSync(pidFile(w.home, n)) && readPid(w.home, n) === undefined;
   });
   if (stale.length) {
     return {

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -60,11 +60,62 @@ function listGroup(pgid: number): number[] {
   }
 }
 
+/**
+ * Which process a pid is, beyond the number the kernel reuses: the boot it runs in and its start time in clock
+ * ticks since that boot (/proc/<pid>/stat, field 22). Undefined where /proc cannot say (not Linux, gone).
+ */
+export function processIdentity(pid: number): string | undefined {
+  try {
+    const boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    return `${boot} ${startTicks(pid)}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function startTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name, which may hold spaces: state is field 3, starttime field 22.
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]);
+}
+
+/** When `pid` started, in ms since the epoch (boot time from /proc/stat plus its start ticks at USER_HZ 100). */
+function startedAtMs(pid: number): number | undefined {
+  try {
+    const btime = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1]);
+    const ticks = startTicks(pid);
+    return Number.isFinite(btime) && Number.isFinite(ticks) ? btime * 1000 + ticks * 10 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The live process a pid file names, or undefined. A pid is reused after a reboot (or a long uptime), so the file
+ * records the process's identity (`processIdentity`) and a pid whose identity differs is another process: never
+ * reported, never signalled. A file with a bare pid (written by an older version, or by `./launch.sh gpu`'s shell)
+ * is believed only for a process that started before the file was written, as the one it names did.
+ */
 export function readPid(home: string, name: string): number | undefined {
   const f = pidFile(home, name);
   if (!existsSync(f)) return undefined;
-  const pid = Number(readFileSync(f, 'utf8').trim());
-  return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
+  const [first, ...identity] = readFileSync(f, 'utf8').trim().split(/\s+/);
+  const pid = Number(first);
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return undefined;
+  if (identity.length > 0) {
+    const now = processIdentity(pid);
+    return now === undefined || now === identity.join(' ') ? pid : undefined;
+  }
+  const started = startedAtMs(pid);
+  const written = statSync(f, { throwIfNoEntry: false })?.mtimeMs;
+  // 2 s of slack: the start time is counted in 10 ms ticks and the file system's clock may be coarse.
+  return started === undefined || written === undefined || started <= written + 2_000 ? pid : undefined;
+}
+
+/** Writes the pid file of a process this one started: its pid and identity. */
+export function writePidFile(home: string, name: string, pid: number): void {
+  const identity = processIdentity(pid);
+  writeFileSync(pidFile(home, name), `${pid}${identity ? ` ${identity}` : ''}\n`);
 }
 
 export function spawnBackground(home: string, name: string, command: string, args: string[], env: NodeJS.ProcessEnv = process.env): ManagedProcess {
@@ -77,7 +128,7 @@ export function spawnBackground(home: string, name: string, command: string, arg
   closeSync(fd);
   if (child.pid === undefined) throw new Error(`could not start ${name} (${command})`);
   child.unref();
-  writeFileSync(pidFile(home, name), `${child.pid}\n`);
+  writePidFile(home, name, child.pid);
   return { name, pid: child.pid, logFile, logOffset };
 }
 
