@@ -6,6 +6,7 @@ import { GRAMMAR_WHITESPACE } from './action-grammar';
 import { VLLM_SERVERS } from './grammar-blob';
 import { TOOL_ACTIONS } from './actions';
 import { episodeHistoryProblems, samplingPayloadProblem } from './history-budget';
+import { searchHistoryProblems } from './search-budget';
 import { iterationBudgetProblems } from './iteration-budget';
 import { replicaKey } from './policy-pool';
 
@@ -519,7 +520,8 @@ export function identicalCandidatesProblem(cfg: HaloConfig): string | undefined 
 
 /**
  * Episodes this config would run that pass a Temporal payload or history limit (lib/history-budget.ts): a
- * GRPO episode with its grouping's candidates, an MCTS expansion's sampling call, and an iteration's child fan-out.
+ * GRPO episode with its grouping's candidates, an MCTS expansion's sampling call, an MCTS search's run with its
+ * tree (lib/search-budget.ts), and an iteration's child fan-out.
  */
 export function historyBudgetProblems(cfg: HaloConfig): string[] {
   const stepGroups = cfg.train.grouping === 'step';
@@ -535,7 +537,16 @@ export function historyBudgetProblems(cfg: HaloConfig): string[] {
     { n: grown ? 'train.dynamicSampling.maxCandidates' : 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' },
   );
   const expansion = samplingPayloadProblem(cfg.mcts.maxChildren, cfg.policy.maxTokens, { n: 'mcts.maxChildren', maxTokens: 'policy.maxTokens' });
-  return [...episode, ...(expansion ? [expansion] : []), ...iterationBudgetProblems(cfg)];
+  const m = cfg.mcts;
+  const search = searchHistoryProblems({
+    numSimulations: m.numSimulations,
+    maxChildren: m.maxChildren,
+    maxDepth: m.maxDepth,
+    continueAsNewEvery: m.continueAsNewEvery,
+    parkedSessions: m.parkedSessions,
+    maxTokens: cfg.policy.maxTokens,
+  });
+  return [...episode, ...(expansion ? [expansion] : []), ...search, ...iterationBudgetProblems(cfg)];
 }
 
 /**
