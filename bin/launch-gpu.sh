@@ -14,8 +14,14 @@
 #   HALO_GPU_CONFIG       training config (default configs/grpo-real.yaml)
 #   HALO_GPU_MCTS_CONFIG  MCTS config of `gpu mcts` (default configs/mcts-real.yaml)
 #   HALO_LORA_RANK        the adapters' rank (default 16); vLLM's --max-lora-rank is at least this (and 64)
-#   HALO_VLLM_GPU_UTIL    vLLM's share of GPU memory (default 0.5: the learner holds the model and LoRA state too)
-#   HALO_VLLM_PORT        default 8000;  HALO_VLLM_MAX_MODEL_LEN default 16384
+#   HALO_VLLM_GPU_UTIL    vLLM's share of GPU memory on one GPU (default 0.5: the learner holds the model and LoRA state too)
+#   HALO_VLLM_PORT        default 8000 (replica i of several listens on HALO_VLLM_PORT + i - 1);
+#                         HALO_VLLM_MAX_MODEL_LEN default 16384
+#   HALO_GPUS             GPUs to plan for (default: those `nvidia-smi -L` lists; 1 where it lists none). One GPU: vLLM
+#                         and the learner share it. N > 1: the learner on the first HALO_LEARNER_GPUS (default 1) and
+#                         one vLLM replica on each other GPU, all sampled as one pool (policy.baseUrls via --policy-url)
+#   HALO_LEARNER_GPUS     GPUs of the data-parallel learner on a box of several (default 1; fewer than HALO_GPUS)
+#   HALO_VLLM_REPLICA_UTIL  a replica's share of its own GPU (default 0.9: nothing else runs there)
 #   HALO_VLLM_VERSION     pip pin of vLLM; unset: 0.33.0 (the docker-compose image's) when a Python it supports
 #                         (3.11-3.14) is on PATH or in apt, else the newest release the Python here supports
 #                         (0.31.0 on 3.10); the plan says which (gpu_vllm_choice)
@@ -41,6 +47,48 @@ GPU_PY_MAX_MINOR=14
 GPU_STRUCTURED_OUTPUTS='{"backend":"xgrammar","disable_any_whitespace":true}'
 : "${HALO_LAUNCH_STATE:=runs/launch-state.env}"
 
+# The split of the box's GPUs (gpu_split): GPU_N GPUs; the learner's devices GPU_LEARNER_DEVICES (empty on one GPU,
+# where vLLM and the learner share it as they always did); one vLLM replica per entry of GPU_REPLICA_DEVICES (empty
+# entry: no CUDA_VISIBLE_DEVICES, the one shared GPU) at GPU_REPLICA_UTIL; GPU_POLICY_URLS the comma-separated pool.
+gpu_split() {
+  local n="${HALO_GPUS:-}" k="${HALO_LEARNER_GPUS:-1}" g learner=()
+  if [ -z "$n" ]; then
+    n=0
+    if command -v nvidia-smi >/dev/null 2>&1; then n="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" || n=0; fi
+    [ "$n" -ge 1 ] || n=1
+  fi
+  if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then echo "launch: HALO_GPUS=$n: a number of GPUs, 1 or more" >&2; return 1; fi
+  if ! [[ "$k" =~ ^[1-9][0-9]*$ ]]; then echo "launch: HALO_LEARNER_GPUS=$k: a number of GPUs, 1 or more" >&2; return 1; fi
+  GPU_N="$n"
+  GPU_REPLICA_DEVICES=()
+  if [ "$n" -eq 1 ]; then
+    GPU_LEARNER_DEVICES="" GPU_REPLICA_DEVICES=("") GPU_REPLICA_UTIL="$HALO_VLLM_GPU_UTIL"
+  else
+    if [ "$k" -ge "$n" ]; then echo "launch: HALO_LEARNER_GPUS=$k leaves none of the $n GPUs for vLLM: at most $((n - 1))" >&2; return 1; fi
+    for ((g = 0; g < k; g++)); do learner+=("$g"); done
+    GPU_LEARNER_DEVICES="$(IFS=,; echo "${learner[*]}")"
+    for ((g = k; g < n; g++)); do GPU_REPLICA_DEVICES+=("$g"); done
+    GPU_REPLICA_UTIL="${HALO_VLLM_REPLICA_UTIL:-0.9}"
+  fi
+  local urls=() i
+  for ((i = 0; i < ${#GPU_REPLICA_DEVICES[@]}; i++)); do urls+=("http://127.0.0.1:$(gpu_replica_port "$i")/v1"); done
+  GPU_POLICY_URLS="$(IFS=,; echo "${urls[*]}")"
+}
+
+# Replica i (from 0): its port, and its name for the pid and log files (the first keeps vllm, as on one GPU).
+gpu_replica_port() { echo $((HALO_VLLM_PORT + $1)); }
+gpu_replica_name() { if [ "$1" -eq 0 ]; then echo vllm; else echo "vllm-$(($1 + 1))"; fi; }
+
+# What the split is, said in the plan.
+gpu_split_note() {
+  local r="${#GPU_REPLICA_DEVICES[@]}"
+  if [ "$GPU_N" -eq 1 ]; then
+    echo "# 1 GPU: vLLM (--gpu-memory-utilization $GPU_REPLICA_UTIL) and the learner share it"
+  else
+    echo "# $GPU_N GPUs: the learner on GPU $GPU_LEARNER_DEVICES (HALO_LEARNER_GPUS=${HALO_LEARNER_GPUS:-1}), $r vLLM replica$([ "$r" -eq 1 ] || echo s) on GPU ${GPU_REPLICA_DEVICES[*]} (--gpu-memory-utilization $GPU_REPLICA_UTIL each), sampled as one pool: $GPU_POLICY_URLS"
+  fi
+}
+
 # vLLM accepts these LoRA ranks (workers/learner/halo_learner/models.py VLLM_LORA_RANKS).
 gpu_max_lora_rank() {
   local rank="${HALO_LORA_RANK:-16}" r
@@ -54,14 +102,17 @@ gpu_max_lora_rank() {
 # The vLLM server command (environment assignments first). The key is referenced, never printed, and reaches
 # vLLM through its environment (VLLM_API_KEY, read like --api-key), so `ps` never shows it.
 gpu_vllm_command() {
+  local port="${1:-$HALO_VLLM_PORT}" util="${2:-$HALO_VLLM_GPU_UTIL}" device="${3:-}"
   local max_rank key_var
   max_rank="$(gpu_max_lora_rank)" || return 1
   key_var="$(gpu_policy_key_var)"
   local cmd=""
   if [ -n "${!key_var:-}" ]; then cmd+="VLLM_API_KEY=\"\$$key_var\" "; fi
-  cmd+="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True setsid .venv-vllm/bin/vllm serve $HALO_GPU_MODEL --host 127.0.0.1 --port $HALO_VLLM_PORT"
+  # A replica of several: its own GPU.
+  if [ -n "$device" ]; then cmd+="CUDA_VISIBLE_DEVICES=$device "; fi
+  cmd+="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True setsid .venv-vllm/bin/vllm serve $HALO_GPU_MODEL --host 127.0.0.1 --port $port"
   cmd+=" --enable-lora --max-lora-rank $max_rank --max-loras 2 --max-cpu-loras 4"
-  cmd+=" --gpu-memory-utilization $HALO_VLLM_GPU_UTIL --max-model-len $HALO_VLLM_MAX_MODEL_LEN"
+  cmd+=" --gpu-memory-utilization $util --max-model-len $HALO_VLLM_MAX_MODEL_LEN"
   cmd+=" --limit-mm-per-prompt.video 0 --generation-config vllm --logprobs-mode processed_logprobs"
   # Constrained decoding without free whitespace, the grammar the learner compiles (policy.grammarWhitespace compact).
   cmd+=" --structured-outputs-config '$GPU_STRUCTURED_OUTPUTS'"
@@ -69,17 +120,39 @@ gpu_vllm_command() {
 }
 
 # The learner's environment: the same model as vLLM, the same LoRA rank.
-# The workers send the policy key to loopback only at this port (lib/credentials.ts), so they are told it.
+# The workers send the policy key to loopback only at this port (lib/credentials.ts), so they are told it; on a box of
+# several GPUs also the learner's GPUs and the other replicas' origins.
 gpu_learner_env() {
-  echo "HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16} HALO_VLLM_PORT=$HALO_VLLM_PORT"
+  local env="HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16} HALO_VLLM_PORT=$HALO_VLLM_PORT" i origins=()
+  if [ "${GPU_N:-1}" -gt 1 ]; then
+    for ((i = 1; i < ${#GPU_REPLICA_DEVICES[@]}; i++)); do origins+=("http://127.0.0.1:$(gpu_replica_port "$i")"); done
+    env+=" CUDA_VISIBLE_DEVICES=$GPU_LEARNER_DEVICES HALO_LEARNER_GPUS=${HALO_LEARNER_GPUS:-1}"
+    if [ "${#origins[@]}" -gt 0 ]; then env+=" HALO_CREDENTIAL_POLICY_ORIGINS=${HALO_CREDENTIAL_POLICY_ORIGINS:+$HALO_CREDENTIAL_POLICY_ORIGINS,}$(IFS=,; echo "${origins[*]}")"; fi
+  fi
+  echo "$env"
 }
 
+# Waits for replica i (default 0) to answer, or shows its log's end when its process died.
 gpu_wait_vllm() {
-  echo "until curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null; do kill -0 \$(cat runs/pids/vllm.pid) || { tail -n 40 runs/logs/vllm.log; exit 1; }; sleep 5; done"
+  local i="${1:-0}" name port
+  name="$(gpu_replica_name "$i")" port="$(gpu_replica_port "$i")"
+  echo "until curl -sf http://127.0.0.1:$port/health >/dev/null; do kill -0 \$(cat runs/pids/$name.pid) || { tail -n 40 runs/logs/$name.log; exit 1; }; sleep 5; done"
 }
 
+# Starts replica i (default 0) in the background: its pid in runs/pids/<name>.pid, which `halo down` stops.
 gpu_start_vllm() {
-  echo "{ mkdir -p runs/logs runs/pids && ( $(gpu_vllm_command) > runs/logs/vllm.log 2>&1 < /dev/null & echo \$! > runs/pids/vllm.pid ); }"
+  local i="${1:-0}" name
+  name="$(gpu_replica_name "$i")"
+  echo "{ mkdir -p runs/logs runs/pids && ( $(gpu_vllm_command "$(gpu_replica_port "$i")" "${GPU_REPLICA_UTIL:-$HALO_VLLM_GPU_UTIL}" "${GPU_REPLICA_DEVICES[$i]:-}") > runs/logs/$name.log 2>&1 < /dev/null & echo \$! > runs/pids/$name.pid ); }"
+}
+
+# Every replica of the split started (one already answering is left as it is), then waited for.
+gpu_start_replicas() {
+  local i
+  for ((i = 0; i < ${#GPU_REPLICA_DEVICES[@]}; i++)); do
+    echo "curl -sf http://127.0.0.1:$(gpu_replica_port "$i")/health >/dev/null || $(gpu_start_vllm "$i")"
+  done
+  for ((i = 0; i < ${#GPU_REPLICA_DEVICES[@]}; i++)); do gpu_wait_vllm "$i"; done
 }
 
 # The minor version (10 for 3.10) of a Python command, from `<cmd> --version`; fails when there is none.
@@ -218,10 +291,15 @@ gpu_prepare_plan() {
 # `./launch.sh gpu serve`: vLLM alone, started in the background and left running for a later `./launch.sh gpu`
 # (which finds it healthy), `halo train --policy-url`, or any OpenAI client.
 gpu_serve_plan() {
+  gpu_split || return 1
   gpu_prepare_plan || return 1
-  echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"
-  gpu_wait_vllm
-  echo "# vLLM serves $HALO_GPU_MODEL at http://127.0.0.1:$HALO_VLLM_PORT/v1 (log runs/logs/vllm.log); the learner then needs HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16}; stop it with npx halo down or ./teardown.sh"
+  gpu_split_note
+  gpu_start_replicas
+  if [ "$GPU_N" -eq 1 ]; then
+    echo "# vLLM serves $HALO_GPU_MODEL at http://127.0.0.1:$HALO_VLLM_PORT/v1 (log runs/logs/vllm.log); the learner then needs HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16}; stop it with npx halo down or ./teardown.sh"
+  else
+    echo "# ${#GPU_REPLICA_DEVICES[@]} vLLM replicas serve $HALO_GPU_MODEL at $GPU_POLICY_URLS (logs runs/logs/vllm*.log; halo train --policy-url takes the list); the learner then needs $(gpu_learner_env); stop them with npx halo down or ./teardown.sh"
+  fi
 }
 
 # Every command of `./launch.sh gpu` (job train) or `./launch.sh gpu mcts` (job mcts), in order; extra arguments
@@ -231,19 +309,24 @@ gpu_plan() {
   shift
   for a in "$@"; do extra+=" $(printf '%q' "$a")"; done
   if [ "$job" = mcts ]; then config="$HALO_GPU_MCTS_CONFIG"; else config="$HALO_GPU_CONFIG"; fi
+  gpu_split || return 1
   gpu_prepare_plan || return 1
+  gpu_split_note
   gpu_state_command
-  echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"
-  gpu_wait_vllm
+  gpu_start_replicas
   echo "$(gpu_learner_env) npx halo up"
-  echo "$(gpu_learner_env) npx halo $job --config $(printf '%q' "$config")$extra"
+  # Several replicas: the run samples from all of them (policy.baseUrls) and loads each adapter into each.
+  local pool=""
+  [ "$GPU_N" -eq 1 ] || pool=" --policy-url $GPU_POLICY_URLS"
+  echo "$(gpu_learner_env) npx halo $job --config $(printf '%q' "$config")$pool$extra"
 }
 
 # Records what runs, so `./launch.sh resume` brings back the same thing (never the local default job).
 gpu_state_command() {
   local vars
   vars="$(printf ' %q' HALO_LAUNCH_MODE=gpu "HALO_GPU_MODEL=$HALO_GPU_MODEL" "HALO_LORA_RANK=${HALO_LORA_RANK:-16}" \
-    "HALO_VLLM_PORT=$HALO_VLLM_PORT" "HALO_VLLM_GPU_UTIL=$HALO_VLLM_GPU_UTIL" "HALO_VLLM_MAX_MODEL_LEN=$HALO_VLLM_MAX_MODEL_LEN" "HALO_GPU_CONFIG=$HALO_GPU_CONFIG")"
+    "HALO_VLLM_PORT=$HALO_VLLM_PORT" "HALO_VLLM_GPU_UTIL=$HALO_VLLM_GPU_UTIL" "HALO_VLLM_MAX_MODEL_LEN=$HALO_VLLM_MAX_MODEL_LEN" "HALO_GPU_CONFIG=$HALO_GPU_CONFIG" \
+    "HALO_GPUS=$GPU_N" "HALO_LEARNER_GPUS=${HALO_LEARNER_GPUS:-1}" "HALO_VLLM_REPLICA_UTIL=${HALO_VLLM_REPLICA_UTIL:-0.9}")"
   echo "mkdir -p $(dirname "$HALO_LAUNCH_STATE") && printf '%s\\n'$vars > $HALO_LAUNCH_STATE"
 }
 
@@ -259,8 +342,9 @@ resume_plan() {
   echo "# resuming the $mode stack ($from); no new job is started"
   if [ "$mode" = gpu ]; then
     gpu_max_lora_rank >/dev/null || return 1
-    echo "curl -sf http://127.0.0.1:$HALO_VLLM_PORT/health >/dev/null || $(gpu_start_vllm)"
-    gpu_wait_vllm
+    gpu_split || return 1
+    gpu_split_note
+    gpu_start_replicas
     echo "$(gpu_learner_env) npx halo up"
     echo "for run in \$(npx halo runs --status Running --json | node -e 'for (const r of JSON.parse(require(\"fs\").readFileSync(0, \"utf8\"))) console.log(r.workflowId)'); do $(gpu_learner_env) npx halo resume \"\$run\"; done"
   else

@@ -1,5 +1,6 @@
 import { Client, Connection } from '@temporalio/client';
 import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { HaloConfig } from '../lib/config';
 import { connectOptions, temporalSettings } from '../host/connection';
@@ -210,8 +211,26 @@ export async function waitForPollers(conn: Connection, namespace: string, queues
   }
 }
 
-/** vLLM as `./launch.sh gpu` starts it (bin/launch-gpu.sh): pid in <home>/pids/vllm.pid, leading its own process group. */
+/**
+ * vLLM as `./launch.sh gpu` starts it (bin/launch-gpu.sh): pid in <home>/pids/vllm.pid, leading its own process group;
+ * on a box of several GPUs replica i ≥ 2 in vllm-<i>.pid.
+ */
 export const VLLM_PROCESS = 'vllm';
+
+/** The vLLM replicas `./launch.sh gpu` left pid files for: vllm, vllm-2, vllm-3, … */
+export function vllmProcesses(home: string): string[] {
+  let files: string[];
+  try {
+    files = readdirSync(join(home, 'pids'));
+  } catch {
+    return [];
+  }
+  const replica = (n: string) => (n === VLLM_PROCESS ? 1 : Number(n.slice(VLLM_PROCESS.length + 1)));
+  return files
+    .map((f) => f.replace(/\.pid$/, ''))
+    .filter((n) => n === VLLM_PROCESS || /^vllm-[1-9][0-9]*$/.test(n))
+    .sort((a, b) => replica(a) - replica(b));
+}
 
 /** How long vLLM may take to shut down (its engine processes included) before SIGKILL: HALO_VLLM_STOP_GRACE_S, default 30. */
 export function vllmStopGraceMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -233,10 +252,13 @@ export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {
     (async () => has('learner') && (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
   ]);
   if (opts.roles) return;
-  const vllm = readPid(st.home, VLLM_PROCESS);
-  const [temporal, vllmStopped] = await Promise.all([stopProcess(st.home, 'temporal'), stopProcess(st.home, VLLM_PROCESS, vllmStopGraceMs(), { group: true })]);
+  const replicas = vllmProcesses(st.home).map((name) => ({ name, pid: readPid(st.home, name) }));
+  const [temporal, ...stopped] = await Promise.all([stopProcess(st.home, 'temporal'), ...replicas.map((r) => stopProcess(st.home, r.name, vllmStopGraceMs(), { group: true }))]);
   if (temporal) say('stopped Temporal dev server');
-  if (vllmStopped) say(`stopped vLLM (pid ${vllm}, started by ./launch.sh gpu; log ${join(st.home, 'logs', 'vllm.log')})`);
+  for (const [i, r] of replicas.entries()) {
+    if (stopped[i])
+      say(`stopped vLLM${r.name === VLLM_PROCESS ? '' : ` replica ${r.name}`} (pid ${r.pid}, started by ./launch.sh gpu; log ${join(st.home, 'logs', `${r.name}.log`)})`);
+  }
 }
 
 /**
