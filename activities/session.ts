@@ -10,7 +10,7 @@ import { SiteLimiter, siteSlotTimeoutFromEnv, slotHolder } from '../env/site-lim
 import { ForkMismatch, sessionStartFailure } from './session-errors';
 import { checkRealTaskSite, realUrl, validateTask } from './session-tasks';
 import { MiniWobEnv } from '../env/miniwob';
-import type { Observation, StepOutcome, TaskSpec } from '../env/types';
+import type { Observation, StepOutcome } from '../env/types';
 import type { SessionDeps } from './session-deps';
 import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
 import { RealStartStates } from './real-start-states';
