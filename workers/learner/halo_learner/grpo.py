@@ -61,7 +61,7 @@ from .prompts import EncodedPrompt
 
 
 def dr_grpo_token_loss(
-    logp, old_logp, ref_logp, adv, clip_eps: float, kl_coef: float, weight_cap: float | None = None
+    logp, old_logp, ref_logp, adv, clip_epsilon: float, kl_coef: float, weight_cap: float | None = None
 ) -> torch.Tensor:
     """Per-token loss; all tensors broadcast to (rows, tokens), `adv` is (rows, 1).
 
@@ -75,7 +75,7 @@ def dr_grpo_token_loss(
         ratio = torch.exp(logp - prox)
         weight = torch.clamp(torch.exp(prox - old_logp), max=weight_cap)
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    clipped = torch.clamp(ratio, 1 - clip_epsilon, 1 + clip_epsilon) * adv
     loss = -torch.minimum(unclipped, clipped)
     if weight is not None:
         loss = weight * loss
@@ -131,7 +131,7 @@ class RatioStats:
         self,
         log_ratio: torch.Tensor,
         known: torch.Tensor,
-        clip_eps: float,
+        clip_epsilon: float,
         clip_log_ratio: torch.Tensor | None = None,
         weight_cap: float | None = None,
     ) -> None:
@@ -142,7 +142,7 @@ class RatioStats:
         r = torch.exp(lr)
         c = r if clip_log_ratio is None else torch.exp(clip_log_ratio.detach()[known])
         self.tokens += int(lr.numel())
-        self.clipped += int(((c < 1 - clip_eps) | (c > 1 + clip_eps)).sum())
+        self.clipped += int(((c < 1 - clip_epsilon) | (c > 1 + clip_epsilon)).sum())
         if weight_cap is not None:
             self.capped += int((r > weight_cap).sum())
         self.ratio_sum += float(r.sum())
@@ -294,7 +294,7 @@ def grpo_backward(
     policy,
     samples: list[GrpoSample],
     *,
-    clip_eps: float,
+    clip_epsilon: float,
     kl_coef: float,
     temperature: float,
     max_completion_len: int | None,
@@ -345,11 +345,11 @@ def grpo_backward(
         m = mask[rows, cols][:, :T] > 0
         if ratios is not None:
             clip_lr = None if weight_cap is None else logp - logp.detach()
-            ratios.add(logp - o, known & m, clip_eps, clip_lr, weight_cap)
+            ratios.add(logp - o, known & m, clip_epsilon, clip_lr, weight_cap)
         r = ref[rows, cols][:, :T] if ref is not None else None
         if token_stats is not None:
             token_stats.add(logp, r, m)
-        per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_eps, kl_coef, weight_cap)
+        per_token = dr_grpo_token_loss(logp, o, r, adv[rows], clip_epsilon, kl_coef, weight_cap)
         trained = m & ~dropped[rows, cols][:, :T]
         return (per_token * trained).sum() / norm
 
@@ -439,7 +439,7 @@ def grpo_step(
     optimizer,
     samples: list[GrpoSample],
     *,
-    clip_eps: float,
+    clip_epsilon: float,
     kl_coef: float,
     temperature: float,
     max_grad_norm: float,
@@ -456,7 +456,7 @@ def grpo_step(
     optimizer.zero_grad(set_to_none=True)
     ratios, token_stats = RatioStats(), TokenStats()
     backward = dict(
-        clip_eps=clip_eps,
+        clip_epsilon=clip_epsilon,
         kl_coef=kl_coef,
         temperature=temperature,
         max_completion_len=max_completion_len,

@@ -47,7 +47,7 @@ class RankSteps:
             self.policy,
             self.optimizer,
             samples,
-            clip_eps=hp.clip_epsilon,
+            clip_epsilon=hp.clip_epsilon,
             kl_coef=hp.kl_coef,
             temperature=hp.temperature,
             max_grad_norm=hp.max_grad_norm,

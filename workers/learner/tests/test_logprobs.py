@@ -99,7 +99,7 @@ def _grads(policy, samples, prefix_sharing: bool, micro_batch: int, kl_coef: flo
     loss, _ = grpo_backward(
         policy,
         samples,
-        clip_eps=0.2,
+        clip_epsilon=0.2,
         kl_coef=kl_coef,
         temperature=0.7,
         max_completion_len=10,

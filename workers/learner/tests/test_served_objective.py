@@ -38,7 +38,7 @@ def _step(learner, sample, **kw):
         learner.policy,
         learner.optimizer,
         [sample],
-        clip_eps=0.2,
+        clip_epsilon=0.2,
         kl_coef=0.0,
         temperature=1.0,
         max_grad_norm=1.0,

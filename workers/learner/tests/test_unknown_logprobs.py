@@ -45,7 +45,7 @@ def test_an_unknown_position_is_dropped_from_the_loss(learner, blobs):
         policy,
         learner.optimizer,
         [partly, none],
-        clip_eps=0.2,
+        clip_epsilon=0.2,
         kl_coef=0.0,
         temperature=T,
         max_grad_norm=1.0,
