@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
-import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { lstat, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
@@ -276,8 +276,7 @@ class FolderBackend implements Backend {
 
   async has(dir: string, name: string): Promise<boolean> {
     try {
-      await stat(this.locate(dir, name));
-      return true;
+      return (await stat(this.locate(dir, name))).isFile();
     } catch {
       return false;
     }
@@ -288,6 +287,9 @@ class FolderBackend implements Backend {
       return await fsp.readFile(this.locate(dir, name));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobNotFoundError(ref, this.where);
+      // A folder at a blob's address (made by hand, or by a tool that took the path for a folder) holds no blob:
+      // missing, and the next put of the bytes replaces it.
+      if ((err as NodeJS.ErrnoException).code === 'EISDIR') throw new BlobNotFoundError(ref, this.where, 'a folder is at its address');
       throw err;
     }
   }
@@ -319,6 +321,7 @@ class FolderBackend implements Backend {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return; // not ours to touch; the bytes are there
       }
     }
+    await removeFolderAt(path);
     const made = await mkdir(dirname(path), { recursive: true });
     const fresh: string[] = [];
     for (let d = dirname(path); made !== undefined && d.length >= made.length && d !== dirname(d); d = dirname(d)) fresh.push(d);
@@ -401,6 +404,20 @@ class FolderBackend implements Backend {
     }
     return gone;
   }
+}
+
+/** A folder where a blob file belongs would make every write of it fail (EISDIR) for good: moved aside, removed. */
+async function removeFolderAt(path: string): Promise<void> {
+  const st = await lstat(path).catch(() => undefined);
+  if (!st?.isDirectory()) return;
+  const aside = `${path}.folder-${process.pid}-${randomBytes(4).toString('hex')}`;
+  try {
+    await rename(path, aside);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // another writer moved it first
+    throw err;
+  }
+  await rm(aside, { recursive: true, force: true });
 }
 
 /**

@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +48,19 @@ def _holds(path: Path, buf: bytes) -> bool:
         return path.read_bytes() == buf
     except OSError:
         return False
+
+
+def _remove_folder_at(path: Path) -> None:
+    """A folder where a blob file belongs would make every write of it fail (IsADirectoryError) for good: moved
+    aside, then removed."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    aside = path.with_name(f"{path.name}.folder-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another writer moved it first
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _mkdirs(folder: Path) -> list[Path]:
@@ -103,7 +118,7 @@ class BlobStore:
     def exists(self, ref: str) -> bool:
         if self.s3 is not None:
             return self.s3.exists(self._key(ref))
-        return self.path_of(ref).exists()
+        return self.path_of(ref).is_file()
 
     def path_of(self, ref: str) -> Path:
         if self.s3 is not None:
@@ -139,6 +154,7 @@ class BlobStore:
                 pass
             except PermissionError:
                 return ref  # another user's file; the bytes are there
+        _remove_folder_at(path)
         made = _mkdirs(path.parent)
         # Readers never see a half-written file (write aside, then rename: atomic on POSIX), and after a power cut
         # the name is either absent or whole: the file is fsynced before the rename, its folder after it.
@@ -204,6 +220,9 @@ class BlobStore:
                 data = path.read_bytes()
             except FileNotFoundError:
                 raise BlobNotFound(ref, self.root) from None
+            except IsADirectoryError:
+                # A folder at the address holds no blob: missing, and the next put of the bytes replaces it.
+                raise BlobNotFound(ref, self.root, "a folder is at its address") from None
         if hashlib.sha256(data).hexdigest() != ref[7:71]:
             if self.s3 is not None:
                 self._refreshed.pop(key, None)  # the next put of these bytes checks and repairs the object
