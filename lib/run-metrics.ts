@@ -89,6 +89,11 @@ const commonShape = {
   /** Episodes (GRPO) or searches (MCTS) the iteration's numbers are over. */
   num_episodes: int.min(0),
   /**
+   * REAL runs: how the iteration's episodes and its held-out evaluation were judged (`real.scoring`), since a
+   * success under training scoring need not be one agisdk counts; absent for MiniWoB++ and older rows.
+   */
+  scoring: z.enum(['official', 'training']).optional(),
+  /**
    * The browser work of the iteration's training rollouts (not its evaluation), so that methods compare on
    * it; absent from rows written before it was counted.
    * env_steps: actions the policy chose that a browser executed. GRPO: every step in every session of its

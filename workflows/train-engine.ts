@@ -246,6 +246,7 @@ class Loop<D, U> {
     run.phase = 'metrics';
     const metrics = this.algorithm.metrics(this.scope, c, update?.result ?? null, this.version, { ...seconds });
     if (replicas) metrics.policy_replicas = replicas;
+    if (cfg.episode.env === 'real') metrics.scoring = this.scope.ctx.envOptions?.realScoring ?? 'training';
     if (c.failed > 0) metrics.failed_episodes = c.failed;
     if (plan.maxStaleness > 0) Object.assign(metrics, { sampled_adapter_version: c.sampledVersion, staleness: staleness(c.iteration, c.sampledVersion) });
     const stepsBefore = this.envSteps;

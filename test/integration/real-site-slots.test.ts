@@ -167,6 +167,11 @@ test('REAL step groups with more forks than site slots complete; a browser worke
   }
   const rows = parseMetricsJsonl(readFileSync(join(stack.home, runId, 'metrics.jsonl'), 'utf8'));
   assert.ok((rows.at(-1)?.fork_snapshots ?? 0) > 0, `forks counted in the metrics: ${JSON.stringify(rows.at(-1))}`);
+  // Each row says how its REAL episodes were judged: a training run's default scoring.
+  assert.deepEqual(
+    rows.map((r) => r.scoring),
+    rows.map(() => 'training'),
+  );
   const samples = policy.requests.filter((r) => r.goal !== '');
   assert.ok(samples.length >= 2 * iterations * 2, 'one sampling request per step');
   assert.ok(
