@@ -99,7 +99,9 @@ test('the plain stand-in: both scorings succeed, and official scoring loads /fin
 
 test('a /finish that renders slowly: training polls until the JSON is there, official takes the first <pre> and scores 0', async () => {
   plainSite();
-  site.finishDelayMs = 1_500;
+  // Later than agisdk looks (its load, slow_mo's 1 s pause after the navigation, network idle), sooner than
+  // training's polling reloads the page (every 3.3 s).
+  site.finishDelayMs = 2_500;
   try {
     const training = await play('slow-render-training', 'training');
     const official = await play('slow-render-official', 'official');
