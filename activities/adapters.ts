@@ -233,6 +233,9 @@ function knownServed(baseUrl: string): Set<string> {
   return names;
 }
 
+/** Load requests in flight, by server and adapter name. */
+const loading = new Map<string, Promise<{ loaded: boolean }>>();
+
 export interface AdapterCallStats {
   /** Load requests made for this call (0 when the adapter was known to be served and was). */
   loadRequests: number;
@@ -258,9 +261,16 @@ export async function withServedAdapter<T>(
   const names = knownServed(adapter.base_url);
   const load = async () => {
     const t0 = Date.now();
-    stats.loadRequests++;
+    // Calls that find the adapter missing at the same time (a replica back from a restart) share one load request.
+    const key = `${serverRoot(adapter.base_url)} ${adapter.lora_name}`;
+    let pending = loading.get(key);
+    if (!pending) {
+      stats.loadRequests++;
+      pending = ensureAdapterLoaded(adapter).finally(() => loading.delete(key));
+      loading.set(key, pending);
+    }
     try {
-      await ensureAdapterLoaded(adapter);
+      await pending;
     } finally {
       stats.loadMs += Date.now() - t0;
     }

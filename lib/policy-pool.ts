@@ -8,8 +8,9 @@ import type { PolicyConfig } from './config';
  * - Least loaded: the healthy replica with the fewest requests in flight; ties go to the one that took the fewest
  *   requests so far, then to the list's order, so an idle pool spreads its first requests over every replica.
  * - Draining: a replica whose request failed retryably (unreachable, timed out, 5xx, an adapter it lost again)
- *   takes no new request until its retry time, 2 s after the first failure in a row and doubling to 60 s; the
- *   request goes on to another replica. Past its retry time it is asked again (one request finds out whether it
+ *   takes no new request until its retry time, 2 s after the first failure in a row and doubling to 60 s with each
+ *   failed retry (requests already in flight that fail while it is drained do not extend it); the request goes on
+ *   to another replica. Past its retry time it is asked again (one request finds out whether it
  *   is back), and one answer makes it healthy. When every replica is drained, the one due first is asked anyway:
  *   a call is never failed without asking a replica.
  */
@@ -134,6 +135,8 @@ export class ReplicaPool {
 
   private drain(r: Replica, now: number): void {
     r.failures++;
+    // Requests that were in flight when the replica went away fail together: one outage, one step of the backoff.
+    if (r.drainedUntil > now) return;
     r.failuresInRow++;
     r.drainedUntil = now + Math.min(DRAIN_MAX_MS, DRAIN_FIRST_MS * 2 ** (r.failuresInRow - 1));
   }

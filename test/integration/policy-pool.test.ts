@@ -213,3 +213,20 @@ test('each replica loads each adapter version before it samples with it: eager l
     [2, 2, 1],
   );
 });
+
+test('requests that meet a restarted replica at the same time share one load of the adapter', async () => {
+  const servers = await replicas(2, 50);
+  const run = 'pool-burst';
+  const v1 = writeAdapterFolder(join(root, 'checkpoints'), run, 1);
+  const name = servedAdapterName(run, 1);
+  await loadAdapterIntoVllm({ base_url: `${servers[0].url}/v1`, replicas: urls(servers), run_id: run, version: 1, adapter_path: v1 });
+  const input = sampleInput(servers, name, v1);
+  for (const s of servers) s.restart();
+  const results = await Promise.all(Array.from({ length: 8 }, () => control.samplePolicy(input)));
+  assert.ok(results.every((r) => r.model === name));
+  assert.deepEqual(
+    servers.map((s) => loadsOf(s, name)),
+    [2, 2],
+    'the eager load, then one load per replica for the burst',
+  );
+});
