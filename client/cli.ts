@@ -29,7 +29,7 @@ import { register as registerVerifyExploration } from './commands/verify-explora
 import { blobStoreFor } from '../blob/store';
 import { episodeMaxSteps, singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
-import { pauseSignal, stopSignal } from '../workflows/messages';
+import { controlTimeoutMs, describeControl, sendRunControl } from './run-messages';
 import { episodeProgressQuery } from '../workflows/episode';
 import { EXIT, formatFailure, reportError, resultOf } from './failure';
 import { tokenIdsNote } from './token-ids';
@@ -226,17 +226,16 @@ for (const [name, help] of [
   ['pause', 'pause a run before its next iteration'],
   ['stop', 'stop a run gracefully: the current iteration finishes and its adapter is kept'],
 ] as const) {
-  const signal = { pause: pauseSignal, stop: stopSignal }[name];
   program
     .command(name)
-    .description(help)
+    .description(`${help}; prints the run's status once it took the change (a Workflow Update)`)
     .argument('<run>', 'run id')
     .action(async (run: string) => {
       const cfg = loadConfig(program.opts().config);
+      const timeoutMs = controlTimeoutMs();
       const { client, connection } = await connectClient(cfg);
       try {
-        await client.workflow.getHandle(run).signal(signal);
-        console.log(`${name} sent to run ${run}`);
+        console.log(describeControl(run, name, await sendRunControl(connection, client.workflow.getHandle(run), name, timeoutMs), timeoutMs));
       } finally {
         await connection.close();
       }

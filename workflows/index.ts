@@ -4,4 +4,4 @@ export { trainGrpo } from './train-grpo';
 export { trainMcts } from './train-mcts';
 export { mctsSearch, mctsTreeQuery, mctsProgressQuery } from './mcts-search';
 export { evaluate, evalProgressQuery } from './evaluate';
-export { pauseSignal, resumeSignal, stopSignal, statusQuery } from './messages';
+export { pauseSignal, pauseUpdate, resumeSignal, resumeUpdate, stopSignal, stopUpdate, statusQuery } from './messages';

@@ -1,4 +1,4 @@
-import { defineQuery, defineSignal } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 
 // The messages of every long-running workflow (trainGrpo, trainMcts, evaluate), defined once: workflows
 // install handlers for them (run-control.ts) and the CLI sends them as these objects, never by string.
@@ -20,3 +20,12 @@ export interface RunStatus {
 }
 
 export const statusQuery = defineQuery<RunStatus>('status');
+
+/**
+ * The same three changes as Workflow Updates, answered with the run's status once the change is made: the caller
+ * learns that the run took it (a signal only says it was delivered). Same names as the signals; the change is
+ * carried across continue-as-new like a signal's.
+ */
+export const pauseUpdate = defineUpdate<RunStatus>('pause');
+export const resumeUpdate = defineUpdate<RunStatus>('resume');
+export const stopUpdate = defineUpdate<RunStatus>('stop');

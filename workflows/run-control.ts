@@ -1,6 +1,6 @@
 import { condition, setHandler } from '@temporalio/workflow';
 import type { BestEval } from '../lib/iteration-policy';
-import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from './messages';
+import { pauseSignal, pauseUpdate, resumeSignal, resumeUpdate, statusQuery, stopSignal, stopUpdate, type RunStatus } from './messages';
 import { workflowClockMs } from './clock';
 
 /** How a training run (GRPO or MCTS) ends. */
@@ -33,15 +33,31 @@ export class RunControl<Extra extends object = object> {
     this.paused = initial?.paused ?? false;
     this.stopping = initial?.stopping ?? false;
     this.extra = () => ({ runId }) as Extra & { runId: string };
-    setHandler(pauseSignal, () => {
+    const pause = () => {
       this.paused = true;
-    });
-    setHandler(resumeSignal, () => {
+    };
+    const resume = () => {
       this.paused = false;
       this.pauseReason = undefined;
-    });
-    setHandler(stopSignal, () => {
+    };
+    const stop = () => {
       this.stopping = true;
+    };
+    setHandler(pauseSignal, pause);
+    setHandler(resumeSignal, resume);
+    setHandler(stopSignal, stop);
+    // Updates answer with the status after the change (they add no command: histories from before replay).
+    setHandler(pauseUpdate, () => {
+      pause();
+      return this.status();
+    });
+    setHandler(resumeUpdate, () => {
+      resume();
+      return this.status();
+    });
+    setHandler(stopUpdate, () => {
+      stop();
+      return this.status();
     });
     setHandler(statusQuery, () => this.status());
   }

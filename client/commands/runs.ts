@@ -3,7 +3,8 @@ import type { Command } from 'commander';
 import type { HaloConfig } from '../../lib/config';
 import { connectClient, up } from '../stack';
 import { sleep } from '../processes';
-import { resumeSignal, statusQuery } from '../../workflows/messages';
+import { statusQuery } from '../../workflows/messages';
+import { controlTimeoutMs, describeControl, sendRunControl } from '../run-messages';
 import { reloadServedAdapters } from '../served-adapters';
 import { episodesQuery, RUN_STATUSES, runsQuery } from '../visibility';
 import { lastFailure, RunFailedError } from '../failure';
@@ -133,8 +134,9 @@ export function register(program: Command, ctx: Ctx): void {
           .then((s) => s.paused === true)
           .catch(() => false);
         if (paused) {
-          await handle.signal(resumeSignal);
-          console.error(`halo: run ${run} was paused; resume sent`);
+          // The stack is up: the run's worker answers the update with its status after the resume.
+          const timeoutMs = controlTimeoutMs();
+          say(`run ${run} was paused; ${describeControl(run, 'resume', await sendRunControl(connection, handle, 'resume', timeoutMs), timeoutMs)}`);
         }
         const before = d.historyLength;
         const startRun = d.runId;

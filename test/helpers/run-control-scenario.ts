@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { pauseSignal, resumeSignal, statusQuery, stopSignal, type RunStatus } from '../../workflows/messages';
+import { pauseSignal, pauseUpdate, resumeSignal, resumeUpdate, statusQuery, stopSignal, stopUpdate, type RunStatus } from '../../workflows/messages';
 import type { Holds } from './fake-activities';
 import type { FakeWorkers } from './fake-workers';
 import { eventually } from './workflow-env';
@@ -26,7 +26,12 @@ export interface RunControlOutcome<R> {
   afterResume: RunStatusView;
   whileStopping: RunStatusView;
   result: R;
+  /** With `via: 'update'`: what each update answered (the status right after the change). */
+  answers?: { pause: RunStatusView; resume: RunStatusView; stop: RunStatusView };
 }
+
+/** How the operator's messages go: as signals, or as Workflow Updates that answer with the status after the change. */
+export type ControlVia = 'signal' | 'update';
 
 /**
  * Pause, resume and stop a run the way an operator does, with the CLI's message definitions: pause while
@@ -34,15 +39,20 @@ export interface RunControlOutcome<R> {
  * resume → unit 2 starts; stop while it is in flight → the run ends after unit 2. Returns what the status
  * query said at each point and the run's result.
  */
-export async function pauseResumeStop<R>(s: RunControlScenario): Promise<RunControlOutcome<R>> {
+export async function pauseResumeStop<R>(s: RunControlScenario, via: ControlVia = 'signal'): Promise<RunControlOutcome<R>> {
   const { units } = s;
+  const answers: Partial<NonNullable<RunControlOutcome<R>['answers']>> = {};
+  const send = async (name: 'pause' | 'resume' | 'stop') => {
+    if (via === 'signal') return handle.signal({ pause: pauseSignal, resume: resumeSignal, stop: stopSignal }[name]);
+    answers[name] = { ...(await handle.executeUpdate({ pause: pauseUpdate, resume: resumeUpdate, stop: stopUpdate }[name])) };
+  };
   units.hold(1);
   units.hold(2);
   const handle = await s.start();
   // Each workflow answers with more than the common fields; the predicates read those by name.
   const status = async (): Promise<RunStatusView> => ({ ...(await handle.query(statusQuery)) });
   await units.reached(1);
-  await handle.signal(pauseSignal);
+  await send('pause');
   units.release(1);
 
   await eventually('the run to wait, paused, before its next unit of work', async () => {
@@ -54,17 +64,17 @@ export async function pauseResumeStop<R>(s: RunControlScenario): Promise<RunCont
   assert.equal(s.work(), idleAt, 'a paused run starts no work');
   const whilePaused = await status();
 
-  await handle.signal(resumeSignal);
+  await send('resume');
   await units.reached(2);
   const afterResume = await status();
-  await handle.signal(stopSignal);
+  await send('stop');
   const whileStopping = await eventually('the status to say stopping', async () => {
     const st = await status();
     return st.stopping ? st : undefined;
   });
   units.release(2);
   const result = (await handle.result()) as R;
-  return { whilePaused, afterResume, whileStopping, result };
+  return { whilePaused, afterResume, whileStopping, result, ...(via === 'update' ? { answers: answers as NonNullable<RunControlOutcome<R>['answers']> } : {}) };
 }
 
 /**
@@ -79,16 +89,20 @@ export async function pauseResumeStopTraining<R>(
   workflowType: 'trainGrpo' | 'trainMcts',
   config: unknown,
   work: () => number,
+  via: ControlVia = 'signal',
 ): Promise<RunControlOutcome<R>> {
-  const s = await pauseResumeStop<R>({
-    start: async () => {
-      await env.client.workflow.start(workflowType, { taskQueue: w.q.control, workflowId: w.runId, args: [{ config }] });
-      return env.client.workflow.getHandle(w.runId);
+  const s = await pauseResumeStop<R>(
+    {
+      start: async () => {
+        await env.client.workflow.start(workflowType, { taskQueue: w.q.control, workflowId: w.runId, args: [{ config }] });
+        return env.client.workflow.getHandle(w.runId);
+      },
+      units: w.learner.updateHolds,
+      pausedBeforeSecond: (st) => st.iteration === 2,
+      work,
     },
-    units: w.learner.updateHolds,
-    pausedBeforeSecond: (st) => st.iteration === 2,
-    work,
-  });
+    via,
+  );
   assert.equal(s.whilePaused.paused, true);
   assert.equal(s.whilePaused.iteration, 2);
   assert.equal(s.whilePaused.phase, 'paused');
