@@ -74,6 +74,8 @@ export interface EvalSummary {
   notes: EvalNote[];
   /** What each mode evaluated (model, adapter), when known. */
   modeDetails?: { mode: string; describe: string }[];
+  /** REAL: the scoring every episode was judged under (the records' `scoring`); absent for MiniWoB++. */
+  scoring?: 'official' | 'training';
 }
 
 /**
@@ -202,7 +204,15 @@ export function summarizeEval(input: {
     skipped: [...(input.skipped ?? [])],
     notes: [...(input.notes ?? [])],
     ...(input.modeDetails ? { modeDetails: [...input.modeDetails] } : {}),
+    ...scoringOf(input.episodes),
   };
+}
+
+/** The one scoring of the records; a mix would make the rows incomparable, so it is an error. */
+function scoringOf(episodes: readonly EvalEpisodeRecord[]): Pick<EvalSummary, 'scoring'> {
+  const seen = [...new Set(episodes.flatMap((e) => (e.scoring ? [e.scoring] : [])))];
+  if (seen.length > 1) throw new Error(`evaluation records mix REAL scorings (${seen.join(', ')}): one summary is one scoring`);
+  return seen.length === 1 ? { scoring: seen[0] } : {};
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
@@ -218,7 +228,7 @@ const cell = (s: string) => s.replace(/\|/g, '\\|').replace(/\s*\n\s*/g, ' ');
 
 /** The summary as Markdown: one table (mode | site | n | success (95% CI) | median steps | mean reward | validity), then skipped modes and notes. */
 export function summaryMarkdown(summary: EvalSummary): string {
-  const lines: string[] = [`## Evaluation ${summary.evalId} (${summary.env})`, ''];
+  const lines: string[] = [`## Evaluation ${summary.evalId} (${summary.env}${summary.scoring ? `, ${summary.scoring} scoring` : ''})`, ''];
   if (summary.rows.length === 0) {
     lines.push('No episodes were run.', '');
   } else {

@@ -145,6 +145,23 @@ test('markdown: the table, the skipped section, notes; JSON round-trips', () => 
   assert.match(summaryMarkdown({ ...s, skipped: [{ mode: 'a|b', reason: 'x\ny' }] }), /- a\\\|b: x y/);
 });
 
+test('a REAL summary names the scoring its episodes were judged under; records of two scorings are refused', () => {
+  const official = summarizeEval({ evalId: 'r', env: 'real', modes: ['m'], episodes: [ep('m', 'gomail', 'gomail-1', 0, { scoring: 'official' })] });
+  assert.equal(official.scoring, 'official');
+  assert.match(summaryMarkdown(official), /^## Evaluation r \(real, official scoring\)$/m);
+  assert.equal(summarizeEval({ evalId: 'm', env: 'miniwob', modes: ['m'], episodes: [ep('m', 'miniwob', 'click-button', 0)] }).scoring, undefined);
+  assert.throws(
+    () =>
+      summarizeEval({
+        evalId: 'x',
+        env: 'real',
+        modes: ['m'],
+        episodes: [ep('m', 'gomail', 'gomail-1', 0, { scoring: 'official' }), ep('m', 'gomail', 'gomail-2', 0, { scoring: 'training' })],
+      }),
+    /mix REAL scorings \(official, training\)/,
+  );
+});
+
 // ---- eval config (lib/eval-config.ts) -------------------------------------------------------------------
 
 const base = parseConfig({ policy: { model: 'tiny-random', maxTokens: 48 }, train: { gpuTaskQueue: 'gpu-x' } });
