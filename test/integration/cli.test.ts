@@ -134,6 +134,9 @@ test('halo tasks lists the 121 REAL v2 tasks by site; tasks snapshot pins each e
   assert.match(stdout, /^121 REAL v2 tasks in 11 sites$/m);
   assert.match(stdout, /^gomail \(21\)$/m);
   assert.match(stdout, /gocalendar-11 +\[unscorable/);
+  // The registry's caveats under their task: a script reading beside its state file, a task on a production alias.
+  assert.match(stdout, /^ {2}omnizon-28 .*\n +\[caveat: its eval script also reads the files next to its state file/m);
+  assert.match(stdout, /^ {2}opendining-17 .*\n +\[caveat: runs on https:\/\/real-opendining\.vercel\.app, not /m);
   const out = join(home, 'snapshot.json');
   await halo('tasks', 'snapshot', '--out', out);
   const snap = JSON.parse(readFileSync(out, 'utf8'));
