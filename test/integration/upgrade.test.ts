@@ -7,8 +7,8 @@ import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { parseConfig } from '../../lib/config';
-import { down, up } from '../../client/stack';
-import { readPid } from '../../client/processes';
+import { down, up, waitForPollers } from '../../client/stack';
+import { readPid, spawnBackground, workerCommand } from '../../client/processes';
 import { buildIdOf, buildWorkflowBundle, type WorkflowBundle } from '../../workers/workflow-bundle';
 import { openRuns, UpgradeRefused, upgradeWorkflowWorker } from '../../workers/upgrade-check';
 import { startWorkflowEnv, testQueues } from '../helpers/workflow-env';
@@ -119,7 +119,9 @@ test('an incompatible workflow change is refused before the worker restarts; a p
   }
 });
 
-test('halo up replays the open workflows before it starts a control worker, and starts it on the bundle it checked', { timeout: 300_000 }, async () => {
+test('halo up replays the open workflows before it starts or restarts a control worker: refused with the old worker left running, then an upgrade onto the checked bundle', {
+  timeout: 300_000,
+}, async () => {
   const queues = testQueues('up-upgrade');
   const home = join(dir, 'home');
   const cfg = parseConfig({
@@ -146,16 +148,37 @@ test('halo up replays the open workflows before it starts a control worker, and 
   assert.equal(readPid(home, 'control-worker'), undefined, 'no control worker was started');
   assert.ok(!existsSync(join(home, 'logs', 'control-worker.log')), said.join('\n'));
 
-  // Once that run is gone, the same `up` goes through: the worker polls with the build it was checked against.
-  await handle.terminate('replaced by a compatible release');
-  await until('the run to close', async () => (await openRuns(env.client, queues.control)).length === 0);
+  // A control worker of an earlier release runs (started by hand here, as `halo up` did before the check): an
+  // upgrade with that run still open is refused, and the old worker is left running.
+  const oldWorker = spawnBackground(home, 'control-worker', workerCommand('control').command, workerCommand('control').args, {
+    ...process.env,
+    TEMPORAL_ADDRESS: env.address,
+    TEMPORAL_NAMESPACE: 'default',
+    HALO_HOME: home,
+    HALO_CONTROL_QUEUE: queues.control,
+    HALO_BROWSER_QUEUE: queues.browser,
+  });
   try {
-    await up(cfg, (m) => said.push(m), { roles: ['control'] });
+    await waitForPollers(env.connection, 'default', [{ name: queues.control, type: 'workflow', process: oldWorker }], home);
+    await assert.rejects(
+      up(cfg, (m) => said.push(m), { roles: ['control'], upgrade: true }),
+      UpgradeRefused,
+    );
+    assert.equal(readPid(home, 'control-worker'), oldWorker.pid, 'the old control worker still runs');
+    assert.ok(!said.some((m) => /stopped control worker|starting control worker/.test(m)), said.join('\n'));
+
+    // Once that run is gone, the upgrade goes through: the old worker stops, the new one polls with the build it
+    // was checked against.
+    await handle.terminate('replaced by a compatible release');
+    await until('the run to close', async () => (await openRuns(env.client, queues.control)).length === 0);
+    await up(cfg, (m) => said.push(m), { roles: ['control'], upgrade: true });
+    assert.ok(said.includes(`stopped control worker (pid ${oldWorker.pid})`), said.join('\n'));
     const started = said.find((m) => m.startsWith('starting control worker on workflow build '));
     const buildId = /build (sha256-[0-9a-f]{32})/.exec(started ?? '')?.[1];
     assert.ok(buildId, said.join('\n'));
     const pollers = await env.client.workflowService.describeTaskQueue({ namespace: 'default', taskQueue: { name: queues.control }, taskQueueType: 1 });
     const pid = readPid(home, 'control-worker');
+    assert.notEqual(pid, oldWorker.pid);
     assert.ok(
       (pollers.pollers ?? []).some((p) => p.identity === `${pid}@${hostname()} halo-control build=${buildId}`),
       JSON.stringify(pollers.pollers),
