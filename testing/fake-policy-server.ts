@@ -63,6 +63,8 @@ export interface AnswerOptions {
   rawLogprobs?: boolean;
   /** Writes a constrained answer as the server's grammar lets the model (the vLLM stand-in: xgrammar); default `constrainedAnswer` with `separators`. */
   constrain?: (schema: Record<string, unknown>, modelText: string) => Promise<string>;
+  /** The prompt's ids as the server's model encodes it (the vLLM stand-in given a model); default `fakePromptTokenIds`. */
+  promptIds?: (body: ChatRequest) => Promise<number[]>;
 }
 
 export interface FakePolicyServer {
@@ -278,7 +280,8 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
           };
         }),
       );
-      const prompt = body.return_token_ids === true && !opts.legacyTokens ? { prompt_token_ids: fakePromptTokenIds(body, vocab) } : {};
+      const asked = body.return_token_ids === true && !opts.legacyTokens;
+      const prompt = asked ? { prompt_token_ids: opts.promptIds ? await opts.promptIds(body) : fakePromptTokenIds(body, vocab) } : {};
       return chatCompletion(`chatcmpl-fake-${index}`, body.model, choices, prompt);
     },
   };

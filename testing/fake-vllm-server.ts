@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { readBody } from './read-body';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { ChatRequest } from './chat-server';
 import { createChatResponder, type FakeMode, type RecordedRequest } from './fake-policy-server';
 import { fakeTokenize, withFreeWhitespace } from './fake-whitespace';
@@ -10,6 +10,10 @@ import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
 import type { VllmServer } from '../lib/grammar-blob';
 import { constrainedCandidates } from './fake-constrained';
 import { xgrammarReady, xgrammarWrite } from './xgrammar-writer';
+import { askPython } from './python-lines';
+import { fakePromptTokenIds } from './fake-vllm-sampling';
+
+const PROMPT_ENCODER = 'testing/prompt-encoder.py';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -31,7 +35,9 @@ import { xgrammarReady, xgrammarWrite } from './xgrammar-writer';
  *   scripted fake model (fake-policy-server.ts), with `token_ids` and `logprobs.content` when asked
  *   (`return_token_ids`, `logprobs`, `return_tokens_as_token_ids`); `legacyTokens` plays a server older than
  *   0.10.2, which ignores `return_token_ids`. With `return_token_ids` the answer carries the prompt's ids
- *   (top-level `prompt_token_ids`, the fake's own encoding of the prompt).
+ *   (top-level `prompt_token_ids`): with a `tokenizer` in a model folder (beside its preprocessor_config.json), the
+ *   model's own processor encodes them as vLLM does
+ *   (prompt-encoder.py: chat template, images loaded as vLLM loads them); without, the fake's own encoding.
  * - Sampling (fake-vllm-sampling.ts): a field the request leaves out comes from `generationConfig` (default: Qwen3-VL's
  *   for a Qwen3-VL base model), unless `vllmGenerationConfig` (`--generation-config vllm`); the log-probs are then
  *   those of the cut distribution, and `chats[i].sampling` records what was sampled from. Values out of vLLM's
@@ -139,6 +145,16 @@ export async function startFakeVllmServer(
   const defaults = serverDefaults(opts.generationConfig ?? (/qwen3-vl/i.test(baseModel) ? QWEN3_VL_GENERATION_CONFIG : {}), opts.vllmGenerationConfig ?? false);
   let failing: { status: number; count: number } | undefined;
   let vocab: FakeVocab = opts.tokenizer ? byteLevelVocab(opts.tokenizer) : DEFAULT_VOCAB;
+  // Given the model (a tokenizer.json beside its preprocessor_config.json), prompts are encoded by its own processor,
+  // as vLLM encodes them.
+  const modelOf = (tokenizer: string | undefined) => (tokenizer && existsSync(join(dirname(tokenizer), 'preprocessor_config.json')) ? dirname(tokenizer) : undefined);
+  let modelDir = modelOf(opts.tokenizer);
+  const promptIds = async (body: ChatRequest): Promise<number[]> => {
+    if (!modelDir) return fakePromptTokenIds(body, vocab);
+    const answer = await askPython(PROMPT_ENCODER, [modelDir], { messages: body.messages });
+    if (!Array.isArray(answer.ids)) throw new Error(`the stand-in could not encode the prompt with ${modelDir}'s processor: ${answer.error}`);
+    return answer.ids as number[];
+  };
   const release = opts.server ?? 'vllm-0.33';
   const constrain = async (schema: Record<string, unknown>, modelText: string): Promise<string> => {
     const refused: string[] = [];
@@ -244,6 +260,7 @@ export async function startFakeVllmServer(
         logprobPlaceholders: opts.logprobPlaceholders,
         vocab,
         constrain,
+        promptIds,
         rawLogprobs: opts.rawLogprobs,
       });
       const reply = opts.disableAnyWhitespace ? out : withFreeWhitespace(out, body as Record<string, unknown>, vocab);
@@ -289,6 +306,10 @@ export async function startFakeVllmServer(
 
   // Constrained answers come from xgrammar: its import (seconds, once per process) happens before the first request.
   await xgrammarReady();
+  if (modelDir) {
+    const ready = await askPython(PROMPT_ENCODER, [modelDir], { ping: true });
+    if (ready.ready !== true) throw new Error(`the stand-in's prompt encoder did not start for ${modelDir}: ${ready.error}`);
+  }
   await new Promise<void>((resolve) => server.listen(opts.port ?? 0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
   const api: FakeVllmServer = {
@@ -303,6 +324,9 @@ export async function startFakeVllmServer(
     setMode: (m) => chat.setMode(m),
     setTokenizer(tokenizerJson) {
       vocab = byteLevelVocab(tokenizerJson);
+      modelDir = modelOf(tokenizerJson);
+      // The encoder's imports start now, not on the first request.
+      if (modelDir) void askPython(PROMPT_ENCODER, [modelDir], { ping: true });
     },
     get delayMs() {
       return chat.delayMs;

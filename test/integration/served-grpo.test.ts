@@ -109,6 +109,9 @@ test('a served constrained GRPO run updates on vLLM 0.33 compact completions und
     assert.ok((l.tokens ?? 0) > 0, 'the update trained on tokens');
     assert.equal(l.retokenized ?? 0, 0, 'every completion came with its token ids');
     assert.equal(l.unknown_logprobs ?? 0, 0);
+    // The stand-in encodes prompts with the model's own processor, as vLLM does: the learner's encoding agrees, so no
+    // item is dropped for its prompt.
+    assert.equal(l.prompt_mismatch_rate, 0, "the server encoded every prompt to the learner's ids");
   }
   assert.ok((lines[0].reward_std ?? 0) > 0, 'the first group carried signal');
 
