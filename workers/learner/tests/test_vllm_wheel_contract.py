@@ -90,3 +90,30 @@ def test_the_pinned_wheel_makes_the_calls_the_project_mirrors(release):
     adapters = (ROOT / "activities" / "adapters.ts").read_text()
     rx = re.search(r"const RANK_TOO_HIGH = /(.*)/;", adapters).group(1).replace("\\\\", "\\")
     assert re.search(rx, message), (rx, message)
+
+
+def _writer():
+    """testing/xgrammar-writer.py, the vLLM stand-in's constrained writer (a script, so loaded from its path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xgrammar_writer", ROOT / "testing" / "xgrammar-writer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("release", ["vllm-0.33", "vllm-0.31"])
+def test_the_stand_in_writes_through_the_wheels_own_call(release):
+    c = _read(_pins()[release])
+
+    class Recorder:
+        def compile_json_schema(self, spec, **kwargs):
+            return kwargs
+
+    for disable in (True, False):
+        args = _writer().compile_like(Recorder(), release, "{}", disable)
+        assert set(args) == set(c["grammar"]["arguments"]), (release, args, c["grammar"])
+        assert args["any_whitespace"] is (not disable)
+        want = c["grammar"]["compact_separators"] if disable else None
+        got = list(args["separators"]) if args.get("separators") is not None else None
+        assert got == want, (release, disable, args, c["grammar"])
