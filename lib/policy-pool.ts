@@ -79,7 +79,8 @@ export class ReplicaPool {
   take(now: number, tried: ReadonlySet<string> = new Set()): string | undefined {
     const open = this.replicas.filter((r) => !tried.has(r.url));
     if (open.length === 0) return undefined;
-    const healthy = open.filter((r) => r.drainedUntil <= now);
+    // Past its retry time a drained replica takes one request, the probe; more only once that one is answered.
+    const healthy = open.filter((r) => r.drainedUntil <= now && !(r.failuresInRow > 0 && r.inFlight > 0));
     const pick =
       healthy.length > 0
         ? healthy.reduce((best, r) => (r.inFlight < best.inFlight || (r.inFlight === best.inFlight && r.requests < best.requests) ? r : best))

@@ -61,6 +61,19 @@ test('a failed replica is drained, asked again after its backoff (doubling, capp
   assert.equal(pool.stats(0)[0].failures, 14);
 });
 
+test('past its retry time a drained replica takes one request (the probe) until that one is answered', () => {
+  const pool = new ReplicaPool([A, B]);
+  pool.take(0);
+  pool.failed(A, 0);
+  for (let i = 0; i < 3; i++) assert.equal(pool.take(1), B);
+  // A is due and less loaded than B (3 in flight): it gets the probe, and nothing more while the probe runs.
+  assert.equal(pool.take(DRAIN_FIRST_MS), A);
+  assert.equal(pool.take(DRAIN_FIRST_MS), B);
+  pool.answered(A, 10);
+  assert.equal(pool.take(DRAIN_FIRST_MS), A, 'answered: healthy, and the least loaded again');
+  assert.equal(pool.take(DRAIN_FIRST_MS), A);
+});
+
 test('a call tries each replica once; with every replica drained the one due first is still asked', () => {
   const pool = new ReplicaPool([A, B, C]);
   for (const url of [A, B, C]) {
