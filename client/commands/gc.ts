@@ -8,6 +8,7 @@ import type { HaloConfig } from '../../lib/config';
 import { blobStoreFor, type BlobStore, type StoreWriter } from '../../blob/store';
 import { checkGrace, collectBlobGarbage, DEFAULT_GC_GRACE_MS, formatBytes, GcAbortedError, MIN_GC_GRACE_MS, type GcReport } from '../../host/blob-gc';
 import { learnerCommand } from '../processes';
+import { configuredVllmUrls, servedVersions } from '../served-versions';
 import { connectClient, stackStatus } from '../stack';
 
 /**
@@ -64,7 +65,7 @@ export function register(program: Command, ctx: { loadConfig: (path?: string) =>
           const { connection, clients } = await connectNamespaces(cfg, opts.namespace);
           let needs: OpenRunNeeds;
           try {
-            needs = await openRunNeeds(clients, run);
+            needs = await retentionNeeds(clients, run, configuredVllmUrls(cfg), (m) => console.error(`halo gc: ${m}`));
           } finally {
             await connection.close();
           }
@@ -256,6 +257,17 @@ export function describeGc(r: GcReport): string {
       ? [`not read: namespace ${r.unreadNamespaces.join(', ')} writes to this store; blobs only its workflows name are counted as removable above`]
       : []),
   ].join('\n');
+}
+
+/**
+ * What `halo gc --run` keeps besides the last K: versions open workflows need (`openRunNeeds`) and versions a vLLM
+ * of the config serves now (`servedVersions`). Either unknown: an Error, and nothing is changed.
+ */
+export async function retentionNeeds(clients: Client | Client[], run: string, vllmUrls: string[], say: (msg: string) => void): Promise<OpenRunNeeds> {
+  const needs = await openRunNeeds(clients, run);
+  const served = await servedVersions(vllmUrls, run);
+  for (const u of served.unreachable) say(`vLLM at ${u} is not running: it serves no adapter now`);
+  return { ...needs, versions: [...new Set([...needs.versions, ...served.versions])].sort((a, b) => a - b), reasons: [...needs.reasons, ...served.reasons] };
 }
 
 export interface OpenRunNeeds {
