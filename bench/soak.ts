@@ -15,21 +15,28 @@
  * blobs, deleting) runs every S seconds during the soak with a `--gc-grace` of G seconds (default 120, far below the
  * CLI's 10-minute minimum: the point is to find a live blob it would take); a run that breaks or an episode lost
  * then names gc.
+ * With `--shared-home` a second namespace (`soak-b`: its own control and browser worker, its own stream of episodes)
+ * shares the stack's home and blob store, as two teams on one machine do. Each sweep first asks `halo gc`'s own
+ * path for namespace A alone, which must refuse (B has recorded itself as a writer), then sweeps with both
+ * namespaces' histories read. At the end every blob that a history of either namespace names must still be there.
  * Not part of CI; a run takes `--minutes` plus the stack's start and the final drain. Whole-machine preemptions
  * (every process at once, vLLM included, then `./launch.sh resume`) during a served GRPO run and an MCTS run:
  * bench/preemption-soak.ts.
  *
  *   node --import tsx bench/soak.ts [--minutes 30] [--parallel 2] [--n 2] [--chaos-min 60] [--chaos-max 180] [--seed 1]
- *                                   [--gc-every 180 [--gc-grace 120]]
+ *                                   [--gc-every 180 [--gc-grace 120] [--shared-home]]
  */
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import { startOrAttachTrain } from '../client/train';
-import { collectBlobGarbage, formatBytes } from '../host/blob-gc';
-import { historyTexts } from '../client/commands/gc';
+import type { Client } from '@temporalio/client';
+import { BlobStore } from '../blob/store';
+import { collectBlobGarbage, formatBytes, MIN_GC_GRACE_MS, REF_PATTERN } from '../host/blob-gc';
+import { gcBlobs, historyTexts } from '../client/commands/gc';
+import type { HaloConfig } from '../lib/config';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { samplingPolicy } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
@@ -50,6 +57,7 @@ const { values } = parseArgs({
     tasks: { type: 'string', default: 'click-button,click-link,enter-text' },
     'gc-every': { type: 'string', default: '0' },
     'gc-grace': { type: 'string', default: '120' },
+    'shared-home': { type: 'boolean', default: false },
   },
 });
 const minutes = Number(values.minutes);
@@ -59,6 +67,8 @@ const chaosMax = Number(values['chaos-max']) * 1000;
 const tasks = values.tasks!.split(',');
 const gcEveryMs = Number(values['gc-every']) * 1000;
 const gcGraceMs = Number(values['gc-grace']) * 1000;
+const sharedHome = values['shared-home'] === true;
+if (sharedHome && gcEveryMs <= 0) throw new Error('--shared-home is about gc on a shared home: give --gc-every S too');
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
@@ -114,6 +124,19 @@ async function main(): Promise<void> {
   const policy = await startFakePolicyServer({ kind: 'scripted' });
   const stack: TestStack = await startTestStack({ browserWorkers: 2 });
   await startLearnerPatiently(stack);
+  // The second team: its own namespace and workers, the same home (and so the same blob store).
+  const teamB = sharedHome
+    ? await stack.addNamespace('soak-b', 1).catch(async (err) => {
+        await stack.stop();
+        await policy.close();
+        throw err;
+      })
+    : undefined;
+  const teamBProcs = new Set(teamB?.workers ?? []);
+  const namespaces: Client[] = teamB ? [stack.client, teamB.client] : [stack.client];
+  async function* allHistories(): AsyncGenerator<string> {
+    for (const c of namespaces) yield* historyTexts(c);
+  }
   const runId = 'soak-grpo';
   const cfg = stackGrpoConfig(stack, {
     runId,
@@ -153,15 +176,25 @@ async function main(): Promise<void> {
   const ep = { started: 0, completed: 0, failed: [] as string[], rebuilds: 0, inFlight: new Map<string, Promise<void>>() };
   const ctx = runContextFromConfig(cfg, 'soak-episodes');
   const sampling = samplingPolicy({ policy: { ...cfg.policy, temperature: 0 }, runId: 'soak-episodes', adapterVersion: 0 });
+  // With a shared home every other episode is team B's (its namespace, its workers).
   const startEpisode = (k: number) => {
+    const inB = teamB !== undefined && k % 2 === 1;
     const id = `soak-ep-${k}`;
     ep.started++;
     const work = (async () => {
       try {
-        const h: WorkflowHandle = await stack.client.workflow.start('episode', {
-          taskQueue: stack.controlQueue,
+        const h: WorkflowHandle = await (inB ? teamB.client : stack.client).workflow.start('episode', {
+          taskQueue: inB ? teamB.controlQueue : stack.controlQueue,
           workflowId: id,
-          args: [episodeInput({ run: ctx, task: { env: 'miniwob', task: tasks[k % tasks.length], seed: k }, maxSteps: 3, sampling, mode: 'soak' })],
+          args: [
+            episodeInput({
+              run: inB ? { ...ctx, browserTaskQueue: teamB.browserQueue } : ctx,
+              task: { env: 'miniwob', task: tasks[k % tasks.length], seed: k },
+              maxSteps: 3,
+              sampling,
+              mode: 'soak',
+            }),
+          ],
         });
         const r = (await h.result()) as EpisodeResult;
         ep.completed++;
@@ -180,7 +213,7 @@ async function main(): Promise<void> {
   const kills: Kill[] = [];
   let nextKill = t0 + chaosMin + random() * (chaosMax - chaosMin);
   const chaos = async () => {
-    const candidates = stack.workers.filter(alive);
+    const candidates = stack.workers.filter((p) => alive(p) && !teamBProcs.has(p));
     const victim = candidates[Math.floor(random() * candidates.length)];
     const kind = kindOf(victim);
     const k: Kill = { victim: `${kind} (pid ${victim.pid})`, at: Date.now() };
@@ -204,11 +237,37 @@ async function main(): Promise<void> {
 
   // gc while everything runs: every sweep deletes what nothing names and is older than the grace.
   const sweeps: { at: number; removed: number; bytesFreed: number; error?: string }[] = [];
+  const guard = { refused: 0, notRefused: [] as string[] };
+  // halo gc's own path, for namespace A alone: team B recorded itself as a writer of this store, so it must refuse.
+  // Garbage to find: blobs nothing names, old enough to go, put before each sweep (the live ones must all stay).
+  const planted: string[] = [];
+  const plantGarbage = async () => {
+    const store = new BlobStore(blobsDir);
+    const old = (Date.now() - 2 * gcGraceMs - 60_000) / 1000;
+    for (let i = 0; i < 5; i++) {
+      const ref = await store.put(`garbage ${planted.length} of the soak at ${Date.now()}`, 'txt');
+      utimesSync(store.pathOf(ref), old, old);
+      planted.push(ref);
+    }
+  };
+  const oneNamespaceSweep = async () => {
+    try {
+      const r = await gcBlobs({} as HaloConfig, stack.client, { home: stack.home, graceMs: MIN_GC_GRACE_MS, dryRun: false });
+      guard.notRefused.push(`swept for ${stack.namespace} alone: removed ${r.removed}`);
+    } catch (err) {
+      if (/soak-b also writes to the blob store/.test((err as Error).message)) guard.refused++;
+      else guard.notRefused.push((err as Error).message.slice(0, 200));
+    }
+  };
   let nextGc = gcEveryMs > 0 ? t0 + gcEveryMs : Infinity;
   const sweep = async () => {
     const at = Date.now();
+    if (teamB) {
+      await plantGarbage();
+      await oneNamespaceSweep();
+    }
     try {
-      const r = await collectBlobGarbage({ blobsDir, rootPaths: [stack.home], rootTexts: historyTexts(stack.client), graceMs: gcGraceMs });
+      const r = await collectBlobGarbage({ blobsDir, rootPaths: [stack.home], rootTexts: allHistories(), graceMs: gcGraceMs });
       sweeps.push({ at, removed: r.removed, bytesFreed: r.bytesFreed });
       console.log(`[${((at - t0) / 1000).toFixed(0)}s] gc: removed ${r.removed} blobs (${formatBytes(r.bytesFreed)}), live ${r.live}, young ${r.young}`);
     } catch (err) {
@@ -271,8 +330,15 @@ async function main(): Promise<void> {
 
   // Disk: growth per iteration, then a gc (nothing runs now: no grace needed) and the same per iteration.
   const before = folderBytes(blobsDir);
-  const gc = await collectBlobGarbage({ blobsDir, rootPaths: [stack.home], rootTexts: historyTexts(stack.client), graceMs: 0 });
+  const gc = await collectBlobGarbage({ blobsDir, rootPaths: [stack.home], rootTexts: allHistories(), graceMs: 0 });
   const after = folderBytes(blobsDir);
+  // Lost: a blob that some history of either namespace names and the store no longer has.
+  const store = new BlobStore(blobsDir);
+  const named = new Set<string>();
+  for await (const text of allHistories()) for (const m of text.matchAll(REF_PATTERN)) named.add(m[0]);
+  const missing: string[] = [];
+  for (const ref of named) if (!(await store.exists(ref))) missing.push(ref);
+  const garbageLeft = (await Promise.all(planted.map((r) => store.exists(r)))).filter(Boolean).length;
   const its = Math.max(1, iterationsSeen);
 
   const recov = kills.filter((x) => x.recovered !== undefined).map((x) => (x.recovered! - x.at) / 1000);
@@ -302,10 +368,20 @@ async function main(): Promise<void> {
     );
     console.log(`runs broken: ${runResult ? 0 : 1} (the GRPO run ${runResult ? 'ended by its stop signal' : 'did not end'}); episodes failed ${ep.failed.length}, lost ${lost}`);
   }
+  if (teamB) {
+    const inB = Math.floor(ep.started / 2);
+    console.log(
+      `shared home: namespaces ${stack.namespace} and ${teamB.namespace} (${inB} of ${ep.started} episodes); one-namespace sweeps refused ` +
+        `${guard.refused} of ${sweeps.length}${guard.notRefused.length ? `, NOT refused: ${guard.notRefused.join('; ')}` : ''}; ` +
+        `planted garbage ${planted.length} blobs, ${planted.length - garbageLeft} removed`,
+    );
+  }
+  console.log(`blobs named by the histories: ${named.size}, missing from the store: ${missing.length}${missing.length ? ` (${missing.slice(0, 3).join(', ')})` : ''}`);
   printLoadAtEnd();
   await stack.stop();
   await policy.close();
-  if (lost > 0 || dupIters.length > 0 || (gcEveryMs > 0 && (!runResult || ep.failed.length > 0))) process.exitCode = 1;
+  const guardFailed = teamB !== undefined && guard.notRefused.length > 0;
+  if (lost > 0 || dupIters.length > 0 || missing.length > 0 || guardFailed || (gcEveryMs > 0 && (!runResult || ep.failed.length > 0))) process.exitCode = 1;
 }
 
 runBench(main);

@@ -30,6 +30,19 @@ export interface TestStack {
   workers: ChildProcess[];
   restartServer(): Promise<void>;
   stop(): Promise<void>;
+  /**
+   * Another namespace on the same server whose workers (a control worker and `browserWorkers` browser workers)
+   * share this stack's home, blob store included: two teams on one machine. Its workers are in `workers` too.
+   */
+  addNamespace(namespace: string, browserWorkers?: number): Promise<NamespaceWorkers>;
+}
+
+export interface NamespaceWorkers {
+  namespace: string;
+  client: Client;
+  controlQueue: string;
+  browserQueue: string;
+  workers: ChildProcess[];
 }
 
 export interface TestStackOptions {
@@ -66,6 +79,20 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
     HALO_MODEL: learnerOpts.model ?? 'tiny-random',
     HF_HUB_OFFLINE: '1',
   };
+  const startIn = async (workerEnv: NodeJS.ProcessEnv, ns: string, cq: string, bq: string, kind: 'control' | 'browser') => {
+    const { command, args } = workerCommand(kind);
+    const logFile = join(home, `${kind}-${workers.length}.log`);
+    const fd = openSync(logFile, 'a');
+    const child = spawn(command, args, { cwd: REPO_ROOT, env: workerEnv, stdio: ['ignore', fd, fd] });
+    child.on('error', () => {}); // a missing interpreter shows as pid undefined below
+    closeSync(fd);
+    workers.push(child);
+    if (child.pid === undefined) throw new Error(`could not start the ${kind} worker (${command})`);
+    // Its own poller: a worker SIGKILLed before it stays listed on the queue for minutes.
+    const queue = kind === 'control' ? { name: cq, type: 'workflow' as const } : { name: bq, type: 'activity' as const };
+    await waitForPollers(connection, ns, [{ ...queue, process: { name: `${kind} worker`, pid: child.pid, logFile } }], home);
+    return child;
+  };
   const stack: TestStack = {
     home,
     address,
@@ -77,19 +104,24 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
     connection,
     client: new Client({ connection, namespace }),
     workers,
-    async startWorker(kind) {
-      const { command, args } = workerCommand(kind);
-      const logFile = join(home, `${kind}-${workers.length}.log`);
-      const fd = openSync(logFile, 'a');
-      const child = spawn(command, args, { cwd: REPO_ROOT, env, stdio: ['ignore', fd, fd] });
-      child.on('error', () => {}); // a missing interpreter shows as pid undefined below
-      closeSync(fd);
-      workers.push(child);
-      if (child.pid === undefined) throw new Error(`could not start the ${kind} worker (${command})`);
-      // Its own poller: a worker SIGKILLed before it stays listed on the queue for minutes.
-      const queue = kind === 'control' ? { name: controlQueue, type: 'workflow' as const } : { name: browserQueue, type: 'activity' as const };
-      await waitForPollers(connection, namespace, [{ ...queue, process: { name: `${kind} worker`, pid: child.pid, logFile } }], home);
-      return child;
+    startWorker: (kind) => startIn(env, namespace, controlQueue, browserQueue, kind),
+    async addNamespace(other, browserWorkers = 1) {
+      // A namespace just registered is not served at once (the server's namespace cache refreshes every few seconds).
+      for (let tries = 1; ; tries++) {
+        try {
+          await prepareNamespace(connection, other, 30);
+          break;
+        } catch (err) {
+          if (!/not found/i.test((err as Error).message) || tries >= 60) throw err;
+          await sleep(1_000);
+        }
+      }
+      const tag = Math.random().toString(36).slice(2, 8);
+      const q = { control: `halo-control-${tag}`, browser: `halo-browser-${tag}` };
+      const otherEnv = { ...env, TEMPORAL_NAMESPACE: other, HALO_CONTROL_QUEUE: q.control, HALO_BROWSER_QUEUE: q.browser };
+      const kinds: ('control' | 'browser')[] = ['control', ...Array.from({ length: browserWorkers }, () => 'browser' as const)];
+      const started = await Promise.all(kinds.map((k) => startIn(otherEnv, other, q.control, q.browser, k)));
+      return { namespace: other, client: new Client({ connection, namespace: other }), controlQueue: q.control, browserQueue: q.browser, workers: started };
     },
     async startLearner() {
       const l = learnerCommand({ ...env, ...learnerOpts.env });
