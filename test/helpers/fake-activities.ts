@@ -222,6 +222,8 @@ export class FakeControl {
   readonly grpoMetricLines: Record<string, unknown>[] = [];
   readonly mctsMetrics: { iteration: number; adapterVersion: number; pairs: number }[] = [];
   readonly dpoBatches: string[][] = [];
+  /** Every `loadAdapterIntoVllm` call: where each new adapter was served. */
+  readonly adapterLoads: { base_url: string; run_id: string; version: number; replicas?: string[] }[] = [];
   /** What `collectMctsPairs` reports for every search (tests make the update run or skip). */
   pairsPerSearch = 1;
   /** What `checkFreeDisk` reports (tests make the disk run full). */
@@ -319,6 +321,13 @@ export class FakeControl {
         }
         this.grpoMetricLines.push(input.metrics as Record<string, unknown>);
         return { appended: true };
+      },
+      // As activities/adapters.ts: a pool's load reports what each replica did.
+      loadAdapterIntoVllm: async (input: { base_url: string; run_id: string; version: number; replicas?: string[] }) => {
+        this.adapterLoads.push({ base_url: input.base_url, run_id: input.run_id, version: input.version, ...(input.replicas ? { replicas: input.replicas } : {}) });
+        const name = `${input.run_id}-v${input.version}`;
+        const pool = input.replicas?.map((url) => ({ url, requests: input.version, failures: 0, adapter_loads: input.version, healthy: true }));
+        return { name, loaded: true, unloaded: [], run_adapters: [name], ...(pool ? { pool } : {}) };
       },
       collectMctsPairs: async (input: { snapshot_ref: string }) => ({
         ref: this.pairsPerSearch > 0 ? fakeRef(`pairs:${input.snapshot_ref}`) : null,
