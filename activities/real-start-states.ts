@@ -5,6 +5,13 @@ import type { ClientSnapshot } from '../env/real-snapshot';
 export const DEFAULT_REAL_START_STATES = 32;
 /** A kept start state older than this is taken again from /config (the site's clock and data move on). */
 export const DEFAULT_REAL_START_STATE_TTL_MS = 10 * 60_000;
+/**
+ * The bytes of all kept start states together (their JSON): a site's localStorage can hold megabytes, and 32 of
+ * them per browser worker would otherwise grow without a bound the operator can see.
+ */
+export const DEFAULT_REAL_START_STATE_BYTES = 64 * 2 ** 20;
+/** Tasks remembered as refused at most; the oldest refusal goes first (it is the first to expire anyway). */
+export const MAX_REFUSED_START_STATES = 1024;
 
 /**
  * REAL's warm start. A REAL task starts from the same client state every time: /config writes it into the
@@ -16,7 +23,8 @@ export const DEFAULT_REAL_START_STATE_TTL_MS = 10 * 60_000;
  * A lost copy loses nothing: the next start takes it again. Off where forks are (`real.forkMode: replay`).
  */
 export class RealStartStates {
-  private readonly states = new Map<string, { snap: ClientSnapshot; since: number }>();
+  private readonly states = new Map<string, { snap: ClientSnapshot; since: number; bytes: number }>();
+  private keptBytes = 0;
   /** Tasks whose copy differed, until when they start through /config. */
   private readonly refused = new Map<string, number>();
   /** Starts from a kept copy, and copies whose /finish differed (those starts went through /config). */
@@ -25,8 +33,10 @@ export class RealStartStates {
   constructor(
     readonly limit: number,
     private readonly ttlMs: number = DEFAULT_REAL_START_STATE_TTL_MS,
+    readonly maxBytes: number = DEFAULT_REAL_START_STATE_BYTES,
   ) {
     if (!(Number.isInteger(limit) && limit >= 0)) throw new Error(`REAL start state limit must be a whole number >= 0, got ${limit}`);
+    if (!(Number.isInteger(maxBytes) && maxBytes > 0)) throw new Error(`REAL start state byte cap must be a whole number > 0, got ${maxBytes}`);
   }
 
   /** Which kept state can start `input`: the task with its run id (/config's query), when copies are allowed. */
@@ -41,7 +51,7 @@ export class RealStartStates {
     const kept = this.states.get(key);
     if (!kept || this.isRefused(key, now)) return undefined;
     if (now - kept.since <= this.ttlMs) return kept.snap;
-    this.states.delete(key);
+    this.drop(key);
     return undefined;
   }
 
@@ -50,18 +60,33 @@ export class RealStartStates {
     return this.limit > 0 && !this.isRefused(key, now) && this.get(key, now) === undefined;
   }
 
-  /** Keeps a task's start state; the one kept longest goes when full. */
+  /** Keeps a task's start state; the ones kept longest go while there are more than `limit` or `maxBytes`. */
   put(key: string, snap: ClientSnapshot, now = Date.now()): void {
     if (this.limit === 0 || snap.steps !== 0 || this.isRefused(key, now)) return;
-    this.states.delete(key);
-    this.states.set(key, { snap, since: now });
-    while (this.states.size > this.limit) this.states.delete(this.states.keys().next().value as string);
+    this.drop(key);
+    const bytes = Buffer.byteLength(JSON.stringify(snap));
+    if (bytes > this.maxBytes) return; // alone over the cap: its starts go through /config
+    this.states.set(key, { snap, since: now, bytes });
+    this.keptBytes += bytes;
+    while (this.states.size > this.limit || this.keptBytes > this.maxBytes) this.drop(this.states.keys().next().value as string);
   }
 
   /** The task's copy started no session (another /finish, a page that failed): dropped, and none is kept for `ttlMs`. */
   refuse(key: string, now = Date.now()): void {
-    this.states.delete(key);
+    this.drop(key);
+    this.refused.delete(key);
     this.refused.set(key, now + this.ttlMs);
+    if (this.refused.size > MAX_REFUSED_START_STATES) {
+      for (const [k, until] of this.refused) if (now >= until) this.refused.delete(k);
+      while (this.refused.size > MAX_REFUSED_START_STATES) this.refused.delete(this.refused.keys().next().value as string);
+    }
+  }
+
+  private drop(key: string): void {
+    const kept = this.states.get(key);
+    if (!kept) return;
+    this.states.delete(key);
+    this.keptBytes -= kept.bytes;
   }
 
   private isRefused(key: string, now: number): boolean {
@@ -72,6 +97,16 @@ export class RealStartStates {
 
   get size(): number {
     return this.states.size;
+  }
+
+  /** The bytes of the kept states (their JSON). */
+  get bytes(): number {
+    return this.keptBytes;
+  }
+
+  /** Tasks remembered as refused. */
+  get refusedCount(): number {
+    return this.refused.size;
   }
 }
 
