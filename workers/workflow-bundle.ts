@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 
@@ -30,8 +30,23 @@ export async function buildWorkflowBundle(dir: string, workflowsPath: string = W
     const partial = `${path}.${process.pid}`;
     writeFileSync(partial, code);
     renameSync(partial, path);
+  } else {
+    const now = new Date();
+    utimesSync(path, now, now);
   }
+  pruneBundles(dir);
   return { path, buildId };
+}
+
+/** Bundles kept in a folder: the newest few (a worker loads its bundle at start, so older files are only history). */
+export const KEPT_BUNDLES = 5;
+
+function pruneBundles(dir: string) {
+  const bundles = readdirSync(dir)
+    .filter((f) => /^sha256-[0-9a-f]{32}\.js$/.test(f))
+    .map((f) => ({ path: join(dir, f), mtime: statSync(join(dir, f)).mtimeMs }))
+    .sort((a, b) => b.mtime - a.mtime);
+  for (const old of bundles.slice(KEPT_BUNDLES)) rmSync(old.path, { force: true });
 }
 
 /** A bundle built before (HALO_WORKFLOW_BUNDLE, as `halo up` passes it to the control worker), its hash checked again. */

@@ -1,6 +1,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
@@ -9,7 +9,7 @@ import { Worker } from '@temporalio/worker';
 import { parseConfig } from '../../lib/config';
 import { down, up, waitForPollers } from '../../client/stack';
 import { readPid, spawnBackground, workerCommand } from '../../client/processes';
-import { buildIdOf, buildWorkflowBundle, type WorkflowBundle } from '../../workers/workflow-bundle';
+import { buildIdOf, buildWorkflowBundle, KEPT_BUNDLES, type WorkflowBundle } from '../../workers/workflow-bundle';
 import { openRuns, UpgradeRefused, upgradeWorkflowWorker } from '../../workers/upgrade-check';
 import { startWorkflowEnv, testQueues } from '../helpers/workflow-env';
 
@@ -70,6 +70,18 @@ test('an incompatible workflow change is refused before the worker restarts; a p
   assert.equal(new Set([v1.buildId, incompatible.buildId, patchedBundle.buildId]).size, 3);
   assert.equal(v1.buildId, buildIdOf(readFileSync(v1.path, 'utf8')));
   assert.deepEqual(await buildWorkflowBundle(dir, probe('v1')), v1);
+  // Old bundles go: the newest KEPT_BUNDLES stay, the one just built among them.
+  const pruned = join(dir, 'pruned');
+  mkdirSync(pruned);
+  for (let i = 0; i < KEPT_BUNDLES + 2; i++) {
+    const old = join(pruned, `sha256-${String(i).padStart(32, '0')}.js`);
+    writeFileSync(old, '// an older build');
+    utimesSync(old, new Date(1_000_000 + i * 1000), new Date(1_000_000 + i * 1000));
+  }
+  const rebuilt = await buildWorkflowBundle(pruned, probe('v1'));
+  const kept = readdirSync(pruned).sort();
+  assert.equal(kept.length, KEPT_BUNDLES);
+  assert.ok(kept.includes(`${rebuilt.buildId}.js`) && !kept.includes(`sha256-${'0'.repeat(32)}.js`), kept.join(', '));
 
   const queue = testQueues('upgrade').control;
   const old = await probeWorker(queue, v1);
