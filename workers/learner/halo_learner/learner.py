@@ -33,11 +33,10 @@ from .grpo import GrpoSample
 from .logprobs import check_block_mask_attention, compile_packed_layers
 from .distributed import Ranks
 from .steps import RankSteps
+from .updates import DpoUpdate, GrpoUpdate
 from .memory import DpoPlan, MemoryModel, OomHints, Plan, budget_bytes, plan_micro_batch
 from .models import Policy, load_policy
 from .payloads import (
-    DpoBatch,
-    GrpoBatch,
     SampleActionsInput,
     SampleActionsOutput,
     SampledTokens,
@@ -247,104 +246,39 @@ class Learner(RankSteps):
         self.planned = (batch_ref, plan.pairs_per_chunk)
         return plan
 
-    # ---- update_policy ---------------------------------------------------------------------------
+    # ---- update_policy and update_dpo: one skeleton, each algorithm's parts in updates.py ---------------
 
     def update_policy(self, inp: UpdatePolicyInput, progress: Progress | None = None) -> UpdatePolicyOutput:
-        hp = inp.hyperparameters
-        check_model(inp.base_model, self.policy.model_id, f"update_policy {inp.run_id}/v{inp.version}")
+        return self._update(GrpoUpdate, inp, progress)
+
+    def update_dpo(self, inp: UpdateDpoInput, progress: Progress | None = None) -> UpdateDpoOutput:
+        return self._update(DpoUpdate, inp, progress)
+
+    def _update(self, algo: type[GrpoUpdate] | type[DpoUpdate], inp, progress: Progress | None):
+        check_model(inp.base_model, self.policy.model_id, f"{algo.op} {inp.run_id}/v{inp.version}")
         m = self._existing(inp.run_id, inp.version, inp.batch_ref)
         if m is not None:
-            return UpdatePolicyOutput(
-                run_id=inp.run_id,
-                version=inp.version,
-                **self._reused(self._vdir(inp.run_id, inp.version)),
-                retokenized=m.get("retokenized", 0),
-                token_mismatch_rate=m.get("token_mismatch_rate", 0.0),
-                unknown_logprobs=m.get("unknown_logprobs"),
-                prompt_mismatch_rate=m.get("prompt_mismatch_rate"),
-                **{k: m.get(k) for k in GRPO_STAT_KEYS},
-            )
-        batch = GrpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
-        if batch.max_completion_len is None:
-            log.warning(
-                "batch %s has no max_completion_len: dr_grpo divides by B x its longest completion, which "
-                "changes from batch to batch; write the run's policy.maxTokens into the batch",
-                inp.batch_ref,
-            )
-        self._announce("update_policy", inp)
+            reused = self._reused(self._vdir(inp.run_id, inp.version))
+            return algo.output(run_id=inp.run_id, version=inp.version, **reused, **algo.reused(m))
+        batch = algo.batch.model_validate(self.blobs.get_json(inp.batch_ref))
+        algo.check(inp, batch)
+        self._announce(algo.op, inp)
         try:
             self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-            prep = self.prepare_grpo(batch, progress)
-            plan = self._plan(inp.batch_ref, prep.samples)
+            prep, plan = algo.prepare(self, inp, batch, progress)
         except BaseException:
             self._post_plan(None)
             raise
-        self._post_plan(plan.micro_batch)
-        samples, retok = prep.samples, prep.retokenized
-        beat = _beater(progress, "update_policy", len(samples), micro_batch=plan.micro_batch)
-        stats = self.grpo_update(inp, batch, samples, plan.micro_batch, beat)
-        ratios, ts = stats.ratios, stats.token_stats
-        update_stats = dict(
-            kl=ts.kl,
-            clip_fraction=ratios.clip_fraction if ratios.tokens else None,
-            mean_ratio=ratios.mean_ratio,
-            ratio_tokens=ratios.tokens,
-            entropy=ts.entropy,
-            denominator=stats.denominator,
-            micro_batch=plan.micro_batch,
-        )
-        metrics = dict(
-            loss=stats.loss,
-            grad_norm=stats.grad_norm,
-            tokens=stats.tokens,
-            seconds=stats.seconds,
-            items=len(samples),
-            retokenized=retok,
-            token_mismatch_rate=prep.token_mismatch_rate,
-            unknown_logprobs=prep.unknown_logprobs,
-            prompt_mismatch_rate=prep.prompt_mismatch_rate,
-            prompts_dropped=prep.prompts_dropped,
-            max_abs_log_ratio=ratios.max_abs_log_ratio,
-            mean_abs_log_ratio=ratios.mean_abs_log_ratio,
-            capped_fraction=ratios.capped_fraction if hp.stale_weight_cap is not None and ratios.tokens else None,
-            **update_stats,
-            estimated_peak_gib=plan.peak_bytes / 2**30,
-            hyperparameters=hp.model_dump(),
-        )
-        path, reused = self._commit(inp.run_id, inp.version, "grpo", metrics, inp.batch_ref)
+        self._post_plan(algo.posted(plan))
+        beat = _beater(progress, algo.op, len(prep.samples), micro_batch=algo.chunk(plan))
+        stats = algo.step(self, inp, batch, prep, plan, beat)
+        metrics, answer = algo.report(inp, prep, plan, stats)
+        metrics.update(estimated_peak_gib=plan.peak_bytes / 2**30, hyperparameters=inp.hyperparameters.model_dump())
+        path, reused = self._commit(inp.run_id, inp.version, algo.kind, metrics, inp.batch_ref)
         if reused:  # another learner wrote this version meanwhile; its weights are the truth
-            return self.update_policy(inp, progress)
-        log.info(
-            "update_policy %s v%d: loss %.5f grad_norm %.4f tokens %d kl %s entropy %.3f (%d retokenised items, "
-            "%d tokens with sampler log-probs, %d unknown, %.3f clipped, mean |log-ratio| to the sampler %.4f, "
-            "%s objective, micro-batch %d) in %.2fs",
-            inp.run_id,
-            inp.version,
-            stats.loss,
-            stats.grad_norm,
-            stats.tokens,
-            ts.kl,
-            ts.entropy or 0.0,
-            retok,
-            ratios.tokens,
-            prep.unknown_logprobs,
-            ratios.clip_fraction,
-            ratios.mean_abs_log_ratio or 0.0,
-            "plain" if hp.stale_weight_cap is None else f"decoupled (cap {hp.stale_weight_cap:g})",
-            plan.micro_batch,
-            stats.seconds,
-        )
-        return _fresh_output(
-            UpdatePolicyOutput,
-            inp,
-            path,
-            stats,
-            retokenized=retok,
-            token_mismatch_rate=metrics["token_mismatch_rate"],
-            unknown_logprobs=prep.unknown_logprobs,
-            prompt_mismatch_rate=prep.prompt_mismatch_rate,
-            **update_stats,
-        )
+            return self._update(algo, inp, progress)
+        algo.log_done(inp, prep, plan, stats)
+        return _fresh_output(algo.output, inp, path, stats, **answer)
 
     def _sampled_tokens(self, ref: str, where: str) -> SampledTokens:
         """The sampler's tokens behind a reference, checked (ids non-empty, one log-prob per id); a missing blob is
@@ -362,87 +296,6 @@ class Learner(RankSteps):
             first = e.errors()[0]
             field = ".".join(str(x) for x in first["loc"]) or "(root)"
             raise InvalidBatch(f"{where}: {ref} is not {what}: {field}: {first['msg']}") from None
-
-    # ---- update_dpo ------------------------------------------------------------------------------
-
-    def update_dpo(self, inp: UpdateDpoInput, progress: Progress | None = None) -> UpdateDpoOutput:
-        hp = inp.hyperparameters
-        check_model(inp.base_model, self.policy.model_id, f"update_dpo {inp.run_id}/v{inp.version}")
-        m = self._existing(inp.run_id, inp.version, inp.batch_ref)
-        if m is not None:
-            return UpdateDpoOutput(
-                run_id=inp.run_id,
-                version=inp.version,
-                **self._reused(self._vdir(inp.run_id, inp.version)),
-                reward_margin=m.get("reward_margin", 0.0),
-                accuracy=m.get("accuracy", 0.0),
-            )
-        batch = DpoBatch.model_validate(self.blobs.get_json(inp.batch_ref))
-        self._announce("update_dpo", inp)
-        try:
-            self._ensure(inp.run_id, inp.version - 1, with_optimizer=True)
-            prep = self.prepare_dpo(batch, progress)
-            plan = self._plan_dpo(inp.batch_ref, prep.samples)
-        except BaseException:
-            self._post_plan(None)
-            raise
-        self._post_plan(plan.to_json())
-        samples = prep.samples
-        beat = _beater(progress, "update_dpo", len(samples), micro_batch=plan.pairs_per_chunk)
-        stats = self.dpo_update(inp, samples, plan, beat)
-        if stats.logged_refs_ignored:
-            log.info(
-                "update_dpo %s v%d: %d pairs carried logged reference log-probs; the reference is the base "
-                "model for every pair, so they were not used",
-                inp.run_id,
-                inp.version,
-                stats.logged_refs_ignored,
-            )
-        metrics = dict(
-            loss=stats.loss,
-            grad_norm=stats.grad_norm,
-            tokens=stats.tokens,
-            seconds=stats.seconds,
-            pairs=len(samples),
-            reward_margin=stats.reward_margin,
-            accuracy=stats.accuracy,
-            chosen_logp=stats.chosen_logp,
-            rejected_logp=stats.rejected_logp,
-            retokenized=prep.retokenized,
-            token_mismatch_rate=(prep.mismatched / prep.retokenized) if prep.retokenized else 0.0,
-            constrained=prep.constrained,
-            pairs_per_chunk=plan.pairs_per_chunk,
-            chunks=stats.chunks,
-            checkpointed_chunks=stats.checkpointed_chunks,
-            estimated_peak_gib=plan.peak_bytes / 2**30,
-            hyperparameters=hp.model_dump(),
-        )
-        path, reused = self._commit(inp.run_id, inp.version, "dpo", metrics, inp.batch_ref)
-        if reused:
-            return self.update_dpo(inp, progress)
-        log.info(
-            "update_dpo %s v%d: loss %.5f margin %.4f accuracy %.2f (%d retokenised and %d grammar-masked "
-            "completions, %d chunks of up to %d pairs, %d checkpointed) in %.2fs",
-            inp.run_id,
-            inp.version,
-            stats.loss,
-            stats.reward_margin,
-            stats.accuracy,
-            prep.retokenized,
-            prep.constrained,
-            stats.chunks,
-            plan.pairs_per_chunk,
-            stats.checkpointed_chunks,
-            stats.seconds,
-        )
-        return _fresh_output(
-            UpdateDpoOutput,
-            inp,
-            path,
-            stats,
-            reward_margin=stats.reward_margin,
-            accuracy=stats.accuracy,
-        )
 
     # ---- sample_actions --------------------------------------------------------------------------
 
@@ -513,9 +366,6 @@ class Learner(RankSteps):
             version=inp.version,
             seconds=seconds,
         )
-
-
-GRPO_STAT_KEYS = ("kl", "clip_fraction", "mean_ratio", "ratio_tokens", "entropy", "denominator", "micro_batch")
 
 
 def _beater(progress: Progress | None, phase: str, items: int, **extra) -> Callable[[], None]:
