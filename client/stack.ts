@@ -11,6 +11,7 @@ import { prepareNamespace, startDevServer, waitForServer } from './temporal-serv
 import { metricsEndpoints } from '../lib/worker-metrics';
 import { buildWorkflowBundle } from '../workers/workflow-bundle';
 import { upgradeWorkflowWorker } from '../workers/upgrade-check';
+import { WORKER_STOP_GRACE_MS } from '../workers/runtime';
 
 export interface StackStatus {
   temporal: number | undefined;
@@ -136,7 +137,7 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
       const bundle = await buildWorkflowBundle(join(home, 'bundles'));
       const client = new Client({ connection: conn, namespace });
       const { check } = await upgradeWorkflowWorker(client, cfg.temporal.controlTaskQueue, bundle, async () => {
-        if (st.control !== undefined && (await stopProcess(home, 'control-worker'))) say(`stopped control worker (pid ${st.control})`);
+        if (st.control !== undefined && (await stopProcess(home, 'control-worker', WORKER_STOP_GRACE_MS))) say(`stopped control worker (pid ${st.control})`);
         say(`starting control worker on workflow build ${bundle.buildId}${metrics ? ` (metrics on ${metrics.control})` : ''}`);
         const { command, args } = workerCommand('control');
         started.set('control', spawnBackground(home, 'control-worker', command, args, withMetrics({ ...env, HALO_WORKFLOW_BUNDLE: bundle.path }, metrics?.control)));
@@ -248,7 +249,7 @@ export async function down(cfg: HaloConfig, say: (msg: string) => void = () => {
   // The learner is a worker too: stopped with the others (it finishes the running update first), and
   // whether or not it is enabled now, so a stack started with it never leaves it behind.
   await Promise.all([
-    ...names.map(async (n) => (await stopProcess(st.home, n)) && say(`stopped ${n}`)),
+    ...names.map(async (n) => (await stopProcess(st.home, n, WORKER_STOP_GRACE_MS)) && say(`stopped ${n}`)),
     (async () => has('learner') && (await stopProcess(st.home, 'learner', learnerSettings().stopGraceMs)) && say('stopped learner'))(),
   ]);
   if (opts.roles) return;

@@ -10,7 +10,7 @@ import { modelKeyVars } from '../env/child-env';
 import { findMiniwobHtml, startMiniwobServer } from '../env/miniwob-server';
 import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { settleMsFromEnv } from '../env/miniwob';
-import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
+import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger, WORKER_SHUTDOWN } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
 import { warmPagesFromEnv } from '../activities/warm-pages';
 import { fastReplayFromEnv } from '../activities/session-replay';
@@ -51,9 +51,8 @@ async function main() {
     activities: { startSession: activities.startSession },
     maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
-    shutdownGraceTime: '10s',
-    // A shutdown never hangs: an activity that ignores its cancellation is given up after this.
-    shutdownForceTime: '25s',
+    shutdownGraceTime: WORKER_SHUTDOWN.graceMs,
+    shutdownForceTime: WORKER_SHUTDOWN.forceMs,
   });
   const own = await Worker.create({
     connection,
@@ -61,8 +60,8 @@ async function main() {
     taskQueue: ownQueue,
     activities,
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
-    shutdownGraceTime: '10s',
-    shutdownForceTime: '25s',
+    shutdownGraceTime: WORKER_SHUTDOWN.graceMs,
+    shutdownForceTime: WORKER_SHUTDOWN.forceMs,
   });
   log.info({ sharedQueue: queueNames().browser, ownQueue, miniwob: miniwob.baseUrl, pid: process.pid }, 'browser worker ready');
   await Promise.all([shared.run(), own.run()]);

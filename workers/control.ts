@@ -14,7 +14,7 @@ import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
-import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
+import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger, WORKER_SHUTDOWN } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
 import { buildWorkflowBundle, readWorkflowBundle } from './workflow-bundle';
 
@@ -53,9 +53,8 @@ async function main() {
       ...createDiskActivities(haloHome()),
     },
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
-    shutdownGraceTime: '10s',
-    // A shutdown never hangs: an activity that ignores its cancellation is given up after this.
-    shutdownForceTime: '25s',
+    shutdownGraceTime: WORKER_SHUTDOWN.graceMs,
+    shutdownForceTime: WORKER_SHUTDOWN.forceMs,
   });
   log.info({ taskQueue: queueNames().control, namespace, pid: process.pid, buildId: bundle.buildId }, 'control worker ready');
   await worker.run();
