@@ -14,6 +14,10 @@ Rules, per run:
     state a restarted learner resumes from (or, with deletion, the version itself). It is refused, never
     taken to mean "keep nothing" (HALO_KEEP_VERSIONS=0 included).
 
+With HALO_STORE=s3://… the object store's copies (<prefix>/checkpoints/<run_id>/v<N>/) follow the same rule: a
+version deleted here is deleted there too (its manifest first, so that a reader never finds a manifest without its
+files), and versions only the store holds (written on another host) count and are deleted alike.
+
     python -m halo_learner.retention --run <run_id> [--keep-last 3] [--keep-every 10] [--need 7 --need 12]
                                      [--need-from 11] [--delete] [--dry-run]
 """
@@ -28,6 +32,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import adapters
 from .adapters import MANIFEST_FILE, OPTIMIZER_FILE, read_manifest, version_dir, write_manifest
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,24 @@ def versions(run_dir: Path) -> dict[int, Path]:
         if p.is_dir() and p.name[1:].isdigit() and (p / MANIFEST_FILE).exists():
             out[int(p.name[1:])] = p
     return out
+
+
+def remote_versions(store, run_id: str) -> set[int]:
+    """Versions of the run committed in the object store (a manifest under <run_id>/v<N>/)."""
+    prefix = store.loc.key(run_id) + "/"
+    out = set()
+    for key in store.list(prefix):
+        parts = key[len(prefix) :].split("/")
+        if len(parts) == 2 and parts[1] == MANIFEST_FILE and parts[0][:1] == "v" and parts[0][1:].isdigit():
+            out.add(int(parts[0][1:]))
+    return out
+
+
+def _delete_remote(store, run_id: str, version: int) -> None:
+    prefix = store.loc.key(run_id, f"v{version}") + "/"
+    store.delete(prefix + MANIFEST_FILE)  # first: without it the version is absent, never half there
+    for key in store.list(prefix):
+        store.delete(key)
 
 
 def _size(path: Path) -> int:
@@ -82,33 +105,41 @@ def plan(
     needed: set[int] | frozenset[int] = frozenset(),
     delete: bool = False,
     needed_from: int | None = None,
+    store=None,
 ) -> list[Action]:
-    """What retention would do to one run's folder; nothing is changed. keep_last < 1 is a ValueError."""
+    """What retention would do to one run's folder (and, with `store`, to its copies there); nothing is changed.
+    keep_last < 1 is a ValueError."""
     check_keep_last(keep_last)
     found = versions(run_dir)
-    whole = set(sorted(found)[-keep_last:])
+    remote = remote_versions(store, run_dir.name) if store is not None else set()
+    every = sorted(set(found) | remote)
+    whole = set(every[-keep_last:])
     actions = []
-    for v, path in sorted(found.items()):
+    for v in every:
+        path = found.get(v, run_dir / f"v{v}")
         if v in whole or v in needed or (needed_from is not None and v >= needed_from):
             continue
         milestone = keep_every > 0 and v % keep_every == 0
         if delete and not milestone:
-            actions.append(Action("delete", v, path, _size(path)))
-        elif (path / OPTIMIZER_FILE).exists():
+            actions.append(Action("delete", v, path, _size(path) if v in found else 0))
+        elif v in found and (path / OPTIMIZER_FILE).exists():
             actions.append(Action("strip-optimizer", v, path, (path / OPTIMIZER_FILE).stat().st_size))
     return actions
 
 
-def apply(actions: list[Action]) -> int:
+def apply(actions: list[Action], store=None) -> int:
     """Carry out `plan`'s actions; returns the bytes freed. A version whose manifest cannot be read (torn by a
     crash, edited by hand) is left as it is and named in the log; the others are still done."""
     freed = 0
     for a in actions:
         if a.kind == "delete":
-            # Rename first so a half-deleted folder never looks like a complete version.
-            doomed = a.path.with_name(f".{a.path.name}.deleting")
-            os.rename(a.path, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            if store is not None:
+                _delete_remote(store, a.path.parent.name, a.version)
+            if a.path.exists():
+                # Rename first so a half-deleted folder never looks like a complete version.
+                doomed = a.path.with_name(f".{a.path.name}.deleting")
+                os.rename(a.path, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
         else:
             try:
                 _strip_optimizer(a.path)
@@ -165,10 +196,13 @@ def main(argv: list[str] | None = None) -> int:
             "the optimiser state a restarted learner resumes from)"
         )
     run_dir = version_dir(args.run, 0, args.root).parent
-    actions = plan(run_dir, args.keep_last, args.keep_every, set(args.need), args.delete, needed_from=args.need_from)
+    store = adapters.remote_store()
+    actions = plan(
+        run_dir, args.keep_last, args.keep_every, set(args.need), args.delete, needed_from=args.need_from, store=store
+    )
     for a in actions:
         print(json.dumps({"action": a.kind, "version": a.version, "path": str(a.path), "bytes": a.bytes}))
-    freed = sum(a.bytes for a in actions) if args.dry_run else apply(actions)
+    freed = sum(a.bytes for a in actions) if args.dry_run else apply(actions, store)
     print(json.dumps({"run": args.run, "dry_run": args.dry_run, "actions": len(actions), "bytes": freed}))
     return 0
 
