@@ -3,7 +3,8 @@
 #   ./launch.sh [--dry-run]     set up and run the seeds' job: the GPU plan (`gpu`) when `nvidia-smi -L` lists a GPU,
 #                               else the local job (`local`)
 #   ./launch.sh local [--dry-run]  set up, start the local stack, run the default job (tiny-random on MiniWoB++)
-#   ./launch.sh test            set up, run every test
+#   ./launch.sh test            set up, run every test (CI)
+#   ./launch.sh test fast       set up, run the fast tier: the learner's tests that load no model, unit and workflow tests
 #   ./launch.sh setup           set up only
 #   ./launch.sh gpu [--dry-run] [halo train flags]  the real stack on an NVIDIA box without Docker (bin/launch-gpu.sh)
 #   ./launch.sh gpu serve [--dry-run]               vLLM only, with every flag training needs
@@ -170,6 +171,21 @@ case "$CMD" in
     [ "$SKIP_SETUP" = 0 ] || say "nothing to do: setup was skipped"
     ;;
   test)
+    TIER="${ARGS[1]:-all}"
+    case "$TIER" in
+      all|fast) ;;
+      *) say "./launch.sh test [fast]: no tier '$TIER' (fast: the learner's tests that load no model, unit and workflow tests; nothing: everything)"; exit 2 ;;
+    esac
+    force_exit=()
+    if node --help | grep -q -- --test-force-exit; then force_exit=(--test-force-exit); fi
+    if [ "$TIER" = fast ]; then
+      # What a change to one function needs before a commit; the type check and lint are `npm run typecheck` and
+      # `npm run lint`. The learner's tests marked `model` (conftest.py) load the tiny Qwen3-VL or start a worker.
+      say "fast tier: the learner's tests that load no model (pytest -m 'not model')"
+      .venv/bin/python -m pytest -q -m 'not model' workers/learner
+      say "fast tier: unit and workflow tests (node --test)"
+      exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 "${force_exit[@]}" test/unit/*.test.ts test/workflows/*.test.ts
+    fi
     say "running the test suite"
     npx tsc --noEmit
     say "lint and format check (npm run lint: Biome on TypeScript and JSON, Ruff on Python)"
@@ -183,8 +199,6 @@ case "$CMD" in
     # --test-force-exit (Node >= 20.14): a file whose tests are done ends even if a handle it leaked would keep it
     # alive, instead of holding the suite until the file's timeout. Its cost: the last verdicts of a file can be
     # missing from the tally (nodejs/node#64833); a file with a failing test still fails the run by its exit code.
-    force_exit=()
-    if node --help | grep -q -- --test-force-exit; then force_exit=(--test-force-exit); fi
     exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 \
       "${force_exit[@]}" --test-timeout=1800000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
     ;;

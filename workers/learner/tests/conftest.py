@@ -31,6 +31,17 @@ from halo_learner.models import load_policy  # noqa: E402
 
 TEMPORAL = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "temporal"
 
+# The fast tier (`./launch.sh test fast`) runs `pytest -m "not model"`. A test that builds or loads the tiny Qwen3-VL
+# or starts a Temporal server is marked `model` by the fixtures it takes; a module that does so itself says it with
+# `pytestmark = pytest.mark.model`.
+MODEL_FIXTURES = {"policy", "learner", "temporal_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
 
 @pytest.fixture
 def blobs(tmp_path) -> BlobStore:
