@@ -306,7 +306,10 @@ async function main(): Promise<void> {
   const runResult = await Promise.race([
     run.result().then(
       (r) => r as { iterations: number },
-      () => undefined,
+      (err: Error & { cause?: Error & { cause?: Error } }) => {
+        console.log(`the GRPO run failed: ${[err.message, err.cause?.message, err.cause?.cause?.message].filter(Boolean).join(' ← ').slice(0, 600)}`);
+        return undefined;
+      },
     ),
     sleep(10 * 60_000).then(() => undefined),
   ]);
