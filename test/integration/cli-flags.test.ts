@@ -249,7 +249,8 @@ test('halo mcts and halo eval: every flag reaches the started workflow input', a
   assert.ok(search, 'the MCTS mode has search parameters');
   assert.deepEqual([search.numSimulations, search.ucbConstant], [2, 1.5]);
 
-  // --domain on eval: the site's scorable tasks, checked against the (local) site before starting.
+  // --domain on eval: agisdk's task set for the site (omnizon's are all scorable), checked against the (local) site
+  // before starting.
   await halo(['eval', '--config', evalFile, '--detach', '--id', 'flags-eval-real', '--domain', 'omnizon', '--seed', '1'], { HALO_REAL_ORIGIN: siteOrigin });
   const r = await startedInput<EvaluateInput>('flags-eval-real');
   assert.equal(r.env, 'real');
