@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { accessSync, chmodSync, chownSync, constants as fsConstants, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { accessSync, chmodSync, chownSync, constants as fsConstants, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -112,6 +112,7 @@ export function dropPrivileges(
   );
   const out = { user, executablePath, downloadsPath };
   prepared.set(key, out);
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return out;
 }
 
