@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { Worker } from '@temporalio/worker';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import type { WorkflowBundle } from './workflow-bundle';
 
 /**
@@ -35,10 +35,25 @@ export async function openRuns(client: Client, taskQueue: string): Promise<OpenR
   return runs;
 }
 
+/**
+ * In a process that runs no worker of its own (the CLI), the replay's Core lines ("Failing workflow task …") would
+ * read as if the live run were failing; the refusal names each run instead. A process whose runtime is already
+ * installed (a worker, a test) keeps its own.
+ */
+function quietReplayRuntime(): void {
+  try {
+    Runtime.install({ logger: new DefaultLogger('ERROR'), telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' }, forward: {} } } });
+  } catch {
+    // already installed
+  }
+}
+
 /** Replays the open workflows of `taskQueue` against `bundle`; `failures` names each run the new code cannot continue. */
 export async function replayOpenWorkflows(client: Client, taskQueue: string, bundle: WorkflowBundle): Promise<ReplayCheck> {
   const replayed = await openRuns(client, taskQueue);
   if (replayed.length === 0) return { replayed, failures: [] };
+  // Only with something to replay: an installed runtime that no worker ever uses keeps the process alive.
+  quietReplayRuntime();
   async function* histories() {
     for (const run of replayed) {
       yield { workflowId: run.workflowId, history: await client.workflow.getHandle(run.workflowId, run.runId).fetchHistory() };
