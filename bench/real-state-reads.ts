@@ -58,7 +58,7 @@ async function main(): Promise<void> {
     console.log(`\n/finish read, ${values.latency} ms per request, ${repeats} reads each (medians):\n`);
     console.log('| read | s | copy / episode |\n|---|---|---|');
     console.log(`| in the episode's background page | ${fmt(a, 3)} | |`);
-    console.log(`| in a copy of the storage (the session's copy context) | ${fmt(b, 3)} | ${(b / a).toFixed(2)}x |`);
+    console.log(`| in a copy of the storage (a kept copy context) | ${fmt(b, 3)} | ${(b / a).toFixed(2)}x |`);
   } finally {
     await manager.shutdown();
     await site.close();

@@ -1,4 +1,4 @@
-import type { BrowserContext, Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { DEFAULT_VIEWPORT } from './browser';
 import { readFinishState, type ReadFinishOptions } from './real-finish';
 import { OriginGuard } from './real-guard';
@@ -22,28 +22,46 @@ export interface StateCopyRead {
   value: object;
 }
 
+/** Copy contexts not reading now, per browser: a read takes one (or opens one) and puts it back. */
+const idleReaders = new WeakMap<Browser, StateCopyReader[]>();
+
 /**
- * Reads the state from a copy, in one throwaway context kept for the episode's session: each read takes the
- * episode's storage now, moves the copy's page off the site (its app stops), replaces the copy's whole storage
- * with it and loads /finish there. Reusing the context spares a context and a page per read.
+ * The state of `context`'s site as /finish renders it from a copy of the context's storage, read in a copy context
+ * of the same browser kept between reads (of any session): opening a context and a page for every read would cost
+ * more than the read.
  */
-export class StateCopyReader {
+export async function readFinishInCopy(context: BrowserContext, origin: string, opts: ReadFinishOptions): Promise<StateCopyRead> {
+  const browser = context.browser();
+  if (!browser) throw new Error('REAL state copy: the episode context has no browser to open a copy in');
+  const idle = idleReaders.get(browser) ?? [];
+  idleReaders.set(browser, idle);
+  const reader = idle.pop() ?? new StateCopyReader(browser);
+  try {
+    const read = await reader.read(context, origin, opts);
+    idle.push(reader);
+    return read;
+  } catch (err) {
+    // A copy in an unknown state is not read in again.
+    await reader.close();
+    throw err;
+  }
+}
+
+/**
+ * One copy context: each read takes the episode's storage now, moves the copy's page off the site (its app stops),
+ * replaces the copy's whole storage with it and loads /finish there.
+ */
+class StateCopyReader {
   private copy: { context: BrowserContext; page: Page; guard: OriginGuard; origin: string } | undefined;
 
-  constructor(private readonly context: BrowserContext) {}
+  constructor(private readonly browser: Browser) {}
 
-  async read(origin: string, opts: ReadFinishOptions): Promise<StateCopyRead> {
-    const storage = await this.context.storageState({ indexedDB: true });
-    try {
-      const copy = await this.open(origin, opts);
-      await copy.page.goto('about:blank');
-      await copy.context.setStorageState(storage);
-      return { storage, ...(await readFinishState(copy.page, origin, opts)) };
-    } catch (err) {
-      // A copy in an unknown state is not read again: the next read opens a new one.
-      await this.close();
-      throw err;
-    }
+  async read(source: BrowserContext, origin: string, opts: ReadFinishOptions): Promise<StateCopyRead> {
+    const storage = await source.storageState({ indexedDB: true });
+    const copy = await this.open(origin, opts);
+    await copy.page.goto('about:blank');
+    await copy.context.setStorageState(storage);
+    return { storage, ...(await readFinishState(copy.page, origin, opts)) };
   }
 
   private async open(origin: string, opts: ReadFinishOptions): Promise<NonNullable<StateCopyReader['copy']>> {
@@ -55,10 +73,8 @@ export class StateCopyReader {
       return this.copy;
     }
     await this.close();
-    const browser = this.context.browser();
-    if (!browser) throw new Error('REAL state copy: the episode context has no browser to open a copy in');
     // Service workers blocked as in every REAL context: one would serve /finish past the guard.
-    const context = await browser.newContext({ viewport: DEFAULT_VIEWPORT, serviceWorkers: 'block' });
+    const context = await this.browser.newContext({ viewport: DEFAULT_VIEWPORT, serviceWorkers: 'block' });
     const pages: { agent: undefined; background: Page | undefined } = { agent: undefined, background: undefined };
     const guard = new OriginGuard(context, pages, { navigationTimeoutMs: opts.navigationTimeoutMs, vetRedirects: false });
     try {

@@ -21,7 +21,7 @@ import { OriginGuard } from './real-guard';
 import { AFTER_ACTION_LOAD_TIMEOUT_MS, RealPages } from './real-pages';
 import { checkSiteHealth, openOrUnreachable, SiteUnreachableError, type HealthOptions, type HealthResult } from './real-site';
 import { readSessionStorage, restoreSessionStorage, type ClientSnapshot } from './real-snapshot';
-import { StateCopyReader, type StateCopyRead } from './real-state-copy';
+import { readFinishInCopy, type StateCopyRead } from './real-state-copy';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
 import type { ReleaseSlot, SiteLimiter } from './site-limits';
 import type { RealScoring } from '../lib/episode-types';
@@ -125,7 +125,6 @@ export class RealEnv implements Environment {
   private readonly opts: RealEnvOptions;
   private readonly pages: RealPages;
   private readonly guard: OriginGuard;
-  private readonly copyReader: StateCopyReader;
   private episode: EpisodeState | undefined;
   private slot: { origin: string; release: ReleaseSlot } | undefined;
 
@@ -146,7 +145,6 @@ export class RealEnv implements Environment {
     this.pages = new RealPages(this.context, !this.official);
     // agisdk's context.set_default_timeout(5000): every wait the harness does not bound itself.
     if (this.official) this.context.setDefaultTimeout(AGISDK_DEFAULT_TIMEOUT_MS);
-    this.copyReader = new StateCopyReader(this.context);
     this.guard = new OriginGuard(this.context, this.pages, { navigationTimeoutMs: this.navTimeout, vetRedirects: opts.vetRedirects ?? true });
   }
 
@@ -394,7 +392,7 @@ export class RealEnv implements Environment {
   }
 
   private readCopy(): Promise<StateCopyRead> {
-    return this.copyReader.read(this.requireEpisode().origin, this.finishOptions());
+    return readFinishInCopy(this.context, this.requireEpisode().origin, this.finishOptions());
   }
 
   private readFinish(): Promise<{ text: string; value: object }> {
@@ -445,7 +443,6 @@ export class RealEnv implements Environment {
     // The slot first: closing pages of a browser in trouble may take long, and a closed session puts no load on the site.
     this.releaseSlot();
     await this.pages.close();
-    await this.copyReader.close();
     await this.guard.release();
   }
 }
