@@ -12,6 +12,7 @@ import { listMiniwobTasks } from '../env/miniwob-tasks';
 import { settleMsFromEnv } from '../env/miniwob';
 import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger, WORKER_SHUTDOWN } from './runtime';
 import { activityErrorsInterceptor } from './activity-errors';
+import { browserSlots } from './browser-slots';
 import { warmPagesFromEnv } from '../activities/warm-pages';
 import { fastReplayFromEnv } from '../activities/session-replay';
 import { realStartStatesFromEnv } from '../activities/real-start-states';
@@ -24,6 +25,7 @@ async function main() {
   // .env may have filled them in: pages from the web render in this process's children.
   for (const k of modelKeyVars(process.env)) delete process.env[k];
   const log = installRuntime('browser-worker');
+  const slots = browserSlots();
   const { connection, namespace, settings } = await connectWorker();
   const ledger = await takeOverLedger('browser-worker', settings, log);
   const htmlDir = findMiniwobHtml();
@@ -49,7 +51,7 @@ async function main() {
     namespace,
     taskQueue: queueNames().browser,
     activities: { startSession: activities.startSession },
-    maxConcurrentActivityTaskExecutions: Number(process.env.HALO_MAX_SESSIONS || 4),
+    ...slots.shared,
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: WORKER_SHUTDOWN.graceMs,
     shutdownForceTime: WORKER_SHUTDOWN.forceMs,
@@ -59,6 +61,7 @@ async function main() {
     namespace,
     taskQueue: ownQueue,
     activities,
+    ...slots.own,
     interceptors: { activity: [activityErrorsInterceptor(), ledger.interceptor()] },
     shutdownGraceTime: WORKER_SHUTDOWN.graceMs,
     shutdownForceTime: WORKER_SHUTDOWN.forceMs,
