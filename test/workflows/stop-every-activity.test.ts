@@ -1,0 +1,220 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TrainingResult } from '../../workflows/train-engine';
+import { stopUpdate } from '../../workflows/messages';
+import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
+import { deferred, startWorkflowEnv, testQueues, withWorkers, type ActivityMap, type TestQueues } from '../helpers/workflow-env';
+
+// A stop sent while any one activity of a training iteration is in flight ends the run: stopped early, every
+// iteration it collected learned from and written once, nothing collected past the stop. The activities of each
+// run layout are listed by name; the first test of a layout fails when its iterations call an activity the list
+// lacks, so a new activity is covered by adding its name.
+
+let env: TestWorkflowEnvironment;
+before(async () => {
+  env = await startWorkflowEnv();
+});
+after(async () => {
+  await env?.teardown();
+});
+
+/**
+ * Holds the first call of one activity made after iteration 1's metrics row is written (in a continued run),
+ * or, with `fromStart`, its first call of all (an activity only a run's first workflow run makes).
+ */
+class ActivityGate {
+  /** Every activity called, and those called after iteration 1's metrics row. */
+  readonly called = new Set<string>();
+  readonly calledLater = new Set<string>();
+  readonly reached = deferred();
+  private readonly released = deferred();
+  private armed: boolean;
+  private fired = false;
+
+  constructor(
+    private readonly target?: string,
+    fromStart = false,
+  ) {
+    this.armed = fromStart;
+  }
+
+  release(): void {
+    this.released.resolve();
+  }
+
+  wrap(map: ActivityMap): ActivityMap {
+    return Object.fromEntries(
+      Object.entries(map).map(([name, fn]) => [
+        name,
+        async (input: unknown) => {
+          this.called.add(name);
+          if (this.armed) this.calledLater.add(name);
+          if (this.armed && !this.fired && name === this.target) {
+            this.fired = true;
+            this.reached.resolve();
+            await this.released.promise;
+          }
+          const out = await fn(input);
+          if (name === 'appendIterationMetrics' && (input as { iteration: number }).iteration === 1) this.armed = true;
+          return out;
+        },
+      ]),
+    );
+  }
+}
+
+interface Layout {
+  name: string;
+  iterations: number;
+  config: (q: TestQueues, runId: string, iterations: number) => unknown;
+  /** Every activity its iterations call. */
+  activities: string[];
+  /** Those only its first workflow run calls (held there; the rest are held in a continued run). */
+  firstRunOnly: string[];
+}
+
+const base = (q: TestQueues) => ({
+  temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
+  episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
+});
+const train = (q: TestQueues, runId: string, iterations: number) => ({
+  runId,
+  iterations,
+  episodesPerIteration: 1,
+  grouping: 'episode',
+  numGenerations: 2,
+  parallelism: 2,
+  tasks: ['click-button'],
+  gpuTaskQueue: q.gpu,
+  heldOutTasks: ['click-link'],
+  evalEvery: 1,
+});
+
+const layouts: Layout[] = [
+  {
+    name: 'colocated, sequential',
+    iterations: 3,
+    config: (q, runId, iterations) => ({
+      ...base(q),
+      policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+      train: train(q, runId, iterations),
+    }),
+    activities: [
+      'storeJson',
+      'loadJson',
+      'checkFreeDisk',
+      'startSession',
+      'sample_actions',
+      'writePrompt',
+      'parseCompletions',
+      'stepSession',
+      'closeSession',
+      'recordTrajectory',
+      'buildGrpoBatch',
+      'update_policy',
+      'appendIterationMetrics',
+    ],
+    firstRunOnly: ['storeJson'],
+  },
+  {
+    name: 'served, pipelined',
+    iterations: 4,
+    config: (q, runId, iterations) => ({
+      ...base(q),
+      policy: { backend: 'openai', model: 'fake-model', temperature: 1, maxTokens: 32, baseUrl: 'http://vllm:8000/v1' },
+      train: { ...train(q, runId, iterations), maxStaleness: 1, vllmBaseUrl: 'http://vllm:8000/v1' },
+    }),
+    activities: [
+      'storeJson',
+      'loadJson',
+      'checkFreeDisk',
+      'startSession',
+      'samplePolicy',
+      'stepSession',
+      'closeSession',
+      'recordTrajectory',
+      'buildGrpoBatch',
+      'update_policy',
+      'loadAdapterIntoVllm',
+      'appendIterationMetrics',
+    ],
+    firstRunOnly: [],
+  },
+];
+
+let runNo = 0;
+
+/** One GRPO run on fresh queues, its activities behind `gate`; `during` runs once the run is started. */
+async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
+  const q = testQueues('stop-every');
+  const runId = `stop-every-${process.pid}-${++runNo}`;
+  const browser = new FakeBrowser(q);
+  const control = new FakeControl();
+  const learner = new FakeLearner();
+  const result = await withWorkers(
+    env,
+    [
+      { taskQueue: q.control, workflows: true, activities: gate.wrap(control.activities()) },
+      { taskQueue: q.browser, activities: gate.wrap(browser.browserActivities()) },
+      { taskQueue: q.session, activities: gate.wrap(browser.sessionActivities()) },
+      { taskQueue: q.gpu, activities: gate.wrap(learner.activities()) },
+    ],
+    async () => {
+      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
+      await during(handle);
+      return (await handle.result()) as TrainingResult;
+    },
+  );
+  return { runId, result, control, learner };
+}
+
+const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+
+for (const layout of layouts) {
+  describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000 }, () => {
+    test('the list names every activity the iterations call', async () => {
+      const gate = new ActivityGate();
+      const { result } = await trainRun(layout, gate, async () => {});
+      assert.equal(result.stoppedEarly, false);
+      assert.deepEqual([...gate.called].sort(), [...layout.activities].sort());
+      assert.deepEqual([...gate.calledLater].sort(), layout.activities.filter((a) => !layout.firstRunOnly.includes(a)).sort());
+    });
+
+    for (const activity of layout.activities) {
+      test(`stop while ${activity} is in flight: the run ends with what it collected, nothing lost`, async () => {
+        const gate = new ActivityGate(activity, layout.firstRunOnly.includes(activity));
+        const { runId, result, control, learner } = await trainRun(layout, gate, async (handle) => {
+          await gate.reached.promise;
+          const answer = await handle.executeUpdate(stopUpdate);
+          assert.equal(answer.stopping, true);
+          gate.release();
+        });
+        assert.equal(result.runId, runId);
+        assert.equal(result.stoppedEarly, true, JSON.stringify(result));
+        assert.ok(result.iterations < layout.iterations, JSON.stringify(result));
+        // Each iteration collected was learned from, served, evaluated and written once; none began after the stop.
+        assert.equal(result.adapterVersion, result.iterations);
+        assert.deepEqual(
+          learner.updates.map((u) => u.version),
+          upTo(result.iterations),
+        );
+        assert.deepEqual(
+          control.grpoBatches.map((b) => b.iteration),
+          upTo(result.iterations),
+        );
+        assert.deepEqual(control.grpoMetrics, upTo(result.iterations));
+        assert.ok(
+          control.grpoMetricLines.every((m) => m.eval !== undefined),
+          'every written iteration has its evaluation',
+        );
+        if (layout.activities.includes('loadAdapterIntoVllm')) {
+          assert.deepEqual(
+            control.adapterLoads.map((l) => l.version),
+            upTo(result.iterations),
+          );
+        }
+      });
+    }
+  });
+}
