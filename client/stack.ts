@@ -120,7 +120,7 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
   if (!roles && isLocal(address) && st.temporal === undefined) {
     const port = Number(address.split(':').pop());
     say(`starting Temporal dev server on ${address} (UI :${cfg.stack.uiPort}, data ${join(home, 'temporal.db')})`);
-    await startDevServer({ home, port, uiPort: cfg.stack.uiPort });
+    await startDevServer({ home, port, uiPort: cfg.stack.uiPort, sqliteSynchronous: cfg.stack.sqliteSynchronous });
   }
   const conn = await waitForServer(address, 90_000);
   try {

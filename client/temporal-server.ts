@@ -13,6 +13,8 @@ export interface DevServerOptions {
   uiPort?: number;
   /** Without a UI port the server runs headless (tests). */
   name?: string;
+  /** SQLite `synchronous`: `full` syncs every commit to disk (stack.sqliteSynchronous); default `normal`. */
+  sqliteSynchronous?: 'normal' | 'full';
 }
 
 /** The Temporal dev server with its SQLite file under the home folder, so a restart keeps every run. */
@@ -20,7 +22,13 @@ export async function startDevServer(o: DevServerOptions): Promise<ManagedProces
   mkdirSync(o.home, { recursive: true });
   await assertPortFree(o.port, 'Temporal gRPC');
   if (o.uiPort) await assertPortFree(o.uiPort, 'Temporal UI');
-  const args = [
+  const args = devServerArgs(o);
+  return spawnBackground(o.home, o.name ?? 'temporal', temporalBinary(), args);
+}
+
+/** The `temporal server start-dev` command line for `o`. */
+export function devServerArgs(o: DevServerOptions): string[] {
+  return [
     'server',
     'start-dev',
     '--db-filename',
@@ -34,14 +42,14 @@ export async function startDevServer(o: DevServerOptions): Promise<ManagedProces
     // Activities scheduled on the workflow worker's own queue (policy sampling) start without a poll round trip.
     '--dynamic-config-value',
     'system.enableActivityEagerExecution=true',
-    // WAL keeps every committed event across a process kill at a fraction of the fsync cost.
+    // WAL keeps every committed event across a process kill at a fraction of the fsync cost; only `full` keeps
+    // the last commits when the box itself dies (power loss, a preempted VM).
     '--sqlite-pragma',
     'journal_mode=wal',
     '--sqlite-pragma',
-    'synchronous=normal',
+    `synchronous=${o.sqliteSynchronous ?? 'normal'}`,
     ...(o.uiPort ? ['--ui-port', String(o.uiPort), '--ui-disable-news-fetch'] : ['--headless']),
   ];
-  return spawnBackground(o.home, o.name ?? 'temporal', temporalBinary(), args);
 }
 
 export async function assertPortFree(port: number, what: string): Promise<void> {

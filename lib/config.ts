@@ -45,6 +45,12 @@ export const stackSchema = z
       .describe(
         "free space the control worker's home folder (blobs, metrics) must have before each training iteration; below it the run pauses with the reason in its status (resume after freeing space, e.g. halo gc)",
       ),
+    sqliteSynchronous: z
+      .enum(['normal', 'full'])
+      .default('normal')
+      .describe(
+        "the local dev server's SQLite synchronous pragma: normal survives a killed process; full also survives a box that loses power or is preempted, at the cost bench/RESULTS.md gives",
+      ),
   })
   .prefault({});
 
