@@ -66,6 +66,7 @@ class ActivityGate {
 
 interface Layout {
   name: string;
+  workflow: 'trainGrpo' | 'trainMcts';
   iterations: number;
   config: (q: TestQueues, runId: string, iterations: number) => unknown;
   /** Every activity its iterations call. */
@@ -93,7 +94,8 @@ const train = (q: TestQueues, runId: string, iterations: number) => ({
 
 const layouts: Layout[] = [
   {
-    name: 'colocated, sequential',
+    name: 'GRPO, colocated, sequential',
+    workflow: 'trainGrpo',
     iterations: 3,
     config: (q, runId, iterations) => ({
       ...base(q),
@@ -118,7 +120,8 @@ const layouts: Layout[] = [
     firstRunOnly: ['storeJson'],
   },
   {
-    name: 'served, pipelined',
+    name: 'GRPO, served, pipelined',
+    workflow: 'trainGrpo',
     iterations: 4,
     config: (q, runId, iterations) => ({
       ...base(q),
@@ -141,11 +144,49 @@ const layouts: Layout[] = [
     ],
     firstRunOnly: [],
   },
+  {
+    name: 'MCTS, colocated',
+    workflow: 'trainMcts',
+    iterations: 3,
+    config: (q, runId, iterations) => ({
+      ...base(q),
+      policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+      train: { gpuTaskQueue: q.gpu },
+      mcts: {
+        runId,
+        iterations,
+        tasks: ['click-button'],
+        numSimulations: 2,
+        maxChildren: 2,
+        maxDepth: 1,
+        critic: { backend: 'none' },
+        heldOutTasks: ['click-link'],
+        evalEvery: 1,
+      },
+    }),
+    activities: [
+      'storeJson',
+      'loadJson',
+      'checkFreeDisk',
+      'startSession',
+      'sample_actions',
+      'writePrompt',
+      'parseCompletions',
+      'stepSession',
+      'closeSession',
+      'recordTrajectory',
+      'collectMctsPairs',
+      'writeMctsDpoBatch',
+      'update_dpo',
+      'appendIterationMetrics',
+    ],
+    firstRunOnly: [],
+  },
 ];
 
 let runNo = 0;
 
-/** One GRPO run on fresh queues, its activities behind `gate`; `during` runs once the run is started. */
+/** One training run on fresh queues, its activities behind `gate`; `during` runs once the run is started. */
 async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
   const q = testQueues('stop-every');
   const runId = `stop-every-${process.pid}-${++runNo}`;
@@ -161,7 +202,7 @@ async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awa
       { taskQueue: q.gpu, activities: gate.wrap(learner.activities()) },
     ],
     async () => {
-      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
+      const handle = await env.client.workflow.start(layout.workflow, { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
       await during(handle);
       return (await handle.result()) as TrainingResult;
     },
@@ -199,11 +240,19 @@ for (const layout of layouts) {
           learner.updates.map((u) => u.version),
           upTo(result.iterations),
         );
-        assert.deepEqual(
-          control.grpoBatches.map((b) => b.iteration),
-          upTo(result.iterations),
-        );
-        assert.deepEqual(control.grpoMetrics, upTo(result.iterations));
+        if (layout.workflow === 'trainGrpo') {
+          assert.deepEqual(
+            control.grpoBatches.map((b) => b.iteration),
+            upTo(result.iterations),
+          );
+          assert.deepEqual(control.grpoMetrics, upTo(result.iterations));
+        } else {
+          assert.equal(control.dpoBatches.length, result.iterations);
+          assert.deepEqual(
+            control.mctsMetrics.map((m) => m.iteration),
+            upTo(result.iterations),
+          );
+        }
         assert.ok(
           control.grpoMetricLines.every((m) => m.eval !== undefined),
           'every written iteration has its evaluation',
