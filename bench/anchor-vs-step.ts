@@ -24,6 +24,7 @@ import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { scriptedPolicy, stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack } from '../testing/stack';
 import { median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { stackPromptIds } from '../testing/model-prompt-ids';
 
 const { values } = parseArgs({
   options: {
@@ -41,7 +42,7 @@ const iterations = Number(values.iterations);
 async function main() {
   printBenchHeader('anchor-vs-step');
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
-  const fake = await startFakePolicyServer({ kind: 'scripted' });
+  const fake = await startFakePolicyServer({ kind: 'scripted' }, { promptIds: stackPromptIds(stack.home) });
   const rows: { grouping: string; rollout: number[]; episodes: number; steps: number; anchorGroups?: number }[] = [];
   try {
     for (const grouping of ['step', 'anchor'] as const) {

@@ -28,6 +28,7 @@ import { startTestStack, type TestStack } from '../testing/stack';
 import { stackGrpoConfig, scriptedPolicy } from '../testing/grpo-config';
 import { fmt, load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 import { activityInterval, mergeIntervals, readChain, readIteration, unionLength, type Interval, type Iteration } from './temporal-history';
+import { stackPromptIds } from '../testing/model-prompt-ids';
 
 const { values } = parseArgs({
   options: {
@@ -180,7 +181,7 @@ function report(mode: string, stats: IterationStats[]) {
 async function main() {
   printBenchHeader('grpo-orchestration');
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
-  const fake = modes.includes('scripted') ? await startFakePolicyServer({ kind: 'scripted' }) : undefined;
+  const fake = modes.includes('scripted') ? await startFakePolicyServer({ kind: 'scripted' }, { promptIds: stackPromptIds(stack.home) }) : undefined;
   const loads: { t: number; l: string }[] = [];
   const sampler = setInterval(() => loads.push({ t: Date.now(), l: load() }), 1000);
   const loadAt = (t: number) => (loads.find((x) => x.t >= t) ?? loads[loads.length - 1])?.l ?? load();

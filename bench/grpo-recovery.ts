@@ -35,6 +35,7 @@ import { startTestStack, type TestStack } from '../testing/stack';
 import { stackGrpoConfig, scriptedPolicy } from '../testing/grpo-config';
 import { fmt, load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 import { readChain, readIteration, type ActivityRun } from './temporal-history';
+import { stackPromptIds } from '../testing/model-prompt-ids';
 
 const { values } = parseArgs({
   options: {
@@ -266,7 +267,7 @@ const readyText = (s: Sample) =>
 async function main() {
   printBenchHeader('grpo-recovery');
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
-  const fake = await startFakePolicyServer({ kind: 'scripted' });
+  const fake = await startFakePolicyServer({ kind: 'scripted' }, { promptIds: stackPromptIds(stack.home) });
   const samples: Sample[] = [];
   try {
     for (const profile of values.profiles!.split(',') as Profile[]) {

@@ -41,6 +41,7 @@ import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { samplingPolicy } from '../lib/iteration-policy';
 import { runContextFromConfig } from '../lib/run-context';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
+import { stackPromptIds } from '../testing/model-prompt-ids';
 import { scriptedPolicy, stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack, type TestStack } from '../testing/stack';
 import { stopSignal } from '../workflows/messages';
@@ -121,9 +122,9 @@ interface Kill {
 async function main(): Promise<void> {
   printBenchHeader('soak');
   const random = rng(Number(values.seed));
-  const policy = await startFakePolicyServer({ kind: 'scripted' });
   const stack: TestStack = await startTestStack({ browserWorkers: 2 });
   await startLearnerPatiently(stack);
+  const policy = await startFakePolicyServer({ kind: 'scripted' }, { promptIds: stackPromptIds(stack.home) });
   // The second team: its own namespace and workers, the same home (and so the same blob store).
   const teamB = sharedHome
     ? await stack.addNamespace('soak-b', 1).catch(async (err) => {

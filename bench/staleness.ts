@@ -28,6 +28,7 @@ import { stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack } from '../testing/stack';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
 import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
+import { tinyModelDir } from '../testing/model-prompt-ids';
 
 const { values } = parseArgs({
   options: {
@@ -56,7 +57,7 @@ async function main() {
   const stack = await startTestStack({ browserWorkers: 1, learner: true });
   let vllm: FakeVllmServer | undefined;
   if (values.served) {
-    vllm = await startFakeVllmServer({ mode: { kind: 'scripted' } });
+    vllm = await startFakeVllmServer({ mode: { kind: 'scripted' }, tokenizer: join(tinyModelDir(stack.home), 'tokenizer.json') });
     vllm.delayMs = Number(values['latency-ms']);
   }
   const served = vllm

@@ -288,9 +288,10 @@ export function createChatResponder(initial: FakeMode = { kind: 'scripted' }): C
   return r;
 }
 
-export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }): Promise<FakePolicyServer> {
+/** `answers.promptIds`: the prompt's ids as a learner's model encodes it (testing/model-prompt-ids.ts) when the run is learnt. */
+export async function startFakePolicyServer(initial: FakeMode = { kind: 'scripted' }, answers: Pick<AnswerOptions, 'promptIds'> = {}): Promise<FakePolicyServer> {
   const chat = createChatResponder(initial);
-  const server = await startChatServer('fake', (body) => chat.answer(body));
+  const server = await startChatServer('fake', (body) => chat.answer(body, answers));
   return {
     url: server.url,
     requests: chat.requests,

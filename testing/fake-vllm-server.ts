@@ -11,9 +11,8 @@ import type { VllmServer } from '../lib/grammar-blob';
 import { constrainedCandidates } from './fake-constrained';
 import { xgrammarReady, xgrammarWrite } from './xgrammar-writer';
 import { askPython } from './python-lines';
+import { encodePrompt, PROMPT_ENCODER } from './model-prompt-ids';
 import { fakePromptTokenIds } from './fake-vllm-sampling';
-
-const PROMPT_ENCODER = 'testing/prompt-encoder.py';
 
 /**
  * A local stand-in for vLLM's runtime LoRA API (`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, v0.11–0.15 era
@@ -151,9 +150,7 @@ export async function startFakeVllmServer(
   let modelDir = modelOf(opts.tokenizer);
   const promptIds = async (body: ChatRequest): Promise<number[]> => {
     if (!modelDir) return fakePromptTokenIds(body, vocab);
-    const answer = await askPython(PROMPT_ENCODER, [modelDir], { messages: body.messages });
-    if (!Array.isArray(answer.ids)) throw new Error(`the stand-in could not encode the prompt with ${modelDir}'s processor: ${answer.error}`);
-    return answer.ids as number[];
+    return encodePrompt(modelDir, body);
   };
   const release = opts.server ?? 'vllm-0.33';
   const constrain = async (schema: Record<string, unknown>, modelText: string): Promise<string> => {

@@ -9,6 +9,7 @@ import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import { stackPromptIds } from '../../testing/model-prompt-ids';
 
 // Grouping `anchor` end to end: MiniWoB++ in Chromium, Temporal, the Python learner with the tiny-random
 // Qwen3-VL. The N rollouts of one task + seed start from the same reset page, so their first steps share a
@@ -21,15 +22,18 @@ before(async () => {
   // is 0) but different step returns at the one page neither action changes, so only the step term separates
   // them, and the steps of one rollout get different advantages.
   let episodes = 0;
-  policy = await startFakePolicyServer({
-    kind: 'custom',
-    answer: ({ previous }) => {
-      if (previous.length === 0) episodes++;
-      const garbageFirst = episodes % 2 === 1;
-      const garbage = (previous.length === 0) === garbageFirst;
-      return garbage ? 'I am not sure what to do here.' : toolCall({ action: 'wait', time: 0 });
+  policy = await startFakePolicyServer(
+    {
+      kind: 'custom',
+      answer: ({ previous }) => {
+        if (previous.length === 0) episodes++;
+        const garbageFirst = episodes % 2 === 1;
+        const garbage = (previous.length === 0) === garbageFirst;
+        return garbage ? 'I am not sure what to do here.' : toolCall({ action: 'wait', time: 0 });
+      },
     },
-  });
+    { promptIds: stackPromptIds(stack.home) },
+  );
 });
 after(async () => {
   await policy?.close();
