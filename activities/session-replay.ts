@@ -2,7 +2,7 @@ import type { Action } from '../lib/actions';
 import type { ObservationRef, StartSessionInput } from '../lib/episode-types';
 import { MiniWobEnv, type RestartOptions } from '../env/miniwob';
 import type { Observation } from '../env/types';
-import type { SessionEnv } from './session';
+import type { SessionEnv } from './session-types';
 
 /** A page's observation right after its start or reset, and how its replay went. */
 export interface Look {

@@ -12,12 +12,13 @@ import { checkRealTaskSite, realUrl, validateTask } from './session-tasks';
 import { MiniWobEnv } from '../env/miniwob';
 import type { Observation, StepOutcome } from '../env/types';
 import type { SessionDeps } from './session-deps';
+import { type BrowserKind, browserKind, type Session, type SessionEnv } from './session-types';
 import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
 import { RealStartStates } from './real-start-states';
 import { actionKey, type Action } from '../lib/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardView } from '../lib/rewards/types';
-import { parseRewardWeights, type RewardWeights } from '../lib/rewards/weights';
+import { parseRewardWeights } from '../lib/rewards/weights';
 import type {
   ObservationRef,
   ResetSessionInput,
@@ -28,36 +29,6 @@ import type {
   StepResultBlob,
   FinishSessionResult,
 } from '../lib/episode-types';
-
-export type SessionEnv = MiniWobEnv | RealEnv;
-
-type BrowserKind = 'miniwob' | 'real' | 'real-official';
-
-function browserKind(input: StartSessionInput): BrowserKind {
-  if (input.spec.env !== 'real') return 'miniwob';
-  return input.envOptions?.realScoring === 'official' ? 'real-official' : 'real';
-}
-
-interface Session {
-  id: string;
-  episodeId: string;
-  context: BrowserContext;
-  env: SessionEnv;
-  applied: number;
-  /** The actions applied since the reset, as JSON: a start asking for the same path from the same episode is its fork. */
-  path: string[];
-  /** The client state at `applied` actions, shared by the forks of one step group. */
-  snapshot?: { applied: number; value: Promise<ClientSnapshot> };
-  last?: StepSessionResult;
-  /** The page as the policy last saw it: the "before" of the next step's reward. */
-  view: RewardView;
-  weights: RewardWeights;
-  site: string | null;
-  browser: Browser;
-  /** When an activity last finished with the session, and how many run on it now (the idle sweep skips those). */
-  lastUsed: number;
-  busy: number;
-}
 
 export const DEFAULT_SESSION_IDLE_MS = 60 * 60_000;
 

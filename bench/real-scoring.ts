@@ -16,7 +16,7 @@ import type { Action } from '../lib/actions';
 import type { RealScoring } from '../lib/episode-types';
 import { parseRewardWeights } from '../lib/rewards/weights';
 import { startFakeRealSite, type FakeRealSite } from '../testing/fake-real-site';
-import { parseAxtree } from '../test/helpers/axtree';
+import { parseAxtree } from '../testing/axtree';
 import { printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 
 const TARGET = 'brian.king@example.com';

@@ -15,7 +15,7 @@ import { SessionManager } from '../activities/session';
 import { BlobStore } from '../blob/store';
 import { parseRewardWeights } from '../lib/rewards/weights';
 import { startFakeRealSite } from '../testing/fake-real-site';
-import { realEnvOf } from '../test/helpers/real-sessions';
+import { realEnvOf } from '../testing/real-sessions';
 import { fmt, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 
 const { values } = parseArgs({ options: { repeats: { type: 'string', default: '10' }, latency: { type: 'string', default: '150' } } });

@@ -11,7 +11,7 @@ import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server
 import type { Action } from '../../lib/actions';
 import type { LivedState, ObservationRef, StartSessionInput } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
-import { clickableElements } from '../helpers/axtree';
+import { clickableElements } from '../../testing/axtree';
 
 // A restore or fork that knows the state its path reached when it was lived (`lived`) replays
 // MiniWoB++ actions without the settle wait after each, and keeps that only if it reaches the same state;

@@ -11,7 +11,7 @@ import { DEFAULT_EPISODE_MAX_TIME_MS, MINIWOB_SHOWN_ORIGIN, MiniWobEnv, toPlaywr
 import { pngSize } from '../../host/png';
 import { findMiniwobHtml, startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../../env/miniwob-tasks';
-import { clickableElements } from '../helpers/axtree';
+import { clickableElements } from '../../testing/axtree';
 
 let browser: Browser;
 let context: BrowserContext;

@@ -11,7 +11,7 @@ import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server
 import type { Observation } from '../../env/types';
 import type { Action } from '../../lib/actions';
 import { stateKey } from '../../lib/rewards/shaping';
-import { clickableElements } from '../helpers/axtree';
+import { clickableElements } from '../../testing/axtree';
 
 // An in-place reset (a new episode on the loaded task page, no navigation) must leave the page exactly as a
 // fresh page's reset does: MCTS reuses sessions this way (activities/session.ts `resetSession`), and the

@@ -16,7 +16,7 @@ import { evaluateFinalState, isSuccessOutput, UnscorableTaskError, type Evaluabl
 import { getRealTask, UnknownRealTaskError } from '../../env/real-tasks';
 import { SiteLimiter } from '../../env/site-limits';
 import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
-import { parseAxtree } from '../helpers/axtree';
+import { parseAxtree } from '../../testing/axtree';
 
 // The v2 task whose eval script the fake site's state can satisfy: it looks for an added, sent email to a
 // given address whose text refers to meeting notes and asks for them (see the crafted states below).

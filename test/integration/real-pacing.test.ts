@@ -5,7 +5,7 @@ import type { SessionManager } from '../../activities/session';
 import { AGISDK_POST_ACTION_MS, AGISDK_SLOW_MO_MS } from '../../env/real';
 import type { RealScoring, StartSessionInput } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
-import { realEnvOf, startRealSessions, type RealSessions } from '../helpers/real-sessions';
+import { realEnvOf, startRealSessions, type RealSessions } from '../../testing/real-sessions';
 
 // agisdk runs REAL with Playwright's slow_mo of 1 s (a launch option) and a 0.5 s pause after every action; official
 // scoring must hand Playwright the same, training keeps its own browser without the slow-down. What reaches

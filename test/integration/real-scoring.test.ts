@@ -6,8 +6,8 @@ import type { Action } from '../../lib/actions';
 import type { RealScoring, StartSessionInput, StepSessionResult } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 import type { FakeRealSite } from '../../testing/fake-real-site';
-import { parseAxtree } from '../helpers/axtree';
-import { startRealSessions, type RealSessions } from '../helpers/real-sessions';
+import { parseAxtree } from '../../testing/axtree';
+import { startRealSessions, type RealSessions } from '../../testing/real-sessions';
 
 // Each difference between the project's training settings and agisdk's harness, shown on the local REAL-protocol
 // site by one scripted agent: official scoring must give agisdk's verdict, and training scoring (the old

@@ -9,8 +9,8 @@ import type { Action } from '../../lib/actions';
 import type { StartSessionInput, StartSessionResult } from '../../lib/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 import type { FakeRealSite } from '../../testing/fake-real-site';
-import { parseAxtree } from '../helpers/axtree';
-import { realEnvOf, startRealSessions, type RealSessions } from '../helpers/real-sessions';
+import { parseAxtree } from '../../testing/axtree';
+import { realEnvOf, startRealSessions, type RealSessions } from '../../testing/real-sessions';
 
 const TASK = 'gomail-18';
 

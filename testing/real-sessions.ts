@@ -2,11 +2,11 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SessionManager } from '../../activities/session';
-import type { SessionDeps } from '../../activities/session-deps';
-import { BlobStore } from '../../blob/store';
-import { RealEnv } from '../../env/real';
-import { startFakeRealSite, type FakeRealSite } from '../../testing/fake-real-site';
+import { SessionManager } from '../activities/session';
+import type { SessionDeps } from '../activities/session-deps';
+import { BlobStore } from '../blob/store';
+import { RealEnv } from '../env/real';
+import { startFakeRealSite, type FakeRealSite } from './fake-real-site';
 
 /** A browser worker's SessionManager in-process, serving REAL tasks from the local REAL-protocol site. */
 export interface RealSessions {
