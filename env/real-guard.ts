@@ -9,17 +9,27 @@ import { isHarnessPath } from './real-paths';
  * Keeps a REAL episode's agent on its task's origin. Main-frame navigations of the agent page (goto, link
  * clicks, form posts, redirects) that leave the origin or reach the harness endpoints (/config, /finish,
  * /submit) are aborted and remembered as `navigation to <url> blocked: <why>` (the page stays where it was);
- * popups are never kept (a same-origin one is followed in the agent page after the action). Subresources,
+ * popups are closed (a same-origin one is followed in the agent page after the action), or, where the pages
+ * keep popups (official scoring), a same-origin one becomes the agent's active tab. Subresources,
  * subframes and WebSockets of any page of the context may go anywhere on the web but not to this machine or
  * its networks.
  */
 
 const MAX_REDIRECT_HOPS = 10;
 
-/** The episode's two pages, as the guard tells them apart. */
+/** The episode's pages, as the guard tells them apart. */
 export interface GuardedPages {
   readonly agent: Page | undefined;
   readonly background: Page | undefined;
+  /**
+   * Keep a same-origin popup as a tab of the agent and act in it, as agisdk's harness does (official scoring);
+   * otherwise popups are closed and a same-origin one is followed in the agent page.
+   */
+  readonly keepsPopups?: boolean;
+  /** The page is one of the agent's tabs (the active one or one it left open). */
+  isAgentTab?(page: Page): boolean;
+  /** Makes a kept popup the agent's active tab. */
+  adopt?(popup: Page): void;
 }
 
 export interface OriginGuardOptions {
@@ -184,6 +194,10 @@ export class OriginGuard {
 
   /** For the agent page's 'popup' event. */
   readonly onPopup = (popup: Page): void => {
+    if (this.pages.keepsPopups && this.pages.adopt) {
+      this.track(this.keepPopup(popup));
+      return;
+    }
     // Its navigation is aborted by the route handler (which closes it when it knows the page); close it
     // anyway after a moment, whatever it does.
     this.track(
@@ -199,6 +213,18 @@ export class OriginGuard {
       }),
     );
   };
+
+  /** agisdk follows a new page (its init script makes it the active one) and leaves the opener open. */
+  private async keepPopup(popup: Page): Promise<void> {
+    await popup.waitForLoadState('domcontentloaded', { timeout: this.opts.navigationTimeoutMs }).catch(() => undefined);
+    if (popup.isClosed()) return;
+    if (this.verdict(popup.url()) === null) {
+      this.pages.adopt?.(popup);
+      return;
+    }
+    // Off the origin (its navigation was blocked), or a page that never loaded anything.
+    await popup.close().catch(() => undefined);
+  }
 
   private track(work: Promise<unknown>): void {
     const p: Promise<void> = work.then(
@@ -264,7 +290,7 @@ export class OriginGuard {
       if (page && page === this.pages.background) return await route.fallback();
       const url = request.url();
       const why = this.verdict(url);
-      if (page && page === this.pages.agent) {
+      if (page && (page === this.pages.agent || this.pages.isAgentTab?.(page))) {
         if (why !== null) {
           this.block(url, why);
           return await route.abort('aborted');
@@ -272,7 +298,9 @@ export class OriginGuard {
         if (!this.opts.vetRedirects) return await route.fallback();
         return await this.vetRedirects(route, request);
       }
-      // A popup (window.open, target=_blank): never kept; a same-origin one is followed in the agent page.
+      // A popup (window.open, target=_blank): kept where the pages keep popups (onPopup adopts it), otherwise
+      // closed and a same-origin one followed in the agent page.
+      if (this.pages.keepsPopups && why === null) return await route.fallback();
       if (why === null) this.popupUrl ??= url;
       else this.block(url, why);
       await route.abort('aborted');

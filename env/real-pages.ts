@@ -11,18 +11,58 @@ export const AFTER_ACTION_LOAD_TIMEOUT_MS = 3_000;
  * (/config, /finish) and the agent's page (1280x720) that the policy sees and acts in. With `acceptDialogs`
  * (training) dialogs are accepted on both: the policy cannot see one, and it answered it by the click that
  * opened it. Without it no handler is set, as in agisdk, and Playwright dismisses every dialog (`confirm()`
- * returns false), which is how the benchmark scores an action behind one.
+ * returns false), which is how the benchmark scores an action behind one. With `keepsPopups` (official) a
+ * same-origin popup becomes the agent's active tab and the opener stays open behind it; when the active tab
+ * closes, the most recent tab still open takes over (agisdk's page history, env.py _active_page_check).
  */
 export class RealPages implements GuardedPages {
   agent: Page | undefined;
   background: Page | undefined;
+  /** The agent's open tabs, the most recently active last. */
+  private tabs: Page[] = [];
+  private onPopup: ((popup: Page) => void) | undefined;
   private cdp: CDPSession | undefined;
   private crashed = false;
 
   constructor(
     private readonly context: BrowserContext,
     private readonly acceptDialogs = true,
+    readonly keepsPopups = false,
   ) {}
+
+  isAgentTab(page: Page): boolean {
+    return this.tabs.includes(page);
+  }
+
+  adopt(popup: Page): void {
+    if (!this.keepsPopups || popup.isClosed() || this.tabs.includes(popup)) return;
+    this.watch(popup);
+    this.tabs.push(popup);
+    this.activate(popup);
+  }
+
+  /** After an action: if the active tab closed, the most recent tab still open becomes the agent page. */
+  activeCheck(): void {
+    this.tabs = this.tabs.filter((p) => !p.isClosed());
+    const last = this.tabs.at(-1);
+    if (this.agent?.isClosed() && last) this.activate(last);
+  }
+
+  private activate(page: Page): void {
+    if (this.agent === page) return;
+    this.agent = page;
+    // The screenshot session belongs to the page it was opened on.
+    if (this.cdp) this.cdp.detach().catch(() => undefined);
+    this.cdp = undefined;
+  }
+
+  private watch(page: Page): void {
+    page.on('crash', () => {
+      if (page === this.agent) this.crashed = true;
+    });
+    this.onDialogs(page);
+    if (this.onPopup) page.on('popup', this.onPopup);
+  }
 
   private onDialogs(page: Page): void {
     if (!this.acceptDialogs) return;
@@ -48,6 +88,8 @@ export class RealPages implements GuardedPages {
 
   /** The error leaves the agent page (or the browser) gone: it must propagate, not become an action error. */
   isFatal(err: unknown): boolean {
+    // A tab that closed itself during the action (a picker window) leaves the others to act in.
+    if (this.agent?.isClosed() && this.tabs.some((p) => !p.isClosed())) return this.crashed;
     return this.crashed || !this.agent || this.agent.isClosed() || isFatalPageError(err);
   }
 
@@ -71,15 +113,13 @@ export class RealPages implements GuardedPages {
   async openAgent(onPopup: (popup: Page) => void): Promise<Page> {
     const page = await this.context.newPage();
     this.agent = page;
+    this.tabs = [page];
+    this.onPopup = onPopup;
     const vp = page.viewportSize();
     if (!vp || vp.width !== DEFAULT_VIEWPORT.width || vp.height !== DEFAULT_VIEWPORT.height) {
       await page.setViewportSize({ ...DEFAULT_VIEWPORT });
     }
-    page.on('crash', () => {
-      this.crashed = true;
-    });
-    this.onDialogs(page);
-    page.on('popup', onPopup);
+    this.watch(page);
     await page.bringToFront();
     return page;
   }
@@ -113,9 +153,10 @@ export class RealPages implements GuardedPages {
       await this.cdp.detach().catch(() => undefined);
       this.cdp = undefined;
     }
-    for (const p of [this.agent, this.background]) {
+    for (const p of new Set([...this.tabs, this.agent, this.background])) {
       if (p && !p.isClosed()) await p.close().catch(() => undefined);
     }
+    this.tabs = [];
     this.agent = undefined;
     this.background = undefined;
     this.crashed = false;

@@ -142,7 +142,7 @@ export class RealEnv implements Environment {
     if (this.maxSteps !== undefined && !(Number.isInteger(this.maxSteps) && this.maxSteps >= 1)) {
       throw new Error(`maxSteps must be an integer >= 1, got ${this.maxSteps}`);
     }
-    this.pages = new RealPages(this.context, !this.official);
+    this.pages = new RealPages(this.context, !this.official, this.official);
     // agisdk's context.set_default_timeout(5000): every wait the harness does not bound itself.
     if (this.official) this.context.setDefaultTimeout(AGISDK_DEFAULT_TIMEOUT_MS);
     this.guard = new OriginGuard(this.context, this.pages, { navigationTimeoutMs: this.navTimeout, vetRedirects: opts.vetRedirects ?? true });
@@ -308,8 +308,10 @@ export class RealEnv implements Environment {
     await this.settle();
     if (this.guard.busy) {
       await this.guard.drain();
+      this.pages.activeCheck();
       await this.page.waitForLoadState('domcontentloaded', { timeout: AFTER_ACTION_LOAD_TIMEOUT_MS }).catch(() => undefined);
     }
+    this.pages.activeCheck();
     this.pages.assertUsable();
     ep.lastGoodUrl = await this.guard.afterAction(this.page, ep.lastGoodUrl, () => this.settle());
     if (this.guard.blocked.length > 0) actionError = this.guard.blocked.join('; ');

@@ -16,7 +16,8 @@ import type { AddressInfo } from 'node:net';
  * A second server on another port is the "external" origin for the navigation-blocking tests.
  * Switches make it differ from what a lenient harness gets away with (each a difference from agisdk's harness
  * that test/integration/real-scoring.test.ts shows): a /finish that renders or loads slowly, a Send behind
- * `confirm()`, a To field that opens with a value, and an undo-send outbox that a second tab's boot writes back.
+ * `confirm()`, a To field that opens with a value, an undo-send outbox that a second tab's boot writes back, and a
+ * recipient picker that opens in a new window and fills the opener's To field.
  */
 
 export interface FakeRequest {
@@ -65,6 +66,12 @@ export interface FakeRealSite {
    * during the window changes what the eval judges. 0: sent at once.
    */
   outboxMs: number;
+  /**
+   * The composer has a "Pick recipient" button that opens `/contacts` in a new window (window.open); picking a
+   * contact there fills the opener's To field and closes the window. A harness that follows the popup in the
+   * agent page instead of keeping both tabs has no opener to fill.
+   */
+  contactPicker: boolean;
   /** Requests for one path. */
   hits(path: string): FakeRequest[];
   close(): Promise<void>;
@@ -237,6 +244,11 @@ function render() {
       el('label', {}, [document.createTextNode('Body '), el('textarea', { name: 'body', id: 'body', rows: '4' })]),
       el('button', { type: 'submit', id: 'send', text: 'Send' })
     ]);
+    if (window.__CONTACT_PICKER) {
+      var pick = el('button', { type: 'button', id: 'pick', text: 'Pick recipient' });
+      pick.addEventListener('click', function () { window.open('/contacts', '_blank'); });
+      form.insertBefore(pick, form.firstChild.nextSibling);
+    }
     // The unsent draft lives in the tab's sessionStorage, as some clones keep per-tab UI state.
     var draft = {};
     try { draft = JSON.parse(sessionStorage.getItem('fake-gomail-draft')) || {}; } catch (e) {}
@@ -282,6 +294,13 @@ function render() {
   });
   main.appendChild(list);
 }
+// Called by the /contacts window this page opened.
+window.pickRecipient = function (address) {
+  var to = document.getElementById('to');
+  if (!to) return;
+  to.value = address;
+  to.dispatchEvent(new Event('input'));
+};
 if (window.__MEMORY_STATE) {
   var bumps = 0;
   var memory = new BroadcastChannel('fake-gomail-memory');
@@ -299,6 +318,25 @@ if (window.__SEARCH_BOX) document.querySelector('header').appendChild(el('input'
 document.getElementById('popup').addEventListener('click', function () { window.open(window.__EXTERNAL + '/help', '_blank'); });
 document.getElementById('popup-local').addEventListener('click', function () { window.open('/?folder=sent', '_blank'); });
 render();
+`;
+
+const CONTACTS_JS = String.raw`
+var status = document.getElementById('status');
+['alice.wong@example.com', 'brian.king@example.com'].forEach(function (address) {
+  var b = document.createElement('button');
+  b.type = 'button';
+  b.textContent = address;
+  b.addEventListener('click', function () {
+    if (!window.opener || typeof window.opener.pickRecipient !== 'function') {
+      status.textContent = 'No message is being composed';
+      return;
+    }
+    window.opener.pickRecipient(address);
+    // A picker closes itself once it has answered (after the click has returned).
+    setTimeout(function () { window.close(); }, 100);
+  });
+  document.getElementById('contacts').appendChild(b);
+});
 `;
 
 function page(title: string, body: string, scripts: string[]): string {
@@ -345,6 +383,7 @@ export async function startFakeRealSite(
     composeTo?: string;
     finishLatencyMs?: number;
     outboxMs?: number;
+    contactPicker?: boolean;
     /** Serve `/bounce?to=<url>`: a 302 to any URL (the egress tests' open redirect). */
     openRedirect?: boolean;
   } = {},
@@ -374,6 +413,7 @@ export async function startFakeRealSite(
     composeTo: opts.composeTo ?? '',
     finishLatencyMs: opts.finishLatencyMs ?? 0,
     outboxMs: opts.outboxMs ?? 0,
+    contactPicker: opts.contactPicker ?? false,
     hits: (path: string) => requests.filter((r) => r.path === path),
     close: async () => {
       await closeServer(server);
@@ -421,6 +461,10 @@ export async function startFakeRealSite(
       res.end();
       return;
     }
+    if (path === '/contacts') {
+      sendHtml(res, page('Contacts', '<h1>Contacts</h1><p id="status" role="status"></p><div id="contacts"></div>', [CONTACTS_JS]));
+      return;
+    }
     if (path === '/' || path === '/inbox') {
       const header = `<header>
 <h1>GoMail test double</h1>
@@ -435,7 +479,7 @@ export async function startFakeRealSite(
       // `<` escaped: a notice may spell `</script>`.
       const extras =
         `window.__NOTICES = ${JSON.stringify(site.notices).replace(/</g, '\\u003c')}; window.__SEARCH_BOX = ${JSON.stringify(site.searchBox)}; ` +
-        `window.__CONFIRM_SEND = ${JSON.stringify(site.confirmSend)}; window.__OUTBOX_MS = ${JSON.stringify(site.outboxMs)}; window.__COMPOSE_TO = ${JSON.stringify(site.composeTo).replace(/</g, '\\u003c')};`;
+        `window.__CONFIRM_SEND = ${JSON.stringify(site.confirmSend)}; window.__OUTBOX_MS = ${JSON.stringify(site.outboxMs)}; window.__COMPOSE_TO = ${JSON.stringify(site.composeTo).replace(/</g, '\\u003c')}; window.__CONTACT_PICKER = ${JSON.stringify(site.contactPicker)};`;
       sendHtml(res, page('GoMail test double', header, [`window.__EXTERNAL = ${JSON.stringify(externalOrigin)};`, memory, extras, COMMON_JS, APP_JS]));
       return;
     }

@@ -38,6 +38,7 @@ function plainSite(): void {
   site.confirmSend = false;
   site.composeTo = '';
   site.outboxMs = 0;
+  site.contactPicker = false;
 }
 
 function input(episodeId: string, scoring: RealScoring, task = TASK): StartSessionInput {
@@ -193,6 +194,33 @@ test('a persisted-state app that writes back when /finish boots in a second tab:
     };
     assert.deepEqual(await history(training), await history(official));
     assert.ok(!(await history(training)).includes('email/recoverOutbox'));
+  } finally {
+    plainSite();
+  }
+});
+
+test('a recipient picker in a new window: official keeps both tabs and acts in the new one, as agisdk does; training follows it in the agent page, which leaves the picker no composer to fill', async () => {
+  plainSite();
+  site.contactPicker = true;
+  const viaPicker: ((axtree: string) => Action)[] = [
+    SCRIPT[0],
+    (t) => ({ type: 'click_element', id: find(t, 'button', 'Pick recipient') }),
+    // Seen in the new window (official) or in the agent page that followed it (training).
+    (t) => ({ type: 'click_element', id: find(t, 'button', TARGET) }),
+    // The picker closed itself: official is back in the composer it filled.
+    ...SCRIPT.slice(2),
+  ];
+  try {
+    const official = await play('picker-official', 'official', TASK, viaPicker);
+    assert.equal(official.success, true, official.reason ?? '');
+    assert.ok(official.finalStateRef);
+    const state = JSON.parse((await blobs.get(official.finalStateRef)).toString('utf8')) as { differences: { emails: { added: { to: string[] }[] } } };
+    assert.deepEqual(
+      state.differences.emails.added.map((e) => e.to),
+      [[TARGET]],
+    );
+    // Training left the composer for the picker's page: there is no Subject to type into any more.
+    await assert.rejects(play('picker-training', 'training', TASK, viaPicker), /no textbox "Subject"/);
   } finally {
     plainSite();
   }
