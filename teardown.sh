@@ -127,6 +127,9 @@ launch_stack() {
 # The docker-compose stack: workers first (they finish their running activities), then vLLM, Temporal, Postgres.
 compose_stack() {
   local services
+  # The replicas of `halo compose-replicas N` are services the base file lacks: without their file compose would
+  # neither list nor stop them.
+  if [ -z "${COMPOSE_FILE:-}" ] && [ -f docker-compose.replicas.yml ]; then export COMPOSE_FILE=docker-compose.yml:docker-compose.replicas.yml; fi
   if [ "$have_docker" = 0 ]; then
     echo "teardown: docker is not installed here: no docker compose stack to stop"
     return 0

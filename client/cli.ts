@@ -26,6 +26,7 @@ import { register as registerGc } from './commands/gc';
 import { register as registerDoctor } from './commands/doctor';
 import { register as registerExport } from './commands/export';
 import { register as registerVerifyExploration } from './commands/verify-exploration';
+import { register as registerComposeReplicas } from './commands/compose-replicas';
 import { blobStoreFor } from '../blob/store';
 import { episodeMaxSteps, singleEpisodeInput } from './episode-input';
 import { reloadServedAdapters } from './served-adapters';
@@ -356,6 +357,7 @@ for (const register of [
   registerDoctor,
   registerExport,
   registerVerifyExploration,
+  registerComposeReplicas,
 ])
   register(program, { loadConfig });
 
