@@ -1,17 +1,52 @@
 import { firstLine } from '../env/page-actions';
 import type { HaloConfig } from '../lib/config';
-import { describeHealth, metricsEndpoints, parsePrometheus, scrapeUrl, workerHealth, type WorkerHealth } from '../lib/worker-metrics';
+import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, workerHealth, type Sample, type WorkerHealth } from '../lib/worker-metrics';
 import type { DoctorCheck } from './doctor-check';
 import { learnerSettings } from './stack';
 
 // The stack's own health as its workers' SDK metrics tell it (lib/worker-metrics.ts): `halo doctor` rows and the
 // lines `halo status` prints under a run.
 
-/** One worker's metrics endpoint, read and summarised; throws when it does not answer. */
-export async function readWorkerHealth(endpoint: string, timeoutMs: number): Promise<WorkerHealth> {
+/** One worker's metrics endpoint, read; throws when it does not answer. */
+async function readSamples(endpoint: string, timeoutMs: number): Promise<Sample[]> {
   const res = await fetch(scrapeUrl(endpoint), { signal: AbortSignal.timeout(timeoutMs) });
   if (!res.ok) throw new Error(`HTTP ${res.status} from ${scrapeUrl(endpoint)}`);
-  return workerHealth(parsePrometheus(await res.text()));
+  return parsePrometheus(await res.text());
+}
+
+/** One worker's metrics endpoint, read and summarised; throws when it does not answer. */
+export async function readWorkerHealth(endpoint: string, timeoutMs: number): Promise<WorkerHealth> {
+  return workerHealth(await readSamples(endpoint, timeoutMs));
+}
+
+/**
+ * A row per watched queue (the learner's `gpu` queue, the browser queue with each browser worker's own), from the
+ * samples of every worker that answered: how long its activities wait for a worker to start them.
+ */
+function queueChecks(cfg: HaloConfig, samples: Sample[]): DoctorCheck[] {
+  const queues = { gpu: cfg.train.gpuTaskQueue, browser: cfg.temporal.browserTaskQueue };
+  const waits = queueWaits(samples, queues);
+  return (['gpu', 'browser'] as const).map((kind): DoctorCheck => {
+    const w = waits[kind];
+    const id = `queue.${kind}`;
+    const name = `${kind} queue wait`;
+    if (!w) return { id, name, status: 'pass', detail: `${queues[kind]}: no activities yet` };
+    const slow = w.meanMs > QUEUE_WAIT_WARN_MS[kind];
+    return {
+      id,
+      name,
+      status: slow ? 'warn' : 'pass',
+      detail: `${queues[kind]}: activities wait ${Math.round(w.meanMs)} ms on average to start (${w.count}; warns above ${QUEUE_WAIT_WARN_MS[kind]} ms)`,
+      ...(slow
+        ? {
+            fix:
+              kind === 'gpu'
+                ? 'the learner is stalled, restarting or gone: see the learner row and <home>/logs/learner.log'
+                : 'too few browser workers (stack.browserWorkers) or one stalled: see <home>/logs',
+          }
+        : {}),
+    };
+  });
 }
 
 /** The endpoints of this stack's workers, named as `halo doctor` names the workers. */
@@ -44,10 +79,13 @@ export async function workerMetricsChecks(cfg: HaloConfig, env: NodeJS.ProcessEn
       },
     ];
   }
-  return Promise.all(
+  const scraped: Sample[] = [];
+  const rows = await Promise.all(
     endpoints.map(async ({ id, name, endpoint }): Promise<DoctorCheck> => {
       try {
-        const h = describeHealth(await readWorkerHealth(endpoint, timeoutMs));
+        const samples = await readSamples(endpoint, timeoutMs);
+        scraped.push(...samples);
+        const h = describeHealth(workerHealth(samples));
         return {
           id,
           name,
@@ -70,6 +108,7 @@ export async function workerMetricsChecks(cfg: HaloConfig, env: NodeJS.ProcessEn
       }
     }),
   );
+  return [...rows, ...queueChecks(cfg, scraped)];
 }
 
 /** Lines for `halo status`: each worker's health, or nothing when metrics are off or unreadable settings. */

@@ -112,3 +112,34 @@ export function describeHealth(h: WorkerHealth): { text: string; attention: bool
   const slow = [h.workflowTaskWait, h.activityWait].some((w) => w !== undefined && w.meanMs > SLOW_SCHEDULE_TO_START_MS);
   return { text, attention: slow || h.workflowTaskFailures > 0 };
 }
+
+/** The task queues whose activities `halo doctor` times: the learner's and the browser workers' (shared and own). */
+export interface WatchedQueues {
+  gpu: string;
+  browser: string;
+}
+
+/**
+ * Mean wait above this before a worker starts an activity of the queue: the browser queue's tasks are short and a
+ * free browser worker takes one at once; the learner runs one update at a time, so a sampling call or update may
+ * wait for the one before it.
+ */
+export const QUEUE_WAIT_WARN_MS: Readonly<Record<keyof WatchedQueues, number>> = { browser: SLOW_SCHEDULE_TO_START_MS, gpu: 60_000 };
+
+/**
+ * Activity schedule-to-start latency per watched queue, over the samples of every worker scraped: a browser
+ * worker's own session queue (`<browser>@<worker>`) counts as the browser queue. Absent for a queue with no
+ * activity yet.
+ */
+export function queueWaits(samples: Sample[], queues: WatchedQueues, prefix = 'temporal_'): Partial<Record<keyof WatchedQueues, { meanMs: number; count: number }>> {
+  const kindOf = (q: string | undefined): keyof WatchedQueues | undefined =>
+    q === queues.gpu ? 'gpu' : q === queues.browser || q?.startsWith(`${queues.browser}@`) ? 'browser' : undefined;
+  const base = `${prefix}activity_schedule_to_start_latency`;
+  const out: Partial<Record<keyof WatchedQueues, { meanMs: number; count: number }>> = {};
+  for (const kind of ['gpu', 'browser'] as const) {
+    const mine = samples.filter((s) => kindOf(s.labels.task_queue) === kind);
+    const w = meanLatency(mine, base);
+    if (w) out[kind] = w;
+  }
+  return out;
+}

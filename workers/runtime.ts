@@ -6,14 +6,27 @@ import { connectOptions, temporalSettings, type TemporalSettings } from '../host
 import { InflightLedger, ledgerDir } from './inflight';
 import { createLogger, type Logger } from '../host/log';
 
+const SDK_LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
+
+/** HALO_TEMPORAL_LOG_LEVEL: the least severe SDK and Core line that reaches the worker's log (WARN unless set). */
+export function sdkLogLevel(env: Record<string, string | undefined>): LogLevel {
+  const raw = env.HALO_TEMPORAL_LOG_LEVEL?.trim();
+  if (!raw) return 'WARN';
+  const level = raw.toUpperCase();
+  if (!(SDK_LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new Error(`HALO_TEMPORAL_LOG_LEVEL ${JSON.stringify(raw)}: one of ${SDK_LOG_LEVELS.join(', ')} (case does not matter)`);
+  }
+  return level as LogLevel;
+}
+
 /**
  * The Temporal runtime logs through pino too (Core's own lines included, forwarded), so worker and SDK lines
- * share one format. With HALO_METRICS_ADDRESS (host:port; `halo up` sets it per worker from HALO_METRICS_PORT)
- * the SDK serves its worker metrics there for Prometheus, tagged with the worker's name.
+ * share one format and destination; `log` is the worker's logger. With HALO_METRICS_ADDRESS (host:port; `halo up`
+ * sets it per worker from HALO_METRICS_PORT) the SDK serves its worker metrics there for Prometheus, tagged with
+ * the worker's name.
  */
-export function installRuntime(name: string): Logger {
-  const log = createLogger(name);
-  const level = (process.env.HALO_TEMPORAL_LOG_LEVEL ?? 'WARN').toUpperCase() as LogLevel;
+export function installRuntime(name: string, log: Logger = createLogger(name)): Logger {
+  const level = sdkLogLevel(process.env);
   const metrics = process.env.HALO_METRICS_ADDRESS?.trim();
   if (metrics && !/^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/.test(metrics)) {
     throw new Error(`HALO_METRICS_ADDRESS ${JSON.stringify(metrics)}: host:port to serve worker metrics on (e.g. 127.0.0.1:9464)`);

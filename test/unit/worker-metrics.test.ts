@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeHealth, metricsEndpoints, parsePrometheus, scrapeUrl, SLOW_SCHEDULE_TO_START_MS, workerHealth } from '../../lib/worker-metrics';
+import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, SLOW_SCHEDULE_TO_START_MS, workerHealth } from '../../lib/worker-metrics';
 
 test('HALO_METRICS_PORT gives the control worker its port, each browser worker the ports after it, then the learner', () => {
   assert.equal(metricsEndpoints({}, 2), null);
@@ -58,4 +58,21 @@ test('worker health from the SDK metrics: mean schedule-to-start, failures, free
   assert.equal(describeHealth({ ...h, activityWait: { meanMs: 30, count: 2 } }).attention, false);
   assert.equal(describeHealth({ ...h, activityWait: undefined, workflowTaskFailures: 1 }).attention, true, 'a failing workflow task (e.g. nondeterminism after an upgrade)');
   assert.match(describeHealth(workerHealth([])).text, /^no workflow tasks yet, no activities yet; failed: 0 workflow tasks, 0 activities$/);
+});
+
+test('queue waits: activity schedule-to-start per watched queue over every worker, a browser worker’s own queue counting as the browser queue', () => {
+  const samples = parsePrometheus(`temporal_activity_schedule_to_start_latency_sum{halo_worker="learner",task_queue="gpu"} 90000
+temporal_activity_schedule_to_start_latency_count{halo_worker="learner",task_queue="gpu"} 1
+temporal_activity_schedule_to_start_latency_sum{halo_worker="browser-0",task_queue="halo-browser"} 300
+temporal_activity_schedule_to_start_latency_count{halo_worker="browser-0",task_queue="halo-browser"} 2
+temporal_activity_schedule_to_start_latency_sum{halo_worker="browser-1",task_queue="halo-browser@browser-1"} 100
+temporal_activity_schedule_to_start_latency_count{halo_worker="browser-1",task_queue="halo-browser@browser-1"} 2
+temporal_activity_schedule_to_start_latency_sum{halo_worker="control",task_queue="halo-control"} 7000
+temporal_activity_schedule_to_start_latency_count{halo_worker="control",task_queue="halo-control"} 1
+temporal_activity_schedule_to_start_latency_sum{task_queue="halo-browser-other"} 9999
+temporal_activity_schedule_to_start_latency_count{task_queue="halo-browser-other"} 1
+`);
+  assert.deepEqual(queueWaits(samples, { gpu: 'gpu', browser: 'halo-browser' }), { gpu: { meanMs: 90_000, count: 1 }, browser: { meanMs: 100, count: 4 } });
+  assert.deepEqual(queueWaits(samples, { gpu: 'learner-b', browser: 'nothing' }), {});
+  assert.ok(QUEUE_WAIT_WARN_MS.gpu > QUEUE_WAIT_WARN_MS.browser);
 });
