@@ -167,3 +167,29 @@ test("`halo down` is wired to stop compose's stack for the repository's home", (
   const cli = readFileSync(join(REPO_ROOT, 'client/cli.ts'), 'utf8');
   assert.match(cli, /if \(!roles\) downCompose\(stackStatus\(cfg\)\.home, /);
 });
+
+test('./teardown.sh stops the replicas of docker-compose.replicas.yml too: compose is given both files', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'halo-down-replicas-'));
+  const replicas = join(REPO_ROOT, 'docker-compose.replicas.yml');
+  // A box's own override is left as it was; the test writes one only where there is none.
+  const ours = !existsSync(replicas);
+  try {
+    if (ours) writeFileSync(replicas, 'services: {}\n');
+    const bin = join(dir, 'bin');
+    mkdirSync(bin, { recursive: true });
+    const log = join(dir, 'docker.log');
+    writeFileSync(join(bin, 'docker'), `#!/bin/sh\necho "COMPOSE_FILE=$COMPOSE_FILE docker $*" >> ${log}\ncase "$*" in "compose ps"*) printf 'vllm-2\\n' ;; esac\nexit 0\n`, {
+      mode: 0o755,
+    });
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, COMPOSE_FILE: '' };
+    const r = spawnSync(join(REPO_ROOT, 'teardown.sh'), ['--compose-only'], { cwd: REPO_ROOT, env, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const calls = readFileSync(log, 'utf8').trim().split('\n');
+    assert.ok(calls.length >= 2, calls.join('\n'));
+    for (const c of calls) assert.match(c, /^COMPOSE_FILE=docker-compose\.yml:docker-compose\.replicas\.yml docker compose /);
+    assert.match(r.stdout, /teardown: stopped the docker compose services: vllm-2/);
+  } finally {
+    if (ours) rmSync(replicas, { force: true });
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
