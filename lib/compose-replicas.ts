@@ -5,6 +5,8 @@
  * without Docker; on one GPU vLLM and the learner share it, as docker-compose.yml alone runs them.
  */
 
+import { ConfigError } from './config-error';
+
 /** The parts of a compose service this file reads or writes; the rest of the base `vllm` service is copied as is. */
 export interface ComposeService {
   command?: string[];
@@ -41,10 +43,10 @@ export function replicaService(i: number): string {
 }
 
 export function planReplicas(gpus: number, learnerGpus = 1, baseUtil = '0.5'): ReplicaPlan {
-  if (!Number.isInteger(gpus) || gpus < 1) throw new Error(`compose-replicas: ${gpus} GPUs: a whole number of GPUs, 1 or more`);
-  if (!Number.isInteger(learnerGpus) || learnerGpus < 1) throw new Error(`compose-replicas: --learner-gpus ${learnerGpus}: a whole number of GPUs, 1 or more`);
-  if (gpus === 1 && learnerGpus !== 1) throw new Error(`compose-replicas: --learner-gpus ${learnerGpus} on 1 GPU: vLLM and the learner share the one GPU`);
-  if (gpus > 1 && learnerGpus >= gpus) throw new Error(`compose-replicas: --learner-gpus ${learnerGpus} leaves none of the ${gpus} GPUs for vLLM: at most ${gpus - 1}`);
+  if (!Number.isInteger(gpus) || gpus < 1) throw new ConfigError(`compose-replicas: ${gpus} GPUs: a whole number of GPUs, 1 or more`);
+  if (!Number.isInteger(learnerGpus) || learnerGpus < 1) throw new ConfigError(`compose-replicas: --learner-gpus ${learnerGpus}: a whole number of GPUs, 1 or more`);
+  if (gpus === 1 && learnerGpus !== 1) throw new ConfigError(`compose-replicas: --learner-gpus ${learnerGpus} on 1 GPU: vLLM and the learner share the one GPU`);
+  if (gpus > 1 && learnerGpus >= gpus) throw new ConfigError(`compose-replicas: --learner-gpus ${learnerGpus} leaves none of the ${gpus} GPUs for vLLM: at most ${gpus - 1}`);
   const devices = Array.from({ length: gpus }, (_, g) => String(g));
   const learnerDevices = gpus === 1 ? ['0'] : devices.slice(0, learnerGpus);
   const replicaDevices = gpus === 1 ? ['0'] : devices.slice(learnerGpus);

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Document, isMap, isScalar, parse as parseYaml } from 'yaml';
+import { ConfigError } from '../../lib/config-error';
 import { type ComposeService, OVERRIDE_TAG, planReplicas, replicaOverride } from '../../lib/compose-replicas';
 import { REPO_ROOT } from '../processes';
 
@@ -42,7 +43,7 @@ export function replicaOverrideYaml(baseText: string, gpus: number, learnerGpus 
 
 function positiveInt(name: string): (v: string) => number {
   return (v) => {
-    if (!/^[1-9][0-9]*$/.test(v)) throw new Error(`${name} ${JSON.stringify(v)}: a whole number, 1 or more`);
+    if (!/^[1-9][0-9]*$/.test(v)) throw new ConfigError(`${name} ${JSON.stringify(v)}: a whole number, 1 or more`);
     return Number(v);
   };
 }

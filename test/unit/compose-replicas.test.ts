@@ -194,7 +194,7 @@ test('halo compose-replicas 8 writes that override and prints the --policy-url l
       cwd: REPO_ROOT,
       encoding: 'utf8',
     });
-    assert.notEqual(bad.status, 0);
+    assert.equal(bad.status, 2, 'a bad flag is a configuration error (exit 2)');
     assert.match(bad.stderr, /--learner-gpus 8 leaves none of the 8 GPUs for vLLM/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
