@@ -100,6 +100,14 @@ test('halo doctor: every local check passes on a running stack; a stopped worker
     const c = byId.get(id);
     assert.ok(c && c.status !== 'fail' && c.detail.startsWith(`127.0.0.1:${port}: `), `${id}: ${JSON.stringify(c)}`);
   }
+  // The gpu and browser queues' waits, over every worker's metrics: nothing has run on this fresh stack yet.
+  assert.deepEqual(
+    ['queue.gpu', 'queue.browser'].map((id) => [id, byId.get(id)?.status, byId.get(id)?.detail.replace(/:.*/, '')]),
+    [
+      ['queue.gpu', 'pass', 'gpu'],
+      ['queue.browser', 'pass', 'doctor-browser'],
+    ],
+  );
   assert.equal(ok.code, report.ok ? 0 : 1, 'the exit code follows the checks');
 
   process.kill(st.browsers[0], 'SIGKILL');
