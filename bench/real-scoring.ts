@@ -2,8 +2,8 @@
  * Success of one scripted agent under training and official REAL scoring, on the local REAL-protocol site switched
  * to each difference between the project's training settings and agisdk's harness (the cases of
  * test/integration/real-scoring.test.ts): the plain site, a /finish that renders or loads slowly, a Send behind
- * confirm(), a To field that opens with a value, an unscorable task, and a persisted-state app that writes back
- * when /finish boots beside the agent's tab. One in-process SessionManager (no Temporal), real Chromium.
+ * confirm(), a To field that opens with a value, an unscorable task, a persisted-state app that writes back
+ * when /finish boots beside the agent's tab, and a recipient picker that opens in a new window. One in-process SessionManager (no Temporal), real Chromium.
  *
  *   node --import tsx bench/real-scoring.ts
  */
@@ -55,10 +55,21 @@ const CASES: Case[] = [
     set: (s) => (s.outboxMs = 4_000),
     script: [...SEND, () => ({ type: 'wait', seconds: 7 }), ANSWER],
   },
+  {
+    name: 'recipient picker in a new window',
+    set: (s) => (s.contactPicker = true),
+    script: [
+      SEND[0],
+      (t) => ({ type: 'click_element', id: find(t, 'button', 'Pick recipient') }),
+      (t) => ({ type: 'click_element', id: find(t, 'button', TARGET) }),
+      ...SEND.slice(2),
+      ANSWER,
+    ],
+  },
 ];
 
 function plain(site: FakeRealSite): void {
-  Object.assign(site, { finishDelayMs: 0, finishLatencyMs: 0, confirmSend: false, composeTo: '', outboxMs: 0 });
+  Object.assign(site, { finishDelayMs: 0, finishLatencyMs: 0, confirmSend: false, composeTo: '', outboxMs: 0, contactPicker: false });
 }
 
 async function play(manager: SessionManager, blobs: BlobStore, c: Case, scoring: RealScoring, n: number): Promise<string> {
