@@ -1,7 +1,6 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { logCapFromEnv } from './log-rotation';
 
 export const REPO_ROOT = resolve(__dirname, '..');
 
@@ -123,15 +122,10 @@ export function spawnBackground(home: string, name: string, command: string, arg
   mkdirSync(join(home, 'logs'), { recursive: true });
   mkdirSync(join(home, 'pids'), { recursive: true });
   const logFile = join(home, 'logs', `${name}.log`);
-  const cap = logCapFromEnv(env);
-  const logOffset = statSync(logFile, { throwIfNoEntry: false })?.size ?? 0;
-  // The process writes into a pipe read by a log sink that rotates at the cap: a plain file would grow without
-  // bound for as long as the process (and everything it starts) runs. bash makes the pipe and then becomes the
-  // process itself, so the pid is the process's and the sink, in its group, outlives it to drain the pipe.
-  const sinkCommand = [process.execPath, '--import', 'tsx', join(REPO_ROOT, 'client', 'log-sink.ts'), logFile, String(cap.maxBytes), String(cap.files)];
-  // biome-ignore lint/suspicious/noTemplateCurlyInString: a bash expansion, not a template
-  const script = 'exec > >(exec "${@:1:7}") 2>&1; shift 7; exec "$@"';
-  const child = spawn('bash', ['-c', script, 'halo-log', ...sinkCommand, command, ...args], { cwd: REPO_ROOT, env, detached: true, stdio: ['ignore', 'ignore', 'ignore'] });
+  const fd = openSync(logFile, 'a');
+  const logOffset = fstatSync(fd).size;
+  const child = spawn(command, args, { cwd: REPO_ROOT, env, detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
   if (child.pid === undefined) throw new Error(`could not start ${name} (${command})`);
   child.unref();
   writePidFile(home, name, child.pid);
