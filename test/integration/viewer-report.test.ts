@@ -1,7 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -58,6 +58,9 @@ let work: string;
 
 before(async () => {
   work = mkdtempSync(join(tmpdir(), 'halo-viewer-'));
+  // Chromium opens the written pages as file:// URLs, and under a root worker it runs as HALO_BROWSER_USER (not
+  // root, env/browser-user.ts): the folder must be readable by others, as a user's own output folder is.
+  chmodSync(work, 0o755);
   server = createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
     res.end(PAGE);
