@@ -11,7 +11,6 @@ One JSON request per line on stdin, one JSON answer per line on stdout:
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from pathlib import Path
@@ -19,27 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers" / "learner"))
 
 from halo_learner.models import load_processor  # noqa: E402
-from halo_learner.prompts import load_image  # noqa: E402
-
-
-def template_inputs(messages):
-    out, images = [], []
-    for m in messages:
-        content = m["content"]
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else []
-        for p in [] if isinstance(content, str) else content:
-            if p["type"] == "image_url":
-                head, data = p["image_url"]["url"].split(",", 1)
-                if not (head.startswith("data:image/") and head.endswith(";base64")):
-                    raise ValueError(f"not a base64 image data URL: {head}")
-                images.append(load_image(base64.b64decode(data)))
-                parts.append({"type": "image"})
-            elif p["type"] == "text":
-                parts.append({"type": "text", "text": p["text"]})
-            else:
-                raise ValueError(f"unexpected content part {p['type']!r}")
-        out.append({"role": m["role"], "content": parts})
-    return out, images
+from vllm_chat import template_inputs  # noqa: E402  (this script's folder is on the path)
 
 
 def main() -> None:

@@ -10,44 +10,20 @@ under $HALO_HOME/blobs). Prints one JSON object: {"pairs": [{"vllm": side, "lear
 "merge_size": n}, a side being {"ids", "image_grid_thw"} or {"error"} when encoding raised.
 """
 
-import base64
-import io
 import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workers" / "learner"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 
-from PIL import Image  # noqa: E402
 
 from halo_learner.blobs import BlobStore  # noqa: E402
 from halo_learner.models import load_processor, resolve_model_path  # noqa: E402
 from halo_learner.paths import blob_root  # noqa: E402
 from halo_learner.prompts import encode_prompt  # noqa: E402
-
-
-def vllm_inputs(messages):
-    """OpenAI chat messages as vLLM hands them to the chat template: string content as one text part (its
-    "openai" content format), image_url parts as image placeholders with the decoded pictures in order."""
-    out, images = [], []
-    for m in messages:
-        content = m["content"]
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else []
-        for p in [] if isinstance(content, str) else content:
-            if p["type"] == "image_url":
-                head, data = p["image_url"]["url"].split(",", 1)
-                if not (head.startswith("data:image/") and head.endswith(";base64")):
-                    raise ValueError(f"not a base64 image data URL: {head}")
-                with Image.open(io.BytesIO(base64.b64decode(data))) as im:
-                    images.append(im.convert("RGB"))
-                parts.append({"type": "image"})
-            elif p["type"] == "text":
-                parts.append({"type": "text", "text": p["text"]})
-            else:
-                raise ValueError(f"unexpected content part {p['type']!r}")
-        out.append({"role": m["role"], "content": parts})
-    return out, images
+from vllm_chat import template_inputs  # noqa: E402
 
 
 def side(encode):
@@ -60,7 +36,7 @@ def side(encode):
 
 
 def encode_vllm(processor, messages):
-    template_messages, images = vllm_inputs(messages)
+    template_messages, images = template_inputs(messages)
     text = processor.apply_chat_template(template_messages, tokenize=False, add_generation_prompt=True)
     enc = processor(text=[text], images=images or None, return_tensors="pt")
     return enc["input_ids"][0], enc.get("image_grid_thw")
