@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import { lstat, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { DIR_MODE, FILE_MODE } from './file-modes';
 import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
 import { folderNow, objectStoreNow } from './store-clock';
@@ -226,8 +227,9 @@ async function writeDurably(path: string, bytes: Buffer, fresh: string[] = []): 
   // the bytes are equal.
   const tmp = `${path}.${process.pid}.${randomBytes(8).toString('hex')}.tmp`;
   try {
-    const fh = await fsp.open(tmp, 'wx');
+    const fh = await fsp.open(tmp, 'wx', FILE_MODE);
     try {
+      await fh.chmod(FILE_MODE);
       await fh.writeFile(bytes);
       await fh.sync();
     } finally {
@@ -240,6 +242,11 @@ async function writeDurably(path: string, bytes: Buffer, fresh: string[] = []): 
   }
   await syncDir(dir);
   for (const d of fresh) await syncDir(dirname(d));
+}
+
+/** Folders this process created get DIR_MODE whatever its umask (mkdir's mode is narrowed by it). */
+async function chmodEach(dirs: string[]): Promise<void> {
+  for (const d of dirs) await fsp.chmod(d, DIR_MODE);
 }
 
 /** fsync of a folder: its entries (a rename, a new file) survive a power cut. */
@@ -322,9 +329,10 @@ class FolderBackend implements Backend {
       }
     }
     await removeFolderAt(path);
-    const made = await mkdir(dirname(path), { recursive: true });
+    const made = await mkdir(dirname(path), { recursive: true, mode: DIR_MODE });
     const fresh: string[] = [];
     for (let d = dirname(path); made !== undefined && d.length >= made.length && d !== dirname(d); d = dirname(d)) fresh.push(d);
+    await chmodEach(fresh);
     // Readers never see a half-written file, and after a power cut the name is either absent or whole.
     try {
       await writeDurably(path, bytes, fresh);
@@ -378,7 +386,8 @@ class FolderBackend implements Backend {
   async recordAside(file: string, bytes: Buffer): Promise<void> {
     const path = join(this.where, WRITERS, file);
     if (await this.has(WRITERS, file)) return;
-    await mkdir(dirname(path), { recursive: true });
+    const made = await mkdir(dirname(path), { recursive: true, mode: DIR_MODE });
+    if (made !== undefined) await chmodEach([dirname(path)]);
     await writeDurably(path, bytes);
   }
 

@@ -42,7 +42,7 @@ import torch
 from peft import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
-from . import objects, paths
+from . import file_modes, objects, paths
 
 log = logging.getLogger(__name__)
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -108,6 +108,7 @@ def write_manifest(path: Path, manifest: dict) -> None:
     manifest.json, the folder fsynced; after a power cut it is the old manifest or the new one, whole."""
     fd, tmp = tempfile.mkstemp(dir=path, prefix=".manifest-")
     try:
+        os.fchmod(fd, file_modes.FILE_MODE)
         with os.fdopen(fd, "w") as f:
             json.dump(manifest, f, indent=2)
             f.flush()
@@ -305,6 +306,7 @@ def save_version(
             "created_at": datetime.now(timezone.utc).isoformat(),
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        file_modes.set_tree(tmp)  # mkdtemp made it 0700: the workers and vLLM read it too
         _fsync_folder_contents(tmp)  # durable before it becomes visible
         try:
             os.rename(tmp, final)
@@ -327,6 +329,7 @@ def _mkdir_durably(folder: Path) -> None:
         made.append(p)
         p = p.parent
     folder.mkdir(parents=True, exist_ok=True)
+    file_modes.set_folders(made)
     for d in made:
         paths.fsync_dir(d.parent)
 
@@ -469,6 +472,7 @@ def fetch_version(run_id: str, version: int, root: Path | None = None, store=Non
                 raise RuntimeError(f"adapter {run_id}/v{version}: {name} in {store.where()} does not match its sha256")
             (tmp / name).write_bytes(data)
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        file_modes.set_tree(tmp)  # mkdtemp made it 0700: the workers and vLLM read it too
         _fsync_folder_contents(tmp)  # durable before it becomes visible
         try:
             os.rename(tmp, final)

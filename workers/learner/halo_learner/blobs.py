@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import objects, paths
+from . import file_modes, objects, paths
 
 # blob/store.ts's REFRESH_EVERY_MS: a reused object is at most this much older than its last put. `halo gc` adds it
 # to its grace (at least 10 minutes), so it must never be longer than the TypeScript side's.
@@ -70,6 +70,7 @@ def _mkdirs(folder: Path) -> list[Path]:
         made.append(p)
         p = p.parent
     folder.mkdir(parents=True, exist_ok=True)
+    file_modes.set_folders(made)
     return made
 
 
@@ -79,6 +80,7 @@ def write_durably(path: Path, data: bytes, new_folders: list[Path] = ()) -> None
     this write created)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
+        os.fchmod(fd, file_modes.FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -306,3 +306,18 @@ def test_a_damaged_fetched_copy_is_fetched_again(s3_env, tmp_path, monkeypatch):
     (mine / adapters.ADAPTER_FILE).write_bytes(b"v")
     with pytest.raises(adapters.AdapterDamaged):
         adapters.synced_version_dir("run-d", 2, tmp_path / "a")
+
+
+def test_a_fetched_copy_of_a_version_is_group_readable(s3_env, tmp_path):
+    """A copy fetched from the bucket follows the file-mode policy as a version written here does (file_modes.py):
+    mkdtemp's 0700 would hide it from the workers and vLLM under another uid of the group."""
+    adapters.publish_version(fake_version(tmp_path / "a", "run-m", 1, b"weights"), "run-m", 1)
+    old = os.umask(0o077)
+    try:
+        fetched = adapters.fetch_version("run-m", 1, tmp_path / "b")
+    finally:
+        os.umask(old)
+    assert fetched is not None
+    assert oct(fetched.stat().st_mode & 0o777) == "0o750"
+    for f in fetched.iterdir():
+        assert oct(f.stat().st_mode & 0o777) == "0o640", f.name
