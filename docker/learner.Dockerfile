@@ -20,6 +20,7 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHONPATH=/app/workers/learner \
     TOKENIZERS_PARALLELISM=false \
     HF_HOME=/hf-cache \
+    HOME=/tmp \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -35,6 +36,8 @@ RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install "torch==${TORCH_VERSION}" --i
 
 COPY workers/learner workers/learner
 RUN mkdir -p /app/runs /app/checkpoints /hf-cache
+# Compose runs this image as the stack's uid:gid, not root (docker-compose.yml): HOME=/tmp above gives torch's and
+# Triton's caches a place that uid can write (a uid with no passwd entry gets HOME=/).
 
 # SIGTERM drains the running activity (HALO_SHUTDOWN_GRACE_S) and exits.
 CMD ["python", "-m", "halo_learner.worker"]

@@ -30,6 +30,7 @@ interface Service {
   stop_grace_period?: string;
   networks?: string[] | Record<string, unknown>;
   user?: string;
+  network_mode?: string;
   security_opt?: string[];
   cap_drop?: string[];
 }
@@ -46,7 +47,7 @@ const services = compose.services;
 
 const NODE_WORKERS = ['control-worker', 'browser-worker'];
 const PY_WORKERS = ['learner'];
-const ONE_SHOTS = ['temporal-schema', 'temporal-namespace'];
+const ONE_SHOTS = ['temporal-schema', 'temporal-namespace', 'shared-owner'];
 
 function env(s: Service): Record<string, string> {
   const e = s.environment ?? {};
@@ -417,6 +418,7 @@ test('the browser worker reaches only Temporal and its own way out; vLLM, Postgr
   const declared = compose.networks ?? {};
   for (const [name, s] of Object.entries(services)) {
     const nets = networksOf(s);
+    if (s.network_mode === 'none') continue;
     assert.ok(nets.length > 0, `${name} is on the default network (every service names its networks)`);
     for (const n of nets) assert.ok(n in declared, `${name} uses undeclared network ${n}`);
   }
@@ -560,4 +562,27 @@ test('every worker serves its SDK metrics: control and browser workers and the l
     // 0.0.0.0: a Prometheus on the compose network reaches it; a loopback bind would serve only the container itself.
     assert.match(address ?? '', /^0\.0\.0\.0:\d+$/, `${name}: HALO_METRICS_ADDRESS ${address}`);
   }
+});
+
+// biome-ignore lint/suspicious/noTemplateCurlyInString: compose's interpolation, not a template
+const STACK_USER = '${HALO_UID:-1000}:${HALO_GID:-1000}';
+
+test('every service that reads or writes ./runs, ./checkpoints or the model cache runs as the one uid:gid, after shared-owner hands them over', () => {
+  const shared = (s: Service) => (s.volumes ?? []).some((v) => /^(\.\/runs|\.\/checkpoints|hf-cache):/.test(typeof v === 'string' ? v : `${v.source}:`));
+  const users = Object.entries(services).filter(([name, s]) => shared(s) && name !== 'shared-owner');
+  assert.deepEqual(users.map(([name]) => name).sort(), ['browser-worker', 'control-worker', 'learner', 'vllm']);
+  for (const [name, s] of users) {
+    assert.equal(s.user, STACK_USER, `${name} runs as ${s.user ?? 'the image user (root for the learner and vLLM)'}`);
+    const deps = s.depends_on && !Array.isArray(s.depends_on) ? s.depends_on : {};
+    assert.equal(deps['shared-owner']?.condition, 'service_completed_successfully', `${name} starts before shared-owner has handed the folders over`);
+  }
+  const owner = services['shared-owner'];
+  assert.equal(owner.user, '0:0');
+  assert.equal(env(owner).HALO_OWNER, STACK_USER);
+  const script = argv(owner.command).join(' ');
+  for (const path of ['/hf-cache', '/app/runs', '/app/checkpoints']) assert.ok(script.includes(path), `shared-owner leaves ${path} alone`);
+  assert.match(script, /-user 0 -exec chown -h "\$\$HALO_OWNER"/, 'only what root wrote changes owner');
+  // Not root, so HOME must be somewhere that uid can write: the image's ENV for the learner, the service's for vLLM.
+  assert.match(readFileSync(join(REPO_ROOT, 'docker', 'learner.Dockerfile'), 'utf8'), /^\s*HOME=\/tmp\b/m);
+  assert.equal(env(services.vllm).HOME, '/tmp');
 });
