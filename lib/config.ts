@@ -241,15 +241,40 @@ export const trainSchema = z
       })
       .prefault({})
       .describe('more candidates for groups without signal'),
+    rollout: z
+      .enum(['iterations', 'stream'])
+      .default('iterations')
+      .describe(
+        'iterations: an iteration starts its episodes together and updates when the last one ends. stream: every browser slot starts the next episode as soon as one ends, sampled with the newest adapter served, and the learner updates as soon as episodesPerIteration complete groups are ready (maxStaleness bounds how far behind a sample may be; docs/streaming.md)',
+      ),
     maxStaleness: z
       .number()
       .int()
       .min(0)
-      .max(1)
+      .max(8)
       .default(0)
       .describe(
-        "1: iteration i+1's rollouts sample from the newest adapter (one update behind) while the update on iteration i runs; the learner's ratio against the sampler's log-probs corrects them. 0: strictly on-policy, rollouts wait for the update",
+        "iterations: 1 lets iteration i+1's rollouts sample from the newest adapter (one update behind) while the update on iteration i runs (at most 1). stream: a sample may be at most k updates behind when it is learned from; staler groups are dropped and counted. The learner's ratio against the sampler's log-probs corrects what is kept. 0: strictly on-policy, rollouts wait for the update",
       ),
+    stream: z
+      .strictObject({
+        episodeRetries: z
+          .number()
+          .int()
+          .min(0)
+          .max(10)
+          .default(1)
+          .describe('a failed episode starts again in a fresh session this many times; past that its whole group is dropped (counted), since a partial group biases the baseline'),
+        updatesPerRun: z
+          .number()
+          .int()
+          .min(1)
+          .max(1000)
+          .default(10)
+          .describe('updates per workflow run before it drains its in-flight episodes and continues as new (bounds the event history)'),
+      })
+      .prefault({})
+      .describe('train.rollout stream only'),
     staleWeightCap: z
       .number()
       .gt(0)
@@ -477,7 +502,12 @@ export function parseConfig(raw: unknown, source = 'config', opts: { historyBudg
   const input = raw ?? {};
   const result = configSchema.safeParse(input);
   if (result.success) {
-    const problems = [...dynamicSamplingProblems(result.data), ...poolProblems(result.data), ...(opts.historyBudget === false ? [] : historyBudgetProblems(result.data))];
+    const problems = [
+      ...dynamicSamplingProblems(result.data),
+      ...rolloutProblems(result.data),
+      ...poolProblems(result.data),
+      ...(opts.historyBudget === false ? [] : historyBudgetProblems(result.data)),
+    ];
     if (problems.length) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `  ${p}`).join('\n')}`);
     return result.data;
   }
@@ -495,6 +525,14 @@ export function poolProblems(cfg: HaloConfig): string[] {
     .map(
       (sec) => `${sec}.vllmBaseUrl ${cfg[sec].vllmBaseUrl} is not one of policy.baseUrls: with a pool, every replica loads each adapter; set it to one of them (e.g. the first)`,
     );
+}
+
+/** Staleness beyond one update needs the rollout stream: iterations overlap at most one update. */
+export function rolloutProblems(cfg: HaloConfig): string[] {
+  const t = cfg.train;
+  if (t.rollout === 'iterations' && t.maxStaleness > 1)
+    return [`train.maxStaleness ${t.maxStaleness}: iterations overlap one update at most (0 or 1); set train.rollout: stream for a larger bound`];
+  return [];
 }
 
 /** train.dynamicSampling that cannot work: extra draws exist only for step groups, and one draw is N candidates. */

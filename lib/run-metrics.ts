@@ -143,6 +143,24 @@ const commonShape = {
     )
     .optional(),
   staleness: int.min(0).optional(),
+  /**
+   * train.rollout stream: the stream as this update took its batch: episodes in flight and queued, complete
+   * groups left buffered, groups dropped since the previous row (sampled more than maxStaleness updates before
+   * use; failed past train.stream.episodeRetries), episodes started again in a fresh session, and the batch's
+   * lowest and highest sampled adapter version.
+   */
+  stream: z
+    .object({
+      in_flight: int.min(0),
+      queued: int.min(0),
+      buffered: int.min(0),
+      groups_dropped_stale: int.min(0),
+      groups_dropped_failed: int.min(0),
+      episodes_retried: int.min(0),
+      min_sampled_version: int.min(0),
+      max_sampled_version: int.min(0),
+    })
+    .optional(),
 };
 
 /** GRPO's own keys (top level, as in every metrics.jsonl written so far). */

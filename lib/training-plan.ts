@@ -21,6 +21,12 @@ export interface TrainingPlan {
   evalEvery: number;
   evalEverySteps: number;
   maxStaleness: number;
+  /** How episodes reach updates: whole iterations, or a stream (GRPO's train.rollout; MCTS always iterations). */
+  rollout: 'iterations' | 'stream';
+  /** Units (groups' episodes or searches) an update learns from: an iteration's worth. */
+  batchUnits: number;
+  /** train.rollout stream: fresh-session attempts per episode and updates per workflow run. */
+  stream?: { episodeRetries: number; updatesPerRun: number };
   vllmBaseUrl?: string;
   /** Source of tasks and seeds: the run id, or `seed-<seed>`. */
   pickKey: string;
@@ -42,6 +48,9 @@ export function trainingPlan(cfg: HaloConfig, mode: TrainingMode): TrainingPlan 
       evalEvery: t.evalEvery,
       evalEverySteps: t.evalEverySteps,
       maxStaleness: t.maxStaleness,
+      rollout: t.rollout,
+      batchUnits: t.episodesPerIteration,
+      ...(t.rollout === 'stream' ? { stream: { episodeRetries: t.stream.episodeRetries, updatesPerRun: t.stream.updatesPerRun } } : {}),
       ...(t.vllmBaseUrl ? { vllmBaseUrl: t.vllmBaseUrl } : {}),
       pickKey: t.seed === undefined ? t.runId : `seed-${t.seed}`,
       maxFailedShare: t.maxFailedEpisodeShare,
@@ -59,6 +68,8 @@ export function trainingPlan(cfg: HaloConfig, mode: TrainingMode): TrainingPlan 
     evalEvery: m.evalEvery,
     evalEverySteps: m.evalEverySteps,
     maxStaleness: m.maxStaleness,
+    rollout: 'iterations',
+    batchUnits: m.tasks.length * m.searchesPerTask,
     ...(m.vllmBaseUrl ? { vllmBaseUrl: m.vllmBaseUrl } : {}),
     pickKey: m.seed === undefined ? m.runId : `seed-${m.seed}`,
     maxFailedShare: m.maxFailedSearchShare,

@@ -1,4 +1,4 @@
-import { continueAsNew, executeChild, log, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, continueAsNew, executeChild, log, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { AdapterActivities } from '../activities/adapters';
 import type { ControlActivities } from '../activities/control';
 import type { DiskActivities } from '../activities/disk';
@@ -11,6 +11,7 @@ import { wandbOf } from '../lib/curves';
 import { episodeInput, type EpisodeResult } from '../lib/episode-types';
 import { betterEval, evaluationDue, greedy, samplingPolicy, servingOf, staleness, type BestEval, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
 import { runContextFromConfig, type RunContext } from '../lib/run-context';
+import type { StartedEpisode, StreamStats } from '../lib/rollout-stream';
 import type { ReplicaStats } from '../lib/policy-pool';
 import type { TrainingMetrics } from '../lib/run-metrics';
 import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training-plan';
@@ -20,6 +21,7 @@ import { learnerActivities, type LearnerClient } from './learner-calls';
 import { pool } from './pool';
 import { trainingRunConfig } from './run-config';
 import { RunControl, type TrainingResult } from './run-control';
+import { streamRollouts } from './stream-loop';
 
 /**
  * The one training loop. `trainGrpo` and `trainMcts` are this loop with an algorithm descriptor each
@@ -61,6 +63,8 @@ export interface TrainingState {
   envSteps?: number;
   /** The adapter its held-out evaluations scored best so far (lib/iteration-policy.ts `betterEval`). */
   bestEval?: BestEval;
+  /** train.rollout stream: the stream's buffer, queue and counters (a `StreamSnapshot` in the blob store). */
+  streamRef?: string;
 }
 
 export interface TrainingInput {
@@ -83,6 +87,8 @@ export interface TrainingStatus {
   servedAdapter?: ServedAdapter;
   /** MCTS: workflow ids of this iteration's searches. */
   searches?: string[];
+  /** train.rollout stream: episodes in flight and queued, complete groups buffered, the adapter new episodes sample. */
+  stream?: { inFlight: number; queued: number; buffered: number; samplingVersion: number };
 }
 
 /** One iteration's experience, its batch (by reference) and what its metrics row needs; `D` is the algorithm's part. */
@@ -94,7 +100,15 @@ export type Collected<D = object> = D & {
   failed: number;
   /** Workflow-clock seconds of its collection and batch phases. */
   seconds: Record<string, number>;
+  /** train.rollout stream: updates its oldest sample is behind the adapter the update starts from, and the stream's numbers. */
+  streamed?: Streamed;
 };
+
+/** What a streamed batch adds to its metrics row. */
+export interface Streamed {
+  staleness: number;
+  stats: StreamStats;
+}
 
 /** What every phase of a run needs. */
 export interface RunScope {
@@ -112,8 +126,18 @@ export interface UpdateDone<U> {
   result: U;
 }
 
+/** An algorithm's part in streaming rollouts (workflows/stream-loop.ts): one unit's episodes, and a batch from them. */
+export interface StreamParts<D, R> {
+  /** Episodes per unit (a unit is what one group needs complete). */
+  unitSize(scope: RunScope): number;
+  /** One episode of a unit, sampled with `sampling` (the newest adapter served when it started). */
+  runEpisode(scope: RunScope, ep: StartedEpisode, sampling: SamplingPolicy): Promise<R>;
+  /** Update `it`'s experience from the batch's episodes (unit by unit, members in order). */
+  build(scope: RunScope, it: number, episodes: R[], sampledVersion: number, seconds: Record<string, number>): Promise<Collected<D>>;
+}
+
 /** One algorithm of the engine. */
-export interface Algorithm<D, U> {
+export interface Algorithm<D, U, R = never> {
   mode: TrainingMode;
   /** The `mode` of its greedy evaluation episodes (their search attribute and records). */
   evalMode: 'grpo-eval' | 'mcts-eval';
@@ -129,6 +153,8 @@ export interface Algorithm<D, U> {
   status?(scope: RunScope, it: number): Partial<TrainingStatus>;
   /** Looks at each metrics row as it is written (GRPO: warns when groups carry no signal for a while). */
   watch?(scope: RunScope, it: number, history: number[], metrics: TrainingMetrics): number[];
+  /** Streaming rollouts (train.rollout stream); an algorithm without it runs iterations only. */
+  stream?: StreamParts<D, R>;
 }
 
 /** An algorithm's learner update: timed as the iteration's `update` phase, on the run's learner queue and heartbeat. */
@@ -138,14 +164,23 @@ export function learnerUpdate<T>(scope: RunScope, seconds: Record<string, number
 }
 
 /** Runs one iteration (two, overlapped, when pipelined) of `algorithm`, then continues as new. */
-export async function runTraining<D, U>(algorithm: Algorithm<D, U>, input: TrainingInput): Promise<TrainingResult> {
+export async function runTraining<D, U, R>(algorithm: Algorithm<D, U, R>, input: TrainingInput): Promise<TrainingResult> {
   const info = workflowInfo();
   const control = proxyActivities<RunActivities>(profiles.runActivities());
   // Handlers first, so `status`, pause and stop work from the first moment (before the config is stored).
   const run = new RunControl<Omit<TrainingStatus, 'phase' | 'paused' | 'stopping'>>(info.workflowId, { paused: input.state?.paused, stopping: input.state?.stopping });
   let lastMetrics: TrainingMetrics | null = input.state?.lastMetrics ?? null;
-  const describe = (runId: string, iterations: number, state: TrainingState | undefined, extra: Partial<TrainingStatus>) =>
-    run.describe(() => ({ runId, mode: algorithm.mode, iteration: state?.iteration ?? 1, iterations, adapterVersion: state?.adapterVersion ?? 0, lastMetrics, ...extra }));
+  const describe = (runId: string, iterations: number, state: TrainingState | undefined, extra: Partial<TrainingStatus>, live: () => Partial<TrainingStatus> = () => ({})) =>
+    run.describe(() => ({
+      runId,
+      mode: algorithm.mode,
+      iteration: state?.iteration ?? 1,
+      iterations,
+      adapterVersion: state?.adapterVersion ?? 0,
+      lastMetrics,
+      ...extra,
+      ...live(),
+    }));
   describe(info.workflowId, 0, input.state, {});
 
   const { cfg, stored, runId } = await trainingRunConfig(input, control, algorithm.mode);
@@ -161,13 +196,20 @@ export async function runTraining<D, U>(algorithm: Algorithm<D, U>, input: Train
   const loop = new Loop(algorithm, scope, state, (m) => {
     lastMetrics = m;
   });
+  if (plan.rollout === 'stream') {
+    if (!algorithm.stream) throw ApplicationFailure.nonRetryable(`${algorithm.mode} runs iterations only (train.rollout stream is GRPO's)`, 'InvalidConfig');
+    return streamRollouts(loop, algorithm.stream, scope, state, diskOk, (live) => describe(runId, plan.iterations, state, {}, live));
+  }
   if (plan.maxStaleness > 0) return loop.pipelined(sampling, diskOk);
   return loop.sequential(sampling, diskOk);
 }
 
 /** One workflow run's part of the loop: what it learned so far, and how it continues. */
-class Loop<D, U> {
-  private version: number;
+export class Loop<D, U, R> {
+  /** The newest adapter written (0: the base model). */
+  version: number;
+  /** The newest adapter ready to sample from: loaded into vLLM where the run serves its adapters. */
+  servedVersion: number;
   private adapterPath: string | undefined;
   private zeroStdHistory: number[];
   private lastMetrics: TrainingMetrics | null;
@@ -175,12 +217,13 @@ class Loop<D, U> {
   private bestEval: BestEval | undefined;
 
   constructor(
-    private readonly algorithm: Algorithm<D, U>,
+    private readonly algorithm: Algorithm<D, U, R>,
     private readonly scope: RunScope,
     private readonly state: TrainingState,
     private readonly onMetrics: (m: TrainingMetrics) => void,
   ) {
     this.version = state.adapterVersion;
+    this.servedVersion = state.adapterVersion;
     this.adapterPath = state.adapterPath;
     this.zeroStdHistory = state.zeroStdHistory ?? [];
     this.lastMetrics = state.lastMetrics ?? null;
@@ -227,8 +270,14 @@ class Loop<D, U> {
     return this.continue(it + 1, ref);
   }
 
+  /** Sampling with the newest adapter served (streaming: what a starting episode samples from). */
+  servedSampling(): SamplingPolicy {
+    const { cfg, runId, plan } = this.scope;
+    return samplingPolicy({ policy: cfg.policy, runId, adapterVersion: this.servedVersion, serving: servingOf(cfg.policy, plan.vllmBaseUrl, this.adapterPath) });
+  }
+
   /** One update on an iteration's batch, the adapter served, the evaluation when due, the metrics row appended once. */
-  private async learnFrom(c: Collected<D>, seconds: Record<string, number>): Promise<void> {
+  async learnFrom(c: Collected<D>, seconds: Record<string, number>): Promise<void> {
     const { cfg, runId, run, control, plan } = this.scope;
     const update = await this.algorithm.update(this.scope, c, this.version + 1, seconds);
     let replicas: ReplicaStats[] | undefined;
@@ -239,16 +288,20 @@ class Loop<D, U> {
       // collection may still be sampling from the previous version: it stays loaded.
       if (servingOf(cfg.policy, plan.vllmBaseUrl)) {
         const pool = cfg.policy.baseUrls && cfg.policy.baseUrls.length > 1 ? { replicas: cfg.policy.baseUrls } : {};
-        const load = { base_url: plan.vllmBaseUrl!, run_id: runId, version: this.version, adapter_path: update.adapterPath, keep: 1 + plan.maxStaleness, ...pool };
+        // Streaming: an episode keeps sampling from the version it started with for as long as it runs.
+        const keep = 1 + plan.maxStaleness + (plan.rollout === 'stream' ? 1 : 0);
+        const load = { base_url: plan.vllmBaseUrl!, run_id: runId, version: this.version, adapter_path: update.adapterPath, keep, ...pool };
         replicas = (await run.timed('load adapter', () => control.loadAdapterIntoVllm(load), 'load', seconds)).pool;
       }
+      this.servedVersion = this.version;
     }
     run.phase = 'metrics';
     const metrics = this.algorithm.metrics(this.scope, c, update?.result ?? null, this.version, { ...seconds });
     if (replicas) metrics.policy_replicas = replicas;
     if (cfg.episode.env === 'real') metrics.scoring = this.scope.ctx.envOptions?.realScoring ?? 'training';
     if (c.failed > 0) metrics.failed_episodes = c.failed;
-    if (plan.maxStaleness > 0) Object.assign(metrics, { sampled_adapter_version: c.sampledVersion, staleness: staleness(c.iteration, c.sampledVersion) });
+    if (c.streamed) Object.assign(metrics, { sampled_adapter_version: c.sampledVersion, staleness: c.streamed.staleness, stream: c.streamed.stats });
+    else if (plan.maxStaleness > 0) Object.assign(metrics, { sampled_adapter_version: c.sampledVersion, staleness: staleness(c.iteration, c.sampledVersion) });
     const stepsBefore = this.envSteps;
     this.envSteps += this.algorithm.envSteps(c);
     const due = evaluationDue({ iteration: c.iteration, evalEvery: plan.evalEvery, evalEverySteps: plan.evalEverySteps, stepsBefore, stepsAfter: this.envSteps });
@@ -293,7 +346,7 @@ class Loop<D, U> {
    * The run's result names the best-evaluated adapter beside the latest, and says so in the log when the latest
    * scored below it: the run ends serving the latest, and nobody should take it for the best one unawares.
    */
-  private withBest(r: TrainingResult): TrainingResult {
+  withBest(r: TrainingResult): TrainingResult {
     const best = this.bestEval;
     if (!best) return r;
     if (best.version !== r.adapterVersion) {
@@ -305,7 +358,7 @@ class Loop<D, U> {
     return { ...r, best };
   }
 
-  private continue(iteration: number, pendingRef?: string): Promise<never> {
+  continue(iteration: number, pendingRef?: string, streamRef?: string): Promise<never> {
     this.scope.run.phase = 'continue';
     const next: TrainingState = {
       ...this.state,
@@ -323,6 +376,8 @@ class Loop<D, U> {
     else delete next.stopping;
     if (pendingRef) next.pendingRef = pendingRef;
     else delete next.pendingRef;
+    if (streamRef) next.streamRef = streamRef;
+    else delete next.streamRef;
     return continueAsNew<(input: TrainingInput) => Promise<TrainingResult>>({ state: next });
   }
 }

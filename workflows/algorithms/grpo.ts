@@ -5,10 +5,11 @@ import { episodeInput, type EpisodeInput, type EpisodeResult } from '../../lib/e
 import { shouldWarnZeroStd } from '../../lib/grpo';
 import type { UpdatePolicyOutput } from '../../lib/learner-types';
 import { iterationMetrics, type EpisodeSummary } from '../../lib/training-metrics';
-import { drawKey, pickTasks } from '../../lib/training-plan';
+import type { SamplingPolicy } from '../../lib/iteration-policy';
+import { drawKey, pickTasks, type TaskPick } from '../../lib/training-plan';
 import { episode } from '../episode';
 import { checkFailureShare, poolSettled } from '../pool';
-import { learnerUpdate, type Algorithm, type Collected } from '../train-engine';
+import { learnerUpdate, type Algorithm, type Collected, type RunScope } from '../train-engine';
 
 /** What a GRPO iteration collects: its episodes' summaries and the batch of group advantages (references only). */
 export interface GrpoExperience {
@@ -27,81 +28,109 @@ function exploring(t: TrainConfig): boolean {
   return t.grouping === 'step' && t.dynamicSampling.maxCandidates > 0 && t.dynamicSampling.explore > 0;
 }
 
+/** Episode `j` of iteration `it` (a fresh session's attempt: `-r<attempt>`), as a child workflow. */
+function runEpisode(scope: RunScope, it: number, j: number, p: TaskPick, sampling: SamplingPolicy, attempt = 0): Promise<EpisodeResult> {
+  const { cfg, runId, ctx, plan } = scope;
+  const t = cfg.train;
+  return executeChild(episode, {
+    workflowId: `${runId}-it${it}-ep${j}${attempt > 0 ? `-r${attempt}` : ''}`,
+    taskQueue: cfg.temporal.controlTaskQueue,
+    args: [
+      episodeInput({
+        run: ctx,
+        task: { env: cfg.episode.env, task: p.task, seed: p.seed },
+        maxSteps: cfg.episode.maxSteps,
+        sampling,
+        mode: 'grpo',
+        ...(t.grouping === 'step' ? { grouping: stepGrouping(t) } : {}),
+        drawKey: drawKey(plan.pickKey, it, j),
+      }),
+    ],
+    staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}${attempt > 0 ? ` (fresh session ${attempt})` : ''}`,
+  });
+}
+
+/** An update's experience from its episodes: the batch of group advantages (by reference) and the summaries. */
+async function experience(
+  scope: RunScope,
+  it: number,
+  episodes: EpisodeResult[],
+  failed: number,
+  sampledVersion: number,
+  seconds: Record<string, number>,
+): Promise<Collected<GrpoExperience>> {
+  const { cfg, runId, run, control } = scope;
+  const t = cfg.train;
+  const batch = await run.timed(
+    'update',
+    () =>
+      control.buildGrpoBatch({
+        run_id: runId,
+        iteration: it,
+        grouping: t.grouping,
+        ...(t.grouping === 'anchor' ? { anchor: t.anchor } : {}),
+        trajectory_refs: episodes.map((e) => e.trajectoryRef),
+        // dr_grpo's constant denominator: B × the longest completion the policy may write.
+        max_completion_len: cfg.policy.maxTokens,
+        ...(t.grouping === 'step' && t.dynamicSampling.maxCandidates > 0 ? { dynamic_sampling: true } : {}),
+      }),
+    'batch',
+    seconds,
+  );
+  return {
+    iteration: it,
+    sampledVersion,
+    batch,
+    episodes: episodes.map((e) => ({
+      success: e.success,
+      steps: e.steps,
+      validActions: e.validActions,
+      shapedReturn: e.shapedReturn,
+      ...(e.forkSnapshots !== undefined ? { forkSnapshots: e.forkSnapshots, forkReplayFallbacks: e.forkReplayFallbacks } : {}),
+      ...(e.browser ? { browser: e.browser } : {}),
+    })),
+    failed,
+    seconds,
+  };
+}
+
 /**
  * Online GRPO (`dr_grpo`): per iteration, episodes (child workflows, bounded parallelism) sampled from the
  * previous iteration's adapter, grouped by step (N candidates per state), episode (N rollouts of one task and
  * seed) or anchor (episode groups plus equal states across them), advantages = reward − group mean, then the
  * learner's `update_policy`.
  */
-export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput> = {
+export const grpo: Algorithm<GrpoExperience, UpdatePolicyOutput, EpisodeResult> = {
   mode: 'grpo',
   evalMode: 'grpo-eval',
 
   async collect(scope, it, sampling, sampledVersion, seconds) {
-    const { cfg, runId, ctx, run, control, plan } = scope;
+    const { cfg, runId, run, plan } = scope;
     const t = cfg.train;
     const picks = pickTasks(t.tasks, t.episodesPerIteration, plan.pickKey, it);
     const runs = t.grouping !== 'step' ? picks.flatMap((p) => Array.from({ length: t.numGenerations }, () => p)) : picks;
-    const rollout = await run.timed(
-      'rollout',
-      () =>
-        poolSettled(runs, t.parallelism, (p, j) =>
-          executeChild(episode, {
-            workflowId: `${runId}-it${it}-ep${j}`,
-            taskQueue: cfg.temporal.controlTaskQueue,
-            args: [
-              episodeInput({
-                run: ctx,
-                task: { env: cfg.episode.env, task: p.task, seed: p.seed },
-                maxSteps: cfg.episode.maxSteps,
-                sampling,
-                mode: 'grpo',
-                ...(t.grouping === 'step' ? { grouping: stepGrouping(t) } : {}),
-                drawKey: drawKey(plan.pickKey, it, j),
-              }),
-            ],
-            staticSummary: `${runId} iteration ${it}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
-          }),
-        ),
-      'rollout',
-      seconds,
-    );
+    const rollout = await run.timed('rollout', () => poolSettled(runs, t.parallelism, (p, j) => runEpisode(scope, it, j, p, sampling)), 'rollout', seconds);
     // A failed episode (a site briefly unreachable, a session lost too often) is left out of the batch; past
     // the configured share the iteration's data is not worth an update and the run stops, naming the reasons.
     checkFailureShare(rollout.failed, runs.length, plan.maxFailedShare, `episodes of iteration ${it}`, plan.maxFailedShareKey);
     for (const f of rollout.failed) log.warn('episode failed; left out of the batch', { runId, iteration: it, episode: f.index, error: f.error });
-    const episodes: EpisodeResult[] = rollout.ok;
-    const batch = await run.timed(
-      'update',
-      () =>
-        control.buildGrpoBatch({
-          run_id: runId,
-          iteration: it,
-          grouping: t.grouping,
-          ...(t.grouping === 'anchor' ? { anchor: t.anchor } : {}),
-          trajectory_refs: episodes.map((e) => e.trajectoryRef),
-          // dr_grpo's constant denominator: B × the longest completion the policy may write.
-          max_completion_len: cfg.policy.maxTokens,
-          ...(t.grouping === 'step' && t.dynamicSampling.maxCandidates > 0 ? { dynamic_sampling: true } : {}),
-        }),
-      'batch',
-      seconds,
-    );
-    return {
-      iteration: it,
-      sampledVersion,
-      batch,
-      episodes: episodes.map((e) => ({
-        success: e.success,
-        steps: e.steps,
-        validActions: e.validActions,
-        shapedReturn: e.shapedReturn,
-        ...(e.forkSnapshots !== undefined ? { forkSnapshots: e.forkSnapshots, forkReplayFallbacks: e.forkReplayFallbacks } : {}),
-        ...(e.browser ? { browser: e.browser } : {}),
-      })),
-      failed: rollout.failed.length,
-      seconds,
-    };
+    return experience(scope, it, rollout.ok, rollout.failed.length, sampledVersion, seconds);
+  },
+
+  // Streaming: a unit is one episode (step groups live inside it) or the numGenerations rollouts of one pick.
+  // Unit u plays the pick the synchronous run would give episode u mod B of iteration ⌊u / B⌋ + 1, with the same
+  // workflow id and draw key, so k = 0 replays the iterations; an episode run again gets `-r<attempt>`.
+  stream: {
+    unitSize: (scope) => (scope.cfg.train.grouping === 'step' ? 1 : scope.cfg.train.numGenerations),
+    runEpisode(scope, ep, sampling) {
+      const t = scope.cfg.train;
+      const it = Math.floor(ep.unit / t.episodesPerIteration) + 1;
+      const j = ep.unit % t.episodesPerIteration;
+      const pick = pickTasks(t.tasks, t.episodesPerIteration, scope.plan.pickKey, it)[j];
+      const size = t.grouping === 'step' ? 1 : t.numGenerations;
+      return runEpisode(scope, it, j * size + ep.member, pick, sampling, ep.attempt);
+    },
+    build: (scope, it, episodes, sampledVersion, seconds) => experience(scope, it, episodes, 0, sampledVersion, seconds),
   },
 
   envSteps: (c) => c.episodes.reduce((n, e) => n + e.steps, 0),
