@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { isAbsolute, join, relative } from 'node:path';
-import { configSchema, ConfigError, identicalCandidatesProblem, parseConfig, type HaloConfig } from '../lib/config';
+import { configSchema, ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import { identicalCandidatesProblem } from '../lib/config-checks';
 import {
   ALSO_ACCEPTED,
   applyRunOverrides,

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, identicalCandidatesProblem, parseConfig } from '../../lib/config';
+import { ConfigError, parseConfig } from '../../lib/config';
+import { identicalCandidatesProblem } from '../../lib/config-checks';
 import { loadConfigFile } from '../../host/config-file';
 import { temporalSettings } from '../../host/connection';
 import { samplingParams } from '../../activities/policy-client';
@@ -109,4 +110,12 @@ test('greedy sampling with N > 1 candidates is a problem naming policy.temperatu
   assert.equal(identicalCandidatesProblem(parseConfig({ policy: { temperature: 0.01 }, train: { numGenerations: 2 } })), undefined);
   // The config itself stays valid: MCTS, evaluations and single episodes may decode greedily.
   assert.doesNotThrow(() => parseConfig({ policy: { temperature: 0 } }));
+});
+
+test('train.maxStaleness above 1 needs train.rollout stream; the stream takes any bound up to 8', () => {
+  assert.throws(() => parseConfig({ train: { maxStaleness: 2 } }), /train\.maxStaleness 2: iterations overlap one update at most .*train\.rollout: stream/);
+  const cfg = parseConfig({ train: { rollout: 'stream', maxStaleness: 2 } });
+  assert.equal(cfg.train.maxStaleness, 2);
+  assert.deepEqual(cfg.train.stream, { episodeRetries: 1, updatesPerRun: 10 });
+  assert.throws(() => parseConfig({ train: { rollout: 'stream', maxStaleness: 9 } }), /maxStaleness/);
 });
