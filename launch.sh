@@ -5,6 +5,7 @@
 #   ./launch.sh local [--dry-run]  set up, start the local stack, run the default job (tiny-random on MiniWoB++)
 #   ./launch.sh test            set up, run every test (CI)
 #   ./launch.sh test fast       set up, run the fast tier: the learner's tests that load no model, unit and workflow tests
+#   ./launch.sh test integration | slow  set up, run the integration tier (real stack) or the slow one (learning, chaos)
 #   ./launch.sh setup           set up only
 #   ./launch.sh gpu [--dry-run] [halo train flags]  the real stack on an NVIDIA box without Docker (bin/launch-gpu.sh)
 #   ./launch.sh gpu serve [--dry-run]               vLLM only, with every flag training needs
@@ -53,7 +54,7 @@ if [ "$CMD" = run ] && { [ "${#RUN_FLAGS[@]}" = 0 ] || [ "${RUN_FLAGS[*]}" = --d
   RUN_FLAGS=()
 fi
 DRY_RUN=0
-if [ "$CMD" = gpu ] || [ "$CMD" = resume ] || [ "$CMD" = local ]; then
+if [ "$CMD" = gpu ] || [ "$CMD" = resume ] || [ "$CMD" = local ] || [ "$CMD" = test ]; then
   REST=()
   for a in "${ARGS[@]:1}"; do
     if [ "$a" = "--dry-run" ]; then DRY_RUN=1; else REST+=("$a"); fi
@@ -166,41 +167,126 @@ local_plan() {
   echo "npx halo train --config configs/default.yaml"
 }
 
+# Test tiers (`./launch.sh test [fast|integration|slow]`; docs/testing.md says which to run when). The slow tier:
+# the learning tests (10-15 min each on 2 cores) and chaos (kills workers and the server mid-run).
+SLOW_TESTS=(test/integration/learning.test.ts test/integration/mcts-learning.test.ts test/integration/multistep-learning.test.ts test/integration/chaos.test.ts)
+
+# node's test runner on FILES: the spec reporter on stdout, one line per file (tests, failures, seconds) into
+# $TEST_RUN_DIR/NAME.jsonl for tools/test_durations.py.
+node_tests() {
+  local name=$1 concurrency=$2 file_timeout_ms=$3
+  shift 3
+  local flags=(--test-reporter=spec --test-reporter-destination=stdout
+    --test-reporter=./test/reporters/file-durations.mjs --test-reporter-destination="$TEST_RUN_DIR/$name.jsonl"
+    --test-concurrency="$concurrency")
+  # --test-timeout bounds each test file as a whole, not only its tests (a test that needs less sets its own,
+  # tighter timeout). --test-force-exit (Node >= 20.14): a file whose tests are done ends even if a handle it leaked
+  # would keep it alive, instead of holding the tier until the file's timeout. Its cost: the last verdicts of a file
+  # can be missing from the tally (nodejs/node#64833); a file with a failing test still fails by its exit code.
+  [ "$file_timeout_ms" = 0 ] || flags+=(--test-timeout="$file_timeout_ms")
+  if node --help | grep -q -- --test-force-exit; then flags+=(--test-force-exit); fi
+  test_cmd node --import tsx --test "${flags[@]}" "$@"
+}
+
+# Runs a command of a tier, or with --dry-run prints it (one line, with the variables it is given).
+test_cmd() {
+  if [ "$DRY_RUN" = 1 ]; then
+    local line
+    printf -v line '%q ' "$@"
+    echo "${TEST_ENV:+$TEST_ENV }${line% }"
+  else env ${TEST_ENV:+"$TEST_ENV"} "$@"; fi
+}
+
+# The production workflow bundle, built once per `./launch.sh test` for every control worker the integration and slow
+# files start (HALO_WORKFLOW_BUNDLE, read as `halo up` hands it over): no worker bundles the same code again.
+TEST_BUNDLE=""
+test_bundle() {
+  [ -z "$TEST_BUNDLE" ] || return 0
+  if [ "$DRY_RUN" = 1 ]; then TEST_BUNDLE="$TEST_RUN_DIR/bundles/sha256-….js"; echo "node --import tsx test/helpers/build-workflow-bundle.ts $TEST_RUN_DIR/bundles"; return 0; fi
+  TEST_BUNDLE="$(node --import tsx test/helpers/build-workflow-bundle.ts "$PWD/$TEST_RUN_DIR/bundles")" || return 1
+  say "workflow bundle for the control workers: $TEST_BUNDLE"
+}
+
+# The learner's pytest suite, or the part MARKER selects, with a JUnit file for the durations.
+learner_tests() {
+  local name=$1 marker=$2
+  test_cmd .venv/bin/python -m pytest -q -m "$marker" -o junit_family=xunit1 --junitxml="$TEST_RUN_DIR/$name.xml" workers/learner
+}
+
+# What a change to one function needs before a commit: no model, no browser, no learner process. The learner's
+# pure tests run beside the node files (the unit files only wait on each other's CPU, the workflow files mostly on
+# their dev servers), so the 2-core machine is kept busy; their output follows node's.
+test_fast() {
+  local rc=0 py_rc=0
+  say "fast tier: the learner's tests that load no model (pytest -m 'not model', output after node's), unit and workflow tests (node --test, ${HALO_TEST_CONCURRENCY:-2} files at once)"
+  local py_pid=""
+  if [ "$DRY_RUN" = 1 ]; then
+    learner_tests learner-fast 'not model'
+  else
+    learner_tests learner-fast 'not model' >"$TEST_RUN_DIR/learner-fast.log" 2>&1 &
+    py_pid=$!
+  fi
+  node_tests node-fast "${HALO_TEST_CONCURRENCY:-2}" 0 test/unit/*.test.ts test/workflows/*.test.ts || rc=$?
+  [ "$DRY_RUN" = 1 ] && return 0
+  wait "$py_pid" || py_rc=$?
+  cat "$TEST_RUN_DIR/learner-fast.log"
+  [ "$rc" = 0 ] && [ "$py_rc" = 0 ]
+}
+
+# Real components: a Temporal dev server, Chromium, MiniWoB++ pages, the tiny Qwen3-VL learner. One file at a
+# time: each starts its own stack, and two at once on 2 cores push browser steps past their time limits.
+test_integration() {
+  local rc=0 files=() f s slow
+  for f in test/integration/*.test.ts; do
+    slow=0
+    for s in "${SLOW_TESTS[@]}"; do [ "$f" != "$s" ] || slow=1; done
+    [ "$slow" = 1 ] || files+=("$f")
+  done
+  say "integration tier: the learner's tests that load the model or start a server (pytest -m model)"
+  learner_tests learner-model model || rc=$?
+  say "integration tier: ${#files[@]} files of test/integration/ (node --test, one at a time)"
+  test_bundle || return 1
+  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-integration 1 1800000 "${files[@]}" || rc=$?
+  return "$rc"
+}
+
+# The learning tests and chaos: a file gets 30 min (the learning tests take 10-15 min on 2 cores).
+test_slow() {
+  local f
+  for f in "${SLOW_TESTS[@]}"; do [ -f "$f" ] || { say "slow tier: no file $f (SLOW_TESTS in launch.sh)"; return 2; }; done
+  say "slow tier: ${SLOW_TESTS[*]} (node --test, one at a time)"
+  test_bundle || return 1
+  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-slow 1 1800000 "${SLOW_TESTS[@]}"
+}
+
 case "$CMD" in
   setup)
     [ "$SKIP_SETUP" = 0 ] || say "nothing to do: setup was skipped"
     ;;
   test)
-    TIER="${ARGS[1]:-all}"
+    TIER="${REST[0]:-all}"
     case "$TIER" in
-      all|fast) ;;
-      *) say "./launch.sh test [fast]: no tier '$TIER' (fast: the learner's tests that load no model, unit and workflow tests; nothing: everything)"; exit 2 ;;
+      all|fast|integration|slow) ;;
+      *) say "./launch.sh test [fast|integration|slow] [--dry-run]: no tier '$TIER' (fast: the learner's tests that load no model, unit and workflow tests; integration: the learner's model tests and test/integration/ but the slow files; slow: ${SLOW_TESTS[*]}; nothing: everything)"; exit 2 ;;
     esac
-    force_exit=()
-    if node --help | grep -q -- --test-force-exit; then force_exit=(--test-force-exit); fi
-    if [ "$TIER" = fast ]; then
-      # What a change to one function needs before a commit; the type check and lint are `npm run typecheck` and
-      # `npm run lint`. The learner's tests marked `model` (conftest.py) load the tiny Qwen3-VL or start a worker.
-      say "fast tier: the learner's tests that load no model (pytest -m 'not model')"
-      .venv/bin/python -m pytest -q -m 'not model' workers/learner
-      say "fast tier: unit and workflow tests (node --test)"
-      exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 "${force_exit[@]}" test/unit/*.test.ts test/workflows/*.test.ts
+    [ "${#REST[@]}" -le 1 ] || { say "./launch.sh test takes one tier at most, not '${REST[*]}'"; exit 2; }
+    TEST_RUN_DIR="runs/tests/$(date -u +%Y%m%dT%H%M%SZ)-$TIER"
+    [ "$DRY_RUN" = 1 ] || mkdir -p "$TEST_RUN_DIR"
+    failed=()
+    if [ "$TIER" = all ]; then
+      say "type check (tsc --noEmit)"
+      test_cmd npx tsc --noEmit || failed+=(typecheck)
+      say "lint and format check (npm run lint: Biome on TypeScript and JSON, Ruff on Python)"
+      test_cmd npm run lint || failed+=(lint)
     fi
-    say "running the test suite"
-    npx tsc --noEmit
-    say "lint and format check (npm run lint: Biome on TypeScript and JSON, Ruff on Python)"
-    npm run lint
-    say "Python learner tests (pytest)"
-    .venv/bin/python -m pytest -q workers/learner
-    say "TypeScript tests (node --test)"
-    # --test-timeout bounds each test file as a whole, not only its tests: the learning tests take 10-15 min on
-    # 2 cores, so a file gets 30 min (a test that needs less sets its own, tighter timeout). The spec reporter ends
-    # with every failing test and its error, so the tail of a long log says what failed.
-    # --test-force-exit (Node >= 20.14): a file whose tests are done ends even if a handle it leaked would keep it
-    # alive, instead of holding the suite until the file's timeout. Its cost: the last verdicts of a file can be
-    # missing from the tally (nodejs/node#64833); a file with a failing test still fails the run by its exit code.
-    exec node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout --test-concurrency=1 \
-      "${force_exit[@]}" --test-timeout=1800000 test/unit/*.test.ts test/workflows/*.test.ts test/integration/*.test.ts
+    # Cheapest first: a broken change fails in minutes, and the learning tests, the longest, come last.
+    for t in fast integration slow; do
+      [ "$TIER" = all ] || [ "$TIER" = "$t" ] || continue
+      "test_$t" || failed+=("$t")
+    done
+    test_cmd .venv/bin/python tools/test_durations.py "$TEST_RUN_DIR" || true
+    if [ "${#failed[@]}" -gt 0 ]; then say "failed: ${failed[*]} (the spec output above ends with each failing test)"; exit 1; fi
+    [ "$DRY_RUN" = 1 ] || say "passed: $TIER"
     ;;
   gpu)
     GPU_JOB=train

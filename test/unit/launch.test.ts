@@ -8,7 +8,7 @@ import { REPO_ROOT } from '../../client/processes';
 import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
 
 // launch.sh: `gpu --dry-run` and `resume --dry-run` print every command (bin/launch-gpu.sh) and run none. Node from PyPI:
-// test/unit/launch-node.test.ts.
+// test/integration/launch-node.test.ts.
 function launch(args: string[], env: Record<string, string> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), 'halo-launch-'));
   try {

@@ -1,32 +1,92 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
-import { REPO_ROOT, pythonBinary } from '../../client/processes';
+import { readdirSync } from 'node:fs';
+import { REPO_ROOT } from '../../client/processes';
 
-// The fast tier (`./launch.sh test fast`, `npm test`) leaves out the learner's tests that load the tiny Qwen3-VL or
-// start a Temporal server; `./launch.sh test` runs everything.
+// The tiers of `./launch.sh test`: fast (`npm test`), integration and slow; nothing runs them all (CI). `--dry-run`
+// prints each command a tier would run, so what runs where is read here without running it. Which of the learner's
+// tests `-m 'not model'` keeps: test/integration/learner-fast-marker.test.ts (it collects the whole pytest suite).
 
-test('./launch.sh test takes the fast tier or nothing, and names the tiers on anything else', () => {
-  const r = spawnSync('bash', ['launch.sh', '--skip-setup', 'test', 'quick'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000 });
+function launchTest(...args: string[]) {
+  return spawnSync('bash', ['launch.sh', '--skip-setup', 'test', ...args], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000 });
+}
+
+/** The commands a tier runs, one per line, as `--dry-run` prints them. */
+function plan(tier?: string): string[] {
+  const r = launchTest(...(tier ? [tier] : []), '--dry-run');
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  return r.stdout.trim().split('\n');
+}
+
+/** The test files of node's command in `lines` whose results go to `<name>.jsonl`. */
+function nodeFiles(lines: string[], name: string): string[] {
+  const line = lines.find((l) => l.includes(`/${name}.jsonl`));
+  assert.ok(line, `a node command for ${name} in:\n${lines.join('\n')}`);
+  return line.split(' ').filter((w) => w.endsWith('.test.ts'));
+}
+
+const testFiles = (dir: string) =>
+  readdirSync(`${REPO_ROOT}/${dir}`)
+    .filter((f) => f.endsWith('.test.ts'))
+    .map((f) => `${dir}/${f}`)
+    .sort();
+
+test('./launch.sh test takes fast, integration, slow or nothing, and names the tiers on anything else', () => {
+  const r = launchTest('quick');
   assert.equal(r.status, 2, `exit ${r.status}: ${r.stderr}`);
-  assert.match(r.stderr, /no tier 'quick' \(fast: .*; nothing: everything\)/);
+  assert.match(r.stderr, /no tier 'quick' \(fast: .*; integration: .*; slow: .*learning\.test\.ts.*; nothing: everything\)/);
+  const two = launchTest('fast', 'slow');
+  assert.equal(two.status, 2, two.stderr);
+  assert.match(two.stderr, /one tier at most, not 'fast slow'/);
 });
 
-test("pytest -m 'not model' keeps the learner's pure tests and leaves out every test that loads the model or a server", () => {
-  const r = spawnSync(pythonBinary(), ['-m', 'pytest', '-q', '--collect-only', '-p', 'no:cacheprovider', '-m', 'not model'], {
-    cwd: join(REPO_ROOT, 'workers', 'learner'),
-    encoding: 'utf8',
-    timeout: 300_000,
-  });
-  assert.equal(r.status, 0, r.stdout + r.stderr);
-  const ids = r.stdout.split('\n').filter((l) => l.includes('::'));
-  const files = new Set(ids.map((id) => id.split('::')[0]));
-  for (const pure of ['tests/test_blobs.py', 'tests/test_envfile.py', 'tests/test_memory.py']) assert.ok(files.has(pure), `${pure} is in the fast tier`);
-  // The worker-kill tests start a Temporal server and learner workers; the GRPO step tests take the policy fixture.
-  assert.ok(!files.has('tests/test_worker_kill.py'), 'test_worker_kill.py is left out');
-  assert.ok(!ids.includes('tests/test_grpo.py::test_loss_matches_hand_computation'), 'a test that takes the learner fixture is left out');
-  assert.ok(ids.includes('tests/test_grpo.py::test_stale_samples_keep_their_gradient_under_the_decoupled_objective'), 'a pure test of a model file stays');
-  assert.match(r.stdout, /deselected/);
-  assert.doesNotMatch(r.stdout + r.stderr, /PytestUnknownMarkWarning/);
+test('the tiers split the suite: fast is unit and workflow files, integration and slow share test/integration/ without overlap', () => {
+  const fast = plan('fast');
+  assert.deepEqual(nodeFiles(fast, 'node-fast').sort(), [...testFiles('test/unit'), ...testFiles('test/workflows')].sort());
+  assert.ok(
+    fast.some((l) => l.includes('-m not\\ model') && l.includes('learner-fast.xml')),
+    fast.join('\n'),
+  );
+  assert.match(fast.find((l) => l.includes('node-fast.jsonl')) ?? '', /--test-concurrency=[2-9]/);
+
+  const integration = nodeFiles(plan('integration'), 'node-integration');
+  const slow = nodeFiles(plan('slow'), 'node-slow');
+  assert.ok(slow.includes('test/integration/learning.test.ts') && slow.includes('test/integration/chaos.test.ts'), slow.join(' '));
+  assert.deepEqual(
+    integration.filter((f) => slow.includes(f)),
+    [],
+  );
+  assert.deepEqual([...integration, ...slow].sort(), testFiles('test/integration'));
+  assert.ok(
+    plan('integration').some((l) => l.includes('-m model') && l.includes('learner-model.xml')),
+    'the learner tests marked model run in the integration tier',
+  );
+});
+
+test('everything: type check and lint, then fast, integration and slow in that order on one prebuilt bundle, then the durations', () => {
+  const all = plan();
+  const at = (what: string) => {
+    const i = all.findIndex((l) => l.includes(what));
+    assert.ok(i >= 0, `${what} in:\n${all.join('\n')}`);
+    return i;
+  };
+  const order = [
+    'npx tsc --noEmit',
+    'npm run lint',
+    'node-fast.jsonl',
+    'learner-model.xml',
+    'build-workflow-bundle.ts',
+    'node-integration.jsonl',
+    'node-slow.jsonl',
+    'tools/test_durations.py',
+  ].map(at);
+  assert.deepEqual(
+    order,
+    [...order].sort((a, b) => a - b),
+  );
+  assert.equal(all.filter((l) => l.includes('build-workflow-bundle.ts')).length, 1, 'the bundle is built once');
+  for (const name of ['node-integration', 'node-slow']) {
+    assert.match(all.find((l) => l.includes(`/${name}.jsonl`)) ?? '', /^HALO_WORKFLOW_BUNDLE=\S+\/bundles\/\S+ node /);
+  }
 });

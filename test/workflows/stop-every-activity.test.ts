@@ -212,8 +212,10 @@ async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awa
 
 const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
+// Each test trains on its own queues and run id, and spends most of its seconds waiting on the dev server and on its
+// workers' shutdown: four at a time keep the file's time near a quarter of one after another.
 for (const layout of layouts) {
-  describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000 }, () => {
+  describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000, concurrency: 4 }, () => {
     test('the list names every activity the iterations call', async () => {
       const gate = new ActivityGate();
       const { result } = await trainRun(layout, gate, async () => {});
