@@ -33,6 +33,8 @@ Trains one config K times, each run on a freshly started stack of its own, and w
   --parallel P       stacks at once (default 1)
   --threshold X      target of the mean training success over the last five iterations (default 0.8)
   --iterations N     train.iterations override (default: the config's)
+  --rollout MODE     train.rollout override: iterations or stream (docs/streaming.md)
+  --max-staleness K  train.maxStaleness override
   --tag TAG          names the output folder and the run ids (default fresh)
   --out DIR          output folder (default bench/repeats)
   -h, --help         this text`;
@@ -106,6 +108,8 @@ runBench(async () => {
         parallel: { type: 'string', default: '1' },
         threshold: { type: 'string', default: '0.8' },
         iterations: { type: 'string' },
+        rollout: { type: 'string' },
+        'max-staleness': { type: 'string' },
         tag: { type: 'string', default: 'fresh' },
         out: { type: 'string', default: 'bench/repeats' },
       },
@@ -127,6 +131,11 @@ runBench(async () => {
   const tag = values.tag as string;
   const base = loadConfigFile(values.config as string);
   if (values.iterations) base.train.iterations = Number(values.iterations);
+  if (values.rollout || values['max-staleness']) {
+    // Through the schema again, so a bad value is the config's own error.
+    const train = { ...base.train, ...(values.rollout ? { rollout: values.rollout } : {}), ...(values['max-staleness'] ? { maxStaleness: Number(values['max-staleness']) } : {}) };
+    Object.assign(base, parseConfig({ ...base, train }, 'config with --rollout/--max-staleness'));
+  }
   printBenchHeader('fresh-repeats');
   const runs = await mapLimit(
     seeds.map((seed, k) => ({ seed, k })),

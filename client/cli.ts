@@ -14,7 +14,7 @@ import type { EpisodeResult } from '../lib/episode-types';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
 import { REPO_ROOT } from './processes';
 import { connectClient, down, downCompose, parseRoles, stackStatus, up } from './stack';
-import { describeLatestMetrics, followTrain, runStatus, startOrAttachTrain } from './train';
+import { describeLatestMetrics, followTrain, runStatus, startOrAttachTrain, streamNote } from './train';
 import { register as registerEval } from './commands/eval';
 import { register as registerRuns } from './commands/runs';
 import { register as registerView } from './commands/view';
@@ -212,7 +212,7 @@ program
       if (opts.json) console.log(JSON.stringify(st));
       else {
         console.log(
-          `run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}` : ''}`,
+          `run ${run}: ${st.status}${st.progress ? ` · iteration ${st.progress.iteration}/${st.progress.iterations} · ${st.progress.phase}${st.progress.paused ? ' (paused)' : ''} · adapter v${st.progress.adapterVersion}${streamNote(st.progress)}` : ''}`,
         );
         if (st.latest) console.log(describeLatestMetrics(st.latest));
         if (st.failure) console.log(`last failure: ${formatFailure(st.failure)}`);

@@ -100,13 +100,19 @@ export function followTrain(handle: WorkflowHandle, say: (line: string) => void)
     (st) => {
       const m = st.lastMetrics;
       const bar = progressBar(st.iteration - 1, st.iterations);
-      return `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · ${progressNumbers(m)}` : ''} · adapter v${st.adapterVersion}`;
+      return `${bar} iteration ${st.iteration}/${st.iterations} · ${st.phase}${st.paused ? ' (paused)' : ''}${m ? ` · ${progressNumbers(m)}` : ''} · adapter v${st.adapterVersion}${streamNote(st)}`;
     },
     say,
   );
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(0)}%`;
+
+/** A streaming run's rollouts now: episodes in flight and waiting for a slot, complete groups buffered, the adapter new episodes sample. */
+export function streamNote(st: Pick<TrainingStatus, 'stream'>): string {
+  const s = st.stream;
+  return s ? ` · stream: ${s.inFlight} episodes in flight, ${s.queued} queued, ${s.buffered} groups buffered, sampling v${s.samplingVersion}` : '';
+}
 
 /** An iteration's headline numbers: GRPO's mean reward or MCTS's pairs, and the success rate. */
 export function progressNumbers(m: TrainingMetrics): string {

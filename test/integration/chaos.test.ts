@@ -173,3 +173,18 @@ test('the same with pipelined iterations (maxStaleness 1): kills while rollouts 
     ],
   );
 });
+
+test('the same with streaming rollouts (k = 1, continue-as-new after 2 updates): kills while episodes stream beside an update', { timeout: TEST_MS }, async () => {
+  // The next group's episode runs beside the update on the first: the browser dies there, then the learner; the
+  // server restarts around the drain and continue-as-new.
+  const lines = await chaosRun('chaos-stream', 2, { rollout: 'stream', maxStaleness: 1, stream: { updatesPerRun: 2 } });
+  assert.ok(
+    lines.every((l) => l.stream !== undefined && l.staleness !== undefined && l.staleness <= 1),
+    JSON.stringify(lines.map((l) => [l.staleness, l.stream])),
+  );
+  assert.equal(
+    lines.reduce((n, l) => n + (l.stream?.groups_dropped_failed ?? 0), 0),
+    0,
+    'no group lost to the kills',
+  );
+});

@@ -4,7 +4,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { withFakeWorkers } from '../helpers/fake-workers';
-import { continueAsNewChain, eventually, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { continueAsNewChain, eventually, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 import { statusQuery, stopSignal } from '../../workflows/messages';
 
 // `trainGrpo` with train.rollout stream, on mocked episodes' activities, batch, metrics and learner: slots kept
@@ -162,6 +162,7 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       assert.deepEqual(await continueAsNewChain(env, runId, handle.firstExecutionRunId), ['ContinuedAsNew', 'ContinuedAsNew', 'Completed']);
       // 5 groups of 2 rollouts, each episode once (k = 2 admits no more than the run needs).
       assert.equal(learner.samples.length, 10);
+      await recordHistories(env, runId, handle.firstExecutionRunId, 'stream');
     });
   });
 
