@@ -38,7 +38,6 @@ export async function streamRollouts<D, U, R>(
     },
     snapshot,
   );
-  describe(() => ({ stream: { inFlight: s.inFlight, queued: s.queued, buffered: s.buffered, samplingVersion: loop.servedVersion } }));
 
   const ended: { ep: StartedEpisode; result?: R; error?: unknown }[] = [];
   let updating = false;
@@ -46,7 +45,12 @@ export async function streamRollouts<D, U, R>(
   let taken = 0;
   let failedSince: Failed<StartedEpisode>[] = [];
   const firstIteration = state.iteration;
-  run.phase = 'stream';
+  // `iteration` of a streaming run is the update in progress (or next); the stream's own numbers beside it.
+  describe(() => ({
+    iteration: firstIteration + Math.max(0, taken - (updating ? 1 : 0)),
+    adapterVersion: loop.version,
+    stream: { inFlight: s.inFlight, queued: s.queued, buffered: s.buffered, samplingVersion: loop.servedVersion },
+  }));
 
   const launch = (ep: StartedEpisode) => {
     parts.runEpisode(scope, ep, loop.servedSampling()).then(
@@ -80,9 +84,11 @@ export async function streamRollouts<D, U, R>(
     const segmentDone = taken >= settings.updatesPerRun;
     const stopping = run.stopping || !diskOk;
     const starting = !stopping && !run.paused && !segmentDone;
+    if (!updating) run.phase = run.paused ? 'paused' : stopping || segmentDone ? 'draining' : 'stream';
     if (starting) for (const ep of s.startable(loop.servedVersion, !s.allBatchesTaken)) launch(ep);
     // A stopped run learns from the batches it completed (draining first); no update past the run's last.
-    const mayTake = !updating && !s.allBatchesTaken && !segmentDone && (!stopping || s.inFlight === 0);
+    // Paused: nothing new starts, neither an episode nor an update; what runs ends.
+    const mayTake = !updating && !run.paused && !s.allBatchesTaken && !segmentDone && (!stopping || s.inFlight === 0);
     const droppedBefore = s.counters.droppedStale;
     const batch = mayTake ? s.takeBatch(loop.version) : null;
     if (s.counters.droppedStale > droppedBefore)

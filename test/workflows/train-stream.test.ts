@@ -5,7 +5,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { continueAsNewChain, eventually, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
-import { statusQuery, stopSignal } from '../../workflows/messages';
+import { pauseSignal, resumeSignal, statusQuery, stopSignal } from '../../workflows/messages';
 
 // `trainGrpo` with train.rollout stream, on mocked episodes' activities, batch, metrics and learner: slots kept
 // busy through updates, the staleness bound, retries in fresh sessions, whole-group drops and continue-as-new.
@@ -177,6 +177,28 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 2, adapterVersion: 2, stoppedEarly: true });
       assert.equal(learner.samples.length, 4, 'no episode starts after the stop');
+    });
+  });
+  test('a pause starts no episode and no update (the update in flight still ends); resume goes on', async () => {
+    await withFakeWorkers(env, 'stream-pause', {}, async ({ q, runId, learner }) => {
+      learner.updateHolds.hold(1);
+      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 3, { maxStaleness: 1 }) }] });
+      await learner.updateHolds.reached(1);
+      await eventually('the second group sampled', () => (learner.samples.length >= 4 ? true : undefined));
+      await handle.signal(pauseSignal);
+      learner.updateHolds.release(1);
+      const paused = await eventually('the run paused after its update', async () => {
+        const st = (await handle.query(statusQuery)) as { phase: string; adapterVersion: number; iteration: number };
+        return st.phase === 'paused' && st.adapterVersion === 1 ? st : undefined;
+      });
+      assert.equal(paused.iteration, 2, 'the next update is the second');
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.equal(learner.samples.length, 4, 'no episode starts while paused');
+      assert.equal(learner.updates.length, 1, 'and no update: the complete second group waits');
+      await handle.signal(resumeSignal);
+      const result = (await handle.result()) as TrainingResult;
+      assert.deepEqual(result, { runId, iterations: 3, adapterVersion: 3, stoppedEarly: false });
+      assert.equal(learner.samples.length, 6);
     });
   });
 });
