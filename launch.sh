@@ -3,9 +3,10 @@
 #   ./launch.sh [--dry-run]     set up and run the seeds' job: the GPU plan (`gpu`) when `nvidia-smi -L` lists a GPU,
 #                               else the local job (`local`)
 #   ./launch.sh local [--dry-run]  set up, start the local stack, run the default job (tiny-random on MiniWoB++)
-#   ./launch.sh test            set up, run every test (CI)
+#   ./launch.sh test            set up, run every test (CI): type check, lint, then the fast, integration and slow tiers
 #   ./launch.sh test fast       set up, run the fast tier: the learner's tests that load no model, unit and workflow tests
-#   ./launch.sh test integration | slow  set up, run the integration tier (real stack) or the slow one (learning, chaos)
+#   ./launch.sh test integration | slow  set up, run the integration tier (real stack) or the slow one (learning, chaos);
+#                               `test [tier] --dry-run` prints what a tier runs; durations land in runs/tests/
 #   ./launch.sh setup           set up only
 #   ./launch.sh gpu [--dry-run] [halo train flags]  the real stack on an NVIDIA box without Docker (bin/launch-gpu.sh)
 #   ./launch.sh gpu serve [--dry-run]               vLLM only, with every flag training needs
@@ -226,7 +227,8 @@ test_fast() {
     learner_tests learner-fast 'not model' >"$TEST_RUN_DIR/learner-fast.log" 2>&1 &
     py_pid=$!
   fi
-  node_tests node-fast "${HALO_TEST_CONCURRENCY:-2}" 0 test/unit/*.test.ts test/workflows/*.test.ts || rc=$?
+  # The workflow files first: they are the longest, and started last they would run alone at the end.
+  node_tests node-fast "${HALO_TEST_CONCURRENCY:-2}" 0 test/workflows/*.test.ts test/unit/*.test.ts || rc=$?
   [ "$DRY_RUN" = 1 ] && return 0
   wait "$py_pid" || py_rc=$?
   cat "$TEST_RUN_DIR/learner-fast.log"
