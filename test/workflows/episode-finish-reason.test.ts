@@ -72,7 +72,7 @@ async function recordedTrajectory(name: string, grouping?: EpisodeInput['groupin
   return recorded[0];
 }
 
-describe('episode: finish reasons in the trajectory', { timeout: 60_000 }, () => {
+describe('episode: finish reasons in the trajectory', { timeout: 600_000 }, () => {
   test('a step group records every candidate’s finish reason, and the played step the chosen one’s', async () => {
     const t = await recordedTrajectory('finish-group', { n: 3, choose: 'best' });
     // Candidate x = 100, 200, 300: the best (index 2) is played.

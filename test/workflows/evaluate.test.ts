@@ -77,7 +77,7 @@ function evaluateInput(
   };
 }
 
-describe('evaluate', { timeout: 90_000 }, () => {
+describe('evaluate', { timeout: 600_000 }, () => {
   test('runs an episode for every mode × task × seed and records a failed episode instead of failing', async () => {
     const broken = '-grpo-enter-text-s2';
     const browserOpts: FakeBrowserOptions = {

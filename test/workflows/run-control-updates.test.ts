@@ -18,7 +18,7 @@ after(async () => {
   await env?.teardown();
 });
 
-test('pause, resume and stop as updates: each answers with the status after the change; the run pauses, goes on and stops', { timeout: 150_000 }, async () => {
+test('pause, resume and stop as updates: each answers with the status after the change; the run pauses, goes on and stops', { timeout: 600_000 }, async () => {
   await withFakeWorkers(env, 'grpo-updates', {}, async (w) => {
     const config = {
       temporal: { controlTaskQueue: w.q.control, browserTaskQueue: w.q.browser },
@@ -36,7 +36,7 @@ test('pause, resume and stop as updates: each answers with the status after the 
   });
 });
 
-test('halo stop: the update answers with the status after the change; with no worker to answer, it goes as the signal', { timeout: 150_000 }, async () => {
+test('halo stop: the update answers with the status after the change; with no worker to answer, it goes as the signal', { timeout: 600_000 }, async () => {
   await withFakeWorkers(env, 'grpo-stop-cli', {}, async (w) => {
     const config = {
       temporal: { controlTaskQueue: w.q.control, browserTaskQueue: w.q.browser },

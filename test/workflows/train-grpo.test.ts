@@ -47,7 +47,7 @@ const failingEpisodes = (...suffixes: string[]) => ({
   },
 });
 
-describe('trainGrpo', { timeout: 150_000 }, () => {
+describe('trainGrpo', { timeout: 600_000 }, () => {
   test('runs one iteration per workflow run: 3 iterations, 3 updates (v1..v3), metrics once each', async () => {
     await withFakeWorkers(env, 'grpo-can', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', {

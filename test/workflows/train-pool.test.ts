@@ -28,7 +28,7 @@ function servedConfig(q: TestQueues, runId: string, policy: Record<string, unkno
   };
 }
 
-describe('trainGrpo on a policy pool', { timeout: 120_000 }, () => {
+describe('trainGrpo on a policy pool', { timeout: 600_000 }, () => {
   test('every adapter goes to every replica; the metrics rows say what each replica did', async () => {
     await withFakeWorkers(env, 'grpo-pool', {}, async ({ q, runId, control }) => {
       const handle = await env.client.workflow.start('trainGrpo', {

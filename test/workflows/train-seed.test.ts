@@ -47,7 +47,7 @@ async function episodes(runId: string): Promise<string[]> {
   return out;
 }
 
-test('train.seed replaces the run id as the source of tasks and seeds', { timeout: 120_000 }, async () => {
+test('train.seed replaces the run id as the source of tasks and seeds', { timeout: 600_000 }, async () => {
   const played: Record<string, string[]> = {};
   for (const [name, seed] of [
     ['seed-a', 7],
