@@ -19,12 +19,11 @@ export function poolProblems(cfg: HaloConfig): string[] {
     );
 }
 
-/** Staleness beyond one update needs the rollout stream: iterations overlap at most one update. */
+/** Staleness beyond one update needs the rollout stream: iterations overlap one update at most. */
 export function rolloutProblems(cfg: HaloConfig): string[] {
-  const t = cfg.train;
-  if (t.rollout === 'iterations' && t.maxStaleness > 1)
-    return [`train.maxStaleness ${t.maxStaleness}: iterations overlap one update at most (0 or 1); set train.rollout: stream for a larger bound`];
-  return [];
+  return (['train', 'mcts'] as const)
+    .filter((sec) => cfg[sec].rollout === 'iterations' && cfg[sec].maxStaleness > 1)
+    .map((sec) => `${sec}.maxStaleness ${cfg[sec].maxStaleness}: iterations overlap one update at most (0 or 1); set ${sec}.rollout: stream for a larger bound`);
 }
 
 /** train.dynamicSampling that cannot work: extra draws exist only for step groups, and one draw is N candidates. */

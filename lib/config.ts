@@ -170,6 +170,34 @@ export const episodeSchema = z
   })
   .prefault({});
 
+/** How episodes (searches) reach updates, shared by train and mcts (docs/streaming.md). */
+const rolloutSchema = z
+  .enum(['iterations', 'stream'])
+  .default('iterations')
+  .describe(
+    "iterations: an iteration starts its episodes (searches) together and updates when the last one ends. stream: every slot starts the next episode (search) as soon as one ends, sampled with the newest adapter served, and the learner updates as soon as an iteration's worth of complete groups (searches) is ready (maxStaleness bounds how far behind a sample may be; docs/streaming.md)",
+  );
+
+const streamSchema = z
+  .strictObject({
+    episodeRetries: z
+      .number()
+      .int()
+      .min(0)
+      .max(10)
+      .default(1)
+      .describe('a failed episode starts again in a fresh session this many times; past that its whole group is dropped (counted), since a partial group biases the baseline'),
+    updatesPerRun: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(10)
+      .describe('updates per workflow run before it drains its in-flight episodes and continues as new (bounds the event history)'),
+  })
+  .prefault({})
+  .describe('rollout stream only');
+
 export const trainSchema = z
   .strictObject({
     runId: z
@@ -239,12 +267,7 @@ export const trainSchema = z
       })
       .prefault({})
       .describe('more candidates for groups without signal'),
-    rollout: z
-      .enum(['iterations', 'stream'])
-      .default('iterations')
-      .describe(
-        'iterations: an iteration starts its episodes together and updates when the last one ends. stream: every browser slot starts the next episode as soon as one ends, sampled with the newest adapter served, and the learner updates as soon as episodesPerIteration complete groups are ready (maxStaleness bounds how far behind a sample may be; docs/streaming.md)',
-      ),
+    rollout: rolloutSchema,
     maxStaleness: z
       .number()
       .int()
@@ -254,25 +277,7 @@ export const trainSchema = z
       .describe(
         "iterations: 1 lets iteration i+1's rollouts sample from the newest adapter (one update behind) while the update on iteration i runs (at most 1). stream: a sample may be at most k updates behind when it is learned from; staler groups are dropped and counted. The learner's ratio against the sampler's log-probs corrects what is kept. 0: strictly on-policy, rollouts wait for the update",
       ),
-    stream: z
-      .strictObject({
-        episodeRetries: z
-          .number()
-          .int()
-          .min(0)
-          .max(10)
-          .default(1)
-          .describe('a failed episode starts again in a fresh session this many times; past that its whole group is dropped (counted), since a partial group biases the baseline'),
-        updatesPerRun: z
-          .number()
-          .int()
-          .min(1)
-          .max(1000)
-          .default(10)
-          .describe('updates per workflow run before it drains its in-flight episodes and continues as new (bounds the event history)'),
-      })
-      .prefault({})
-      .describe('train.rollout stream only'),
+    stream: streamSchema,
     staleWeightCap: z
       .number()
       .gt(0)
@@ -432,9 +437,13 @@ export const mctsSchema = z
       .number()
       .int()
       .min(0)
-      .max(1)
+      .max(8)
       .default(0)
-      .describe("1: iteration i+1's searches run with the newest adapter (one update behind) while the DPO update on iteration i's pairs runs; 0: searches wait for the update"),
+      .describe(
+        "iterations: 1 lets iteration i+1's searches run with the newest adapter (one update behind) while the DPO update on iteration i's pairs runs (at most 1). stream: a search's pairs may be at most k updates behind when learned from; staler searches are dropped and counted. 0: searches wait for the update",
+      ),
+    rollout: rolloutSchema,
+    stream: streamSchema,
     vllmBaseUrl: z.string().url().optional().describe('load each new adapter into this vLLM (policy.backend openai); later iterations sample with it'),
     seed: runSeed("seed of the searches: each task's seed comes from (seed, iteration, task) instead of the run id; default: the run id"),
     maxFailedSearchShare: z

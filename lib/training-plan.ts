@@ -21,7 +21,7 @@ export interface TrainingPlan {
   evalEvery: number;
   evalEverySteps: number;
   maxStaleness: number;
-  /** How episodes reach updates: whole iterations, or a stream (GRPO's train.rollout; MCTS always iterations). */
+  /** How episodes (searches) reach updates: whole iterations, or a stream (train.rollout, mcts.rollout). */
   rollout: 'iterations' | 'stream';
   /** Units (groups' episodes or searches) an update learns from: an iteration's worth. */
   batchUnits: number;
@@ -68,8 +68,9 @@ export function trainingPlan(cfg: HaloConfig, mode: TrainingMode): TrainingPlan 
     evalEvery: m.evalEvery,
     evalEverySteps: m.evalEverySteps,
     maxStaleness: m.maxStaleness,
-    rollout: 'iterations',
+    rollout: m.rollout,
     batchUnits: m.tasks.length * m.searchesPerTask,
+    ...(m.rollout === 'stream' ? { stream: { episodeRetries: m.stream.episodeRetries, updatesPerRun: m.stream.updatesPerRun } } : {}),
     ...(m.vllmBaseUrl ? { vllmBaseUrl: m.vllmBaseUrl } : {}),
     pickKey: m.seed === undefined ? m.runId : `seed-${m.seed}`,
     maxFailedShare: m.maxFailedSearchShare,

@@ -6,7 +6,17 @@ import type { TrainingResult } from '../../workflows/train-engine';
 import { FakeBrowser, FakeControl, FakeLearner, fakeRef } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
-import { chainChildWorkflows, childWorkflows, continueAsNewChain, recordHistories, startWorkflowEnv, testQueues, withWorkers, type TestQueues } from '../helpers/workflow-env';
+import {
+  chainChildWorkflows,
+  childWorkflows,
+  continueAsNewChain,
+  eventually,
+  recordHistories,
+  startWorkflowEnv,
+  testQueues,
+  withWorkers,
+  type TestQueues,
+} from '../helpers/workflow-env';
 
 // `trainMcts` with a tiny search (2 simulations, 2 children, no critic) and every activity mocked: one
 // iteration per workflow run, searches that continue as new from a stored tree, and pause, resume, stop.
@@ -171,6 +181,36 @@ describe('trainMcts', { timeout: 90_000 }, () => {
       // its second one takes as it is: two sessions per search, nothing reset.
       assert.deepEqual([browser.starts.length, browser.resets.length], [4, 0], 'two searches of two simulations: no third iteration started');
       assert.deepEqual([...browser.closes].sort(), browser.starts.map((s) => s.sessionId).sort(), 'every session closed once when its search ended');
+    });
+  });
+
+  test("mcts.rollout stream: searches stream into DPO updates, each update from the searches of one iteration's worth", async () => {
+    await withFakeWorkers(env, 'mcts-stream', { browser: { step: succeedsAt100 } }, async ({ q, runId, control, learner }) => {
+      learner.updateHolds.hold(1);
+      const cfg = mctsConfig(q, runId, 3, 10, { rollout: 'stream', maxStaleness: 1, searchesPerTask: 1 });
+      const handle = await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
+      await learner.updateHolds.reached(1);
+      // While the first DPO update is held, the second search runs (the bound admits k + 1 = 2 before it ends).
+      await eventually('the second search sampling during update 1', () => (learner.samples.filter((s) => s.n === 2).length >= 2 ? true : undefined));
+      learner.updateHolds.release(1);
+      const result = (await handle.result()) as TrainingResult;
+      assert.deepEqual(result, { runId, iterations: 3, adapterVersion: 3, stoppedEarly: false });
+      assert.deepEqual(
+        learner.updates.map((u) => [u.kind, u.version]),
+        [
+          ['dpo', 1],
+          ['dpo', 2],
+          ['dpo', 3],
+        ],
+      );
+      assert.deepEqual(
+        control.grpoMetricLines.map((l) => [l.algorithm, l.staleness, (l.stream as { groups_dropped_stale: number }).groups_dropped_stale]),
+        [
+          ['mcts', 0, 0],
+          ['mcts', 1, 0],
+          ['mcts', 1, 0],
+        ],
+      );
     });
   });
 

@@ -188,7 +188,7 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       await handle.signal(pauseSignal);
       learner.updateHolds.release(1);
       const paused = await eventually('the run paused after its update', async () => {
-        const st = (await handle.query(statusQuery)) as { phase: string; adapterVersion: number; iteration: number };
+        const st = (await handle.query(statusQuery)) as unknown as { phase: string; adapterVersion: number; iteration: number };
         return st.phase === 'paused' && st.adapterVersion === 1 ? st : undefined;
       });
       assert.equal(paused.iteration, 2, 'the next update is the second');

@@ -6,7 +6,8 @@ import { mctsIterationMetrics } from '../../lib/training-metrics';
 import { drawKey } from '../../lib/training-plan';
 import { mctsSearch, type MctsSearchInput } from '../mcts-search';
 import { checkFailureShare, poolSettled } from '../pool';
-import { learnerUpdate, type Algorithm, type RunScope } from '../train-engine';
+import type { SamplingPolicy } from '../../lib/iteration-policy';
+import { learnerUpdate, type Algorithm, type Collected, type RunScope } from '../train-engine';
 
 /** What an MCTS iteration collects: each search's summary, and the DPO batch of all their pairs (null: no pairs). */
 export interface MctsExperience {
@@ -15,8 +16,16 @@ export interface MctsExperience {
   pairs: number;
 }
 
+/** One search of an iteration: its task, seed, workflow id and draw key. */
+interface SearchPick {
+  task: string;
+  seed: number;
+  id: string;
+  drawKey: string;
+}
+
 /** The iteration's searches: `searchesPerTask` per task, each seed from the pick key, iteration, task and repeat. */
-function searchPicks(scope: RunScope, it: number) {
+function searchPicks(scope: RunScope, it: number): SearchPick[] {
   const repeats = Array.from({ length: scope.cfg.mcts.searchesPerTask }, (_, r) => r);
   return scope.cfg.mcts.tasks.flatMap((task) =>
     repeats.map((r) => ({
@@ -28,6 +37,54 @@ function searchPicks(scope: RunScope, it: number) {
   );
 }
 
+/** One search of iteration `it` as a child workflow, sampling from adapter v<version> (`sampling` names it). */
+function runSearch(scope: RunScope, it: number, p: SearchPick, sampling: SamplingPolicy, version: number): Promise<MctsSearchResult> {
+  const { cfg, runId, ctx } = scope;
+  const params = mctsParams(cfg);
+  return executeChild(mctsSearch, {
+    workflowId: p.id,
+    taskQueue: cfg.temporal.controlTaskQueue,
+    staticSummary: `${runId} iteration ${it}: MCTS on ${cfg.episode.env}/${p.task} seed ${p.seed} (${params.numSimulations} simulations)`,
+    args: [
+      {
+        run: ctx,
+        iteration: it,
+        task: { env: cfg.episode.env, task: p.task, seed: p.seed },
+        params,
+        policy: sampling.policy,
+        adapterVersion: version,
+        ...(sampling.adapter ? { adapter: sampling.adapter } : {}),
+        drawKey: p.drawKey,
+      } satisfies MctsSearchInput,
+    ],
+  });
+}
+
+/** An update's experience from its searches: their summaries and one DPO batch of all their pairs (null: none). */
+async function experience(
+  scope: RunScope,
+  it: number,
+  results: MctsSearchResult[],
+  failed: number,
+  sampledVersion: number,
+  seconds: Record<string, number>,
+): Promise<Collected<MctsExperience>> {
+  const { run, control } = scope;
+  const pairRefs = results.flatMap((r) => (r.pairs.ref && r.pairs.count > 0 ? [r.pairs.ref] : []));
+  const pairs = results.reduce((n, r) => n + r.pairs.count, 0);
+  // writeDpoBatch (validated against the learner's schema) over the searches' pair blobs.
+  const batchRef = pairs > 0 ? (await run.timed('update', () => control.writeMctsDpoBatch({ pairs_refs: pairRefs }), 'batch', seconds)).batch_ref : null;
+  return {
+    iteration: it,
+    sampledVersion,
+    searches: results.map((r) => ({ simulations: r.simulations, stats: r.stats, bestPath: r.bestPath, pairs: r.pairs, counters: r.counters })),
+    batchRef,
+    pairs,
+    failed,
+    seconds,
+  };
+}
+
 /**
  * Agent Q's MCTS-guided DPO: per iteration `searchesPerTask` searches per task (child workflows, workflows/mcts-search.ts)
  * with the previous iteration's adapter, the step-level pairs of all searches in one DPO batch, then the
@@ -35,57 +92,31 @@ function searchPicks(scope: RunScope, it: number) {
  * off; log-probs logged by the sampler are not used as the reference). An
  * iteration without pairs skips the update and keeps the adapter.
  */
-export const mcts: Algorithm<MctsExperience, UpdateDpoOutput> = {
+export const mcts: Algorithm<MctsExperience, UpdateDpoOutput, MctsSearchResult> = {
   mode: 'mcts',
   evalMode: 'mcts-eval',
 
   status: (scope, it) => ({ searches: searchPicks(scope, it).map((p) => p.id) }),
 
   async collect(scope, it, sampling, sampledVersion, seconds) {
-    const { cfg, runId, ctx, run, control, plan } = scope;
-    const params = mctsParams(cfg);
+    const { runId, run, plan } = scope;
     const picks = searchPicks(scope, it);
-    const searched = await run.timed(
-      'search',
-      () =>
-        poolSettled(picks, plan.parallelism, (p) =>
-          executeChild(mctsSearch, {
-            workflowId: p.id,
-            taskQueue: cfg.temporal.controlTaskQueue,
-            staticSummary: `${runId} iteration ${it}: MCTS on ${cfg.episode.env}/${p.task} seed ${p.seed} (${params.numSimulations} simulations)`,
-            args: [
-              {
-                run: ctx,
-                iteration: it,
-                task: { env: cfg.episode.env, task: p.task, seed: p.seed },
-                params,
-                policy: sampling.policy,
-                adapterVersion: sampledVersion,
-                ...(sampling.adapter ? { adapter: sampling.adapter } : {}),
-                drawKey: p.drawKey,
-              } satisfies MctsSearchInput,
-            ],
-          }),
-        ),
-      'search',
-      seconds,
-    );
+    const searched = await run.timed('search', () => poolSettled(picks, plan.parallelism, (p) => runSearch(scope, it, p, sampling, sampledVersion)), 'search', seconds);
     checkFailureShare(searched.failed, picks.length, plan.maxFailedShare, `searches of iteration ${it}`, plan.maxFailedShareKey);
     for (const f of searched.failed) log.warn('search failed; its pairs are left out', { runId, iteration: it, task: f.item.task, error: f.error });
-    const results = searched.ok;
-    const pairRefs = results.flatMap((r) => (r.pairs.ref && r.pairs.count > 0 ? [r.pairs.ref] : []));
-    const pairs = results.reduce((n, r) => n + r.pairs.count, 0);
-    // writeDpoBatch (validated against the learner's schema) over the searches' pair blobs.
-    const batchRef = pairs > 0 ? (await run.timed('update', () => control.writeMctsDpoBatch({ pairs_refs: pairRefs }), 'batch', seconds)).batch_ref : null;
-    return {
-      iteration: it,
-      sampledVersion,
-      searches: results.map((r) => ({ simulations: r.simulations, stats: r.stats, bestPath: r.bestPath, pairs: r.pairs, counters: r.counters })),
-      batchRef,
-      pairs,
-      failed: searched.failed.length,
-      seconds,
-    };
+    return experience(scope, it, searched.ok, searched.failed.length, sampledVersion, seconds);
+  },
+
+  // Streaming: a unit is one search. Unit u is search u mod B of iteration ⌊u / B⌋ + 1 (B: the iteration's
+  // searches), with that search's workflow id, seed and draws; a search run again gets `-r<attempt>`.
+  stream: {
+    unitSize: () => 1,
+    runEpisode(scope, ep, sampling) {
+      const it = Math.floor(ep.unit / scope.plan.batchUnits) + 1;
+      const p = searchPicks(scope, it)[ep.unit % scope.plan.batchUnits];
+      return runSearch(scope, it, ep.attempt > 0 ? { ...p, id: `${p.id}-r${ep.attempt}` } : p, sampling, ep.version);
+    },
+    build: (scope, it, results, sampledVersion, seconds) => experience(scope, it, results, 0, sampledVersion, seconds),
   },
 
   envSteps: (c) => c.searches.reduce((n, s) => n + s.counters.browserSteps, 0),
