@@ -59,9 +59,19 @@ function adapterHash(checkpoints: string, runId: string, version: number): strin
   return h.digest('hex').slice(0, 16);
 }
 
+/** A fresh stack; one more try when it does not come up (workers slow to poll on a loaded machine), since that is not the run's doing. */
+async function startStack(model: string): ReturnType<typeof startTestStack> {
+  try {
+    return await startTestStack({ browserWorkers: 1, learner: { model } });
+  } catch (err) {
+    console.error(`stack did not start (${(err as Error).message.split('\n')[0]}); starting another`);
+    return startTestStack({ browserWorkers: 1, learner: { model } });
+  }
+}
+
 async function oneRun(base: HaloConfig, seed: number, model: string, k: number, tag: string): Promise<FreshRun> {
   const started = Date.now();
-  const stack = await startTestStack({ browserWorkers: 1, learner: { model } });
+  const stack = await startStack(model);
   const runId = `${tag}-r${k}-s${seed}`;
   try {
     const cfg = parseConfig({
