@@ -3,7 +3,7 @@
     python tools/test_durations.py RUN_DIR [--top 15] [--junit-root workers/learner]
 
 Reads what `./launch.sh test` leaves in RUN_DIR: `*.jsonl` written by node's `test/reporters/file-durations.mjs`
-(one line per file, its process from start to exit) and `*.xml` written by pytest's `--junitxml` (a file's seconds
+(a line per file, its process from start to exit; the last line of a file counts) and `*.xml` written by pytest's `--junitxml` (a file's seconds
 are the sum of its tests' setup, call and teardown; collection is not in them). Writes `RUN_DIR/durations.tsv`
 (file, tests, failed, seconds) and prints the `--top` slowest files. Exits 2 when RUN_DIR holds neither.
 """
@@ -26,16 +26,17 @@ class FileDuration(NamedTuple):
 
 
 def node_files(path: Path) -> list[FileDuration]:
-    out = []
+    # A file's results can reach the reporter after its exit; it then writes the file's line again, counts updated.
+    out: dict[str, FileDuration] = {}
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             r = json.loads(line)
-            out.append(FileDuration(str(r["file"]), int(r["tests"]), int(r["failed"]), float(r["seconds"])))
+            out[str(r["file"])] = FileDuration(str(r["file"]), int(r["tests"]), int(r["failed"]), float(r["seconds"]))
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{path}:{n}: not a file-durations line ({err}): {line[:200]}") from err
-    return out
+    return list(out.values())
 
 
 def pytest_files(path: Path, root: str) -> list[FileDuration]:

@@ -52,11 +52,17 @@ function summarise(dir: string, ...args: string[]) {
   return spawnSync(pythonBinary(), [SUMMARY, dir, ...args], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000 });
 }
 
-test("the summary sorts node's and pytest's files slowest first into durations.tsv and prints the top ones", () => {
+test("the summary sorts node's and pytest's files slowest first into durations.tsv, a file's last line counting, and prints the top ones", () => {
   const dir = mkdtempSync(join(tmpdir(), 'halo-durations-'));
   writeFileSync(
     join(dir, 'node-fast.jsonl'),
-    ['{"file":"test/unit/a.test.ts","tests":4,"failed":0,"seconds":1.5}', '{"file":"test/workflows/b.test.ts","tests":2,"failed":1,"seconds":30.25}', ''].join('\n'),
+    [
+      '{"file":"test/unit/a.test.ts","tests":1,"failed":0,"seconds":1.5}',
+      '{"file":"test/workflows/b.test.ts","tests":2,"failed":1,"seconds":30.25}',
+      // a.test.ts's last results reached the reporter after its exit: its line again, the counts updated.
+      '{"file":"test/unit/a.test.ts","tests":4,"failed":0,"seconds":1.5}',
+      '',
+    ].join('\n'),
   );
   writeFileSync(
     join(dir, 'learner-fast.xml'),
