@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { type LogCap, logCapFromEnv, rotateIfOver } from './log-rotation';
 
 export const REPO_ROOT = resolve(__dirname, '..');
 
@@ -11,6 +12,8 @@ export interface ManagedProcess {
   logFile: string;
   /** The log's size when this process started: what it wrote itself comes after (the log is appended to). */
   logOffset?: number;
+  /** The process keeping the log within HALO_LOG_MAX_MB × HALO_LOG_FILES (client/log-watcher.ts); it ends after the process. */
+  logWatcherPid?: number;
 }
 
 export function pidFile(home: string, name: string): string {
@@ -122,6 +125,9 @@ export function spawnBackground(home: string, name: string, command: string, arg
   mkdirSync(join(home, 'logs'), { recursive: true });
   mkdirSync(join(home, 'pids'), { recursive: true });
   const logFile = join(home, 'logs', `${name}.log`);
+  const cap = logCapFromEnv(env);
+  // A log left over past its cap is rotated first, so what this process writes starts at logOffset and stays there.
+  rotateIfOver(logFile, cap);
   const fd = openSync(logFile, 'a');
   const logOffset = fstatSync(fd).size;
   const child = spawn(command, args, { cwd: REPO_ROOT, env, detached: true, stdio: ['ignore', fd, fd] });
@@ -129,7 +135,22 @@ export function spawnBackground(home: string, name: string, command: string, arg
   if (child.pid === undefined) throw new Error(`could not start ${name} (${command})`);
   child.unref();
   writePidFile(home, name, child.pid);
-  return { name, pid: child.pid, logFile, logOffset };
+  return { name, pid: child.pid, logFile, logOffset, logWatcherPid: watchLog(logFile, cap, child.pid) };
+}
+
+/**
+ * Starts client/log-watcher.ts for the log of `pid`: detached (a session of its own, so it outlives this CLI and
+ * no hangup or group signal of the stack reaches it), with no environment beyond PATH (it needs no secrets).
+ */
+function watchLog(logFile: string, cap: LogCap, pid: number): number | undefined {
+  const args = ['--import', 'tsx', join(REPO_ROOT, 'client', 'log-watcher.ts'), logFile, String(cap.maxBytes), String(cap.files), String(pid)];
+  const identity = processIdentity(pid);
+  if (identity) args.push(...identity.split(' '));
+  const watcher = spawn(process.execPath, args, { cwd: REPO_ROOT, env: { PATH: process.env.PATH ?? '' }, detached: true, stdio: 'ignore' });
+  // Without it the log only grows, as before: no reason to fail the process it would have watched.
+  watcher.on('error', () => {});
+  watcher.unref();
+  return watcher.pid;
 }
 
 /**
