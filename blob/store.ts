@@ -1,11 +1,12 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
-import { lstat, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { DIR_MODE, FILE_MODE } from './file-modes';
+import { DIR_MODE } from './file-modes';
 import { checkPart, describeLocation, keyOf, parseStoreUrl, storeLocation } from './location';
 import { ObjectNotFoundError, S3Objects, s3ClientFromEnv } from './s3';
 import { folderNow, objectStoreNow } from './store-clock';
+import { chmodEach, removeFolderAt, touchOnStoreClock, writeDurably } from './durable-files';
 
 const REF = /^sha256:([0-9a-f]{64})\.([a-z0-9]{1,8})$/;
 /** A stored blob's name under its two-hex-digit folder: the other 62 digits and the extension. */
@@ -216,49 +217,6 @@ function holds(ref: string, bytes: Buffer): boolean {
   return createHash('sha256').update(bytes).digest('hex') === ref.slice(7, 71);
 }
 
-/**
- * Writes `bytes` to `path` durably: into a temp file of its folder that is fsynced, renamed over `path`, and the
- * folder fsynced, so that after a power cut the name holds either nothing or all of the bytes. `fresh`: folders
- * this write created, whose parents are fsynced too (their entries are new).
- */
-async function writeDurably(path: string, bytes: Buffer, fresh: string[] = []): Promise<void> {
-  const dir = dirname(path);
-  // A name no other writer uses; replacing a file a concurrent writer just renamed there changes nothing,
-  // the bytes are equal.
-  const tmp = `${path}.${process.pid}.${randomBytes(8).toString('hex')}.tmp`;
-  try {
-    const fh = await fsp.open(tmp, 'wx', FILE_MODE);
-    try {
-      await fh.chmod(FILE_MODE);
-      await fh.writeFile(bytes);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await fsp.rename(tmp, path);
-  } catch (err) {
-    await rm(tmp, { force: true }).catch(() => {});
-    throw err;
-  }
-  await syncDir(dir);
-  for (const d of fresh) await syncDir(dirname(d));
-}
-
-/** Folders this process created get DIR_MODE whatever its umask (mkdir's mode is narrowed by it). */
-async function chmodEach(dirs: string[]): Promise<void> {
-  for (const d of dirs) await fsp.chmod(d, DIR_MODE);
-}
-
-/** fsync of a folder: its entries (a rename, a new file) survive a power cut. */
-async function syncDir(dir: string): Promise<void> {
-  const fh = await fsp.open(dir, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
 /** The folder (under a store's root) of writer records; not two hex digits, so a sweep never lists it. */
 const WRITERS = 'writers';
 
@@ -412,35 +370,6 @@ class FolderBackend implements Backend {
       gone.push(o);
     }
     return gone;
-  }
-}
-
-/** A folder where a blob file belongs would make every write of it fail (EISDIR) for good: moved aside, removed. */
-async function removeFolderAt(path: string): Promise<void> {
-  const st = await lstat(path).catch(() => undefined);
-  if (!st?.isDirectory()) return;
-  const aside = `${path}.folder-${process.pid}-${randomBytes(4).toString('hex')}`;
-  try {
-    await rename(path, aside);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // another writer moved it first
-    throw err;
-  }
-  await rm(aside, { recursive: true, force: true });
-}
-
-/**
- * A new mtime for a whole blob file, set by the file system rather than this host: an ftruncate to its own
- * length changes no byte but marks the file modified at the kernel's (on NFS: the server's) time, as a
- * `touch` does. `utimes` with this host's clock would let a host that lags make a just-reused blob look old
- * on a shared disk, and `halo gc` ages blobs by the store's clock.
- */
-async function touchOnStoreClock(path: string, length: number): Promise<void> {
-  const fh = await fsp.open(path, 'r+');
-  try {
-    await fh.truncate(length);
-  } finally {
-    await fh.close();
   }
 }
 
