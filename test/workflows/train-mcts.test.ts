@@ -53,7 +53,7 @@ function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAs
 /** Every first step ends the episode: the click at x = 100 succeeds, any other fails (so siblings differ). */
 const succeedsAt100 = (c: { action: Action }) => ({ done: true, success: c.action.type === 'click' && c.action.x === 100 });
 
-describe('trainMcts', { timeout: 90_000 }, () => {
+describe('trainMcts', { timeout: 600_000 }, () => {
   test('runs one iteration per workflow run, each search continuing as new from its stored tree', async () => {
     await withFakeWorkers(env, 'mcts-can', { browser: { step: succeedsAt100 } }, async ({ q, runId, browser, control, learner }) => {
       const handle = await env.client.workflow.start('trainMcts', {
@@ -191,7 +191,7 @@ describe('trainMcts', { timeout: 90_000 }, () => {
       const handle = await env.client.workflow.start('trainMcts', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
       await learner.updateHolds.reached(1);
       // While the first DPO update is held, the second search runs (the bound admits k + 1 = 2 before it ends).
-      await eventually('the second search sampling during update 1', () => (learner.samples.filter((s) => s.n === 2).length >= 2 ? true : undefined));
+      await eventually('the second search sampling during update 1', () => (learner.samples.filter((s) => s.n === 2).length >= 2 ? true : undefined), 120_000);
       learner.updateHolds.release(1);
       const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 3, adapterVersion: 3, stoppedEarly: false });

@@ -41,7 +41,7 @@ function streamConfig(q: TestQueues, runId: string, iterations: number, train: R
 
 type Row = { stream?: Record<string, number>; staleness?: number; sampled_adapter_version?: number; adapter_version?: number };
 
-describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
+describe('trainGrpo, train.rollout stream', { timeout: 600_000 }, () => {
   test('maxStaleness 0 samples as the synchronous iterations do: each group from the adapter before its update', async () => {
     await withFakeWorkers(env, 'stream-k0', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 3, { maxStaleness: 0 }) }] });
@@ -73,7 +73,7 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 4, { maxStaleness: 1 }) }] });
       await learner.updateHolds.reached(1);
       // The bound lets (k + 0 + 1) = 2 groups in before the first update ends: the second group's two episodes run now.
-      await eventually('the next group sampled during update 1', () => (learner.samples.length >= 4 ? true : undefined));
+      await eventually('the next group sampled during update 1', () => (learner.samples.length >= 4 ? true : undefined), 120_000);
       const status = (await handle.query(statusQuery)) as { stream?: { samplingVersion: number; buffered: number } };
       assert.equal(status.stream?.samplingVersion, 0);
       await new Promise((r) => setTimeout(r, 500));
@@ -105,7 +105,7 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       browser.startHolds.hold(1); // the first group's first episode stalls in its session start
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 4, { maxStaleness: 1 }) }] });
       await browser.startHolds.reached(1);
-      await eventually('two updates while the first group stalls', () => (learner.updates.length >= 2 ? true : undefined));
+      await eventually('two updates while the first group stalls', () => (learner.updates.length >= 2 ? true : undefined), 120_000);
       browser.startHolds.release(1);
       const result = (await handle.result()) as TrainingResult;
       assert.deepEqual(result, { runId, iterations: 4, adapterVersion: 4, stoppedEarly: false });
@@ -171,7 +171,7 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       learner.updateHolds.hold(1);
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 6, { maxStaleness: 1 }) }] });
       await learner.updateHolds.reached(1);
-      await eventually('the second group sampled', () => (learner.samples.length >= 4 ? true : undefined));
+      await eventually('the second group sampled', () => (learner.samples.length >= 4 ? true : undefined), 120_000);
       await handle.signal(stopSignal);
       learner.updateHolds.release(1);
       const result = (await handle.result()) as TrainingResult;
@@ -184,13 +184,17 @@ describe('trainGrpo, train.rollout stream', { timeout: 150_000 }, () => {
       learner.updateHolds.hold(1);
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 3, { maxStaleness: 1 }) }] });
       await learner.updateHolds.reached(1);
-      await eventually('the second group sampled', () => (learner.samples.length >= 4 ? true : undefined));
+      await eventually('the second group sampled', () => (learner.samples.length >= 4 ? true : undefined), 120_000);
       await handle.signal(pauseSignal);
       learner.updateHolds.release(1);
-      const paused = await eventually('the run paused after its update', async () => {
-        const st = (await handle.query(statusQuery)) as unknown as { phase: string; adapterVersion: number; iteration: number };
-        return st.phase === 'paused' && st.adapterVersion === 1 ? st : undefined;
-      });
+      const paused = await eventually(
+        'the run paused after its update',
+        async () => {
+          const st = (await handle.query(statusQuery)) as unknown as { phase: string; adapterVersion: number; iteration: number };
+          return st.phase === 'paused' && st.adapterVersion === 1 ? st : undefined;
+        },
+        120_000,
+      );
       assert.equal(paused.iteration, 2, 'the next update is the second');
       await new Promise((r) => setTimeout(r, 1000));
       assert.equal(learner.samples.length, 4, 'no episode starts while paused');
