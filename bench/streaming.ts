@@ -118,7 +118,8 @@ async function onStack(): Promise<void> {
         runId,
         iterations: updates,
         maxSteps: 25,
-        policy: { backend: 'openai', baseUrl: `${vllm.url}/v1`, model: vllm.baseModel, temperature: 1, maxTokens: 64 },
+        // The stand-in counts steps from the history in its prompt: the whole episode's.
+        policy: { backend: 'openai', baseUrl: `${vllm.url}/v1`, model: vllm.baseModel, temperature: 1, maxTokens: 64, historyLength: 25 },
         episode: { sessionStartTimeoutMs: 30_000 },
         train: {
           seed: 11,
