@@ -49,6 +49,8 @@ export async function streamRollouts<D, U, R>(
   describe(() => ({
     iteration: firstIteration + Math.max(0, taken - (updating ? 1 : 0)),
     adapterVersion: loop.version,
+    // What `halo up` loads into a restarted vLLM: the adapter new episodes sample from.
+    ...(loop.servedSampling().adapter ? { servedAdapter: loop.servedSampling().adapter } : {}),
     stream: { inFlight: s.inFlight, queued: s.queued, buffered: s.buffered, samplingVersion: loop.servedVersion },
   }));
 

@@ -205,4 +205,21 @@ describe('trainGrpo, train.rollout stream', { timeout: 600_000 }, () => {
       assert.equal(learner.samples.length, 6);
     });
   });
+  test('served adapters: the status names the adapter new episodes sample from, for halo up to reload into a restarted vLLM', async () => {
+    await withFakeWorkers(env, 'stream-served', {}, async ({ q, runId, learner }) => {
+      learner.updateHolds.hold(2);
+      const cfg = {
+        ...streamConfig(q, runId, 3, { maxStaleness: 1, vllmBaseUrl: 'http://vllm:8000/v1' }),
+        policy: { backend: 'openai', baseUrl: 'http://vllm:8000/v1', model: 'base', temperature: 1, maxTokens: 32 },
+      };
+      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: cfg }] });
+      await learner.updateHolds.reached(2);
+      const st = (await handle.query(statusQuery)) as unknown as { servedAdapter?: { lora_name: string; lora_path: string } };
+      assert.equal(st.servedAdapter?.lora_name, `${runId}-v1`);
+      assert.equal(st.servedAdapter?.lora_path, `/checkpoints/${runId}/v1`);
+      learner.updateHolds.release(2);
+      const result = (await handle.result()) as TrainingResult;
+      assert.equal(result.adapterVersion, 3);
+    });
+  });
 });
