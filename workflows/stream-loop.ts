@@ -46,13 +46,16 @@ export async function streamRollouts<D, U, R>(
   let failedSince: Failed<StartedEpisode>[] = [];
   const firstIteration = state.iteration;
   // `iteration` of a streaming run is the update in progress (or next); the stream's own numbers beside it.
-  describe(() => ({
-    iteration: firstIteration + Math.max(0, taken - (updating ? 1 : 0)),
-    adapterVersion: loop.version,
+  describe(() => {
     // What `halo up` loads into a restarted vLLM: the adapter new episodes sample from.
-    ...(loop.servedSampling().adapter ? { servedAdapter: loop.servedSampling().adapter } : {}),
-    stream: { inFlight: s.inFlight, queued: s.queued, buffered: s.buffered, samplingVersion: loop.servedVersion },
-  }));
+    const served = loop.servedSampling().adapter;
+    return {
+      iteration: firstIteration + Math.max(0, taken - (updating ? 1 : 0)),
+      adapterVersion: loop.version,
+      ...(served ? { servedAdapter: served } : {}),
+      stream: { inFlight: s.inFlight, queued: s.queued, buffered: s.buffered, samplingVersion: loop.servedVersion },
+    };
+  });
 
   const launch = (ep: StartedEpisode) => {
     parts.runEpisode(scope, ep, loop.servedSampling()).then(
