@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { ApplicationFailure } from '@temporalio/activity';
-import { clipErrorText } from '../lib/credentials';
+import { clipErrorText } from '../lib/serving/credentials';
 import { adapterFolderDamage } from '../host/adapter-manifest';
 
 /**

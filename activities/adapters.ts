@@ -1,7 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import { servedAdapterName, type ServedAdapter } from '../lib/iteration-policy';
-import { clipErrorText, type CredentialName } from '../lib/credentials';
-import type { ReplicaStats } from '../lib/policy-pool';
+import { servedAdapterName, type ServedAdapter } from '../lib/serving/iteration-policy';
+import { clipErrorText, type CredentialName } from '../lib/serving/credentials';
+import type { ReplicaStats } from '../lib/serving/policy-pool';
 import { checkAdapterFolder } from './adapter-check';
 import { apiKeyFor } from './credentials';
 import { poolOf } from './replica-pools';
@@ -74,7 +74,7 @@ export interface LoadedModel {
   parent?: string | null;
 }
 
-/** The served name of adapter v<N> of a run: the one naming rule (lib/iteration-policy.ts). */
+/** The served name of adapter v<N> of a run: the one naming rule (lib/serving/iteration-policy.ts). */
 export const adapterName = servedAdapterName;
 
 const RETRYABLE_4XX = new Set([408, 425, 429]);

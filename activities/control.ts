@@ -1,12 +1,12 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import { clip, type AgentAction, type ToolAction } from '../lib/actions';
-import { parseAction } from '../lib/parse';
-import { buildPrompt } from '../lib/prompt';
-import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../lib/action-grammar';
-import { grammarBlob, type GrammarSampler } from '../lib/grammar-blob';
-import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode-types';
-import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/experience';
+import { clip, type AgentAction, type ToolAction } from '../lib/model-io/actions';
+import { parseAction } from '../lib/model-io/parse';
+import { buildPrompt } from '../lib/model-io/prompt';
+import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../lib/model-io/action-grammar';
+import { grammarBlob, type GrammarSampler } from '../lib/model-io/grammar-blob';
+import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode/episode-types';
+import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/training/experience';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions, wantsTokenIds } from './policy-client';
 import { onPolicyPool } from './policy-pool';
@@ -154,7 +154,7 @@ export function createControlActivities(blobs: BlobStore) {
     },
 
     /**
-     * Assembles the episode's trajectory (`Trajectory`, lib/experience.ts) from the blobs its steps wrote; returns
+     * Assembles the episode's trajectory (`Trajectory`, lib/training/experience.ts) from the blobs its steps wrote; returns
      * its reference. Tokens go by reference only: a step that still carries them inline (an episode recorded before
      * the sampler stored them) has them stored here.
      */

@@ -1,11 +1,11 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors, type CriticConfig, type CriticObservation } from '../lib/critic';
-import type { PromptMessage } from '../lib/prompt';
-import { policySchema, type PolicyConfig } from '../lib/config';
+import { buildCriticPrompt, buildOutcomePrompt, parseCriticAnswer, parseOutcomeAnswer, rankToPriors, type CriticConfig, type CriticObservation } from '../lib/search/critic';
+import type { PromptMessage } from '../lib/model-io/prompt';
+import { policySchema, type PolicyConfig } from '../lib/config/config';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions } from './policy-client';
-import { clipErrorText } from '../lib/credentials';
+import { clipErrorText } from '../lib/serving/credentials';
 
 export type { CriticConfig };
 

@@ -1,7 +1,7 @@
 import type { BlobStore } from '../blob/store';
-import { assembleEval } from '../lib/eval-records';
-import type { EvalEpisodeRecord } from '../lib/eval-summary';
-import type { FinishEvalInput, FinishEvalResult } from '../lib/eval-types';
+import { assembleEval } from '../lib/eval/eval-records';
+import type { EvalEpisodeRecord } from '../lib/eval/eval-summary';
+import type { FinishEvalInput, FinishEvalResult } from '../lib/eval/eval-types';
 
 /** The `evaluate` workflow's records: written per chunk by the workflow (storeJson), assembled here at the end. */
 export function createEvalRecordActivities(blobs: BlobStore) {

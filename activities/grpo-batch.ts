@@ -1,9 +1,9 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
-import { TrajectorySchema, legacyTokens, type GroupCandidate, type Trajectory } from '../lib/experience';
-import { describeZodError } from '../lib/learner-types';
-import { dynamicSamplingStats, episodeGroup, groupsToBatchItems, stepGroupRewards, type BatchStepGroup, type DynamicSamplingStats, type GrpoRefItem } from '../lib/grpo';
-import { anchorGroupAdvantages, anchorRollout, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/anchor-groups';
+import { TrajectorySchema, legacyTokens, type GroupCandidate, type Trajectory } from '../lib/training/experience';
+import { describeZodError } from '../lib/training/learner-types';
+import { dynamicSamplingStats, episodeGroup, groupsToBatchItems, stepGroupRewards, type BatchStepGroup, type DynamicSamplingStats, type GrpoRefItem } from '../lib/training/grpo';
+import { anchorGroupAdvantages, anchorRollout, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/training/anchor-groups';
 import type { LearnerBatchActivities } from './learner-batches';
 
 export interface BuildGrpoBatchInput {
@@ -36,7 +36,7 @@ export interface BuildGrpoBatchResult {
   dynamic?: DynamicSamplingStats;
 }
 
-/** train.anchor's defaults (lib/config.ts), for a workflow that passes none. */
+/** train.anchor's defaults (lib/config/config.ts), for a workflow that passes none. */
 const ANCHOR_DEFAULTS: AnchorParams = { episodeWeight: 1, stepWeight: 1, discount: 0.95 };
 
 /**
@@ -124,7 +124,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
   /**
    * Episode and anchor grouping: the rollouts of one task + seed form a group. Episode: every step of a rollout
    * carries the rollout's advantage. Anchor: each step's advantage adds a step term from the steps of the
-   * group's rollouts that acted from the same state (lib/anchor-groups.ts).
+   * group's rollouts that acted from the same state (lib/training/anchor-groups.ts).
    */
   async function episodeItems(trajs: Trajectory[], anchor: AnchorParams | null): Promise<{ items: GrpoRefItem[]; groups: number[][]; anchor?: AnchorStats }> {
     const byTask = new Map<string, Trajectory[]>();

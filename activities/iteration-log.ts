@@ -2,7 +2,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import { mkdir, open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { z } from 'zod';
-import { runIdProblem } from '../lib/run-metrics';
+import { runIdProblem } from '../lib/training/run-metrics';
 
 /** What one per-iteration JSONL file needs: its name, its line schema and its parser. */
 export interface IterationLogSpec<L extends { run_id: string; iteration: number }> {

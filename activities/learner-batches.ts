@@ -1,11 +1,11 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { z } from 'zod';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
-import { BLOB_REF, DpoBatchSchema, GrpoBatchSchema, describeZodError, type DpoPairInput, type GrpoItemInput, type LearnerPrompt } from '../lib/learner-types';
+import { BLOB_REF, DpoBatchSchema, GrpoBatchSchema, describeZodError, type DpoPairInput, type GrpoItemInput, type LearnerPrompt } from '../lib/training/learner-types';
 
 /**
  * Writers of the learner's batch blobs (control worker). The batch is validated against the same schema the
- * Python learner applies (lib/learner-types.ts), so a bad batch fails here, next to the code that built it,
+ * Python learner applies (lib/training/learner-types.ts), so a bad batch fails here, next to the code that built it,
  * with the offending field named, and the learner only ever receives batches it accepts.
  *
  * To keep workflow histories small (no large blobs in Temporal payloads), an item may name its prompt and

@@ -1,10 +1,10 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
 import type { LearnerBatchActivities } from './learner-batches';
-import { collectPairs, joinSnapshot, pairsSummary, type MctsPairsSummary, type MctsSnapshot, type MctsSnapshotChunk } from '../lib/mcts-search';
-import type { Tree } from '../lib/mcts';
-import { MctsPairSchema, type MctsPair } from '../lib/experience';
-import { describeZodError } from '../lib/learner-types';
+import { collectPairs, joinSnapshot, pairsSummary, type MctsPairsSummary, type MctsSnapshot, type MctsSnapshotChunk } from '../lib/search/mcts-search';
+import type { Tree } from '../lib/search/mcts';
+import { MctsPairSchema, type MctsPair } from '../lib/training/experience';
+import { describeZodError } from '../lib/training/learner-types';
 
 /**
  * Blob work of the MCTS search (control worker): what grows with the tree stays out of workflow payloads.

@@ -9,13 +9,13 @@ import {
   parseMetricsLine,
   type MetricsLine,
   type TrainingMetrics,
-} from '../lib/run-metrics';
+} from '../lib/training/run-metrics';
 import { createIterationLog } from './iteration-log';
 import type { CurvesSink, WandbTarget } from '../host/curves';
 
 /**
  * The run's metrics file, `<runsRoot>/<run_id>/metrics.jsonl` (control worker): one line per iteration of
- * every training run, whatever its algorithm (lib/run-metrics.ts).
+ * every training run, whatever its algorithm (lib/training/run-metrics.ts).
  *
  * Exactly one line per iteration, even when Temporal retries `appendIterationMetrics` (a worker that died
  * after writing but before reporting completion, a timeout): the activity reads the file first and appends
@@ -23,7 +23,7 @@ import type { CurvesSink, WandbTarget } from '../host/curves';
  *
  * No half lines: the whole line (newline included) goes out in one `write` on a file opened for appending,
  * then is fsynced before the activity completes. A process killed mid-write can still leave a torn last
- * line without its newline; readers ignore it (lib/run-metrics.ts) and the next append repairs the file
+ * line without its newline; readers ignore it (lib/training/run-metrics.ts) and the next append repairs the file
  * first: it truncates the fragment away, or, when the fragment is a complete line that only lost its
  * newline, keeps it (it counts as written) and adds the newline.
  *

@@ -1,6 +1,6 @@
 import type OpenAI from 'openai';
 import type { BlobStore } from '../blob/store';
-import type { PromptMessage } from '../lib/prompt';
+import type { PromptMessage } from '../lib/model-io/prompt';
 
 function mimeOf(ref: string): string {
   const ext = ref.slice(ref.lastIndexOf('.') + 1);

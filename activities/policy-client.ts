@@ -1,8 +1,8 @@
 import OpenAI from 'openai';
 import { ApplicationFailure, log } from '@temporalio/activity';
-import { readGrammarBlob } from '../lib/grammar-blob';
-import type { PolicyConfig } from '../lib/config';
-import { clipErrorText } from '../lib/credentials';
+import { readGrammarBlob } from '../lib/model-io/grammar-blob';
+import type { PolicyConfig } from '../lib/config/config';
+import { clipErrorText } from '../lib/serving/credentials';
 import { apiKeyFor } from './credentials';
 
 export interface Completion {
@@ -183,7 +183,7 @@ type VllmChoice = OpenAI.Chat.Completions.ChatCompletion.Choice & { token_ids?: 
  * The sampled ids and log-probs of one choice: ids from `token_ids`, else parsed from `"token_id:N"` token
  * strings; log-probs from `logprobs.content`, null where unknown (vLLM's -9999 placeholder, none, or not a finite
  * number), never a number the learner would take for a probability. Malformed ids are left out, and log-probs that
- * do not pair one-to-one with the ids are dropped: what comes back is a valid `SampledTokens` (lib/experience.ts)
+ * do not pair one-to-one with the ids are dropped: what comes back is a valid `SampledTokens` (lib/training/experience.ts)
  * or nothing.
  */
 export function sampledTokens(choice: VllmChoice): Pick<Completion, 'tokenIds' | 'logprobs' | 'unknownLogprobs'> {
@@ -220,7 +220,7 @@ function refusedTokenFields(err: unknown): boolean {
 
 /**
  * vLLM's structured-output request field (0.11+; the `guided_*` fields it replaced are ignored from 0.12 on,
- * with unconstrained output) for a stored grammar blob (lib/action-grammar.ts): its JSON schema. The whitespace
+ * with unconstrained output) for a stored grammar blob (lib/model-io/action-grammar.ts): its JSON schema. The whitespace
  * the output may hold is the server's setting (`--structured-outputs-config`, policy.grammarWhitespace): vLLM's
  * xgrammar and guidance backends ignore the request's `disable_any_whitespace`, which is sent only to say in
  * the request what the blob was sampled under.

@@ -1,13 +1,13 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import type { PolicyConfig } from '../lib/config';
-import type { ServedAdapter } from '../lib/iteration-policy';
-import { clipErrorText } from '../lib/credentials';
+import type { PolicyConfig } from '../lib/config/config';
+import type { ServedAdapter } from '../lib/serving/iteration-policy';
+import { clipErrorText } from '../lib/serving/credentials';
 import { withServedAdapter, type AdapterCallStats } from './adapters';
 import { missingModelOf } from './policy-client';
 import { poolOf } from './replica-pools';
 
 /**
- * Sampling on a policy's servers (lib/policy-pool.ts; this process's pools: replica-pools.ts). A request goes to the replica the pool picks; the adapter its model names is loaded on that very replica first
+ * Sampling on a policy's servers (lib/serving/policy-pool.ts; this process's pools: replica-pools.ts). A request goes to the replica the pool picks; the adapter its model names is loaded on that very replica first
  * (`withServedAdapter`: one idempotent load per replica and version, again on a 404 after a restart). A replica
  * that fails retryably is drained and the request goes on to the next one, each replica at most once per call:
  * that is the pool routing around a dead server, not a retry of the same request on it (Temporal owns those; when

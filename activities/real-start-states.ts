@@ -1,4 +1,4 @@
-import type { StartSessionInput } from '../lib/episode-types';
+import type { StartSessionInput } from '../lib/episode/episode-types';
 import type { ClientSnapshot } from '../env/real-snapshot';
 
 /** REAL tasks whose start state a browser worker keeps (0 turns it off). */

@@ -1,9 +1,9 @@
 import { ApplicationFailure } from '@temporalio/activity';
-import type { PolicyConfig } from '../lib/config';
-import { policyReplicas, ReplicaPool, replicaKey, type ReplicaStats } from '../lib/policy-pool';
+import type { PolicyConfig } from '../lib/config/config';
+import { policyReplicas, ReplicaPool, replicaKey, type ReplicaStats } from '../lib/serving/policy-pool';
 
 /**
- * The control worker's policy pools (lib/policy-pool.ts), one per replica list, shared by every activity of this
+ * The control worker's policy pools (lib/serving/policy-pool.ts), one per replica list, shared by every activity of this
  * process (sampling and adapter loads), so "least loaded" counts every request in flight here and a replica that
  * failed a load is drained for sampling too.
  */

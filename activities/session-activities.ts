@@ -1,5 +1,5 @@
 import { Context, heartbeat } from '@temporalio/activity';
-import type { FinishSessionResult, ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult } from '../lib/episode-types';
+import type { FinishSessionResult, ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult } from '../lib/episode/episode-types';
 import type { SessionManager } from './session';
 
 /**

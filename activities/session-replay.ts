@@ -1,5 +1,5 @@
-import type { Action } from '../lib/actions';
-import type { ObservationRef, StartSessionInput } from '../lib/episode-types';
+import type { Action } from '../lib/model-io/actions';
+import type { ObservationRef, StartSessionInput } from '../lib/episode/episode-types';
 import { MiniWobEnv, type RestartOptions } from '../env/miniwob';
 import type { Observation } from '../env/types';
 import type { SessionEnv } from './session-types';

@@ -4,7 +4,7 @@ import { checkSiteHealth } from '../env/real-site';
 import { getRealTask } from '../env/real-tasks';
 import { assertMiniwobTask } from '../env/miniwob-tasks';
 import type { TaskSpec } from '../env/types';
-import type { RealScoring } from '../lib/episode-types';
+import type { RealScoring } from '../lib/episode/episode-types';
 import { permanentEnvError } from './session-errors';
 
 /**

@@ -2,7 +2,7 @@ import type { Browser, BrowserContext } from 'playwright-core';
 import type { MiniWobEnv } from '../env/miniwob';
 import type { RealEnv } from '../env/real';
 import type { ClientSnapshot } from '../env/real-snapshot';
-import type { StartSessionInput, StepSessionResult } from '../lib/episode-types';
+import type { StartSessionInput, StepSessionResult } from '../lib/episode/episode-types';
 import type { RewardView } from '../lib/rewards/types';
 import type { RewardWeights } from '../lib/rewards/weights';
 

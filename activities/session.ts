@@ -15,7 +15,7 @@ import type { SessionDeps } from './session-deps';
 import { type BrowserKind, browserKind, type Session, type SessionEnv } from './session-types';
 import { DEFAULT_WARM_IDLE_MS, closeWarm, pageKey, WarmPages, warmKey } from './warm-pages';
 import { RealStartStates } from './real-start-states';
-import { actionKey, type Action } from '../lib/actions';
+import { actionKey, type Action } from '../lib/model-io/actions';
 import { computeReward, initialRewardState, stateKey, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardView } from '../lib/rewards/types';
 import { parseRewardWeights } from '../lib/rewards/weights';
@@ -28,7 +28,7 @@ import type {
   StepSessionResult,
   StepResultBlob,
   FinishSessionResult,
-} from '../lib/episode-types';
+} from '../lib/episode/episode-types';
 
 export const DEFAULT_SESSION_IDLE_MS = 60 * 60_000;
 

@@ -1,7 +1,7 @@
 import type { Browser, BrowserContext } from 'playwright-core';
 import type { MiniWobEnv } from '../env/miniwob';
 import { episodeMaxTimeMs } from '../env/miniwob-scoring';
-import type { EnvOptions, TaskRef } from '../lib/episode-types';
+import type { EnvOptions, TaskRef } from '../lib/episode/episode-types';
 
 /** Loaded MiniWoB++ pages a browser worker keeps after their sessions close (0 turns the pool off). */
 export const DEFAULT_WARM_PAGES = 16;

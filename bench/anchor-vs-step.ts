@@ -19,7 +19,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startOrAttachTrain } from '../client/train';
-import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
+import { isGrpoMetrics, parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { scriptedPolicy, stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack } from '../testing/stack';

@@ -9,10 +9,10 @@
 import { parseArgs } from 'node:util';
 import { createControlActivities } from '../activities/control';
 import type { SessionManager } from '../activities/session';
-import { describeAction, isTerminal, isValidAction } from '../lib/actions';
-import { parseConfig, type HaloConfig } from '../lib/config';
+import { describeAction, isTerminal, isValidAction } from '../lib/model-io/actions';
+import { parseConfig, type HaloConfig } from '../lib/config/config';
 import { singleEpisodeInput } from '../client/episode-input';
-import type { EpisodeInput, EpisodeResult } from '../lib/episode-types';
+import type { EpisodeInput, EpisodeResult } from '../lib/episode/episode-types';
 import { startFakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack } from '../testing/stack';
 import { load, median, runBench } from './bench-run';

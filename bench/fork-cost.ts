@@ -22,9 +22,9 @@
  */
 import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
-import type { Action } from '../lib/actions';
+import type { Action } from '../lib/model-io/actions';
 import { parseRewardWeights } from '../lib/rewards/weights';
-import type { StartSessionResult } from '../lib/episode-types';
+import type { StartSessionResult } from '../lib/episode/episode-types';
 import { fmt, load, median, runBench } from './bench-run';
 import { startInProcessSessions } from './in-process-sessions';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -32,7 +32,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SessionManager } from '../activities/session';
 import { BlobStore } from '../blob/store';
-import type { StartSessionInput } from '../lib/episode-types';
+import type { StartSessionInput } from '../lib/episode/episode-types';
 import { startFakeRealSite } from '../testing/fake-real-site';
 
 const { values } = parseArgs({

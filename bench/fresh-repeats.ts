@@ -16,9 +16,9 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join, resolve } from 'node:path';
 import { startOrAttachTrain } from '../client/train';
 import { loadConfigFile } from '../host/config-file';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
-import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
-import { freshRunSummary, freshRunsMarkdown, type FreshRun } from '../lib/repeat-runs';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config/config';
+import { isGrpoMetrics, parseMetricsJsonl } from '../lib/training/run-metrics';
+import { freshRunSummary, freshRunsMarkdown, type FreshRun } from './repeat-runs';
 import { startTestStack } from '../testing/stack';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 import { mapLimit, parseBenchCli, type BenchValues } from './method-runs';

@@ -21,7 +21,7 @@
  * the medians.
  */
 import { parseArgs } from 'node:util';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import { startOrAttachTrain } from '../client/train';
 import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../testing/stack';

@@ -28,7 +28,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import { startOrAttachTrain } from '../client/train';
 import { startFakePolicyServer, type FakePolicyServer } from '../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../testing/stack';
@@ -50,7 +50,7 @@ const repeats = Number(values.repeats);
 const scenarios = values.scenarios!.split(',');
 
 const PROFILES = {
-  // configs/default.yaml sets none of these: lib/config.ts defaults.
+  // configs/default.yaml sets none of these: lib/config/config.ts defaults.
   default: { heartbeatTimeoutMs: 10_000, sessionStartTimeoutMs: 20_000, learnerHeartbeatTimeoutS: 60 },
   // test/integration/chaos.test.ts
   tight: { heartbeatTimeoutMs: 3_000, sessionStartTimeoutMs: 5_000, learnerHeartbeatTimeoutS: 5 },

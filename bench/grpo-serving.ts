@@ -18,8 +18,8 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseConfig } from '../lib/config';
-import { parseMetricsJsonl } from '../lib/run-metrics';
+import { parseConfig } from '../lib/config/config';
+import { parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startOrAttachTrain } from '../client/train';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
 import { startTestStack, type TestStack } from '../testing/stack';

@@ -5,7 +5,7 @@
     .venv/bin/python bench/learner_lr_check.py --smoke         # CPU: tiny random Qwen3-VL, same code, about a minute
 
 The task: a 1280x720 screenshot and the accessibility tree of a page with elements [3], [5] and [12]; the
-action grammar is lib/action-grammar.ts's schema for that page (workers/learner/tests/fixtures/action-schema.json);
+action grammar is lib/model-io/action-grammar.ts's schema for that page (workers/learner/tests/fixtures/action-schema.json);
 reward 1 when the sampled action is `click_element 5`, else 0. Each update: N completions sampled by the
 learner's own `sample_actions` under the grammar, advantages r - mean(r) (dr_grpo), one `update_policy` (the
 production code path: masked log-probs, the sampler's log-probs as the old policy's, AdamW on LoRA rank 16).

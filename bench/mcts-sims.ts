@@ -18,9 +18,9 @@
  */
 import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
-import { parseConfig } from '../lib/config';
-import { mctsParams } from '../lib/mcts-params';
-import type { MctsSearchResult } from '../lib/mcts-search';
+import { parseConfig } from '../lib/config/config';
+import { mctsParams } from '../lib/search/mcts-params';
+import type { MctsSearchResult } from '../lib/search/mcts-search';
 import type { MctsSearchInput } from '../workflows/mcts-search';
 import { startBranchingPolicyServer } from '../testing/branching-policy-server';
 import { startFakeCriticServer } from '../testing/fake-critic-server';

@@ -15,10 +15,10 @@ import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { loadConfigFile } from '../host/config-file';
 import { adapterVersionsOnDisk, defaultCheckpoints } from '../host/eval-config-file';
 import { runMetricsFile } from '../host/run-metrics-file';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
-import { identicalCandidatesProblem } from '../lib/config-checks';
-import { algorithmOf, groupingOf, parseMethods, parseRowConfigs, rowConfigProblems, type Method } from '../lib/methods-table';
-import { parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config/config';
+import { identicalCandidatesProblem } from '../lib/config/config-checks';
+import { algorithmOf, groupingOf, parseMethods, parseRowConfigs, rowConfigProblems, type Method } from './methods-table';
+import { parseMetricsJsonl, type MetricsLine } from '../lib/training/run-metrics';
 import type { TrainingResult } from '../workflows/train-engine';
 
 const pct = (x: number) => `${Math.round(x * 100)}%`;

@@ -28,10 +28,10 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { runEval } from '../client/commands/eval';
 import { loadConfigFile } from '../host/config-file';
-import { ConfigError, mctsCriticSchema, type HaloConfig } from '../lib/config';
-import { parseEvalConfig, testTimeSearchParams, type EvalConfigInput } from '../lib/eval-config';
-import type { EpisodeResult } from '../lib/episode-types';
-import type { EvalSummaryRow } from '../lib/eval-summary';
+import { ConfigError, mctsCriticSchema, type HaloConfig } from '../lib/config/config';
+import { parseEvalConfig, testTimeSearchParams, type EvalConfigInput } from '../lib/eval/eval-config';
+import type { EpisodeResult } from '../lib/episode/episode-types';
+import type { EvalSummaryRow } from '../lib/eval/eval-summary';
 import {
   SUCCESS_THRESHOLD,
   algorithmOf,
@@ -45,7 +45,7 @@ import {
   type MethodInput,
   type MethodsReport,
   type TaskEvalEpisode,
-} from '../lib/methods-table';
+} from './methods-table';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
 import {
   StackDown,

@@ -30,7 +30,7 @@ import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { stringify } from 'yaml';
 import { assertPortFree } from '../client/temporal-server';
-import { parseMetricsJsonl } from '../lib/run-metrics';
+import { parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
 import { load, median, printBenchHeader, printLoadAtEnd, rng, runBench } from './bench-run';
 

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SessionManager } from '../activities/session';
 import { BlobStore } from '../blob/store';
-import type { StartSessionInput } from '../lib/episode-types';
+import type { StartSessionInput } from '../lib/episode/episode-types';
 import { parseRewardWeights } from '../lib/rewards/weights';
 import { startFakeRealSite } from '../testing/fake-real-site';
 import { fmt, load, median, runBench } from './bench-run';

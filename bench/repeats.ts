@@ -21,9 +21,9 @@ import '../host/load-env'; // first: .env fills in what the environment does not
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { loadConfigFile } from '../host/config-file';
-import { ConfigError } from '../lib/config';
-import { SUCCESS_THRESHOLD, comparisonProblems, methodRow, type Method } from '../lib/methods-table';
-import { repeatRun, repeatSummary, repeatsMarkdown, type RepeatsReport } from '../lib/repeat-runs';
+import { ConfigError } from '../lib/config/config';
+import { SUCCESS_THRESHOLD, comparisonProblems, methodRow, type Method } from './methods-table';
+import { repeatRun, repeatSummary, repeatsMarkdown, type RepeatsReport } from './repeat-runs';
 import { benchCommandLine, printBenchHeader, printLoadAtEnd } from './bench-run';
 import { StackDown, parseBenchCli, rowArgs, checkTasks, checkWorkers, connectOrExit, mapLimit, rowConfigNotes, rowPlans, runRow, type RowPlan } from './method-runs';
 

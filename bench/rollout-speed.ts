@@ -18,8 +18,8 @@ import { parseArgs } from 'node:util';
 import type { Client } from '@temporalio/client';
 import { startOrAttachTrain } from '../client/train';
 import { loadConfigFile } from '../host/config-file';
-import { parseConfig } from '../lib/config';
-import { isGrpoMetrics, parseMetricsJsonl } from '../lib/run-metrics';
+import { parseConfig } from '../lib/config/config';
+import { isGrpoMetrics, parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startTestStack } from '../testing/stack';
 import { load, median, printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 

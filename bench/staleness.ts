@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startOrAttachTrain } from '../client/train';
-import { parseMetricsJsonl, type MetricsLine } from '../lib/run-metrics';
+import { parseMetricsJsonl, type MetricsLine } from '../lib/training/run-metrics';
 import { stackGrpoConfig } from '../testing/grpo-config';
 import { startTestStack } from '../testing/stack';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';

@@ -1,6 +1,6 @@
 /**
  * Synchronous iterations, pipelined iterations and streaming rollouts in simulated time: the stream is driven by
- * the very rules the training workflow runs (lib/rollout-stream.ts); the iterations are today's engine (an
+ * the very rules the training workflow runs (lib/training/rollout-stream.ts); the iterations are today's engine (an
  * iteration runs its episodes through the slots and ends with its slowest; pipelined: the next iteration's
  * episodes run beside the update on the previous one). Every mode plays the same episodes (lengths keyed by
  * the unit and member number), so the comparison is paired.
@@ -9,7 +9,7 @@
  * `configs/grpo-real.yaml`), a step is one policy call plus one browser step, an update a fixed time.
  */
 import { fnv1a32 } from '../lib/rewards/shaping';
-import { RolloutStream, type StreamSettings } from '../lib/rollout-stream';
+import { RolloutStream, type StreamSettings } from '../lib/training/rollout-stream';
 
 export interface SimParams {
   slots: number;

@@ -7,7 +7,7 @@
  *   node --import tsx bench/streaming.ts --stack [--latency-ms 300] [--stack-updates 6] [--modes iterations,stream1,stream2]
  *
  * Default: simulated time (bench/streaming-sim.ts: the stream under the workflow's own rules,
- * lib/rollout-stream.ts), step grouping (one episode per group), per setting the median over the seeds of groups
+ * lib/training/rollout-stream.ts), step grouping (one episode per group), per setting the median over the seeds of groups
  * per hour, environment utilisation (busy slot-seconds over slots × wall), the mean staleness of the batches and
  * the groups dropped for staleness; ratios against synchronous iterations side by side.
  *
@@ -22,7 +22,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startOrAttachTrain } from '../client/train';
 import { fnv1a32 } from '../lib/rewards/shaping';
-import { parseMetricsJsonl } from '../lib/run-metrics';
+import { parseMetricsJsonl } from '../lib/training/run-metrics';
 import { toolCall } from '../testing/fake-policy-server';
 import { startFakeVllmServer } from '../testing/fake-vllm-server';
 import { stackGrpoConfig } from '../testing/grpo-config';

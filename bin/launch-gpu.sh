@@ -120,7 +120,7 @@ gpu_vllm_command() {
 }
 
 # The learner's environment: the same model as vLLM, the same LoRA rank.
-# The workers send the policy key to loopback only at this port (lib/credentials.ts), so they are told it; on a box of
+# The workers send the policy key to loopback only at this port (lib/serving/credentials.ts), so they are told it; on a box of
 # several GPUs also the learner's GPUs and the other replicas' origins.
 gpu_learner_env() {
   local env="HALO_MODEL=$HALO_GPU_MODEL HALO_LORA_RANK=${HALO_LORA_RANK:-16} HALO_VLLM_PORT=$HALO_VLLM_PORT" i origins=()
@@ -220,7 +220,7 @@ gpu_vllm_choice() {
 }
 
 # The variable the policy key is read from: HALO_POLICY_API_KEY unless HALO_CREDENTIAL_POLICY_ENV names
-# another (the workers' mapping, lib/credentials.ts).
+# another (the workers' mapping, lib/serving/credentials.ts).
 gpu_policy_key_var() {
   local v="${HALO_CREDENTIAL_POLICY_ENV:-}"
   v="${v#"${v%%[![:space:]]*}"}"; v="${v%"${v##*[![:space:]]}"}"

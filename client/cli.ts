@@ -6,12 +6,12 @@ import { findMiniwobHtml } from '../env/miniwob-server';
 import { assertMiniwobTask, listMiniwobTasks } from '../env/miniwob-tasks';
 import { realTasksBySite, registrySnapshot } from '../env/real-tasks';
 import { addOverrideOptions, flagDefaults, knownLongFlags, overrideFlagsOf, preflightTasks, runConfigFromFlags } from './run-flags';
-import { completePolicyUrl, normalizeFlagSpellings } from '../lib/config-overrides';
+import { completePolicyUrl, normalizeFlagSpellings } from './config-overrides';
 import { join, resolve } from 'node:path';
 import { loadConfigFile } from '../host/config-file';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
-import type { EpisodeResult } from '../lib/episode-types';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config/config';
+import type { EpisodeResult } from '../lib/episode/episode-types';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import { REPO_ROOT } from './processes';
 import { connectClient, down, downCompose, parseRoles, stackStatus, up } from './stack';
 import { describeLatestMetrics, followTrain, runStatus, startOrAttachTrain, streamNote } from './train';
@@ -34,7 +34,7 @@ import { controlTimeoutMs, describeControl, sendRunControl } from './run-message
 import { episodeProgressQuery } from '../workflows/episode';
 import { EXIT, formatFailure, reportError, resultOf } from './failure';
 import { tokenIdsNote } from './token-ids';
-import { bestNote } from '../lib/iteration-policy';
+import { bestNote } from '../lib/serving/iteration-policy';
 import { stackHealthLines } from './doctor-metrics';
 import { withServedModel } from './served-model';
 

@@ -1,7 +1,7 @@
 import { firstLine } from '../env/page-actions';
-import { vllmStructuredOutputsConfig, type GrammarWhitespace } from '../lib/action-grammar';
-import type { HaloConfig } from '../lib/config';
-import { VLLM_GRAMMAR_CALLS, VLLM_SERVERS, type VllmServer } from '../lib/grammar-blob';
+import { vllmStructuredOutputsConfig, type GrammarWhitespace } from '../lib/model-io/action-grammar';
+import type { HaloConfig } from '../lib/config/config';
+import { VLLM_GRAMMAR_CALLS, VLLM_SERVERS, type VllmServer } from '../lib/model-io/grammar-blob';
 import type { DoctorCheck } from './doctor-check';
 
 // `halo doctor`: does vLLM allow the free whitespace in constrained JSON that the learner's grammar allows? The

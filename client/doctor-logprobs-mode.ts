@@ -1,6 +1,6 @@
 import { NEUTRAL_SAMPLING, UNKNOWN_LOGPROB } from '../activities/policy-client';
 import { firstLine } from '../env/page-actions';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import type { DoctorCheck } from './doctor-check';
 
 // `halo doctor`: are vLLM's log-probs taken after temperature (`--logprobs-mode processed_logprobs`) or before it

@@ -7,7 +7,7 @@ import { startMiniwobServer, type MiniwobServer } from '../env/miniwob-server';
 import { firstLine } from '../env/page-actions';
 import { checkSiteHealth } from '../env/real-site';
 import { EXPECTED_AGISDK_VERSION, findAgisdk, listRealTasks } from '../env/real-tasks';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import type { DoctorCheck } from './doctor-check';
 import { REPO_ROOT } from './processes';
 

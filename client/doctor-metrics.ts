@@ -1,10 +1,10 @@
 import { firstLine } from '../env/page-actions';
-import type { HaloConfig } from '../lib/config';
-import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, workerHealth, type Sample, type WorkerHealth } from '../lib/worker-metrics';
+import type { HaloConfig } from '../lib/config/config';
+import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, workerHealth, type Sample, type WorkerHealth } from './worker-metrics';
 import type { DoctorCheck } from './doctor-check';
 import { learnerSettings } from './stack';
 
-// The stack's own health as its workers' SDK metrics tell it (lib/worker-metrics.ts): `halo doctor` rows and the
+// The stack's own health as its workers' SDK metrics tell it (client/worker-metrics.ts): `halo doctor` rows and the
 // lines `halo status` prints under a run.
 
 /** One worker's metrics endpoint, read; throws when it does not answer. */

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { haloHome } from '../host/home';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import type { CheckStatus, DoctorCheck } from './doctor-check';
 import { agisdkCheck, chromiumCheck, diskCheck, gpuCheck, miniwobCheck, realSitesCheck } from './doctor-machine';
 import { vllmChecks } from './doctor-vllm';

@@ -1,6 +1,6 @@
-import type { HaloConfig } from '../lib/config';
-import { episodeInput, type EpisodeInput } from '../lib/episode-types';
-import { runContextFromConfig } from '../lib/run-context';
+import type { HaloConfig } from '../lib/config/config';
+import { episodeInput, type EpisodeInput } from '../lib/episode/episode-types';
+import { runContextFromConfig } from '../lib/episode/run-context';
 import { withOptionalTokenIds } from './token-ids';
 
 /** agisdk's `max_steps`: the step cap REAL results are published under. */

@@ -1,6 +1,6 @@
 import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
 import { ActivityFailure, ApplicationFailure, CancelledFailure, ChildWorkflowFailure, TemporalFailure, TerminatedFailure, TimeoutFailure } from '@temporalio/common';
-import { ConfigError } from '../lib/config-error';
+import { ConfigError } from '../lib/config/config-error';
 
 /**
  * Why a workflow the CLI started or attached to failed, read from Temporal's failure cause chain

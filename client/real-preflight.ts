@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { ConfigError } from '../lib/config';
-import type { SiteTask } from '../lib/config-overrides';
+import { ConfigError } from '../lib/config/config';
+import type { SiteTask } from './config-overrides';
 import { getRealTask, loadRealRegistry, UnknownRealTaskError, type RealRegistry, type RegistrySnapshot, type RegistrySnapshotTask } from '../env/real-tasks';
 
 // What a REAL run or evaluation checks before anything starts: the task ids exist and can be scored, a pinned

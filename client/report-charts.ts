@@ -1,6 +1,6 @@
 // vega-lite's types by path: its package exports are not visible to this project's module resolution.
 import type { TopLevelSpec } from 'vega-lite/build/index';
-import type { Algorithm, MetricsLine } from '../lib/run-metrics';
+import type { Algorithm, MetricsLine } from '../lib/training/run-metrics';
 
 // The run report's charts as Vega-Lite specs (pure functions of the metrics.jsonl lines), compiled with
 // vega-lite and rendered to SVG by vega in Node (no browser), and to PNG by resvg. Each algorithm has its

@@ -1,6 +1,6 @@
 // vega-lite's types by path: its package exports are not visible to this project's module resolution.
 import type { TopLevelSpec } from 'vega-lite/build/index';
-import type { Algorithm, MetricsLine } from '../lib/run-metrics';
+import type { Algorithm, MetricsLine } from '../lib/training/run-metrics';
 import { fieldOf, runAlgorithm, type ChartDef } from './report-charts';
 import { escapeHtml } from './viewer-html';
 

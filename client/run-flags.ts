@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { isAbsolute, join, relative } from 'node:path';
-import { configSchema, ConfigError, parseConfig, type HaloConfig } from '../lib/config';
-import { identicalCandidatesProblem } from '../lib/config-checks';
+import { configSchema, ConfigError, parseConfig, type HaloConfig } from '../lib/config/config';
+import { identicalCandidatesProblem } from '../lib/config/config-checks';
 import {
   ALSO_ACCEPTED,
   applyRunOverrides,
@@ -14,13 +14,13 @@ import {
   type OverrideContext,
   type OverrideFlags,
   type Overridden,
-} from '../lib/config-overrides';
+} from './config-overrides';
 import { readConfigRaw } from '../host/config-file';
 import { realTasksBySite, type RegistrySnapshot } from '../env/real-tasks';
 import { loadTaskRegistryFile, realPreflight, snapshotSites } from './real-preflight';
 import { REPO_ROOT } from './processes';
 
-// The common overrides of `halo train`, `halo mcts` and `halo eval` (lib/config-overrides.ts) as commander
+// The common overrides of `halo train`, `halo mcts` and `halo eval` (client/config-overrides.ts) as commander
 // options, and what a run checks before it starts.
 
 export interface TaskRegistryPin {

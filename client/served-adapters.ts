@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import { ensureAdapterLoaded } from '../activities/adapters';
-import type { ServedAdapter } from '../lib/iteration-policy';
-import { clipErrorText, resolveCredential } from '../lib/credentials';
+import type { ServedAdapter } from '../lib/serving/iteration-policy';
+import { clipErrorText, resolveCredential } from '../lib/serving/credentials';
 import { statusQuery } from '../workflows/messages';
 
 /**

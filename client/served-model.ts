@@ -1,6 +1,6 @@
-import { ConfigError, type HaloConfig } from '../lib/config';
-import { LOCAL_TEST_MODEL } from '../lib/config-overrides';
-import { isLoopbackHost, resolveCredential } from '../lib/credentials';
+import { ConfigError, type HaloConfig } from '../lib/config/config';
+import { LOCAL_TEST_MODEL } from './config-overrides';
+import { isLoopbackHost, resolveCredential } from '../lib/serving/credentials';
 
 // `halo train|mcts --policy-url URL`: which model to ask that server for. A config the user did not name (or the local
 // test config's tiny-random) cannot know what the server was started with, and a model it does not serve fails the

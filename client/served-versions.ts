@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { listLoadedAdapters, serverRoot } from '../activities/adapters';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 
 /**
  * Versions of a run that a vLLM of the config serves now (`GET /v1/models`: one card per loaded adapter, named

@@ -2,13 +2,13 @@ import { Client, Connection } from '@temporalio/client';
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import { connectOptions, temporalSettings } from '../host/connection';
 import { isAlive, learnerCommand, logTail, readPid, sleep, spawnBackground, stopProcess, workerCommand, REPO_ROOT, type ManagedProcess } from './processes';
 import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { withoutModelKeys } from '../env/child-env';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
-import { metricsEndpoints } from '../lib/worker-metrics';
+import { metricsEndpoints } from './worker-metrics';
 import { buildWorkflowBundle } from '../workers/workflow-bundle';
 import { upgradeWorkflowWorker } from '../workers/upgrade-check';
 import { WORKER_STOP_GRACE_MS } from '../workers/runtime';
@@ -31,7 +31,7 @@ export interface StackStatus {
 const isLocal = (address: string) => /^(127\.0\.0\.1|localhost|\[::1\]):\d+$/.test(address);
 
 /**
- * The learner's settings come from the environment until lib/config.ts has fields for them:
+ * The learner's settings come from the environment until lib/config/config.ts has fields for them:
  * - HALO_LEARNER: `0`/`off`/`false` leaves the learner out of `halo up` (e.g. it runs on a GPU box elsewhere
  *   and polls the same Temporal server);
  * - HALO_GPU_QUEUE: its task queue, default `gpu`;
@@ -129,7 +129,7 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
     const learner = learnerSettings();
     const learnerOn = roles ? roles.includes('learner') : learner.enabled;
     const started = new Map<string, ManagedProcess>();
-    // Each worker process serves its SDK metrics on a port of its own (lib/worker-metrics.ts).
+    // Each worker process serves its SDK metrics on a port of its own (client/worker-metrics.ts).
     const metrics = metricsEndpoints(process.env, cfg.stack.browserWorkers);
     const withMetrics = (e: NodeJS.ProcessEnv, address: string | undefined) => (address ? { ...e, HALO_METRICS_ADDRESS: address } : e);
     if (has('control') && (st.control === undefined || opts.upgrade)) {

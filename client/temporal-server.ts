@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { msToTs } from '@temporalio/common/lib/time';
-import { ALL_SEARCH_ATTRIBUTES } from '../lib/search-attributes';
+import { ALL_SEARCH_ATTRIBUTES } from '../lib/episode/search-attributes';
 import { sleep, spawnBackground, temporalBinary, type ManagedProcess } from './processes';
 import { connectOptions, temporalSettings } from '../host/connection';
 

@@ -1,6 +1,6 @@
 import { wantsTokenIds } from '../activities/policy-client';
-import type { PolicyConfig } from '../lib/config';
-import type { SamplingPolicyConfig } from '../lib/episode-types';
+import type { PolicyConfig } from '../lib/config/config';
+import type { SamplingPolicyConfig } from '../lib/episode/episode-types';
 
 /**
  * The policy of samples nobody trains on (a single episode, an evaluation): when it asks a served policy for token

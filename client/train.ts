@@ -1,10 +1,10 @@
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { HaloConfig } from '../lib/config';
+import type { HaloConfig } from '../lib/config/config';
 import { runMetricsFile } from '../host/run-metrics-file';
-import { isGrpoMetrics, isMctsMetrics, latestMetrics, parseMetricsJsonl, type MetricsLine, type TrainingMetrics } from '../lib/run-metrics';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { isGrpoMetrics, isMctsMetrics, latestMetrics, parseMetricsJsonl, type MetricsLine, type TrainingMetrics } from '../lib/training/run-metrics';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import type { TrainingResult, TrainingStatus } from '../workflows/train-engine';
 import { statusQuery } from '../workflows/messages';
 import { lastFailure, resultOf, RunFailedError, type RunFailure } from './failure';

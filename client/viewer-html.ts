@@ -1,4 +1,4 @@
-import { GRID_MAX, describeAction, type AgentAction } from '../lib/actions';
+import { GRID_MAX, describeAction, type AgentAction } from '../lib/model-io/actions';
 import type { RewardBreakdown } from '../lib/rewards/types';
 
 // The episode viewer's HTML: pure functions from a view model (built by client/commands/view.ts from the

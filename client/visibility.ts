@@ -1,5 +1,5 @@
 // Temporal visibility queries of the CLI (`halo runs`, `halo episodes`, `halo export`). Every value a user
-// gives is checked against what the workflows write (lib/search-attributes.ts) and quoted, so a flag can
+// gives is checked against what the workflows write (lib/episode/search-attributes.ts) and quoted, so a flag can
 // never add a clause of its own (`--mode "x' OR HaloKind = 'episode"`).
 
 /** HaloKind values the workflows set. */

@@ -11,7 +11,7 @@ FROM ${PYTHON_IMAGE}
 # Set it to pick another CUDA version, e.g. --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG TORCH_INDEX_URL=
 ARG TORCH_VERSION=2.13.0
-# Constrained updates compile the grammar vLLM sampled under, with vLLM 0.33's own pin (lib/grammar-blob.ts): a
+# Constrained updates compile the grammar vLLM sampled under, with vLLM 0.33's own pin (lib/model-io/grammar-blob.ts): a
 # different xgrammar can draw other masks. --no-deps as launch.sh: its wheel lists triton, used only on CUDA kernels
 # the learner never calls; its other dependency is in requirements.txt.
 ARG XGRAMMAR_VERSION=0.2.8

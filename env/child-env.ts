@@ -1,4 +1,4 @@
-import { CREDENTIAL_NAMES, credentialEnvVar } from '../lib/credentials';
+import { CREDENTIAL_NAMES, credentialEnvVar } from '../lib/serving/credentials';
 
 /**
  * The environment of a helper subprocess (REAL eval scripts, the interpreter probes of env/project-python.ts):

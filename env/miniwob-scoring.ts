@@ -1,4 +1,4 @@
-import { MINIWOB_RAISED_TIME_LIMIT_MS, type MiniwobConfig } from '../lib/config';
+import { MINIWOB_RAISED_TIME_LIMIT_MS, type MiniwobConfig } from '../lib/config/config';
 
 export type MiniwobTimeLimit = MiniwobConfig['timeLimit'];
 export type MiniwobRewardMode = MiniwobConfig['reward'];

@@ -1,4 +1,4 @@
-import { editDistance } from '../lib/text';
+import { editDistance } from '../lib/model-io/text';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 

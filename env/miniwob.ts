@@ -1,6 +1,6 @@
 import type { CDPSession, Page } from 'playwright-core';
 import type { BlobStore } from '../blob/store';
-import type { Action } from '../lib/actions';
+import type { Action } from '../lib/model-io/actions';
 import { DEFAULT_VIEWPORT } from './browser';
 import { PAGE_SCRIPT, type AxTreeOptions, type PageEpisodeState, type PageView } from './page-scripts';
 import type { ApplyResult, Environment, Observation, StepOutcome, TaskSpec } from './types';

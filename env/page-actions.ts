@@ -1,5 +1,5 @@
 import type { CDPSession, Page } from 'playwright-core';
-import { GRID_MAX, type Action } from '../lib/actions';
+import { GRID_MAX, type Action } from '../lib/model-io/actions';
 import { PAGE_SCRIPT, type AxTreeOptions, type PageView } from './page-scripts';
 
 /**

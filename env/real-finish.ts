@@ -1,6 +1,6 @@
 import type { Page } from 'playwright-core';
 import type { BlobStore } from '../blob/store';
-import { clip } from '../lib/actions';
+import { clip } from '../lib/model-io/actions';
 import { firstLine, isFatalPageError, sleep } from './page-actions';
 import { evaluateFinalState, type EvalResult, type EvaluateOptions } from './real-eval';
 import type { RealTask } from './real-tasks';

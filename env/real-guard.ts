@@ -1,5 +1,5 @@
 import type { APIResponse, BrowserContext, Frame, Page, Request, Route, WebSocketRoute } from 'playwright-core';
-import { clip } from '../lib/actions';
+import { clip } from '../lib/model-io/actions';
 import { egressProxyOf } from './browser';
 import { isFatalPageError } from './page-actions';
 import { reachesPrivateNetwork } from './private-network';

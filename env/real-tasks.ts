@@ -1,4 +1,4 @@
-import { editDistance } from '../lib/text';
+import { editDistance } from '../lib/model-io/text';
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';

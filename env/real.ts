@@ -1,7 +1,7 @@
 import type { BrowserContext, Page } from 'playwright-core';
 import type { BlobStore } from '../blob/store';
 import { pngSize } from '../host/png';
-import type { Action } from '../lib/actions';
+import type { Action } from '../lib/model-io/actions';
 import { assignPageIds, executePageAction, firstLine, sleep, type PageAction } from './page-actions';
 import type { AxTreeOptions } from './page-scripts';
 import { UnscorableTaskError, type EvaluateOptions } from './real-eval';
@@ -24,7 +24,7 @@ import { readSessionStorage, restoreSessionStorage, type ClientSnapshot } from '
 import { readFinishInCopy, type StateCopyRead } from './real-state-copy';
 import { getRealTask, loadRealRegistry, type RealRegistry, type RealTask } from './real-tasks';
 import type { ReleaseSlot, SiteLimiter } from './site-limits';
-import type { RealScoring } from '../lib/episode-types';
+import type { RealScoring } from '../lib/episode/episode-types';
 import type { Environment, Observation, RealTaskSpec, TaskSpec } from './types';
 
 /**
@@ -95,7 +95,7 @@ export interface RealEnvOptions {
   /**
    * official: agisdk's rules (its /finish read and failure rule, dialogs dismissed, `type` into an element
    * replaces its value, its timeouts, no evaluation at the step cap, unscorable tasks run and score 0);
-   * training (default): lenient reads and the project's own timeouts. See `real.scoring` in lib/config.ts.
+   * training (default): lenient reads and the project's own timeouts. See `real.scoring` in lib/config/config.ts.
    */
   scoring?: RealScoring;
 }

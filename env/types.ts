@@ -1,4 +1,4 @@
-import type { Action } from '../lib/actions';
+import type { Action } from '../lib/model-io/actions';
 
 /** What the policy sees after a reset or a step. Only references travel: the image is in the blob store. */
 export interface Observation {

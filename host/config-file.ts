@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, parseConfig, type HaloConfig } from '../lib/config';
+import { ConfigError, parseConfig, type HaloConfig } from '../lib/config/config';
 
 function readYaml(path: string, what: string): unknown {
   let text: string;

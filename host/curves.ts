@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
-import type { WandbTarget } from '../lib/curves';
+import type { WandbTarget } from '../lib/training/curves';
 
 export type { WandbTarget };
 

@@ -1,10 +1,10 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import type { HaloConfig } from '../lib/config';
-import { ConfigError } from '../lib/config-error';
-import { parseEvalConfig, resolveEvalPlan, type EvalConfig, type ResolveOptions } from '../lib/eval-config';
-import type { EvaluateInput } from '../lib/eval-types';
+import type { HaloConfig } from '../lib/config/config';
+import { ConfigError } from '../lib/config/config-error';
+import { parseEvalConfig, resolveEvalPlan, type EvalConfig, type ResolveOptions } from '../lib/eval/eval-config';
+import type { EvaluateInput } from '../lib/eval/eval-types';
 
 const REPO_ROOT = resolve(__dirname, '..');
 

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { ConfigError } from '../lib/config-error';
+import { ConfigError } from '../lib/config/config-error';
 import { parseRewardWeightsYaml, type RewardWeights } from '../lib/rewards/weights';
 
 /** Reads and validates a reward weights YAML file; errors name the file and every bad field. */

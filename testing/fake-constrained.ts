@@ -2,10 +2,10 @@
  * What the vLLM stand-in writes under `structured_outputs.json`, as vLLM's xgrammar backend would: exactly one JSON
  * value the schema accepts, nothing around it (no `<tool_call>` tags, no prose), properties in schema order (xgrammar
  * writes them so), compact with the separators of the release the stand-in plays (vLLM 0.33 `,`/`:`, 0.31 `", "`/`": "`:
- * lib/grammar-blob.ts; free whitespace is added afterwards when the server allows it: fake-whitespace.ts). The value is what the scripted model meant (the JSON in its answer) when the
+ * lib/model-io/grammar-blob.ts; free whitespace is added afterwards when the server allows it: fake-whitespace.ts). The value is what the scripted model meant (the JSON in its answer) when the
  * schema admits it, else the first value the schema admits: a grammar forces a model off what it would have written.
  *
- * The schema subset is the one lib/action-grammar.ts and `halo doctor`'s probe use: object (properties, required,
+ * The schema subset is the one lib/model-io/action-grammar.ts and `halo doctor`'s probe use: object (properties, required,
  * additionalProperties), anyOf, enum, const, integer/number (minimum, maximum), string (pattern, minLength,
  * maxLength), array (items, minItems, maxItems), boolean, null. Any other type is an error, never a guess.
  */

@@ -1,12 +1,12 @@
 import { chatCompletion, startChatServer, type ChatRequest, type JsonReply } from './chat-server';
-import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../lib/critic';
+import { ACTIONS_TAKEN_HEADER, CANDIDATES_HEADER } from '../lib/search/critic';
 
 /**
  * A local stand-in for an OpenAI-compatible server playing the critic. It reads the candidate list that
- * lib/critic.ts's prompt builder wrote and answers:
+ * lib/search/critic.ts's prompt builder wrote and answers:
  * - `prefer`: `{"ranking": [...], "value": v}` with the candidates whose text contains `substring` first
  *   (in index order), then the others (in index order); `value` defaults to 0.8; an outcome prompt (an ended
- *   episode to judge, lib/critic.ts `buildOutcomePrompt`) gets `{"value": outcomeValue}` (default `value`);
+ *   episode to judge, lib/search/critic.ts `buildOutcomePrompt`) gets `{"value": outcomeValue}` (default `value`);
  * - `raw`: exactly `text` (to feed the parser any answer);
  * - `garbage`: prose with no JSON in it;
  * - `status`: an HTTP error with the given status.

@@ -198,7 +198,7 @@ export function vllmTokenFields(
   return out;
 }
 
-/** What a policy prompt (lib/prompt.ts) tells a model: the goal, the tree as text and the actions taken so far. */
+/** What a policy prompt (lib/model-io/prompt.ts) tells a model: the goal, the tree as text and the actions taken so far. */
 export function promptOf(body: ChatRequest): { hasImage: boolean; goal: string; tree: string; previous: string[] } {
   const content = (body.messages ?? []).find((m) => m.role === 'user')?.content;
   const parts = Array.isArray(content) ? content : [];

@@ -7,7 +7,7 @@ import { createChatResponder, type FakeMode, type RecordedRequest } from './fake
 import { fakeTokenize, withFreeWhitespace } from './fake-whitespace';
 import { effectiveSampling, QWEN3_VL_GENERATION_CONFIG, samplingError, serverDefaults } from './fake-vllm-sampling';
 import { byteLevelVocab, DEFAULT_VOCAB, type FakeVocab } from './fake-vocab';
-import type { VllmServer } from '../lib/grammar-blob';
+import type { VllmServer } from '../lib/model-io/grammar-blob';
 import { constrainedCandidates } from './fake-constrained';
 import { xgrammarReady, xgrammarWrite } from './xgrammar-writer';
 import { askPython } from './python-lines';

@@ -1,4 +1,4 @@
-import { parseConfig, type EpisodeConfig, type HaloConfig, type PolicyConfig, type TrainConfig } from '../lib/config';
+import { parseConfig, type EpisodeConfig, type HaloConfig, type PolicyConfig, type TrainConfig } from '../lib/config/config';
 import type { TestStack } from './stack';
 
 export interface StackGrpoOptions {

@@ -1,4 +1,4 @@
-import type { VllmServer } from '../lib/grammar-blob';
+import type { VllmServer } from '../lib/model-io/grammar-blob';
 import { askPython } from './python-lines';
 
 /**

@@ -1,8 +1,8 @@
 import type { ActivityOptions, RetryPolicy } from '@temporalio/workflow';
-import { clipSummary } from '../lib/text';
+import { clipSummary } from '../lib/model-io/text';
 
 // Retry and timeout profiles, declared once. Retries belong to Temporal (clients inside activities never
-// retry on their own); these say how long and how often. Summaries are clipped here (lib/text.ts clipSummary):
+// retry on their own); these say how long and how often. Summaries are clipped here (lib/model-io/text.ts clipSummary):
 // they name page URLs, which can be kilobytes long.
 
 /**

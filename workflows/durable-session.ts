@@ -1,7 +1,7 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { SessionActivities } from '../activities/session-activities';
-import type { Action } from '../lib/actions';
-import type { BrowserWork, EnvOptions, LivedState, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode-types';
+import type { Action } from '../lib/model-io/actions';
+import type { BrowserWork, EnvOptions, LivedState, ObservationRef, SessionHandle, StepSessionResult, TaskRef } from '../lib/episode/episode-types';
 import type { RewardState } from '../lib/rewards/types';
 import type { RewardWeights } from '../lib/rewards/weights';
 import { isSessionLost } from './session-lost';

@@ -1,8 +1,8 @@
 import { ApplicationFailure, patched } from '@temporalio/workflow';
-import { describeAction, isValidAction, type AgentAction } from '../lib/actions';
-import type { StepSessionResult } from '../lib/episode-types';
-import type { StepGroup } from '../lib/experience';
-import { chooseCandidate, isZeroStdGroup } from '../lib/grpo';
+import { describeAction, isValidAction, type AgentAction } from '../lib/model-io/actions';
+import type { StepSessionResult } from '../lib/episode/episode-types';
+import type { StepGroup } from '../lib/training/experience';
+import { chooseCandidate, isZeroStdGroup } from '../lib/training/grpo';
 import { fnv1a32, rewardForUnparsedOutput } from '../lib/rewards/shaping';
 import type { DurableSession } from './durable-session';
 import type { EpisodeContext, InvalidOutputReward, PlayedStep } from './episode-steps';

@@ -1,9 +1,9 @@
 import { ApplicationFailure, executeChild, patched, setCurrentDetails } from '@temporalio/workflow';
 import type { mctsSearch, MctsSearchInput } from './mcts-search';
-import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
-import type { EpisodeInput, ObservationRef, SessionHandle, StepSessionResult } from '../lib/episode-types';
-import type { StepGroup, StepRecord } from '../lib/experience';
-import type { RunContext } from '../lib/run-context';
+import { describeAction, isTerminal, isValidAction, type Action } from '../lib/model-io/actions';
+import type { EpisodeInput, ObservationRef, SessionHandle, StepSessionResult } from '../lib/episode/episode-types';
+import type { StepGroup, StepRecord } from '../lib/training/experience';
+import type { RunContext } from '../lib/episode/run-context';
 import { rewardForUnparsedOutput, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardWeights } from '../lib/rewards/weights';
 import type { DurableSession, RebuildBudget, Sessions } from './durable-session';

@@ -1,10 +1,10 @@
 import { CancellationScope, defineQuery, proxyActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
-import type { Action } from '../lib/actions';
-import { episodeRun, type EpisodeInput, type EpisodeResult, type ObservationRef } from '../lib/episode-types';
-import type { StepRecord } from '../lib/experience';
-import { actionValidity } from '../lib/episode-stats';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import type { Action } from '../lib/model-io/actions';
+import { episodeRun, type EpisodeInput, type EpisodeResult, type ObservationRef } from '../lib/episode/episode-types';
+import type { StepRecord } from '../lib/training/experience';
+import { actionValidity } from '../lib/episode/episode-stats';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import { roundReward } from '../lib/rewards/shaping';
 import { parseRewardWeights } from '../lib/rewards/weights';
 import { Sessions, type RebuildBudget } from './durable-session';

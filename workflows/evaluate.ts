@@ -15,11 +15,11 @@ import { failureMessage, pool } from './pool';
 import { RunControl } from './run-control';
 import type { ControlActivities } from '../activities/control';
 import type { EvalRecordActivities } from '../activities/eval-records';
-import { episodeInput, type EpisodeResult } from '../lib/episode-types';
-import { summarizeEval, type EvalEpisodeRecord, type EvalSummary } from '../lib/eval-summary';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { episodeInput, type EpisodeResult } from '../lib/episode/episode-types';
+import { summarizeEval, type EvalEpisodeRecord, type EvalSummary } from '../lib/eval/eval-summary';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import { episode } from './episode';
-import { DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY, evalSizeProblem, type EvalCarry, type EvalModeName, type EvalModePlan, type EvaluateInput } from '../lib/eval-types';
+import { DEFAULT_EVAL_CONTINUE_AS_NEW_EVERY, evalSizeProblem, type EvalCarry, type EvalModeName, type EvalModePlan, type EvaluateInput } from '../lib/eval/eval-types';
 import * as profiles from './activity-profiles';
 
 export type { EvalModeName, EvalModePlan, EvaluateInput };
@@ -128,7 +128,7 @@ export async function evaluate(input: EvaluateInput): Promise<EvaluateResult> {
             run: { ...input.run, runId: r.mode.runId },
             task: { env: input.env, task: r.task, seed: r.seed },
             maxSteps: input.maxSteps,
-            // The client resolved each mode's policy and adapter through lib/iteration-policy.ts. A served
+            // The client resolved each mode's policy and adapter through lib/serving/iteration-policy.ts. A served
             // adapter's folder rides along (older plans lack it), so a vLLM that forgot the adapter loads it on the 404.
             sampling: {
               policy: { ...r.mode.policy, temperature: 0 },

@@ -18,9 +18,9 @@ import {
   type UpdatePolicyInput,
   type UpdatePolicyInputArgs,
   type UpdatePolicyOutput,
-} from '../lib/learner-types';
+} from '../lib/training/learner-types';
 import { LEARNER_RETRY, LEARNER_UPDATE_TIMEOUT } from './activity-profiles';
-import { clipSummary } from '../lib/text';
+import { clipSummary } from '../lib/model-io/text';
 
 // Workflow-safe: only @temporalio/workflow and zod (pure). The learner is the Python worker on the `gpu`
 // task queue (workers/learner); its activities are called by name with one snake_case object each.

@@ -1,10 +1,10 @@
 /**
  * Agent-Q-style MCTS as a durable workflow (docs/mcts.md).
  *
- * `mctsSearch` (one per task): the search tree lives in workflow state (pure operations of lib/mcts.ts), and
+ * `mctsSearch` (one per task): the search tree lives in workflow state (pure operations of lib/search/mcts.ts), and
  * every simulation reads top to bottom in `simulate` below:
  *
- *   1. select      UCB1 on the composite Q from the root down to a leaf (lib/mcts.ts `select`);
+ *   1. select      UCB1 on the composite Q from the root down to a leaf (lib/search/mcts.ts `select`);
  *   2. restore     a browser session at the leaf's state: a parked one already there or up to 2 actions
  *                  short of it, or one reset in place by its worker (mcts.parkedSessions), else
  *                  `startSession` on the shared browser queue with the leaf's action path as `replay` (the
@@ -17,7 +17,7 @@
  *   4. evaluate    the best new child's action runs in the session; its value is the terminal reward
  *                  (1 success, 0 otherwise), or a policy rollout to a terminal state or mcts.maxDepth
  *                  (valueMode rollout), or the critic's estimate of its state (valueMode critic);
- *   5. backup      visits and values from that node to the root (lib/mcts.ts `backpropagate`).
+ *   5. backup      visits and values from that node to the root (lib/search/mcts.ts `backpropagate`).
  *
  * A leaf that is a child never evaluated skips step 3: its parent's state is restored and its action run.
  * A terminal leaf needs no browser: its reward is backed up again.
@@ -42,13 +42,13 @@ import { continueAsNew, defineQuery, log, patched, proxyActivities, setCurrentDe
 import type { CriticActivities, CriticConfig } from '../activities/critic';
 import type { ControlActivities } from '../activities/control';
 import type { MctsStoreActivities } from '../activities/mcts-store';
-import { describeAction, isTerminal, isValidAction, type Action } from '../lib/actions';
-import { NEUTRAL_VALUE } from '../lib/critic';
-import type { PolicyConfig } from '../lib/config';
-import { episodeRun, type LegacyEpisodeFields, type SessionHandle } from '../lib/episode-types';
-import { actionPath, getNode, select } from '../lib/mcts';
-import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/parked-choice';
-import type { MctsParams } from '../lib/mcts-params';
+import { describeAction, isTerminal, isValidAction, type Action } from '../lib/model-io/actions';
+import { NEUTRAL_VALUE } from '../lib/search/critic';
+import type { PolicyConfig } from '../lib/config/config';
+import { episodeRun, type LegacyEpisodeFields, type SessionHandle } from '../lib/episode/episode-types';
+import { actionPath, getNode, select } from '../lib/search/mcts';
+import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../lib/search/parked-choice';
+import type { MctsParams } from '../lib/search/mcts-params';
 import {
   criticText,
   describeTreeNode,
@@ -65,11 +65,11 @@ import {
   type MctsSnapshotChunk,
   type MctsTreeView,
   type SearchTask,
-} from '../lib/mcts-search';
+} from '../lib/search/mcts-search';
 import { parseRewardWeights } from '../lib/rewards/weights';
-import { clipSummary } from '../lib/text';
-import type { RunContext } from '../lib/run-context';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { clipSummary } from '../lib/model-io/text';
+import type { RunContext } from '../lib/episode/run-context';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import * as profiles from './activity-profiles';
 import type { DurableSession, RebuildBudget } from './durable-session';
 import { SearchSessions } from './search-sessions';
@@ -77,8 +77,8 @@ import { ParkedSessions } from './parked-sessions';
 import { isSessionLost } from './session-lost';
 import { sample, type SamplerSettings } from './sampler';
 import { SearchState } from './search-state';
-import type { SearchCandidate, Valuation, Verdict } from '../lib/search-tree';
-import type { ServedAdapter } from '../lib/iteration-policy';
+import type { SearchCandidate, Valuation, Verdict } from '../lib/search/search-tree';
+import type { ServedAdapter } from '../lib/serving/iteration-policy';
 import { workflowClockMs } from './clock';
 
 export interface MctsSearchInput extends LegacyEpisodeFields {
@@ -91,7 +91,7 @@ export interface MctsSearchInput extends LegacyEpisodeFields {
   policy: PolicyConfig;
   /** Colocated: the adapter version the learner samples with (0 = base model). */
   adapterVersion: number;
-  /** openai policy naming a served adapter: loaded again if the server restarted (lib/iteration-policy.ts). */
+  /** openai policy naming a served adapter: loaded again if the server restarted (lib/serving/iteration-policy.ts). */
   adapter?: ServedAdapter;
   /**
    * Actions already taken since the task's reset (test-time search inside an episode): the tree's root is
@@ -100,7 +100,7 @@ export interface MctsSearchInput extends LegacyEpisodeFields {
   rootPath?: Action[];
   /** Present on continuation only. */
   state?: MctsSearchState;
-  /** Seeds the search's draws (lib/training-plan.ts `drawKey`); default: its workflow id. */
+  /** Seeds the search's draws (lib/training/training-plan.ts `drawKey`); default: its workflow id. */
   drawKey?: string;
 }
 

@@ -1,7 +1,7 @@
-import type { SessionHandle } from '../lib/episode-types';
+import type { SessionHandle } from '../lib/episode/episode-types';
 import type { DurableSession, Sessions } from './durable-session';
-import type { SessionReuseCounters } from '../lib/mcts-search';
-import type { ParkedSpot } from '../lib/parked-choice';
+import type { SessionReuseCounters } from '../lib/search/mcts-search';
+import type { ParkedSpot } from '../lib/search/parked-choice';
 
 /** A parked session, or one being reset to `node` in the background (`session` settles when it is there). */
 export interface Parked {
@@ -19,7 +19,7 @@ export interface Parked {
 /**
  * Browser sessions an MCTS search keeps open between simulations, least recently used first, each tagged
  * with the tree node it is at (null: past the tree or its episode ended). Opening a session costs a new
- * browser context and page load; most restores can instead take one of these (lib/parked-choice.ts).
+ * browser context and page load; most restores can instead take one of these (lib/search/parked-choice.ts).
  * Workflow state only: all are closed before a continue-as-new and at the end.
  */
 export class ParkedSessions {
@@ -28,7 +28,7 @@ export class ParkedSessions {
   constructor(
     private readonly sessions: Sessions,
     readonly limit: number,
-    /** Past this age (workflow clock, from the episode's reset) a session serves resets only (lib/parked-choice.ts `parkedMaxAgeMs`). */
+    /** Past this age (workflow clock, from the episode's reset) a session serves resets only (lib/search/parked-choice.ts `parkedMaxAgeMs`). */
     private readonly maxAgeMs: number,
     /**
      * Where the spares' browser work is counted: the search's counters (a getter, since a continued search

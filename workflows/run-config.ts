@@ -1,7 +1,7 @@
 import { ApplicationFailure, patched, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
-import { ConfigError, parseConfig, parseStoredConfig, type HaloConfig } from '../lib/config';
-import { KIND, MODE, RUN_ID, TASK } from '../lib/search-attributes';
+import { ConfigError, parseConfig, parseStoredConfig, type HaloConfig } from '../lib/config/config';
+import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 
 /**
  * A training run's config: validated from the input on the first run of the chain (a bad config fails the

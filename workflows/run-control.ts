@@ -1,5 +1,5 @@
 import { condition, setHandler } from '@temporalio/workflow';
-import type { BestEval } from '../lib/iteration-policy';
+import type { BestEval } from '../lib/serving/iteration-policy';
 import { pauseSignal, pauseUpdate, resumeSignal, resumeUpdate, statusQuery, stopSignal, stopUpdate, type RunStatus } from './messages';
 import { workflowClockMs } from './clock';
 

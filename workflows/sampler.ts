@@ -1,12 +1,12 @@
 import { patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { MctsStoreActivities } from '../activities/mcts-store';
-import { clip, type AgentAction } from '../lib/actions';
-import type { PolicyConfig } from '../lib/config';
-import { samplingSeed, type ServedAdapter } from '../lib/iteration-policy';
-import type { PromptObservationRef } from '../lib/episode-types';
-import type { GroupCandidate } from '../lib/experience';
-import { parseAction } from '../lib/parse';
+import { clip, type AgentAction } from '../lib/model-io/actions';
+import type { PolicyConfig } from '../lib/config/config';
+import { samplingSeed, type ServedAdapter } from '../lib/serving/iteration-policy';
+import type { PromptObservationRef } from '../lib/episode/episode-types';
+import type { GroupCandidate } from '../lib/training/experience';
+import { parseAction } from '../lib/model-io/parse';
 import { learnerActivities } from './learner-calls';
 import * as profiles from './activity-profiles';
 
@@ -17,7 +17,7 @@ import * as profiles from './activity-profiles';
  */
 
 export interface SamplerSettings {
-  /** The iteration's sampling policy (lib/iteration-policy.ts): model name and adapter version resolved. */
+  /** The iteration's sampling policy (lib/serving/iteration-policy.ts): model name and adapter version resolved. */
   policy: PolicyConfig;
   adapterVersion: number;
   /** openai backend: the served adapter `policy.model` names, reloaded into a server that restarted. */
@@ -35,7 +35,7 @@ export interface SamplerSettings {
 }
 
 /**
- * A candidate with its completion and the sampler's tokens as the experience contract carries them (lib/experience.ts):
+ * A candidate with its completion and the sampler's tokens as the experience contract carries them (lib/training/experience.ts):
  * the text at `completionRef` (inline `completion` only in histories from before parsing moved into an activity), the
  * tokens at `tokensRef` (inline `tokenIds`/`logprobs` only in colocated histories from before the learner stored them).
  */

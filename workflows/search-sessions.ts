@@ -1,5 +1,5 @@
-import type { Action } from '../lib/actions';
-import type { LivedState } from '../lib/episode-types';
+import type { Action } from '../lib/model-io/actions';
+import type { LivedState } from '../lib/episode/episode-types';
 import { workflowClockMs } from './clock';
 import { type DurableSession, type OpenAt, Sessions, type SessionSettings } from './durable-session';
 import type { SearchState } from './search-state';

@@ -1,9 +1,9 @@
 import { ApplicationFailure } from '@temporalio/workflow';
-import { isValidAction, type Action } from '../lib/actions';
-import type { LivedState, ObservationRef, PromptObservationRef } from '../lib/episode-types';
-import { backpropagate, getNode, newTree, setObservation, treeStats, type Tree } from '../lib/mcts';
+import { isValidAction, type Action } from '../lib/model-io/actions';
+import type { LivedState, ObservationRef, PromptObservationRef } from '../lib/episode/episode-types';
+import { backpropagate, getNode, newTree, setObservation, treeStats, type Tree } from '../lib/search/mcts';
 import type { RewardState } from '../lib/rewards/types';
-import type { MctsParams } from '../lib/mcts-params';
+import type { MctsParams } from '../lib/search/mcts-params';
 import {
   bestPathView,
   collectPairs,
@@ -21,9 +21,19 @@ import {
   type MctsSnapshotChunk,
   type MctsTreeView,
   type SearchTask,
-} from '../lib/mcts-search';
-import { addChildren, describeSimulation, markEnded, recordActionError, recordShaped, shapedValue, type SearchCandidate, type Valuation, type Verdict } from '../lib/search-tree';
-import { boundTree } from '../lib/tree-query';
+} from '../lib/search/mcts-search';
+import {
+  addChildren,
+  describeSimulation,
+  markEnded,
+  recordActionError,
+  recordShaped,
+  shapedValue,
+  type SearchCandidate,
+  type Valuation,
+  type Verdict,
+} from '../lib/search/search-tree';
+import { boundTree } from '../lib/search/tree-query';
 import { workflowClockMs } from './clock';
 
 /** What a search runs on and with (from its input; the same in every run of its continue-as-new chain). */
@@ -39,7 +49,7 @@ export interface SearchSpec {
 /**
  * What one `mctsSearch` run knows (workflows/mcts-search.ts): the tree, the counters, the task's goal, how many
  * simulations are done, what it is doing now. Every change of that state goes through a method here (the tree's
- * own changes are lib/search-tree.ts); the workflow file holds only the steps that call activities.
+ * own changes are lib/search/search-tree.ts); the workflow file holds only the steps that call activities.
  */
 export class SearchState {
   counters: MctsCounters = emptyCounters();
@@ -226,7 +236,7 @@ export class SearchState {
     this.counters.invalidCandidates += candidates.filter((c) => !isValidAction(c.action)).length;
   }
 
-  /** Expansion of `id` (lib/search-tree.ts `addChildren`): returns the new child ids, highest prior first. */
+  /** Expansion of `id` (lib/search/search-tree.ts `addChildren`): returns the new child ids, highest prior first. */
   expanded(id: number, promptRef: string, candidates: readonly SearchCandidate[], verdict: Verdict | null): number[] {
     return addChildren(this.tree, id, promptRef, candidates, verdict, this.params.maxChildren);
   }

@@ -1,5 +1,5 @@
 import { condition, isCancellation, log } from '@temporalio/workflow';
-import { RolloutStream, type StartedEpisode, type StreamSnapshot } from '../lib/rollout-stream';
+import { RolloutStream, type StartedEpisode, type StreamSnapshot } from '../lib/training/rollout-stream';
 import type { Loop, RunScope, StreamParts, Streamed, TrainingState, TrainingStatus } from './train-engine';
 import { checkFailureShare, failureMessage, type Failed } from './pool';
 import type { TrainingResult } from './run-control';
@@ -8,7 +8,7 @@ import type { TrainingResult } from './run-control';
  * Streaming rollouts (`train.rollout: stream`), one workflow run of them: every free browser slot starts the
  * next episode at once, sampled with the newest adapter served; an update starts as soon as a batch of complete
  * groups is ready and no update runs, while the episodes go on. The rules (admission, staleness drops, retries,
- * whole-group drops) are lib/rollout-stream.ts's.
+ * whole-group drops) are lib/training/rollout-stream.ts's.
  *
  * Durable as the iterations are: every episode is a child workflow and every update the engine's `learnFrom`,
  * so a worker or machine restart replays this run and loses no finished episode. After

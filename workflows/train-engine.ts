@@ -6,15 +6,15 @@ import type { GrpoBatchActivities } from '../activities/grpo-batch';
 import type { LearnerBatchActivities } from '../activities/learner-batches';
 import type { MctsStoreActivities } from '../activities/mcts-store';
 import type { MetricsActivities } from '../activities/metrics';
-import type { HaloConfig } from '../lib/config';
-import { wandbOf } from '../lib/curves';
-import { episodeInput, type EpisodeResult } from '../lib/episode-types';
-import { betterEval, evaluationDue, greedy, samplingPolicy, servingOf, staleness, type BestEval, type SamplingPolicy, type ServedAdapter } from '../lib/iteration-policy';
-import { runContextFromConfig, type RunContext } from '../lib/run-context';
-import type { StartedEpisode, StreamStats } from '../lib/rollout-stream';
-import type { ReplicaStats } from '../lib/policy-pool';
-import type { TrainingMetrics } from '../lib/run-metrics';
-import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training-plan';
+import type { HaloConfig } from '../lib/config/config';
+import { wandbOf } from '../lib/training/curves';
+import { episodeInput, type EpisodeResult } from '../lib/episode/episode-types';
+import { betterEval, evaluationDue, greedy, samplingPolicy, servingOf, staleness, type BestEval, type SamplingPolicy, type ServedAdapter } from '../lib/serving/iteration-policy';
+import { runContextFromConfig, type RunContext } from '../lib/episode/run-context';
+import type { StartedEpisode, StreamStats } from '../lib/training/rollout-stream';
+import type { ReplicaStats } from '../lib/serving/policy-pool';
+import type { TrainingMetrics } from '../lib/training/run-metrics';
+import { evaluationPicks, trainingPlan, type TrainingMode, type TrainingPlan } from '../lib/training/training-plan';
 import * as profiles from './activity-profiles';
 import { episode } from './episode';
 import { learnerActivities, type LearnerClient } from './learner-calls';
@@ -61,7 +61,7 @@ export interface TrainingState {
   pendingRef?: string;
   /** Environment steps of the iterations learned from so far (evalEverySteps); absent: 0. */
   envSteps?: number;
-  /** The adapter its held-out evaluations scored best so far (lib/iteration-policy.ts `betterEval`). */
+  /** The adapter its held-out evaluations scored best so far (lib/serving/iteration-policy.ts `betterEval`). */
   bestEval?: BestEval;
   /** train.rollout stream: the stream's buffer, queue and counters (a `StreamSnapshot` in the blob store). */
   streamRef?: string;

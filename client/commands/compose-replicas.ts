@@ -2,12 +2,12 @@ import type { Command } from 'commander';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Document, isMap, isScalar, parse as parseYaml } from 'yaml';
-import { ConfigError } from '../../lib/config-error';
-import { type ComposeService, OVERRIDE_TAG, planReplicas, replicaOverride } from '../../lib/compose-replicas';
+import { ConfigError } from '../../lib/config/config-error';
+import { type ComposeService, OVERRIDE_TAG, planReplicas, replicaOverride } from '../compose-replicas';
 import { REPO_ROOT } from '../processes';
 
 // `halo compose-replicas N`: writes docker-compose.replicas.yml, the override that runs the compose stack on a box of
-// N GPUs (lib/compose-replicas.ts says how it splits them), and prints how to start it and the --policy-url list
+// N GPUs (client/compose-replicas.ts says how it splits them), and prints how to start it and the --policy-url list
 // that names every replica.
 
 export const REPLICAS_FILE = 'docker-compose.replicas.yml';

@@ -2,10 +2,10 @@ import type { Command } from 'commander';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
-import { configSchema, type HaloConfig } from '../../lib/config';
+import { configSchema, type HaloConfig } from '../../lib/config/config';
 import { REPO_ROOT } from '../processes';
 
-// docs/CONFIG.md is generated from the one zod config schema (lib/config.ts): its JSON Schema (zod 4's
+// docs/CONFIG.md is generated from the one zod config schema (lib/config/config.ts): its JSON Schema (zod 4's
 // public `z.toJSONSchema`, input side, so defaults are shown and defaulted keys are optional) is walked into
 // one markdown table per section. `halo config-doc --write` regenerates it; a unit test keeps it in sync.
 
@@ -142,11 +142,11 @@ function cell(s: string): string {
 export function renderConfigReference(): string {
   const sections = configSections();
   const out: string[] = [
-    '<!-- Generated from lib/config.ts by `npx halo config-doc --write`; do not edit by hand (test/unit/config-doc.test.ts checks it). -->',
+    '<!-- Generated from lib/config/config.ts by `npx halo config-doc --write`; do not edit by hand (test/unit/config-doc.test.ts checks it). -->',
     '',
     '# Configuration reference',
     '',
-    'One YAML file (`--config`, default `configs/default.yaml`) validated by one zod schema (`lib/config.ts`).',
+    'One YAML file (`--config`, default `configs/default.yaml`) validated by one zod schema (`lib/config/config.ts`).',
     'Every key is optional: a missing key takes its default, and an unknown or invalid key is an error that names it by its dotted path (an unknown key also names the closest valid one: `train.iteratons: unknown key; did you mean train.iterations?`). Every number has an upper bound.',
     'Command-line flags override the file.',
     '',

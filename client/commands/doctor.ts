@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 import { formatDoctor, runDoctor } from '../doctor';
 
 export function register(program: Command, ctx: { loadConfig: (path?: string) => HaloConfig }): void {

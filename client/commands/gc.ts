@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import { Client } from '@temporalio/client';
 import { defaultPayloadConverter, WorkflowNotFoundError } from '@temporalio/common';
 import type { Command } from 'commander';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 import { blobStoreFor, type BlobStore, type StoreWriter } from '../../blob/store';
 import { checkGrace, collectBlobGarbage, DEFAULT_GC_GRACE_MS, formatBytes, GcAbortedError, MIN_GC_GRACE_MS, type GcReport } from '../../host/blob-gc';
 import { learnerCommand } from '../processes';

@@ -3,10 +3,10 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import type { Command } from 'commander';
 import { z } from 'zod';
-import { LEARNER_SCHEMAS } from '../../lib/learner-types';
+import { LEARNER_SCHEMAS } from '../../lib/training/learner-types';
 import { REPO_ROOT, pythonBinary } from '../processes';
 
-// The Python learner's pydantic models are generated from the zod contract (lib/learner-types.ts): zod writes JSON
+// The Python learner's pydantic models are generated from the zod contract (lib/training/learner-types.ts): zod writes JSON
 // Schema, datamodel-code-generator writes the models, Ruff formats them. `halo learner-schema --write` regenerates
 // payloads.py; test/unit/learner-schema.test.ts fails when it is stale.
 
@@ -82,7 +82,7 @@ export function learnerJsonSchema(): Json {
 }
 
 const HEADER = [
-  'Generated from lib/learner-types.ts by `npx halo learner-schema --write`: do not edit (test/unit/learner-schema.test.ts).',
+  'Generated from lib/training/learner-types.ts by `npx halo learner-schema --write`: do not edit (test/unit/learner-schema.test.ts).',
   '',
   'The learner contract as pydantic models: snake_case keys, unknown keys rejected, the limits, patterns and defaults of',
   "the zod schemas. The checks JSON Schema cannot state come from each model's base class in payload_rules.py.",

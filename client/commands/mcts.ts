@@ -2,13 +2,13 @@ import type { Command } from 'commander';
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client, type WorkflowHandle } from '@temporalio/client';
 import { join } from 'node:path';
 import { type BlobStore, blobStoreFor } from '../../blob/store';
-import { ConfigError, type HaloConfig } from '../../lib/config';
-import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/mcts';
-import { describeAction, type AgentAction } from '../../lib/actions';
-import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
+import { ConfigError, type HaloConfig } from '../../lib/config/config';
+import { compositeQ, qMcts, treeStats, type Tree } from '../../lib/search/mcts';
+import { describeAction, type AgentAction } from '../../lib/model-io/actions';
+import { KIND, MODE, RUN_ID, TASK } from '../../lib/episode/search-attributes';
 import { loadMctsSnapshot } from '../../activities/mcts-store';
-import { METRICS_FILE, type TrainingMetrics } from '../../lib/run-metrics';
-import { bestPathView, collectPairs, searchWorkflowId, type MctsSearchResult, type MctsTreeView, type SessionReuseCounters } from '../../lib/mcts-search';
+import { METRICS_FILE, type TrainingMetrics } from '../../lib/training/run-metrics';
+import { bestPathView, collectPairs, searchWorkflowId, type MctsSearchResult, type MctsTreeView, type SessionReuseCounters } from '../../lib/search/mcts-search';
 import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { REPO_ROOT } from '../processes';
 import { connectClient, stackStatus } from '../stack';
@@ -17,7 +17,7 @@ import { addOverrideOptions, flagDefaults, overrideFlagsOf, preflightTasks, runC
 import { withServedModel } from '../served-model';
 import { statusQuery } from '../../workflows/messages';
 import { mctsProgressQuery, mctsTreeQuery } from '../../workflows/mcts-search';
-import { bestNote } from '../../lib/iteration-policy';
+import { bestNote } from '../../lib/serving/iteration-policy';
 
 // `halo mcts --config FILE [--detach] [--json]`: start the MCTS run `mcts.runId` (workflow `trainMcts`, id =
 // run id) or attach to it, and show its progress. `halo mcts tree RUN TASK [--json]`: the tree of the task's

@@ -1,6 +1,6 @@
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 import { connectClient, up } from '../stack';
 import { sleep } from '../processes';
 import { statusQuery } from '../../workflows/messages';

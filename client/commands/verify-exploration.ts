@@ -1,10 +1,10 @@
 import type { Client } from '@temporalio/client';
 import { Option, type Command } from 'commander';
 import { blobStoreFor } from '../../blob/store';
-import { describeAction } from '../../lib/actions';
-import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config';
-import type { EpisodeResult } from '../../lib/episode-types';
-import { KIND, MODE, RUN_ID, TASK } from '../../lib/search-attributes';
+import { describeAction } from '../../lib/model-io/actions';
+import { ConfigError, parseConfig, type HaloConfig } from '../../lib/config/config';
+import type { EpisodeResult } from '../../lib/episode/episode-types';
+import { KIND, MODE, RUN_ID, TASK } from '../../lib/episode/search-attributes';
 import { singleEpisodeInput } from '../episode-input';
 import { connectClient, stackStatus } from '../stack';
 import { loadTrajectory } from './view';

@@ -3,10 +3,10 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { BlobNotFoundError, BlobStore, blobStoreFor } from '../../blob/store';
-import type { HaloConfig } from '../../lib/config';
-import type { EpisodeResult } from '../../lib/episode-types';
-import { BLOB_REF, TrajectorySchema, type Trajectory, type TrajectoryObservation, type TrajectoryStep } from '../../lib/experience';
-import { describeZodError } from '../../lib/learner-types';
+import type { HaloConfig } from '../../lib/config/config';
+import type { EpisodeResult } from '../../lib/episode/episode-types';
+import { BLOB_REF, TrajectorySchema, type Trajectory, type TrajectoryObservation, type TrajectoryStep } from '../../lib/training/experience';
+import { describeZodError } from '../../lib/training/learner-types';
 import { pngSize } from '../../host/png';
 import { REPO_ROOT } from '../processes';
 import { connectClient } from '../stack';
@@ -15,7 +15,7 @@ import { planOverlay, renderEpisodeHtml, type CandidateView, type EpisodeView, t
 // `halo view EPISODE`: a static, self-contained HTML page of one episode, read from the trajectory blob that
 // the `recordTrajectory` activity (activities/control.ts) writes at the end of every episode.
 
-// The trajectory's shape is lib/experience.ts's (`TrajectorySchema`); re-exported for the viewer's callers.
+// The trajectory's shape is lib/training/experience.ts's (`TrajectorySchema`); re-exported for the viewer's callers.
 export type { Trajectory, TrajectoryObservation, TrajectoryStep };
 
 /** A trajectory read from a file or blob, checked against the experience contract (the value is kept as read). */

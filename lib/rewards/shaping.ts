@@ -111,7 +111,7 @@ export function stateKey(view: RewardView): string {
 }
 
 /**
- * Anchor grouping's key of a view (lib/anchor-groups.ts): as `stateKey`, but filled text fields count by their
+ * Anchor grouping's key of a view (lib/training/anchor-groups.ts): as `stateKey`, but filled text fields count by their
  * text (hashed). Shaping keeps `stateKey`, where typing another letter must not pay a new state.
  */
 export function anchorStateKey(view: RewardView): string {

@@ -6,7 +6,7 @@
 
 import { z } from 'zod';
 import { parse as parseYaml } from 'yaml';
-import { closestKey, ConfigError, knownKeysAt } from '../config-error';
+import { closestKey, ConfigError, knownKeysAt } from '../config/config-error';
 
 const MAX_ABS = 1000;
 const bonus = (def: number, doc: string) => z.number().min(0).max(MAX_ABS).default(def).describe(doc);

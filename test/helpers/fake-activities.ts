@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
-import { assembleEval } from '../../lib/eval-records';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
-import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval-types';
+import { assembleEval } from '../../lib/eval/eval-records';
+import type { EvalEpisodeRecord } from '../../lib/eval/eval-summary';
+import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval/eval-types';
 import { ApplicationFailure } from '@temporalio/common';
-import { clip, type Action, type AgentAction } from '../../lib/actions';
-import { parseAction } from '../../lib/parse';
-import type { ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult, FinishSessionResult } from '../../lib/episode-types';
+import { clip, type Action, type AgentAction } from '../../lib/model-io/actions';
+import { parseAction } from '../../lib/model-io/parse';
+import type { ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult, FinishSessionResult } from '../../lib/episode/episode-types';
 import type { RewardState } from '../../lib/rewards/types';
 import type { ActivityMap, TestQueues } from './workflow-env';
 

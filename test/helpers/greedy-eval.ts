@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runEval } from '../../client/commands/eval';
-import type { HaloConfig } from '../../lib/config';
-import { parseEvalConfig } from '../../lib/eval-config';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import type { HaloConfig } from '../../lib/config/config';
+import { parseEvalConfig } from '../../lib/eval/eval-config';
+import type { EvalEpisodeRecord } from '../../lib/eval/eval-summary';
 import type { TestStack } from '../../testing/stack';
 
 export interface HeldOutPlay {

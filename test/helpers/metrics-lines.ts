@@ -1,4 +1,4 @@
-import { parseMetricsLine, type MetricsLine } from '../../lib/run-metrics';
+import { parseMetricsLine, type MetricsLine } from '../../lib/training/run-metrics';
 
 export const TIME = '2025-01-02T03:04:05.000Z';
 type Extra = { env_steps?: number; sessions_opened?: number; replayed_actions?: number };

@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { Runtime, Worker, bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { ALL_SEARCH_ATTRIBUTES } from '../../lib/search-attributes';
+import { ALL_SEARCH_ATTRIBUTES } from '../../lib/episode/search-attributes';
 
 const REPO_ROOT = resolve(__dirname, '..', '..');
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
-import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { parseMetricsJsonl } from '../../lib/training/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';

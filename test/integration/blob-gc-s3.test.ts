@@ -10,7 +10,7 @@ import { parseStoreUrl } from '../../blob/location';
 import { S3Objects, s3ClientFromEnv } from '../../blob/s3';
 import { collectBlobGarbage, MIN_GC_GRACE_MS } from '../../host/blob-gc';
 import { gcBlobs } from '../../client/commands/gc';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
 
 /**

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { parseMetricsJsonl } from '../../lib/run-metrics';
+import { parseMetricsJsonl } from '../../lib/training/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import type { TrainingResult, TrainingStatus } from '../../workflows/train-engine';
 import { stackGrpoConfig } from '../../testing/grpo-config';

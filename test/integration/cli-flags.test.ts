@@ -10,10 +10,10 @@ import { Client, type Connection } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { REPO_ROOT, stopProcess, type ManagedProcess } from '../../client/processes';
 import { freePort, prepareNamespace, startDevServerOnFreePort } from '../../client/temporal-server';
-import { flagsOf } from '../../lib/config-overrides';
+import { flagsOf } from '../../client/config-overrides';
 import { listRealTasks } from '../../env/real-tasks';
-import type { HaloConfig } from '../../lib/config';
-import type { EvaluateInput } from '../../lib/eval-types';
+import type { HaloConfig } from '../../lib/config/config';
+import type { EvaluateInput } from '../../lib/eval/eval-types';
 
 // `halo train` / `halo mcts` / `halo eval` flags end to end: each run is started (--detach) on a private
 // Temporal dev server with no worker, and the started workflow's input is read back from its history.

@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { createCriticActivities, CRITIC_MAX_TOKENS, type CritiqueInput } from '../../activities/critic';
-import { describeAction } from '../../lib/actions';
-import type { PromptMessage } from '../../lib/prompt';
+import { describeAction } from '../../lib/model-io/actions';
+import type { PromptMessage } from '../../lib/model-io/prompt';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 import { failureOf } from '../helpers/application-failure';
 

@@ -4,9 +4,9 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../../client/processes';
-import { episodeFootprint } from '../../lib/history-budget';
-import { parseConfig } from '../../lib/config';
-import type { EpisodeResult } from '../../lib/episode-types';
+import { episodeFootprint } from '../../lib/config/history-budget';
+import { parseConfig } from '../../lib/config/config';
+import type { EpisodeResult } from '../../lib/episode/episode-types';
 import { singleEpisodeInput } from '../../client/episode-input';
 import { BlobStore } from '../../blob/store';
 import { join } from 'node:path';
@@ -155,7 +155,7 @@ describe('durable episode on MiniWoB++', () => {
     console.error(`10-step episode: ${events.length} events, ${Buffer.byteLength(compact)} bytes of compact history JSON`);
     assert.ok(events.length > 40, `history has ${events.length} events`);
     const bytes = Buffer.byteLength(compact);
-    // The config check's bound (lib/history-budget.ts) holds for a real history of this shape.
+    // The config check's bound (lib/config/history-budget.ts) holds for a real history of this shape.
     const bound = episodeFootprint({ n: 1, forks: false, maxSteps: 10, maxTokens: input('click-checkboxes', 1).policy.maxTokens });
     assert.ok(events.length <= bound.events, `${events.length} events against the bound ${bound.events}`);
     assert.ok(bytes <= bound.historyBytes, `${bytes} bytes against the bound ${bound.historyBytes}`);

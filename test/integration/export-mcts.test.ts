@@ -6,8 +6,8 @@ import { join, relative } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { exportRun, type MctsNodeExportRecord, type MctsPairExportRecord, type MctsSearchExportRecord } from '../../client/commands/export';
 import { startOrAttachMcts } from '../../client/commands/mcts';
-import { parseConfig } from '../../lib/config';
-import type { MctsPair, MctsSearchResult } from '../../lib/mcts-search';
+import { parseConfig } from '../../lib/config/config';
+import type { MctsPair, MctsSearchResult } from '../../lib/search/mcts-search';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
 

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { exportRun, type ProvenanceRecord, type StepExportRecord } from '../../client/commands/export';
-import { SampledTokensSchema } from '../../lib/experience';
+import { SampledTokensSchema } from '../../lib/training/experience';
 import { startOrAttachTrain } from '../../client/train';
 import { stackGrpoConfig } from '../../testing/grpo-config';
 import { startTestStack, type TestStack } from '../../testing/stack';

@@ -8,8 +8,8 @@ import { fastReplayFromEnv, Replays } from '../../activities/session-replay';
 import { BlobStore } from '../../blob/store';
 import { DEFAULT_SETTLE_MS, settleMsFromEnv } from '../../env/miniwob';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
-import type { Action } from '../../lib/actions';
-import type { LivedState, ObservationRef, StartSessionInput } from '../../lib/episode-types';
+import type { Action } from '../../lib/model-io/actions';
+import type { LivedState, ObservationRef, StartSessionInput } from '../../lib/episode/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 import { clickableElements } from '../../testing/axtree';
 

@@ -8,8 +8,8 @@ import { deflateSync } from 'node:zlib';
 import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { BlobStore } from '../../blob/store';
-import { buildPrompt } from '../../lib/prompt';
-import { DpoBatchSchema, GrpoBatchSchema, LEARNER_SCHEMAS, PromptSchema } from '../../lib/learner-types';
+import { buildPrompt } from '../../lib/model-io/prompt';
+import { DpoBatchSchema, GrpoBatchSchema, LEARNER_SCHEMAS, PromptSchema } from '../../lib/training/learner-types';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { learnerCommand } from '../../client/processes';
 import { learnerContract, type LearnerContractInput, type LearnerContractResult } from '../test-workflows/learner-contract';
@@ -164,7 +164,7 @@ for c in json.load(sys.stdin):
 print(json.dumps(out))
 `;
 
-describe('learner contract: zod (lib/learner-types.ts, lib/experience.ts) = pydantic (halo_learner/payloads.py)', () => {
+describe('learner contract: zod (lib/training/learner-types.ts, lib/training/experience.ts) = pydantic (halo_learner/payloads.py)', () => {
   test('the same payloads are accepted and rejected on both sides, with the same defaults', async () => {
     const py = (await python(PY_CASES, CASES)) as { ok: boolean; value?: unknown; error?: string[] }[];
     CASES.forEach((c, i) => {

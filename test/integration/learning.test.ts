@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startOrAttachTrain } from '../../client/train';
 import { loadConfigFile } from '../../host/config-file';
-import { parseConfig } from '../../lib/config';
-import { freshRunSummary } from '../../lib/repeat-runs';
-import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import { parseConfig } from '../../lib/config/config';
+import { freshRunSummary } from '../../bench/repeat-runs';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/training/run-metrics';
 import { startTestStack, type TestStack } from '../../testing/stack';
 import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 
@@ -27,7 +27,7 @@ const ITERATIONS = 12;
 const SEEDS = [1, 4, 5, 8];
 const NEEDED = 2;
 const LR = Number(process.env.HALO_LEARNING_TEST_LR ?? 6e-3);
-// Training seeds are below 100,000 (lib/training-plan.ts pickTasks): these were never trained on.
+// Training seeds are below 100,000 (lib/training/training-plan.ts pickTasks): these were never trained on.
 const HELD_OUT = [100_000, 100_001, 100_002, 100_003];
 
 let stack: TestStack;

@@ -4,8 +4,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startOrAttachMcts } from '../../client/commands/mcts';
-import { parseConfig } from '../../lib/config';
-import { isMctsMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import { parseConfig } from '../../lib/config/config';
+import { isMctsMetrics, parseMetricsJsonl } from '../../lib/training/run-metrics';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { startTestStack, type TestStack } from '../../testing/stack';
 import { greedyBaseVsTrained } from '../helpers/greedy-eval';
@@ -23,7 +23,7 @@ import { greedyBaseVsTrained } from '../helpers/greedy-eval';
 const ITERATIONS = 9;
 const LR = Number(process.env.HALO_MCTS_LEARNING_TEST_LR ?? 3e-3);
 const TASKS = ['click-test', 'focus-text'];
-// Search seeds are below 100,000 (lib/mcts-search.ts searchSeed): these were never searched.
+// Search seeds are below 100,000 (lib/search/mcts-search.ts searchSeed): these were never searched.
 const HELD_OUT = Array.from({ length: 8 }, (_, i) => 100_000 + i);
 const RUN_ID = 'mcts-learn-test';
 

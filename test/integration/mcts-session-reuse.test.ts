@@ -1,9 +1,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Worker } from '@temporalio/worker';
-import { parseConfig } from '../../lib/config';
-import { mctsParams } from '../../lib/mcts-params';
-import type { MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
+import { parseConfig } from '../../lib/config/config';
+import { mctsParams } from '../../lib/search/mcts-params';
+import type { MctsSearchResult, MctsTreeView } from '../../lib/search/mcts-search';
 import type { MctsSearchInput } from '../../workflows/mcts-search';
 import { startBranchingPolicyServer } from '../../testing/branching-policy-server';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';

@@ -9,7 +9,7 @@ import { DEFAULT_VIEWPORT, launchChromium } from '../../env/browser';
 import { MiniWobEnv } from '../../env/miniwob';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
 import type { Observation } from '../../env/types';
-import type { Action } from '../../lib/actions';
+import type { Action } from '../../lib/model-io/actions';
 import { stateKey } from '../../lib/rewards/shaping';
 import { clickableElements } from '../../testing/axtree';
 

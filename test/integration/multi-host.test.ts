@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, type Connection } from '@temporalio/client';
-import { parseConfig, type HaloConfig } from '../../lib/config';
+import { parseConfig, type HaloConfig } from '../../lib/config/config';
 import { REPO_ROOT, readPid, isAlive, type ManagedProcess } from '../../client/processes';
 import { prepareNamespace, startDevServerOnFreePort } from '../../client/temporal-server';
 import { startOrAttachTrain } from '../../client/train';
@@ -15,7 +15,7 @@ import { blobStoreFor } from '../../blob/store';
 import { startLocalS3, type LocalS3 } from '../../testing/s3-server';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 import type { TrainingResult } from '../../workflows/train-engine';
-import type { EpisodeResult } from '../../lib/episode-types';
+import type { EpisodeResult } from '../../lib/episode/episode-types';
 
 /**
  * Three "hosts" on this machine that share nothing but Temporal and an S3-compatible object store (moto's

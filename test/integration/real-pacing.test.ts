@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { chromium, type LaunchOptions } from 'playwright-core';
 import type { SessionManager } from '../../activities/session';
 import { AGISDK_POST_ACTION_MS, AGISDK_SLOW_MO_MS } from '../../env/real';
-import type { RealScoring, StartSessionInput } from '../../lib/episode-types';
+import type { RealScoring, StartSessionInput } from '../../lib/episode/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 import { realEnvOf, startRealSessions, type RealSessions } from '../../testing/real-sessions';
 

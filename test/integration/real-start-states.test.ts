@@ -5,8 +5,8 @@ import { RealStartStates, realStartStatesFromEnv } from '../../activities/real-s
 import type { BlobStore } from '../../blob/store';
 import type { RealEnv } from '../../env/real';
 import type { ClientSnapshot } from '../../env/real-snapshot';
-import type { Action } from '../../lib/actions';
-import type { StartSessionInput, StartSessionResult } from '../../lib/episode-types';
+import type { Action } from '../../lib/model-io/actions';
+import type { StartSessionInput, StartSessionResult } from '../../lib/episode/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 import type { FakeRealSite } from '../../testing/fake-real-site';
 import { parseAxtree } from '../../testing/axtree';

@@ -1,9 +1,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseConfig } from '../../lib/config';
-import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
-import { testTimeSearchParams } from '../../lib/eval-config';
-import type { MctsSearchResult, MctsTreeView } from '../../lib/mcts-search';
+import { parseConfig } from '../../lib/config/config';
+import type { EpisodeInput, EpisodeResult } from '../../lib/episode/episode-types';
+import { testTimeSearchParams } from '../../lib/eval/eval-config';
+import type { MctsSearchResult, MctsTreeView } from '../../lib/search/mcts-search';
 import { startFakeCriticServer, type FakeCriticServer } from '../../testing/fake-critic-server';
 import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';

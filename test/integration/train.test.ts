@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../../client/processes';
 import { curvesPython, syncCurves } from '../../host/curves';
-import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/run-metrics';
+import { isGrpoMetrics, parseMetricsJsonl } from '../../lib/training/run-metrics';
 import { startOrAttachTrain } from '../../client/train';
 import { listEpisodes, listRuns } from '../../client/commands/runs';
 import type { TrainingResult } from '../../workflows/train-engine';

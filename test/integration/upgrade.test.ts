@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { down, up, waitForPollers } from '../../client/stack';
 import { readPid, spawnBackground, workerCommand } from '../../client/processes';
 import { buildIdOf, buildWorkflowBundle, KEPT_BUNDLES, type WorkflowBundle } from '../../workers/workflow-bundle';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { REPO_ROOT } from '../../client/processes';
 import { firstDifference, formatExploration, verifyExploration } from '../../client/commands/verify-exploration';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { startFakePolicyServer, toolCall, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
 

@@ -7,9 +7,9 @@ import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
 import { loadAdapterIntoVllm, withServedAdapter } from '../../activities/adapters';
 import { classifyPolicyError, missingModelOf } from '../../activities/policy-client';
-import { parseConfig, type PolicyConfig } from '../../lib/config';
-import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode-types';
-import { servedAdapterName } from '../../lib/iteration-policy';
+import { parseConfig, type PolicyConfig } from '../../lib/config/config';
+import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode/episode-types';
+import { servedAdapterName } from '../../lib/serving/iteration-policy';
 import { fakeLogprob, fakeTokenIds, toolCall } from '../../testing/fake-policy-server';
 import { truncatedLogprob, VLLM_NEUTRAL } from '../../testing/fake-vllm-sampling';
 

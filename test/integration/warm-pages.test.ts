@@ -6,8 +6,8 @@ import { after, before, test } from 'node:test';
 import { SessionManager } from '../../activities/session';
 import { BlobStore } from '../../blob/store';
 import { startMiniwobServer, type MiniwobServer } from '../../env/miniwob-server';
-import type { Action } from '../../lib/actions';
-import type { StartSessionInput } from '../../lib/episode-types';
+import type { Action } from '../../lib/model-io/actions';
+import type { StartSessionInput } from '../../lib/episode/episode-types';
 import { parseRewardWeights } from '../../lib/rewards/weights';
 
 // A browser worker keeps the pages of closed MiniWoB++ sessions loaded (activities/warm-pages.ts), and the next

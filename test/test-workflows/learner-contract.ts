@@ -1,13 +1,13 @@
 import type { Duration } from '@temporalio/common';
 import { proxyActivities } from '@temporalio/workflow';
 import type { LearnerBatchActivities } from '../../activities/learner-batches';
-import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../../lib/learner-types';
+import type { SampleActionsOutput, UpdateDpoOutput, UpdatePolicyOutput } from '../../lib/training/learner-types';
 import { learnerActivities } from '../../workflows/learner-calls';
 
 export interface LearnerContractInput {
   /** Adapters go to `<HALO_CHECKPOINTS>/<runId>/v1..v3`; use a fresh id (a used one answers `reused` throughout). */
   runId: string;
-  /** Blob with prompt messages as lib/prompt.ts writes them (an image part must reference a stored PNG). */
+  /** Blob with prompt messages as lib/model-io/prompt.ts writes them (an image part must reference a stored PNG). */
   promptRef: string;
   /** The learner's task queue; default `gpu`. */
   gpuTaskQueue?: string;
@@ -43,7 +43,7 @@ const BAD = 'I am not sure what to do here.';
 
 /**
  * Cross-language smoke test of the learner: every payload the training workflows send to the Python
- * learner, through the real task queue, with the answers checked against lib/learner-types.ts. Only
+ * learner, through the real task queue, with the answers checked against lib/training/learner-types.ts. Only
  * test/integration/learner-contract.test.ts runs it, on a worker of its own: it is not in the production
  * bundle (workflows/index.ts).
  */

@@ -1,10 +1,10 @@
 import type { Duration } from '@temporalio/common';
-import type { SampleActionsOutput } from '../../lib/learner-types';
+import type { SampleActionsOutput } from '../../lib/training/learner-types';
 import { learnerActivities } from '../../workflows/learner-calls';
 
 export interface SamplePromptInput {
   runId: string;
-  /** A prompt blob as lib/prompt.ts writes it. */
+  /** A prompt blob as lib/model-io/prompt.ts writes it. */
   promptRef: string;
   gpuTaskQueue: string;
   /** Bound on the call, queue time included: a learner that never answers fails the workflow instead of hanging. */

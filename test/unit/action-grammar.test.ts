@@ -1,12 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
-import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/action-grammar';
-import { grammarBlob, readGrammarBlob } from '../../lib/grammar-blob';
-import { isValidAction } from '../../lib/actions';
-import { parseAction } from '../../lib/parse';
-import { parseConfig } from '../../lib/config';
+import { QWEN3_VL_ADDED_TOKENS } from '../../lib/model-io/prompt-text';
+import { actionGrammar, elementIdsOf, GRAMMAR_TEXT_MAX, minConstrainedMaxTokens } from '../../lib/model-io/action-grammar';
+import { grammarBlob, readGrammarBlob } from '../../lib/model-io/grammar-blob';
+import { isValidAction } from '../../lib/model-io/actions';
+import { parseAction } from '../../lib/model-io/parse';
+import { parseConfig } from '../../lib/config/config';
 
 const TREE = '[3] text "Click the button." @(200,111)\n[5] button "Click Me!" @(76,629)\n[12] textbox value="" @(1,2)';
 

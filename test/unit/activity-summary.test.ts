@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as profiles from '../../workflows/activity-profiles';
-import { clipSummary, clipUrlForSummary, SUMMARY_MAX_BYTES, SUMMARY_URL_CHARS } from '../../lib/text';
+import { clipSummary, clipUrlForSummary, SUMMARY_MAX_BYTES, SUMMARY_URL_CHARS } from '../../lib/model-io/text';
 
 const bytes = (s: string) => Buffer.byteLength(s, 'utf8');
 

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { anchorGroupAdvantages, anchorRollout, discountedReturns, mergeAnchorStats, type AnchorRollout } from '../../lib/anchor-groups';
-import { AnchorRolloutSchema } from '../../lib/experience';
+import { anchorGroupAdvantages, anchorRollout, discountedReturns, mergeAnchorStats, type AnchorRollout } from '../../lib/training/anchor-groups';
+import { AnchorRolloutSchema } from '../../lib/training/experience';
 import { anchorStateKey, normaliseAxtree, normaliseAxtreeForAnchor, stateKey } from '../../lib/rewards/shaping';
-import { TrainingMetricsSchema } from '../../lib/run-metrics';
-import { iterationMetrics } from '../../lib/training-metrics';
+import { TrainingMetricsSchema } from '../../lib/training/run-metrics';
+import { iterationMetrics } from '../../lib/training/training-metrics';
 
 function close(actual: number[][], expected: number[][], tol = 1e-8): void {
   assert.equal(actual.length, expected.length);

@@ -9,7 +9,7 @@ import { BlobStore, REFRESH_EVERY_MS } from '../../blob/store';
 import { collectBlobGarbage, MIN_GC_GRACE_MS } from '../../host/blob-gc';
 import { describeGc, gcBlobs } from '../../client/commands/gc';
 import { recordedStore } from '../../workers/runtime';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 import type { TemporalSettings } from '../../host/connection';
 
 // Two stacks on one home: namespaces A and B share `<home>/blobs`. A sweep run for A alone must not take what

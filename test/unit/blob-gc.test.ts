@@ -8,7 +8,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import { BlobNotFoundError, BlobStore } from '../../blob/store';
 import { collectBlobGarbage, GcAbortedError, MIN_GC_GRACE_MS } from '../../host/blob-gc';
 import { gcBlobs, openRunNeeds, parseGraceMinutes, retentionArgs } from '../../client/commands/gc';
-import type { HaloConfig } from '../../lib/config';
+import type { HaloConfig } from '../../lib/config/config';
 
 // A gc that keeps everything live and removes the rest: live through a workflow history, a metrics row, an
 // eval records file and chains of text blobs (trajectory → screenshots, batch → prompt → screenshot); dead

@@ -7,10 +7,10 @@ import { join } from 'node:path';
 import { type CollectionTag, isMap, parse as parseYaml, parseDocument, type YAMLMap } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
 import { replicaOverrideYaml } from '../../client/commands/compose-replicas';
-import { planReplicas } from '../../lib/compose-replicas';
-import { parseConfig } from '../../lib/config';
+import { planReplicas } from '../../client/compose-replicas';
+import { parseConfig } from '../../lib/config/config';
 import { loadConfigFile } from '../../host/config-file';
-import { originAllowed } from '../../lib/credentials';
+import { originAllowed } from '../../lib/serving/credentials';
 
 // docker-compose.replicas.yml (`halo compose-replicas N`) on top of docker-compose.yml, merged as Compose merges an
 // override file, for boxes of 1, 2 and 8 GPUs: every replica on a GPU of its own, the learner on the others, and the

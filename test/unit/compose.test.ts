@@ -5,12 +5,12 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, normalize, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { REPO_ROOT } from '../../client/processes';
-import { parseConfig } from '../../lib/config';
-import { identicalCandidatesProblem } from '../../lib/config-checks';
-import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
-import { VLLM_GRAMMAR_CALLS } from '../../lib/grammar-blob';
+import { parseConfig } from '../../lib/config/config';
+import { identicalCandidatesProblem } from '../../lib/config/config-checks';
+import { vllmStructuredOutputsConfig } from '../../lib/model-io/action-grammar';
+import { VLLM_GRAMMAR_CALLS } from '../../lib/model-io/grammar-blob';
 import { loadConfigFile } from '../../host/config-file';
-import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/credentials';
+import { CREDENTIAL_NAMES, DEFAULT_CREDENTIAL_ENV, INSECURE_HOSTS_ENV, credentialOverrideVar } from '../../lib/serving/credentials';
 import { chromiumSandboxed } from '../../env/browser';
 
 // docker-compose.yml for one GPU machine: checked against the repository (paths, Dockerfiles), against the
@@ -116,7 +116,7 @@ function tsEnvReads(): Set<string> {
     for (const m of text.matchAll(/\b(?:process\.)?env(?:\.([A-Z][A-Z0-9_]*)|\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\])/g)) names.add(m[1] ?? m[2]);
     if (text.includes("from '@temporalio/envconfig'")) for (const k of ENVCONFIG_VARIABLES) names.add(k);
   }
-  // Named credentials: lib/credentials.ts maps each name to a variable, read through a lookup.
+  // Named credentials: lib/serving/credentials.ts maps each name to a variable, read through a lookup.
   for (const v of Object.values(DEFAULT_CREDENTIAL_ENV)) names.add(v);
   for (const n of CREDENTIAL_NAMES) names.add(credentialOverrideVar(n));
   names.add(INSECURE_HOSTS_ENV);

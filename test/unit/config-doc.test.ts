@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
-import { configSchema } from '../../lib/config';
+import { configSchema } from '../../lib/config/config';
 import { CONFIG_DOC_PATH, configSections, describeType, renderConfigReference } from '../../client/commands/config-doc';
 
 // Walks the zod schema itself (not its JSON Schema), so the generator's own walk is checked against it.

@@ -1,12 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { configSchema, parseConfig, type HaloConfig } from '../../lib/config';
+import { configSchema, parseConfig, type HaloConfig } from '../../lib/config/config';
 import { Command } from 'commander';
 import { addOverrideOptions, knownLongFlags, runConfigFromFlags } from '../../client/run-flags';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { evalConfigSchema, parseEvalConfig, resolveEvalPlan, type EvalConfig } from '../../lib/eval-config';
+import { evalConfigSchema, parseEvalConfig, resolveEvalPlan, type EvalConfig } from '../../lib/eval/eval-config';
 import {
   applyEvalOverrides,
   applyRunOverrides,
@@ -20,7 +20,7 @@ import {
   type OverrideFlags,
   type Overridden,
   type SiteTask,
-} from '../../lib/config-overrides';
+} from '../../client/config-overrides';
 import { pinProblems } from '../../client/real-preflight';
 import type { RealRegistry, RegistrySnapshot } from '../../env/real-tasks';
 

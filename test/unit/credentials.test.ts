@@ -5,8 +5,8 @@ import type { AddressInfo } from 'node:net';
 import { ApplicationFailure } from '@temporalio/common';
 import { chatCompletions } from '../../activities/policy-client';
 import { ensureAdapterLoaded, ensureAdapters, listLoadedAdapters } from '../../activities/adapters';
-import { parseConfig, type PolicyConfig } from '../../lib/config';
-import { credentialEnvVar, resolveCredential } from '../../lib/credentials';
+import { parseConfig, type PolicyConfig } from '../../lib/config/config';
+import { credentialEnvVar, resolveCredential } from '../../lib/serving/credentials';
 
 // The key probe: a workflow input that names an unrelated environment variable must not make the worker send
 // that variable's value anywhere. The local server records every request it receives, headers and body.

@@ -12,8 +12,8 @@ import {
   NEUTRAL_VALUE,
   parseCriticAnswer,
   rankToPriors,
-} from '../../lib/critic';
-import { describeAction } from '../../lib/actions';
+} from '../../lib/search/critic';
+import { describeAction } from '../../lib/model-io/actions';
 import { parseCandidates, preferRanking } from '../../testing/fake-critic-server';
 
 const screenshotRef = 'sha256:' + 'a'.repeat(64) + '.png';

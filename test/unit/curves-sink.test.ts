@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCurvesSink, syncCurves, CurvesSyncError } from '../../host/curves';
 import { createMetricsActivities } from '../../activities/metrics';
-import { wandbOf } from '../../lib/curves';
-import { parseConfig } from '../../lib/config';
-import type { TrainingMetrics } from '../../lib/run-metrics';
+import { wandbOf } from '../../lib/training/curves';
+import { parseConfig } from '../../lib/config/config';
+import type { TrainingMetrics } from '../../lib/training/run-metrics';
 
 // The metrics activities hand every append to the curves sink; the sink runs `python -m halo_learner.curves`
 // (here a stand-in interpreter that records its arguments) one run at a time, in the background.

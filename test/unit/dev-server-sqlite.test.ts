@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { devServerArgs } from '../../client/temporal-server';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 
 const pragmas = (args: string[]) => args.flatMap((a, i) => (args[i - 1] === '--sqlite-pragma' ? [a] : []));
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { hasFreeWhitespace, separatorStyle, vllmGrammarWhitespaceCheck } from '../../client/doctor-grammar-whitespace';
 import { vllmChecks } from '../../client/doctor-vllm';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { FAKE_BYTE_OFFSET } from '../../testing/fake-policy-server';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { logprobShift } from '../../client/doctor-logprobs-mode';
 import { vllmChecks } from '../../client/doctor-vllm';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 
 // `halo doctor` tells vLLM's processed log-probs (after temperature) from raw ones (its default) over HTTP, so a

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { vllmChecks } from '../../client/doctor-vllm';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { writeAdapterFolder } from '../../testing/adapter-folder';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 

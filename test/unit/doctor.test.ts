@@ -6,7 +6,7 @@ import { learnerDetail, learnerWatchdogCheck } from '../../client/doctor-workers
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 import { startFakeVllmServer } from '../../testing/fake-vllm-server';
 
 const realCfg = (url: string, model = 'Qwen/Qwen3-VL-8B-Instruct') => parseConfig({ policy: { backend: 'openai', baseUrl: `${url}/v1`, model }, train: { vllmBaseUrl: url } });

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError, parseConfig } from '../../lib/config';
-import { dynamicSamplingStats, type BatchStepGroup } from '../../lib/grpo';
-import { bestNote, betterEval, samplingSeed } from '../../lib/iteration-policy';
-import { freshRunSummary, reproducibilityProblems, type FreshRun } from '../../lib/repeat-runs';
-import { iterationMetrics } from '../../lib/training-metrics';
-import { drawKey } from '../../lib/training-plan';
+import { ConfigError, parseConfig } from '../../lib/config/config';
+import { dynamicSamplingStats, type BatchStepGroup } from '../../lib/training/grpo';
+import { bestNote, betterEval, samplingSeed } from '../../lib/serving/iteration-policy';
+import { freshRunSummary, reproducibilityProblems, type FreshRun } from '../../bench/repeat-runs';
+import { iterationMetrics } from '../../lib/training/training-metrics';
+import { drawKey } from '../../lib/training/training-plan';
 
 const group = (rewards: number[], firstDraw?: number): BatchStepGroup => ({
   promptRef: 'p',

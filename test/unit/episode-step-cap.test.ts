@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { episodeMaxSteps, REAL_MAX_STEPS, singleEpisodeInput } from '../../client/episode-input';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 
 // `halo episode --env real …` from default.yaml (a MiniWoB++ config capping its one-action tasks at 1) must not
 // inherit that cap: a REAL episode ends only when the agent answers, so one step could never score.

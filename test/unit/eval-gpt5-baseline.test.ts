@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { samplingParams } from '../../activities/policy-client';
 import { loadEvalConfigFile } from '../../host/eval-config-file';
-import { parseConfig } from '../../lib/config';
-import { parseEvalConfig, resolveEvalPlan } from '../../lib/eval-config';
+import { parseConfig } from '../../lib/config/config';
+import { parseEvalConfig, resolveEvalPlan } from '../../lib/eval/eval-config';
 
 // The seeds' gpt5_baseline: an eval mode on OpenAI's API with gpt-5 that needs nothing but OPENAI_API_KEY.
 

@@ -7,9 +7,9 @@ import { Command } from 'commander';
 import { collectModes, evalConfigFromFlags, register } from '../../client/commands/eval';
 import { loadConfigFile } from '../../host/config-file';
 import { loadEvalConfigFile, resolveEvalPlanOnHost } from '../../host/eval-config-file';
-import { parseConfig } from '../../lib/config';
-import { ConfigError } from '../../lib/config-error';
-import { parseEvalConfig, resolveEvalPlan, selectEvalModes } from '../../lib/eval-config';
+import { parseConfig } from '../../lib/config/config';
+import { ConfigError } from '../../lib/config/config-error';
+import { parseEvalConfig, resolveEvalPlan, selectEvalModes } from '../../lib/eval/eval-config';
 import { writeAdapterFolder } from '../../testing/adapter-folder';
 
 // Served evaluation modes carry their adapter's folder (the 404 on a vLLM that forgot it loads it), a version

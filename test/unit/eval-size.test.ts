@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { evalSizeProblem, MAX_EVAL_EPISODES } from '../../lib/eval-types';
+import { evalSizeProblem, MAX_EVAL_EPISODES } from '../../lib/eval/eval-types';
 
 test('modes × tasks × seeds is checked before anything runs, and the message says what to lower', () => {
   assert.equal(evalSizeProblem({ modes: 4, tasks: 125, seeds: 200 }), null);

@@ -1,12 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { parseConfig } from '../../lib/config';
-import { mctsParams } from '../../lib/mcts-params';
-import { ConfigError } from '../../lib/config-error';
-import { adapterFromPath, baselineSkipReason, parseEvalConfig } from '../../lib/eval-config';
+import { parseConfig } from '../../lib/config/config';
+import { mctsParams } from '../../lib/search/mcts-params';
+import { ConfigError } from '../../lib/config/config-error';
+import { adapterFromPath, baselineSkipReason, parseEvalConfig } from '../../lib/eval/eval-config';
 import { loadEvalConfigFile, resolveEvalPlanOnHost as resolveEvalPlan } from '../../host/eval-config-file';
-import { formatSuccess, median, summarizeEval, summaryJson, summaryMarkdown, wilsonInterval, type EvalEpisodeRecord } from '../../lib/eval-summary';
+import { formatSuccess, median, summarizeEval, summaryJson, summaryMarkdown, wilsonInterval, type EvalEpisodeRecord } from '../../lib/eval/eval-summary';
 import { evalEpisodeId } from '../../workflows/evaluate';
 
 const close = (a: number, b: number, eps = 5e-5) => assert.ok(Math.abs(a - b) < eps, `${a} ≉ ${b}`);
@@ -162,7 +162,7 @@ test('a REAL summary names the scoring its episodes were judged under; records o
   );
 });
 
-// ---- eval config (lib/eval-config.ts) -------------------------------------------------------------------
+// ---- eval config (lib/eval/eval-config.ts) -------------------------------------------------------------------
 
 const base = parseConfig({ policy: { model: 'tiny-random', maxTokens: 48 }, train: { gpuTaskQueue: 'gpu-x' } });
 

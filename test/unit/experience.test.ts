@@ -8,13 +8,13 @@ import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { createMctsStoreActivities } from '../../activities/mcts-store';
-import type { Action } from '../../lib/actions';
-import { MctsPairSchema, SampledTokensSchema, TrajectorySchema, type ObservationRef, type TrajectoryInput } from '../../lib/experience';
-import { DpoBatchSchema } from '../../lib/learner-types';
-import { backpropagate, expand, newTree } from '../../lib/mcts';
-import { emptyCounters, snapshotChunks, type MctsSnapshot } from '../../lib/mcts-search';
+import type { Action } from '../../lib/model-io/actions';
+import { MctsPairSchema, SampledTokensSchema, TrajectorySchema, type ObservationRef, type TrajectoryInput } from '../../lib/training/experience';
+import { DpoBatchSchema } from '../../lib/training/learner-types';
+import { backpropagate, expand, newTree } from '../../lib/search/mcts';
+import { emptyCounters, snapshotChunks, type MctsSnapshot } from '../../lib/search/mcts-search';
 
-// The experience contract (lib/experience.ts) at the places that write and read it: the trajectory blob, the
+// The experience contract (lib/training/experience.ts) at the places that write and read it: the trajectory blob, the
 // sampler's token blobs, and the DPO pairs of a search.
 
 const store = () => new BlobStore(mkdtempSync(join(tmpdir(), 'halo-experience-')));

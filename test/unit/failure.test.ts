@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, DefaultFailureConverter, defaultPayloadConverter, RetryState, TerminatedFailure } from '@temporalio/common';
-import { ConfigError } from '../../lib/config';
+import { ConfigError } from '../../lib/config/config';
 import { describeFailure, EXIT, fixIn, formatFailure, reportError, RunFailedError } from '../../client/failure';
 
 const converter = new DefaultFailureConverter();

@@ -8,8 +8,8 @@ import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
 import { createGrpoBatchActivities } from '../../activities/grpo-batch';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
-import { TrajectorySchema, type StepGroup, type Trajectory, type TrajectoryInput } from '../../lib/experience';
-import { GrpoBatchSchema } from '../../lib/learner-types';
+import { TrajectorySchema, type StepGroup, type Trajectory, type TrajectoryInput } from '../../lib/training/experience';
+import { GrpoBatchSchema } from '../../lib/training/learner-types';
 
 // The sampler's finish reason (`length`: no end-of-turn token in the text) from the trajectory into the learner's
 // batch, on every grouping: step groups' candidates, and the steps of episode and anchor groups. And anchor keys

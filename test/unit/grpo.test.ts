@@ -7,9 +7,9 @@ import { BlobStore } from '../../blob/store';
 import { ApplicationFailure } from '@temporalio/common';
 import { createGrpoBatchActivities } from '../../activities/grpo-batch';
 import { createLearnerBatchActivities, type GrpoBatchRequest } from '../../activities/learner-batches';
-import type { Trajectory } from '../../lib/experience';
-import { GrpoBatchSchema, GrpoItemSchema, type GrpoBatch } from '../../lib/learner-types';
-import { chooseCandidate, episodeGroup, groupAdvantages, groupsToBatchItems, isZeroStdGroup, shouldWarnZeroStd, type BatchStepGroup } from '../../lib/grpo';
+import type { Trajectory } from '../../lib/training/experience';
+import { GrpoBatchSchema, GrpoItemSchema, type GrpoBatch } from '../../lib/training/learner-types';
+import { chooseCandidate, episodeGroup, groupAdvantages, groupsToBatchItems, isZeroStdGroup, shouldWarnZeroStd, type BatchStepGroup } from '../../lib/training/grpo';
 
 const close = (a: number, b: number, eps = 1e-9): void => assert.ok(Math.abs(a - b) <= eps, `${a} ≉ ${b}`);
 const sum = (xs: number[]): number => xs.reduce((s, x) => s + x, 0);

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config';
-import { episodeFootprint, episodeHistoryProblems, TEMPORAL_LIMITS } from '../../lib/history-budget';
+import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config/config';
+import { episodeFootprint, episodeHistoryProblems, TEMPORAL_LIMITS } from '../../lib/config/history-budget';
 import { loadConfigFile } from '../../host/config-file';
 
 const KEYS = { n: 'train.numGenerations', maxSteps: 'episode.maxSteps', maxTokens: 'policy.maxTokens' };

@@ -2,8 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config';
-import { EVENTS_PER_CHILD, iterationFootprint, TEMPORAL_LIMITS } from '../../lib/history-budget';
+import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config/config';
+import { EVENTS_PER_CHILD, iterationFootprint, TEMPORAL_LIMITS } from '../../lib/config/history-budget';
 
 const HISTORIES = join(__dirname, '..', 'fixtures', 'histories');
 

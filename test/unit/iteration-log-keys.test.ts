@@ -4,8 +4,8 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMetricsActivities } from '../../activities/metrics';
-import type { TrainingMetrics } from '../../lib/run-metrics';
-import { iterationMetrics } from '../../lib/training-metrics';
+import type { TrainingMetrics } from '../../lib/training/run-metrics';
+import { iterationMetrics } from '../../lib/training/training-metrics';
 
 const TIME = '2025-01-02T03:04:05.000Z';
 

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseConfig } from '../../lib/config';
-import { evaluationDue, greedy, samplingPolicy, servedAdapterName, servingOf } from '../../lib/iteration-policy';
-import { runContextFromConfig } from '../../lib/run-context';
-import { episodeInput, episodeRun, type EpisodeInput } from '../../lib/episode-types';
+import { parseConfig } from '../../lib/config/config';
+import { evaluationDue, greedy, samplingPolicy, servedAdapterName, servingOf } from '../../lib/serving/iteration-policy';
+import { runContextFromConfig } from '../../lib/episode/run-context';
+import { episodeInput, episodeRun, type EpisodeInput } from '../../lib/episode/episode-types';
 
 const served = parseConfig({ policy: { backend: 'openai', model: 'Qwen/Qwen3-VL-8B-Instruct' }, train: { vllmBaseUrl: 'http://127.0.0.1:8000/v1' } });
 const colocated = parseConfig({ policy: { backend: 'colocated', model: 'tiny-random' } });

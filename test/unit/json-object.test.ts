@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { firstJsonObject, kindOf, nonObjectJsonKind } from '../../lib/json-object';
+import { firstJsonObject, kindOf, nonObjectJsonKind } from '../../lib/model-io/json-object';
 
 test('the first balanced object that parses, around prose and braces inside strings', () => {
   assert.deepEqual(firstJsonObject('Sure: {"a": 1} and {"b": 2}'), { kind: 'found', value: { a: 1 } });

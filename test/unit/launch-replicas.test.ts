@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAlive, REPO_ROOT } from '../../client/processes';
 import { down, vllmProcesses } from '../../client/stack';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 
 // `./launch.sh gpu` on a box of N GPUs (bin/launch-gpu.sh gpu_split): the plan --dry-run prints, with a stand-in
 // nvidia-smi on PATH listing N GPUs; and `halo down` stopping every replica it started.

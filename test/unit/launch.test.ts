@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../client/processes';
-import { vllmStructuredOutputsConfig } from '../../lib/action-grammar';
+import { vllmStructuredOutputsConfig } from '../../lib/model-io/action-grammar';
 
 // launch.sh: `gpu --dry-run` and `resume --dry-run` print every command (bin/launch-gpu.sh) and run none. Node from PyPI:
 // test/integration/launch-node.test.ts.

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BLOB_REF, LEARNER_SCHEMAS } from '../../lib/learner-types';
-import { mctsSchema, policySchema, trainSchema } from '../../lib/config';
+import { BLOB_REF, LEARNER_SCHEMAS } from '../../lib/training/learner-types';
+import { mctsSchema, policySchema, trainSchema } from '../../lib/config/config';
 import { PAYLOADS_PATH, PYTHON_RULES, generatePayloads, learnerJsonSchema } from '../../client/commands/learner-schema';
 import { REPO_ROOT, pythonBinary } from '../../client/processes';
 

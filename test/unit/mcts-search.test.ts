@@ -6,13 +6,13 @@ import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { createMctsStoreActivities } from '../../activities/mcts-store';
-import type { Action, AgentAction } from '../../lib/actions';
-import { parseConfig } from '../../lib/config';
+import type { Action, AgentAction } from '../../lib/model-io/actions';
+import { parseConfig } from '../../lib/config/config';
 import { loadConfigFile } from '../../host/config-file';
-import { backpropagate, expand, markTerminal, newTree, select, setCriticValue, type Tree } from '../../lib/mcts';
-import { parseAction } from '../../lib/parse';
-import { TrainingMetricsSchema } from '../../lib/run-metrics';
-import { mctsIterationMetrics } from '../../lib/training-metrics';
+import { backpropagate, expand, markTerminal, newTree, select, setCriticValue, type Tree } from '../../lib/search/mcts';
+import { parseAction } from '../../lib/model-io/parse';
+import { TrainingMetricsSchema } from '../../lib/training/run-metrics';
+import { mctsIterationMetrics } from '../../lib/training/training-metrics';
 import { renderTree } from '../../client/commands/mcts';
 import {
   asTreeAction,
@@ -35,9 +35,9 @@ import {
   searchWorkflowId,
   type MctsSnapshotChunk,
   type MctsTreeView,
-} from '../../lib/mcts-search';
-import { mctsParams } from '../../lib/mcts-params';
-import { samplingPolicy } from '../../lib/iteration-policy';
+} from '../../lib/search/mcts-search';
+import { mctsParams } from '../../lib/search/mcts-params';
+import { samplingPolicy } from '../../lib/serving/iteration-policy';
 
 const el = (id: number): Action => ({ type: 'click_element', id });
 const ref = (c: string, ext = 'txt') => `sha256:${c.repeat(64)}.${ext}`;

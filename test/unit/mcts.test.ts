@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Action } from '../../lib/actions';
-import { parseConfig } from '../../lib/config';
+import type { Action } from '../../lib/model-io/actions';
+import { parseConfig } from '../../lib/config/config';
 import {
   actionPath,
   backpropagate,
@@ -20,7 +20,7 @@ import {
   ucb1,
   type MctsNode,
   type Tree,
-} from '../../lib/mcts';
+} from '../../lib/search/mcts';
 
 const click = (x: number, y: number): Action => ({ type: 'click', x, y, button: 'left', count: 1 });
 const el = (id: number): Action => ({ type: 'click_element', id });

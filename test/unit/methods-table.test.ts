@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { renderChartSvg } from '../../client/report-charts';
 import { loadConfigFile } from '../../host/config-file';
-import { parseConfig } from '../../lib/config';
-import { summarizeGroup, type EvalEpisodeRecord, type EvalSummaryRow } from '../../lib/eval-summary';
+import { parseConfig } from '../../lib/config/config';
+import { summarizeGroup, type EvalEpisodeRecord, type EvalSummaryRow } from '../../lib/eval/eval-summary';
 import {
   comparisonProblems,
   cumulativeEnvSteps,
@@ -19,8 +19,8 @@ import {
   taskThresholds,
   type MethodsReport,
   type TaskEvalEpisode,
-} from '../../lib/methods-table';
-import { parseMetricsLine, type MetricsLine } from '../../lib/run-metrics';
+} from '../../bench/methods-table';
+import { parseMetricsLine, type MetricsLine } from '../../lib/training/run-metrics';
 import { TIME, grpo } from '../helpers/metrics-lines';
 
 function mcts(iteration: number, simulations: number, evalRate?: number): MetricsLine {
@@ -197,7 +197,7 @@ test('the table: command first, failed rows kept, not reached vs not evaluated, 
   assert.equal(lines[0], 'node --import tsx bench/methods.ts --tag t1');
   assert.match(lines[2], /\| with test-time MCTS \(16 sims\/step\) \|/);
   const row = (method: string) => lines.find((l) => l.startsWith(`| ${method} |`))!.split(' | ');
-  // base: 2/16 = 12.5%, Wilson interval from lib/eval-summary; no training numbers.
+  // base: 2/16 = 12.5%, Wilson interval from lib/eval/eval-summary; no training numbers.
   assert.match(row('base')[1], /^12\.5% \(\d+\.\d–\d+\.\d%\), 2\/16$/);
   assert.match(row('base')[2], /^25\.0% .*4\/16$/);
   assert.deepEqual(row('base').slice(3, 8), ['–', '–', '–', '–', '–']);

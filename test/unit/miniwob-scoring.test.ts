@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { episodeMaxTimeMs, miniwobSuccess, reportedReward } from '../../env/miniwob-scoring';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 
 test('success is raw reward 1: partial credit and BrowserGym-style raw > 0 are failures', () => {
   assert.equal(miniwobSuccess(1), true);

@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Action } from '../../lib/actions';
-import { expand, newTree, type Tree } from '../../lib/mcts';
-import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../../lib/parked-choice';
+import type { Action } from '../../lib/model-io/actions';
+import { expand, newTree, type Tree } from '../../lib/search/mcts';
+import { chooseParked, chooseSpare, nodeAtPath, parkedMaxAgeMs } from '../../lib/search/parked-choice';
 
 const el = (id: number): Action => ({ type: 'click_element', id });
 

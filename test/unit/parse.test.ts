@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { actionSchema, type AgentAction } from '../../lib/actions';
-import { ACCEPTED_ACTION_NAMES, EXCERPT_CHARS, MAX_OUTPUT_CHARS, parseAction } from '../../lib/parse';
+import { actionSchema, type AgentAction } from '../../lib/model-io/actions';
+import { ACCEPTED_ACTION_NAMES, EXCERPT_CHARS, MAX_OUTPUT_CHARS, parseAction } from '../../lib/model-io/parse';
 
 /** A Qwen3-VL computer_use tool call wrapping `args`, as the model emits it. */
 function toolCall(args: unknown, name = 'computer_use'): string {

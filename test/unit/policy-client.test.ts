@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import OpenAI from 'openai';
 import { ApplicationFailure } from '@temporalio/common';
 import { chatCompletions, classifyPolicyError, missingModelOf, NEUTRAL_SAMPLING, sampledTokens, vllmLike, wantsTokenIds } from '../../activities/policy-client';
-import { parseConfig, type PolicyConfig } from '../../lib/config';
+import { parseConfig, type PolicyConfig } from '../../lib/config/config';
 import { fakeLogprob, fakeTokenIds, startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { truncatedLogprob } from '../../testing/fake-vllm-sampling';
 

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError } from '../../lib/config-error';
-import { parseConfig } from '../../lib/config';
-import { applyRunOverrides } from '../../lib/config-overrides';
-import { DRAIN_FIRST_MS, DRAIN_MAX_MS, policyReplicas, ReplicaPool } from '../../lib/policy-pool';
+import { ConfigError } from '../../lib/config/config-error';
+import { parseConfig } from '../../lib/config/config';
+import { applyRunOverrides } from '../../client/config-overrides';
+import { DRAIN_FIRST_MS, DRAIN_MAX_MS, policyReplicas, ReplicaPool } from '../../lib/serving/policy-pool';
 
 const A = 'http://a:8000/v1';
 const B = 'http://b:8000/v1';

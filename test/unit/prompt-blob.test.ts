@@ -4,10 +4,10 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BlobStore, BlobNotFoundError } from '../../blob/store';
-import { buildPrompt, systemPrompt } from '../../lib/prompt';
-import { parseAction } from '../../lib/parse';
-import { actionValidity } from '../../lib/episode-stats';
-import { describeAction } from '../../lib/actions';
+import { buildPrompt, systemPrompt } from '../../lib/model-io/prompt';
+import { parseAction } from '../../lib/model-io/parse';
+import { actionValidity } from '../../lib/episode/episode-stats';
+import { describeAction } from '../../lib/model-io/actions';
 
 const obs = {
   goal: 'Click on the "OK" button.',

@@ -2,10 +2,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure, ensureApplicationFailure } from '@temporalio/common';
-import { addedTokensIn, neutraliseAddedTokens, QWEN3_VL_ADDED_TOKENS } from '../../lib/prompt-text';
-import { buildPrompt } from '../../lib/prompt';
-import { buildCriticPrompt } from '../../lib/critic';
-import { parseAction } from '../../lib/parse';
+import { addedTokensIn, neutraliseAddedTokens, QWEN3_VL_ADDED_TOKENS } from '../../lib/model-io/prompt-text';
+import { buildPrompt } from '../../lib/model-io/prompt';
+import { buildCriticPrompt } from '../../lib/search/critic';
+import { parseAction } from '../../lib/model-io/parse';
 import { activityErrorsInterceptor } from '../../workers/activity-errors';
 
 const EVERY = QWEN3_VL_ADDED_TOKENS.join(' ');

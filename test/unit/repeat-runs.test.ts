@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { methodRow } from '../../lib/methods-table';
-import { evalsCell, repeatRun, repeatSummary, repeatsMarkdown, type RepeatRun } from '../../lib/repeat-runs';
+import { methodRow } from '../../bench/methods-table';
+import { evalsCell, repeatRun, repeatSummary, repeatsMarkdown, type RepeatRun } from '../../bench/repeat-runs';
 import { grpo } from '../helpers/metrics-lines';
 
 // Three runs of 4 iterations, 32 sessions and 64 env steps each, evaluated (16 episodes) after iterations 2 and 4.

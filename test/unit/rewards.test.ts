@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError } from '../../lib/config';
+import { ConfigError } from '../../lib/config/config';
 import {
   computeReward,
   defaultRewardWeights,

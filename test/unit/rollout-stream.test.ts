@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RolloutStream, type StartedEpisode, type StreamSettings } from '../../lib/rollout-stream';
+import { RolloutStream, type StartedEpisode, type StreamSettings } from '../../lib/training/rollout-stream';
 
 const settings = (o: Partial<StreamSettings> = {}): StreamSettings => ({ batchUnits: 2, unitSize: 1, slots: 8, maxStaleness: 1, episodeRetries: 1, updates: 10, ...o });
 

@@ -17,9 +17,9 @@ import {
   type GrpoTrainingMetrics,
   type MctsTrainingMetrics,
   type MetricsLine,
-} from '../../lib/run-metrics';
-import { iterationMetrics, mctsIterationMetrics } from '../../lib/training-metrics';
-import { emptyCounters } from '../../lib/mcts-search';
+} from '../../lib/training/run-metrics';
+import { iterationMetrics, mctsIterationMetrics } from '../../lib/training/training-metrics';
+import { emptyCounters } from '../../lib/search/mcts-search';
 
 const TIME = '2025-01-02T03:04:05.000Z';
 

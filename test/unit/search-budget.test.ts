@@ -2,9 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config';
-import { TEMPORAL_LIMITS } from '../../lib/history-budget';
-import { BYTES_PER_NODE, searchFootprint, type SearchShape } from '../../lib/search-budget';
+import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config/config';
+import { TEMPORAL_LIMITS } from '../../lib/config/history-budget';
+import { BYTES_PER_NODE, searchFootprint, type SearchShape } from '../../lib/config/search-budget';
 
 const HISTORIES = join(__dirname, '..', 'fixtures', 'histories');
 

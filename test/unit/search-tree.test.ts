@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { AgentAction } from '../../lib/actions';
-import { backpropagate, getNode, newTree } from '../../lib/mcts';
-import { addChildren, describeSimulation, markEnded, NEUTRAL_PRIOR, recordActionError, recordShaped, shapedValue, type SearchCandidate } from '../../lib/search-tree';
-import { testTimeSearchParams } from '../../lib/eval-config';
-import { parseConfig } from '../../lib/config';
+import type { AgentAction } from '../../lib/model-io/actions';
+import { backpropagate, getNode, newTree } from '../../lib/search/mcts';
+import { addChildren, describeSimulation, markEnded, NEUTRAL_PRIOR, recordActionError, recordShaped, shapedValue, type SearchCandidate } from '../../lib/search/search-tree';
+import { testTimeSearchParams } from '../../lib/eval/eval-config';
+import { parseConfig } from '../../lib/config/config';
 
 const el = (id: number): AgentAction => ({ type: 'click_element', id });
 const garbage: AgentAction = { type: 'invalid', reason: 'no action found', excerpt: 'hmm' };

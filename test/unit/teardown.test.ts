@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAlive, REPO_ROOT } from '../../client/processes';
 import { down, downCompose } from '../../client/stack';
-import { parseConfig } from '../../lib/config';
+import { parseConfig } from '../../lib/config/config';
 
 // One stop for every stack: `halo down` and ./teardown.sh stop the vLLM that `./launch.sh gpu` recorded in
 // runs/pids/vllm.pid (with its engine processes: its process group), and the docker compose stack, naming what

@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MetricsLineSchema, TrainingMetricsSchema } from '../../lib/run-metrics';
-import { iterationMetrics, mctsIterationMetrics, type MctsIterationMetricsInput } from '../../lib/training-metrics';
-import { emptyCounters } from '../../lib/mcts-search';
+import { MetricsLineSchema, TrainingMetricsSchema } from '../../lib/training/run-metrics';
+import { iterationMetrics, mctsIterationMetrics, type MctsIterationMetricsInput } from '../../lib/training/training-metrics';
+import { emptyCounters } from '../../lib/search/mcts-search';
 
 const close = (a: number, b: number, eps = 1e-9): void => assert.ok(Math.abs(a - b) <= eps, `${a} ≉ ${b}`);
 

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { renderTree } from '../../client/commands/mcts';
-import { expand, newTree, treeStats, type Tree } from '../../lib/mcts';
-import type { MctsTreeView } from '../../lib/mcts-search';
-import { boundTree, TREE_QUERY_BYTES } from '../../lib/tree-query';
-import { TEMPORAL_LIMITS } from '../../lib/history-budget';
+import { expand, newTree, treeStats, type Tree } from '../../lib/search/mcts';
+import type { MctsTreeView } from '../../lib/search/mcts-search';
+import { boundTree, TREE_QUERY_BYTES } from '../../lib/search/tree-query';
+import { TEMPORAL_LIMITS } from '../../lib/config/history-budget';
 
 const ref = (s: string) => `sha256:${s.padStart(64, '0')}`;
 
@@ -43,7 +43,7 @@ test('a small tree is returned whole, without a note', () => {
 });
 
 // The schema's maxima (10,000 simulations × 32 children): the config now refuses a search whose history would not
-// fit (lib/search-budget.ts), but the query's bound must hold for any tree, so it is tried on the largest.
+// fit (lib/config/search-budget.ts), but the query's bound must hold for any tree, so it is tried on the largest.
 test("a tree of the schema's maxima (numSimulations × maxChildren nodes) gives a tree query result under the payload limit", () => {
   const m = { numSimulations: 10_000, maxChildren: 32 };
   const full = searchTree(m.numSimulations * m.maxChildren + 1, m.maxChildren);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, SLOW_SCHEDULE_TO_START_MS, workerHealth } from '../../lib/worker-metrics';
+import { describeHealth, metricsEndpoints, parsePrometheus, QUEUE_WAIT_WARN_MS, queueWaits, scrapeUrl, SLOW_SCHEDULE_TO_START_MS, workerHealth } from '../../client/worker-metrics';
 
 test('HALO_METRICS_PORT gives the control worker its port, each browser worker the ports after it, then the learner', () => {
   assert.equal(metricsEndpoints({}, 2), null);

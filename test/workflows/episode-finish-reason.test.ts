@@ -1,13 +1,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { parseConfig } from '../../lib/config';
-import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
-import type { TrajectoryInput } from '../../lib/experience';
+import { parseConfig } from '../../lib/config/config';
+import type { EpisodeInput, EpisodeResult } from '../../lib/episode/episode-types';
+import type { TrajectoryInput } from '../../lib/training/experience';
 import { click, FakeBrowser, FakeControl, type PolicyScript } from '../helpers/fake-activities';
 import { startWorkflowEnv, testQueues, withWorkers, type ActivityMap } from '../helpers/workflow-env';
 
-// The sampler's finish reason travels with every completion an episode records (lib/experience.ts): the played
+// The sampler's finish reason travels with every completion an episode records (lib/training/experience.ts): the played
 // steps (episode and anchor grouping train on them) and every candidate of a step group.
 
 let env: TestWorkflowEnvironment;

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { parseConfig } from '../../lib/config';
-import { episodeFootprint } from '../../lib/history-budget';
-import type { EpisodeInput, EpisodeResult } from '../../lib/episode-types';
+import { parseConfig } from '../../lib/config/config';
+import { episodeFootprint } from '../../lib/config/history-budget';
+import type { EpisodeInput, EpisodeResult } from '../../lib/episode/episode-types';
 import { click, sessionGone, type FakeBrowser, type FakeBrowserOptions, type FakeControl, type PolicyScript } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
@@ -20,7 +20,7 @@ after(async () => {
   await env?.teardown();
 });
 
-/** The one place an episode input is built (its shape follows lib/episode-types.ts). */
+/** The one place an episode input is built (its shape follows lib/episode/episode-types.ts). */
 function episodeInput(
   q: TestQueues,
   o: { maxSteps: number; maxSessionRebuilds?: number; sessionStartTimeoutMs?: number; env?: 'miniwob' | 'real'; grouping?: EpisodeInput['grouping'] },
@@ -233,7 +233,7 @@ describe('episode: step groups', { timeout: 600_000 }, () => {
     assert.equal(new Set(browser.closes).size, browser.closes.length, 'each session closed once');
   });
 
-  test("the history of a step-grouped episode stays within the config check's bound (lib/history-budget.ts)", async () => {
+  test("the history of a step-grouped episode stays within the config check's bound (lib/config/history-budget.ts)", async () => {
     const shape = { n: 4, forks: true, maxSteps: 6, maxTokens: 256 };
     const policy: PolicyScript = (step, n) => Array.from({ length: n }, (_, i) => click(100 + 10 * i, 10 + step));
     const events = await withFakeWorkers(env, 'group-budget', { browser: {}, policy }, async ({ q }) => {

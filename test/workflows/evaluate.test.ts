@@ -2,14 +2,14 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { parseConfig } from '../../lib/config';
-import type { EvalModePlan, EvaluateInput } from '../../lib/eval-types';
+import { parseConfig } from '../../lib/config/config';
+import type { EvalModePlan, EvaluateInput } from '../../lib/eval/eval-types';
 import type { EvaluateResult } from '../../workflows/evaluate';
 import type { FakeBrowserOptions } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStop } from '../helpers/run-control-scenario';
 import { recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
-import type { EvalEpisodeRecord } from '../../lib/eval-summary';
+import type { EvalEpisodeRecord } from '../../lib/eval/eval-summary';
 import type { FakeControl } from '../helpers/fake-activities';
 
 /** The evaluation's records, read from the blob its result names. */
@@ -47,7 +47,7 @@ function mode(label: string, backend: 'openai' | 'colocated', adapterVersion = 0
   };
 }
 
-/** The one place an evaluation input is built (its shape follows lib/eval-types.ts). */
+/** The one place an evaluation input is built (its shape follows lib/eval/eval-types.ts). */
 function evaluateInput(
   q: TestQueues,
   evalId: string,

@@ -1,7 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Action } from '../../lib/actions';
+import type { Action } from '../../lib/model-io/actions';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { FakeBrowser, FakeControl, FakeLearner, fakeRef } from '../helpers/fake-activities';
 import { withFakeWorkers } from '../helpers/fake-workers';

@@ -1,12 +1,12 @@
 import { executeChild, log } from '@temporalio/workflow';
-import type { UpdateDpoOutput } from '../../lib/learner-types';
-import { mctsParams } from '../../lib/mcts-params';
-import { searchSeed, searchWorkflowId, type MctsSearchResult } from '../../lib/mcts-search';
-import { mctsIterationMetrics } from '../../lib/training-metrics';
-import { drawKey } from '../../lib/training-plan';
+import type { UpdateDpoOutput } from '../../lib/training/learner-types';
+import { mctsParams } from '../../lib/search/mcts-params';
+import { searchSeed, searchWorkflowId, type MctsSearchResult } from '../../lib/search/mcts-search';
+import { mctsIterationMetrics } from '../../lib/training/training-metrics';
+import { drawKey } from '../../lib/training/training-plan';
 import { mctsSearch, type MctsSearchInput } from '../mcts-search';
 import { checkFailureShare, poolSettled } from '../pool';
-import type { SamplingPolicy } from '../../lib/iteration-policy';
+import type { SamplingPolicy } from '../../lib/serving/iteration-policy';
 import { learnerUpdate, type Algorithm, type Collected, type RunScope } from '../train-engine';
 
 /** What an MCTS iteration collects: each search's summary, and the DPO batch of all their pairs (null: no pairs). */

@@ -3,10 +3,10 @@
     python -m halo_learner.curves --run-dir runs/<run>
         [--wandb-project P] [--wandb-entity E] [--wandb-mode online|offline|disabled]
 
-The source is the run's metrics file, `metrics.jsonl`, one schema for every algorithm (lib/run-metrics.ts),
+The source is the run's metrics file, `metrics.jsonl`, one schema for every algorithm (lib/training/run-metrics.ts),
 which already holds exactly one line per iteration (activities/iteration-log.ts). An MCTS run from before
 that file was shared has `mcts-metrics.jsonl` instead: it is read when there is no metrics.jsonl, its lines
-converted to the same shape (`upgrade_row`, as lib/run-metrics.ts does). A sync writes the iterations that no
+converted to the same shape (`upgrade_row`, as lib/training/run-metrics.ts does). A sync writes the iterations that no
 event file holds yet, and nothing else, so running it any number of times (a retried activity, a restarted
 worker, `halo report` catching up) leaves every iteration's scalars in the event files exactly once:
 
@@ -105,7 +105,7 @@ def metrics_path(run_dir: Path) -> Path:
 
 
 def upgrade_row(row: dict) -> dict:
-    """An old mcts-metrics.jsonl line in the shape of metrics.jsonl (lib/run-metrics.ts, `fromLegacyMctsLine`:
+    """An old mcts-metrics.jsonl line in the shape of metrics.jsonl (lib/training/run-metrics.ts, `fromLegacyMctsLine`:
     the searches' best-path success rate is the success rate and the mean return, the DPO loss the loss, no
     adapter version when the update was skipped); any other row as it is."""
     if "algorithm" in row or "searches" not in row or "best_path_success_rate" not in row:

@@ -1,6 +1,6 @@
 """Constrained action decoding with xgrammar: the sampler's token mask, and the same mask for the learner.
 
-The schema comes from the TypeScript side (lib/grammar-blob.ts) as a blob that records the sampler's exact xgrammar
+The schema comes from the TypeScript side (lib/model-io/grammar-blob.ts) as a blob that records the sampler's exact xgrammar
 call: `{"schema", "any_whitespace", "separators", "sampler", "xgrammar"}`. It is compiled here with the model's
 tokenizer as that sampler compiled it: vLLM 0.32/0.33 pass `separators=(",", ":")` when the server runs with
 disable_any_whitespace and write `{"a":1}`, vLLM 0.31 passes none and writes `{"a": 1}` (both read from the released
@@ -64,7 +64,7 @@ def _installed_xgrammar() -> str | None:
 
 
 def grammar_spec(blob: bytes | str) -> GrammarCall:
-    """The call a grammar blob records, in any of its formats (lib/grammar-blob.ts readGrammarBlob)."""
+    """The call a grammar blob records, in any of its formats (lib/model-io/grammar-blob.ts readGrammarBlob)."""
     value = json.loads(blob)
     if not isinstance(value, dict):
         raise ValueError(f"a grammar blob is a JSON object, got {type(value).__name__}")

@@ -352,7 +352,7 @@ class Learner(RankSteps):
         def tokens(s) -> dict:
             if not inp.store_tokens:
                 return dict(token_ids=s.token_ids, logprobs=s.logprobs)
-            # The same blob shape as the openai path's (SampledTokens, lib/experience.ts), and the grammar with it,
+            # The same blob shape as the openai path's (SampledTokens, lib/training/experience.ts), and the grammar with it,
             # so one blob says everything the learner needs to rescore the completion.
             blob = SampledTokens(token_ids=s.token_ids, logprobs=s.logprobs, grammar_ref=inp.grammar_ref)
             return dict(tokens_ref=self.blobs.put_json(blob.model_dump()))

@@ -1,6 +1,6 @@
 """The checks of the learner contract that JSON Schema cannot state, as base classes of the generated models.
 
-payloads.py is generated from the zod schemas (lib/learner-types.ts, lib/experience.ts): fields, limits, patterns and
+payloads.py is generated from the zod schemas (lib/training/learner-types.ts, lib/training/experience.ts): fields, limits, patterns and
 defaults come from there. What a zod `refine` checks across fields, and zod's rule that a number is finite where the
 learner depends on it, is written here once more, next to the model it belongs to; the contract test
 (test/integration/learner-contract.test.ts) gives both sides the same payloads and expects the same verdicts.

@@ -1,4 +1,4 @@
-# Generated from lib/learner-types.ts by `npx halo learner-schema --write`: do not edit (test/unit/learner-schema.test.ts).
+# Generated from lib/training/learner-types.ts by `npx halo learner-schema --write`: do not edit (test/unit/learner-schema.test.ts).
 #
 # The learner contract as pydantic models: snake_case keys, unknown keys rejected, the limits, patterns and defaults of
 # the zod schemas. The checks JSON Schema cannot state come from each model's base class in payload_rules.py.

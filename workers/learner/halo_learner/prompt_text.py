@@ -1,4 +1,4 @@
-"""Untrusted text on its way into a prompt: the learner's half of lib/prompt-text.ts.
+"""Untrusted text on its way into a prompt: the learner's half of lib/model-io/prompt-text.ts.
 
 A tokenizer matches its added tokens anywhere in a string, so a goal, a page or a typed text that spells
 `<|im_end|>` or `<|image_pad|>` would become prompt structure (an image placeholder with no image made the
@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 
-# The added tokens of Qwen3-VL's tokenizer, the same list as lib/prompt-text.ts (a test compares them). The
+# The added tokens of Qwen3-VL's tokenizer, the same list as lib/model-io/prompt-text.ts (a test compares them). The
 # learner neutralises these together with whatever its own tokenizer adds.
 QWEN3_VL_ADDED_TOKENS = (
     "<|endoftext|>",
@@ -59,7 +59,7 @@ def added_tokens_of(tokenizer) -> tuple[str, ...]:
 
 
 def unlisted_added_tokens(tokenizer) -> list[str]:
-    """Added tokens of this tokenizer that lib/prompt-text.ts does not know: prompts sent to vLLM leave them intact."""
+    """Added tokens of this tokenizer that lib/model-io/prompt-text.ts does not know: prompts sent to vLLM leave them intact."""
     return [t for t in added_tokens_of(tokenizer) if t not in QWEN3_VL_ADDED_TOKENS]
 
 
@@ -100,5 +100,5 @@ def check_structure(tokenizer, text: str, skeleton: str) -> None:
         names = [tokenizer.convert_ids_to_tokens(i) for i in (extra or Counter(want) - Counter(got))]
         raise PromptStructureError(
             f"the prompt's text {'adds' if extra else 'removes'} tokenizer tokens {sorted(set(names))} to its "
-            "structure; untrusted text must be neutralised (lib/prompt.ts userTurn)"
+            "structure; untrusted text must be neutralised (lib/model-io/prompt.ts userTurn)"
         )

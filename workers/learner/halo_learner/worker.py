@@ -90,7 +90,7 @@ async def serve(learner: Learner | Callable[[], Learner], task_queue: str | None
     unlisted = unlisted_added_tokens(learner.policy.tokenizer)
     if unlisted:
         log.warning(
-            "the tokenizer adds tokens that lib/prompt-text.ts does not list: %s; the learner neutralises them "
+            "the tokenizer adds tokens that lib/model-io/prompt-text.ts does not list: %s; the learner neutralises them "
             "in what it encodes, but prompts sent to a served model keep them",
             unlisted,
         )

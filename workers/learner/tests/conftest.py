@@ -75,7 +75,7 @@ def png_ref(blobs: BlobStore, w: int, h: int, seed: int) -> str:
 
 
 def messages(image_ref: str | None, goal: str) -> list[dict]:
-    """The shape lib/prompt.ts writes: a system text message, then a user message with screenshot + text."""
+    """The shape lib/model-io/prompt.ts writes: a system text message, then a user message with screenshot + text."""
     user = ([{"type": "image", "ref": image_ref}] if image_ref else []) + [{"type": "text", "text": goal}]
     return [
         {"role": "system", "content": [{"type": "text", "text": "You are a web agent. Answer with one tool call."}]},

@@ -1,7 +1,7 @@
 """Constrained decoding: every colocated sample follows the action grammar, and the learner recomputes the
 sampler's masked log-probs exactly (the same distribution), for the packed and the padded passes.
 
-The schema is lib/action-grammar.ts's output for a page with element ids 3, 5 and 12 under a 128-token
+The schema is lib/model-io/action-grammar.ts's output for a page with element ids 3, 5 and 12 under a 128-token
 budget (test/unit/action-grammar.test.ts checks that the fixture still equals the builder's output)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A completion exactly as vLLM 0.33 writes it with disable_any_whitespace (`,`/`:`, no spaces) trains.
 
 The text below is what `compile_json_schema(spec, any_whitespace=False, separators=(",", ":"))` admits for the fixture
-page (v1/structured_output/backend_xgrammar.py of the vllm 0.33.0 wheel); the blob is the one lib/grammar-blob.ts
+page (v1/structured_output/backend_xgrammar.py of the vllm 0.33.0 wheel); the blob is the one lib/model-io/grammar-blob.ts
 stores for `policy.server: vllm-0.33`. The learner used to compile 0.31's call for every blob and refused it."""
 
 from __future__ import annotations

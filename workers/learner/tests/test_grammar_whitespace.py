@@ -5,7 +5,7 @@ and ignores the request's own flag (v1/structured_output/backend_xgrammar.py `co
 wheels): 0.33 (and 0.32) `compile_json_schema(spec, any_whitespace=not disable_any_whitespace, separators=(",", ":")
 if disable_any_whitespace else None)`, 0.31 without `separators`. Here completions are walked at random through that
 server grammar's masks (whitespace tokens picked often where allowed), and the learner, given the grammar blob the
-control worker stores for that setting (lib/grammar-blob.ts), must accept every one with the very masks the walk
+control worker stores for that setting (lib/model-io/grammar-blob.ts), must accept every one with the very masks the walk
 saw: no GrammarMismatch, no widening."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _server_grammar(tok, vocab, stops, server: str, disable_any_whitespace: bool
 
 
 def _blob(server: str, any_whitespace: bool) -> dict:
-    """What lib/grammar-blob.ts grammarBlob writes for this sampler (test/unit/action-grammar.test.ts checks that side)."""
+    """What lib/model-io/grammar-blob.ts grammarBlob writes for this sampler (test/unit/action-grammar.test.ts checks that side)."""
     compact = [",", ":"] if server == "vllm-0.33" else None
     version = {"vllm-0.33": "0.2.8", "vllm-0.31": "0.2.7"}[server]
     separators = None if any_whitespace else compact

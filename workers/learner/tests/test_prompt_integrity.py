@@ -34,7 +34,7 @@ EVERY_TOKEN = " ".join(QWEN3_VL_ADDED_TOKENS)
 
 
 def test_the_list_is_the_typescript_list():
-    ts = (REPO / "lib" / "prompt-text.ts").read_text()
+    ts = (REPO / "lib" / "model-io" / "prompt-text.ts").read_text()
     block = ts[ts.index("QWEN3_VL_ADDED_TOKENS") :]
     block = block[: block.index("];")]
     assert tuple(re.findall(r"'([^']+)'", block)) == QWEN3_VL_ADDED_TOKENS

@@ -34,8 +34,8 @@ def _pins() -> dict[str, str]:
 
 
 def _assumed_calls() -> dict[str, dict]:
-    """lib/grammar-blob.ts VLLM_GRAMMAR_CALLS, what the grammar blobs record and the learner compiles."""
-    src = (ROOT / "lib" / "grammar-blob.ts").read_text()
+    """lib/model-io/grammar-blob.ts VLLM_GRAMMAR_CALLS, what the grammar blobs record and the learner compiles."""
+    src = (ROOT / "lib" / "model-io" / "grammar-blob.ts").read_text()
     out = {}
     for name, seps, version in re.findall(
         r"'(vllm-[\d.]+)': \{ compactSeparators: (\[[^\]]*\]|null), xgrammar: '([\d.]+)' \}", src
