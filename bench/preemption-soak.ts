@@ -19,8 +19,12 @@
  * and the adapter reloads the restarts cost. The exit code is non-zero when anything was lost or duplicated.
  * Needs ports 7233 and 8233 free (no other local stack running). Not part of CI.
  *
+ * `--rollout stream` runs both in streaming mode (docs/streaming.md) with `--max-staleness` k (default 1): episodes
+ * and searches in flight across every kill, continue-as-new after draining.
+ *
  *   node --import tsx bench/preemption-soak.ts [--minutes 30] [--vllm-restart 180] [--preempt-min 360]
  *                                              [--preempt-max 540] [--n 2] [--seed 1] [--keep]
+ *                                              [--rollout iterations|stream] [--max-staleness 1]
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -43,8 +47,12 @@ const { values } = parseArgs({
     n: { type: 'string', default: '2' },
     seed: { type: 'string', default: '1' },
     keep: { type: 'boolean', default: false },
+    rollout: { type: 'string', default: 'iterations' },
+    'max-staleness': { type: 'string', default: '1' },
   },
 });
+if (values.rollout !== 'iterations' && values.rollout !== 'stream') throw new Error(`--rollout ${values.rollout}: iterations or stream`);
+const rollout = { rollout: values.rollout, maxStaleness: Number(values['max-staleness']) };
 const minutes = Number(values.minutes);
 const vllmRestartMs = Number(values['vllm-restart']) * 1000;
 const preemptMin = Number(values['preempt-min']) * 1000;
@@ -178,11 +186,12 @@ async function main(): Promise<void> {
       vllmBaseUrl: `${vllm.url}/v1`,
       gpuTaskQueue: 'gpu',
       learnerHeartbeatTimeoutS: 30,
+      ...rollout,
     },
   };
   writeFileSync(join(dir, 'soak-grpo.yaml'), stringify(grpoConfig));
   const mctsRaw = readFileSync(join(dir, 'configs', 'mcts-default.yaml'), 'utf8')
-    .replace(/runId: mcts-local/, `runId: ${MCTS_RUN}`)
+    .replace(/runId: mcts-local/, `runId: ${MCTS_RUN}\n  rollout: ${rollout.rollout}\n  maxStaleness: ${rollout.maxStaleness}`)
     .replace(/iterations: 6\b/, 'iterations: 100000')
     .replace(/^rewards: rewards\.yaml/m, 'rewards: configs/rewards.yaml');
   writeFileSync(join(dir, 'soak-mcts.yaml'), mctsRaw);
@@ -194,7 +203,9 @@ async function main(): Promise<void> {
   console.log(`${stamp()} stack up`);
   if ((await run(dir, 'start.log', 'npx', ['halo', 'train', '--config', 'soak-grpo.yaml', '--detach'], env)) !== 0) throw new Error('starting the GRPO run failed');
   if ((await run(dir, 'start.log', 'npx', ['halo', 'mcts', '--config', 'soak-mcts.yaml', '--detach'], env)) !== 0) throw new Error('starting the MCTS run failed');
-  console.log(`${stamp()} runs ${GRPO_RUN} (served GRPO) and ${MCTS_RUN} (MCTS) started`);
+  console.log(
+    `${stamp()} runs ${GRPO_RUN} (served GRPO) and ${MCTS_RUN} (MCTS) started, rollout ${rollout.rollout}${rollout.rollout === 'stream' ? ` (k = ${rollout.maxStaleness})` : ''}`,
+  );
 
   const progress = () => iterationsOf(dir, GRPO_RUN).length + iterationsOf(dir, MCTS_RUN).length;
   const end = t0 + minutes * 60_000;
