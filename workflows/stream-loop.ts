@@ -1,4 +1,4 @@
-import { condition, isCancellation, log } from '@temporalio/workflow';
+import { condition, isCancellation, log, patched } from '@temporalio/workflow';
 import { RolloutStream, type StartedEpisode, type StreamSnapshot } from '../lib/training/rollout-stream';
 import type { Loop, RunScope, StreamParts, Streamed, TrainingState, TrainingStatus } from './train-engine';
 import { checkFailureShare, failureMessage, type Failed } from './pool';
@@ -38,6 +38,33 @@ export async function streamRollouts<D, U, R>(
     },
     snapshot,
   );
+
+  // Evaluation episodes take their slots from the stream's `parallelism` instead of adding browsers to it: one
+  // waiting for a slot holds back new stream episodes, so it gets the next slot an ending episode frees. The slot is
+  // claimed inside the condition, so two waiting episodes cannot both take the last one. Runs started before this
+  // rule let evaluations run beside every slot; patched() keeps their histories replayable.
+  const evalSlots = { running: 0, waiting: 0 };
+  if (patched('stream-eval-slots')) {
+    const claim = () => {
+      if (s.inFlight + evalSlots.running >= plan.parallelism) return false;
+      evalSlots.running++;
+      return true;
+    };
+    loop.evalSlots = {
+      acquire: async () => {
+        evalSlots.waiting++;
+        try {
+          await condition(claim);
+        } finally {
+          evalSlots.waiting--;
+        }
+      },
+      release: () => {
+        evalSlots.running--;
+      },
+    };
+  }
+  const lent = () => Math.min(plan.parallelism, evalSlots.running + evalSlots.waiting);
 
   const ended: { ep: StartedEpisode; result?: R; error?: unknown }[] = [];
   let updating = false;
@@ -90,7 +117,7 @@ export async function streamRollouts<D, U, R>(
     const stopping = run.stopping || !diskOk;
     const starting = !stopping && !run.paused && !segmentDone;
     if (!updating) run.phase = run.paused ? 'paused' : stopping || segmentDone ? 'draining' : 'stream';
-    if (starting) for (const ep of s.startable(loop.servedVersion, !s.allBatchesTaken)) launch(ep);
+    if (starting) for (const ep of s.startable(loop.servedVersion, !s.allBatchesTaken, lent())) launch(ep);
     // A stopped run learns from the batches it completed (draining first); no update past the run's last.
     // Paused: nothing new starts, neither an episode nor an update; what runs ends.
     const mayTake = !updating && !run.paused && !s.allBatchesTaken && !segmentDone && (!stopping || s.inFlight === 0);
@@ -123,8 +150,10 @@ export async function streamRollouts<D, U, R>(
         return loop.continue(last + 1, undefined, ref);
       }
     }
-    const before = { n: ended.length, updating, paused: run.paused, stopping: run.stopping };
-    await condition(() => ended.length > before.n || updating !== before.updating || run.paused !== before.paused || run.stopping !== before.stopping);
+    const before = { n: ended.length, updating, paused: run.paused, stopping: run.stopping, lent: lent() };
+    await condition(
+      () => ended.length > before.n || updating !== before.updating || run.paused !== before.paused || run.stopping !== before.stopping || lent() !== before.lent,
+    );
     for (const e of ended.splice(0)) {
       if (e.error === undefined) {
         s.finished(e.ep, e.result as R);

@@ -205,6 +205,22 @@ export async function runTraining<D, U, R>(algorithm: Algorithm<D, U, R>, input:
 }
 
 /** One workflow run's part of the loop: what it learned so far, and how it continues. */
+/** Browser slots another part of the run owns (the stream's): an episode waits for one and gives it back. */
+export interface SlotGate {
+  acquire(): Promise<void>;
+  release(): void;
+}
+
+async function inSlot<T>(gate: SlotGate | undefined, fn: () => Promise<T>): Promise<T> {
+  if (!gate) return fn();
+  await gate.acquire();
+  try {
+    return await fn();
+  } finally {
+    gate.release();
+  }
+}
+
 export class Loop<D, U, R> {
   /** The newest adapter written (0: the base model). */
   version: number;
@@ -215,6 +231,8 @@ export class Loop<D, U, R> {
   private lastMetrics: TrainingMetrics | null;
   private envSteps: number;
   private bestEval: BestEval | undefined;
+  /** Streaming: where evaluation episodes take their browser slots, so they share `parallelism` with the stream. */
+  evalSlots: SlotGate | undefined;
 
   constructor(
     private readonly algorithm: Algorithm<D, U, R>,
@@ -325,12 +343,14 @@ export class Loop<D, U, R> {
       'evaluation',
       () =>
         pool(evaluationPicks(plan, it), plan.parallelism, (p, j) =>
-          executeChild(episode, {
-            workflowId: `${runId}-it${it}-eval${j}`,
-            taskQueue: cfg.temporal.controlTaskQueue,
-            args: [episodeInput({ run: ctx, task: { env: cfg.episode.env, task: p.task, seed: p.seed }, maxSteps: cfg.episode.maxSteps, sampling, mode: this.algorithm.evalMode })],
-            staticSummary: `${runId} iteration ${it} greedy evaluation of v${this.version}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
-          }),
+          inSlot(this.evalSlots, () =>
+            executeChild(episode, {
+              workflowId: `${runId}-it${it}-eval${j}`,
+              taskQueue: cfg.temporal.controlTaskQueue,
+              args: [episodeInput({ run: ctx, task: { env: cfg.episode.env, task: p.task, seed: p.seed }, maxSteps: cfg.episode.maxSteps, sampling, mode: this.algorithm.evalMode })],
+              staticSummary: `${runId} iteration ${it} greedy evaluation of v${this.version}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
+            }),
+          ),
         ),
       'eval',
       seconds,

@@ -146,11 +146,12 @@ export class RolloutStream<R> {
 
   /**
    * The episodes to start now with adapter `version`, filling free slots: queued episodes first, then the
-   * members of newly admitted units (`admit` false: none, while pausing, stopping or draining).
+   * members of newly admitted units (`admit` false: none, while pausing, stopping or draining). `lent` slots are
+   * in use by other episodes of the run (its evaluation) and stay free of the stream's.
    */
-  startable(version: number, admit: boolean): StartedEpisode[] {
+  startable(version: number, admit: boolean, lent = 0): StartedEpisode[] {
     const out: StartedEpisode[] = [];
-    while (this.running < this.settings.slots) {
+    while (this.running < this.settings.slots - lent) {
       if (this.queue.length === 0 && admit && this.admissionOpen()) this.admit();
       const next = this.queue.shift();
       if (!next) break;

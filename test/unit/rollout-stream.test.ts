@@ -29,6 +29,15 @@ describe('RolloutStream', () => {
     );
   });
 
+  test('slots lent to the evaluation stay free: the stream fills only the rest, and takes them back when returned', () => {
+    const s = new RolloutStream<string>(settings({ slots: 4, maxStaleness: 2, batchUnits: 4 }));
+    assert.deepEqual(units(s.startable(0, true, 3)), [0], 'one slot of four while the evaluation holds three');
+    assert.deepEqual(units(s.startable(0, true, 4)), [], 'none while it holds all four');
+    assert.deepEqual(units(s.startable(0, true, 0)), [1, 2, 3], 'the rest once they are given back');
+    s.finished({ unit: 0, member: 0, attempt: 0 }, 'a');
+    assert.deepEqual(units(s.startable(0, true, 1)), [], 'a freed slot goes to an evaluation episode waiting for it');
+  });
+
   test('k = 1 keeps slots busy during an update, and new episodes sample from the newest version', () => {
     const s = new RolloutStream<string>(settings({ slots: 3, maxStaleness: 1, batchUnits: 2 }));
     assert.deepEqual(units(s.startable(0, true)), [0, 1, 2], 'slots filled, within (k + 1) × batchUnits = 4');

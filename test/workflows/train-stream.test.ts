@@ -205,6 +205,38 @@ describe('trainGrpo, train.rollout stream', { timeout: 600_000 }, () => {
       assert.equal(learner.samples.length, 6);
     });
   });
+  test('evaluation episodes take their slots from the stream: never more than parallelism episodes at once', async () => {
+    await withFakeWorkers(env, 'stream-eval-slots', {}, async ({ q, runId, learner, browser }) => {
+      // The second group's two episodes (session starts 3 and 4) stall while update 1 is written and evaluated.
+      browser.startHolds.hold(3);
+      browser.startHolds.hold(4);
+      const config = streamConfig(q, runId, 2, { parallelism: 2, maxStaleness: 1, evalEvery: 1, heldOutTasks: ['click-button'], evalSeeds: [100000, 100001] });
+      const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config }] });
+      const evalStarts = () => browser.starts.filter((st) => /-it\d+-eval\d+$/.test(st.episodeId)).length;
+      try {
+        await browser.startHolds.reached(3);
+        await browser.startHolds.reached(4);
+        await eventually('update 1 while the second group stalls', () => (learner.updates.length >= 1 ? true : undefined), 120_000);
+        await new Promise((r) => setTimeout(r, 1500));
+        assert.equal(evalStarts(), 0, `the evaluation waits: both slots are the stream episodes in flight (${browser.events.join(', ')})`);
+      } finally {
+        browser.startHolds.release(3);
+        browser.startHolds.release(4);
+      }
+      const { iterations, adapterVersion, stoppedEarly } = (await handle.result()) as TrainingResult;
+      assert.deepEqual({ iterations, adapterVersion, stoppedEarly }, { iterations: 2, adapterVersion: 2, stoppedEarly: false });
+      assert.equal(evalStarts(), 4, 'two evaluations of two episodes each');
+      let open = 0;
+      let most = 0;
+      for (const e of browser.events) {
+        if (e.startsWith('start ')) most = Math.max(most, ++open);
+        else if (e.startsWith('close ')) open--;
+      }
+      assert.equal(most, 2, `sessions open at once (an episode holds one from its start to its close): ${browser.events.join(', ')}`);
+      await recordHistories(env, runId, handle.firstExecutionRunId, 'eval-slots');
+    });
+  });
+
   test('served adapters: the status names the adapter new episodes sample from, for halo up to reload into a restarted vLLM', async () => {
     await withFakeWorkers(env, 'stream-served', {}, async ({ q, runId, learner }) => {
       learner.updateHolds.hold(2);
