@@ -33,6 +33,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { stringify } from 'yaml';
+import { readPid } from '../client/processes';
 import { assertPortFree } from '../client/temporal-server';
 import { parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
@@ -95,24 +96,20 @@ function run(dir: string, log: string, cmd: string, args: string[], env: NodeJS.
 
 /** Every process the stack started (pid files under runs/pids), killed with its process group at once. */
 function killMachine(dir: string): string[] {
-  const pids = join(dir, 'runs', 'pids');
+  const home = join(dir, 'runs');
+  const pids = join(home, 'pids');
   const killed: string[] = [];
   if (!existsSync(pids)) return killed;
-  for (const f of readdirSync(pids)) {
-    const pid = Number(readFileSync(join(pids, f), 'utf8').trim());
-    if (!Number.isInteger(pid) || pid <= 0) continue;
-    // A pid file can outlive its process, and the pid be reused: only a process of this copy is killed.
-    let cmdline = '';
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      continue;
-    }
-    if (!cmdline.includes(dir)) continue;
+  for (const f of readdirSync(pids).filter((n) => n.endsWith('.pid'))) {
+    const name = f.replace(/\.pid$/, '');
+    // The file names the process by pid and identity (the copy's own stack wrote it); readPid believes it only
+    // for that very process, never for a reused pid.
+    const pid = readPid(home, name);
+    if (pid === undefined) continue;
     for (const target of [-pid, pid]) {
       try {
         process.kill(target, 'SIGKILL');
-        killed.push(f.replace(/\.pid$/, ''));
+        killed.push(name);
         break;
       } catch {
         /* already gone, or not a group leader */
@@ -223,6 +220,7 @@ async function main(): Promise<void> {
       const at = Date.now();
       const before = progress();
       const killed = killMachine(dir);
+      if (killed.length === 0) throw new Error(`preemption killed no process of the stack (pid files in ${join(dir, 'runs', 'pids')}): the soak would test nothing`);
       await restartVllm(true);
       console.log(`${stamp()} preemption: SIGKILL ${killed.join(', ')} and vLLM; ./launch.sh --skip-setup resume (load ${load()})`);
       const resumeExit = await run(dir, 'resume.log', './launch.sh', ['--skip-setup', 'resume'], env);
