@@ -37,6 +37,7 @@ import { readPid } from '../client/processes';
 import { assertPortFree } from '../client/temporal-server';
 import { parseMetricsJsonl } from '../lib/training/run-metrics';
 import { startFakeVllmServer, type FakeVllmServer } from '../testing/fake-vllm-server';
+import { tinyModelDir } from '../testing/model-prompt-ids';
 import { load, median, printBenchHeader, printLoadAtEnd, rng, runBench } from './bench-run';
 
 const { values } = parseArgs({
@@ -155,7 +156,11 @@ async function main(): Promise<void> {
   const dir = copyCheckout();
   console.log(`checkout copy: ${dir} (logs: ${join(dir, 'soak-logs')}, stack logs: ${join(dir, 'runs', 'logs')})`);
 
-  let vllm: FakeVllmServer = await startFakeVllmServer({ baseModel: BASE, mode: { kind: 'scripted' } });
+  // Answers in the learner's own token ids and prompt encoding once its model exists (after `halo up`): otherwise the
+  // learner finds every prompt's ids differ from its own and drops every item (a served run's contract).
+  let tokenizer: string | undefined;
+  const startVllm = (port?: number) => startFakeVllmServer({ baseModel: BASE, mode: { kind: 'scripted' }, ...(tokenizer ? { tokenizer } : {}), ...(port ? { port } : {}) });
+  let vllm: FakeVllmServer = await startVllm();
   const vllmPort = Number(new URL(vllm.url).port);
   let vllmRestarts = 0;
   const missesBefore: string[] = [];
@@ -163,7 +168,7 @@ async function main(): Promise<void> {
     missesBefore.push(...vllm.unknownModels);
     if (down) {
       await vllm.close();
-      vllm = await startFakeVllmServer({ baseModel: BASE, mode: { kind: 'scripted' }, port: vllmPort });
+      vllm = await startVllm(vllmPort);
     } else vllm.restart();
     vllmRestarts++;
   };
@@ -198,6 +203,8 @@ async function main(): Promise<void> {
   const stamp = () => `[${((Date.now() - t0) / 1000).toFixed(0)}s]`;
   if ((await run(dir, 'up.log', 'npx', ['halo', 'up'], env)) !== 0) throw new Error(`halo up failed: ${join(dir, 'soak-logs', 'up.log')}`);
   console.log(`${stamp()} stack up`);
+  tokenizer = join(tinyModelDir(join(dir, 'runs')), 'tokenizer.json');
+  vllm.setTokenizer(tokenizer);
   if ((await run(dir, 'start.log', 'npx', ['halo', 'train', '--config', 'soak-grpo.yaml', '--detach'], env)) !== 0) throw new Error('starting the GRPO run failed');
   if ((await run(dir, 'start.log', 'npx', ['halo', 'mcts', '--config', 'soak-mcts.yaml', '--detach'], env)) !== 0) throw new Error('starting the MCTS run failed');
   console.log(
