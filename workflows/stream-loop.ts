@@ -151,9 +151,7 @@ export async function streamRollouts<D, U, R>(
       }
     }
     const before = { n: ended.length, updating, paused: run.paused, stopping: run.stopping, lent: lent() };
-    await condition(
-      () => ended.length > before.n || updating !== before.updating || run.paused !== before.paused || run.stopping !== before.stopping || lent() !== before.lent,
-    );
+    await condition(() => ended.length > before.n || updating !== before.updating || run.paused !== before.paused || run.stopping !== before.stopping || lent() !== before.lent);
     for (const e of ended.splice(0)) {
       if (e.error === undefined) {
         s.finished(e.ep, e.result as R);

@@ -347,7 +347,9 @@ export class Loop<D, U, R> {
             executeChild(episode, {
               workflowId: `${runId}-it${it}-eval${j}`,
               taskQueue: cfg.temporal.controlTaskQueue,
-              args: [episodeInput({ run: ctx, task: { env: cfg.episode.env, task: p.task, seed: p.seed }, maxSteps: cfg.episode.maxSteps, sampling, mode: this.algorithm.evalMode })],
+              args: [
+                episodeInput({ run: ctx, task: { env: cfg.episode.env, task: p.task, seed: p.seed }, maxSteps: cfg.episode.maxSteps, sampling, mode: this.algorithm.evalMode }),
+              ],
               staticSummary: `${runId} iteration ${it} greedy evaluation of v${this.version}: ${cfg.episode.env}/${p.task} seed ${p.seed}`,
             }),
           ),
