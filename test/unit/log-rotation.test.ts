@@ -52,20 +52,25 @@ test('the cap comes from HALO_LOG_MAX_MB and HALO_LOG_FILES; bad values are refu
 });
 
 // 64 KiB per file, 2 files. The process waits for `go`, then writes 1 MiB to stdout and stderr, its last line,
-// and a `done` file (it must live through its whole output, whatever happened to the watcher).
+// and a `done` file (it must live through its whole output, whatever happened to the watcher). With
+// `afterRotation` it writes its last line only once its log is back under the cap: a line that lands between a
+// rotation's last look and its truncation is lost by design (copytruncate), so the test of what rotation keeps
+// must not race one.
 const CAP_ENV = { HALO_LOG_MAX_MB: String(64 / 1024), HALO_LOG_FILES: '2' };
-const WRITER = [
-  "const fs = require('node:fs'); const [go, done] = process.argv.slice(1);",
-  'const t = setInterval(() => { if (!fs.existsSync(go)) return; clearInterval(t);',
-  "const b = 'z'.repeat(1023) + '\\n'; for (let i = 0; i < 512; i++) { process.stdout.write(b); process.stderr.write(b); }",
-  "console.log('last line'); fs.writeFileSync(done, ''); }, 20);",
-].join(' ');
+const writer = (afterRotation: boolean) =>
+  [
+    "const fs = require('node:fs'); const [go, done] = process.argv.slice(1);",
+    'const t = setInterval(() => { if (!fs.existsSync(go)) return; clearInterval(t);',
+    "const b = 'z'.repeat(1023) + '\\n'; for (let i = 0; i < 512; i++) { process.stdout.write(b); process.stderr.write(b); }",
+    `const w = setInterval(() => { if (${afterRotation} && fs.fstatSync(1).size > 64 * 1024) return; clearInterval(w);`,
+    "console.log('last line'); fs.writeFileSync(done, ''); }, 20); }, 20);",
+  ].join(' ');
 
 /** Starts the writer as `halo up` starts a worker, from a CLI process that exits at once; returns the pids. */
-function startFromExitedCli(home: string): { pid: number; watcher: number } {
+function startFromExitedCli(home: string, afterRotation = false): { pid: number; watcher: number } {
   const cli = [
     "const { spawnBackground } = require('./client/processes');",
-    `const p = spawnBackground(${JSON.stringify(home)}, 'w', process.execPath, ['-e', ${JSON.stringify(WRITER)}, ${JSON.stringify(join(home, 'go'))}, ${JSON.stringify(join(home, 'done'))}], { ...process.env, ...${JSON.stringify(CAP_ENV)} });`,
+    `const p = spawnBackground(${JSON.stringify(home)}, 'w', process.execPath, ['-e', ${JSON.stringify(writer(afterRotation))}, ${JSON.stringify(join(home, 'go'))}, ${JSON.stringify(join(home, 'done'))}], { ...process.env, ...${JSON.stringify(CAP_ENV)} });`,
     'console.log(JSON.stringify({ pid: p.pid, watcher: p.logWatcherPid }));',
   ].join(' ');
   const r = spawnSync(process.execPath, ['--import', 'tsx', '-e', cli], { cwd: REPO, encoding: 'utf8' });
@@ -77,7 +82,7 @@ function startFromExitedCli(home: string): { pid: number; watcher: number } {
 
 test("a process started by halo up's spawn has its running log capped after the CLI exited, and a hangup leaves the watcher be", async () => {
   const home = mkdtempSync(join(tmpdir(), 'halo-logrot-home-'));
-  const { pid, watcher } = startFromExitedCli(home);
+  const { pid, watcher } = startFromExitedCli(home, true);
   assert.equal(readPid(home, 'w'), pid);
   // A session of its own keeps terminal hangups away; one sent anyway, once Node has its handler, is ignored.
   await until('the watcher catches SIGHUP', () => (BigInt(`0x${/^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${watcher}/status`, 'utf8'))?.[1] ?? '0'}`) & 1n) === 1n);
