@@ -1,17 +1,17 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { BlobStore } from '../blob/store';
-import { clip, type AgentAction, type ToolAction } from '../lib/model-io/actions';
+import { clip, isValidAction, type AgentAction, type ToolAction } from '../lib/model-io/actions';
 import { parseAction } from '../lib/model-io/parse';
 import { buildPrompt } from '../lib/model-io/prompt';
 import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../lib/model-io/action-grammar';
 import { grammarBlob, type GrammarSampler } from '../lib/model-io/grammar-blob';
-import type { Candidate, SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode/episode-types';
-import { legacyTokens, type Trajectory, type TrajectoryInput, type TrajectoryStep, type TrajectoryStepInput } from '../lib/training/experience';
+import type { SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode/episode-types';
+import type { Completion, StepGroup, Trajectory, TrajectoryInput, TrajectoryStep } from '../lib/training/experience';
+import { asCompletion, isCompletion, PREVIEW_CHARS, type FlatCompletion } from '../lib/training/completion';
+import { inlineTokens } from '../lib/training/stored-trajectory';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions, wantsTokenIds } from './policy-client';
 import { onPolicyPool } from './policy-pool';
-
-const PREVIEW_CHARS = 200;
 
 /** The activity's cancellation signal; none when the function runs outside a worker (benchmarks, scripts). */
 function activitySignal(): AbortSignal | undefined {
@@ -39,10 +39,16 @@ export function createControlActivities(blobs: BlobStore) {
     return blobs.putJson(grammarBlob(grammar, sampler));
   }
 
-  async function tokensRefOf(step: TrajectoryStepInput): Promise<{ tokensRef?: string }> {
-    if (step.tokensRef) return { tokensRef: step.tokensRef };
-    const inline = legacyTokens(step);
-    return inline ? { tokensRef: await blobs.putJson(inline) } : {};
+  /**
+   * A step's or candidate's completion record; an activity task scheduled by a worker from before the record
+   * (flat fields, tokens perhaps inline) is read into one here, its inline tokens stored as a blob.
+   */
+  async function recordOf(input: { completion?: unknown }): Promise<Completion> {
+    if (isCompletion(input.completion)) return input.completion;
+    const x = input as FlatCompletion;
+    const inline = !x.tokensRef ? inlineTokens(x) : null;
+    const c = asCompletion(x);
+    return inline ? { ...c, tokensRef: await blobs.putJson(inline) } : c;
   }
 
   return {
@@ -107,18 +113,20 @@ export function createControlActivities(blobs: BlobStore) {
       const adapterLoad: SampleResult['adapterLoad'] = loads && loads.loadRequests > 0 ? { requests: loads.loadRequests, ms: loads.loadMs, reloaded: loads.reloaded } : undefined;
       // The prompt as the server encoded it, once per request: every completion's token blob references it.
       const promptIdsRef = res.promptTokenIds ? await blobs.putJson({ prompt_token_ids: res.promptTokenIds }) : undefined;
-      const candidates: Candidate[] = [];
+      const candidates: Completion[] = [];
       for (const c of res.completions) {
         const tokens: SampledTokens | undefined = c.tokenIds && { token_ids: c.tokenIds, logprobs: c.logprobs ?? null, ...(promptIdsRef ? { prompt_ref: promptIdsRef } : {}) };
         // A sum over unknown log-probs is no log-prob of the completion: no sum then.
         const known = c.logprobs?.length && !c.unknownLogprobs ? (c.logprobs as number[]) : undefined;
+        const action = parseAction(c.text);
         candidates.push({
-          action: parseAction(c.text),
+          ref: await blobs.put(c.text, 'txt'),
           preview: clip(c.text, PREVIEW_CHARS),
-          completionRef: await blobs.put(c.text, 'txt'),
-          finishReason: c.finishReason,
           ...(tokens ? { tokensRef: await blobs.putJson(tokens) } : {}),
+          finishReason: c.finishReason,
           ...(known ? { logprobSum: known.reduce((a, b) => a + b, 0) } : {}),
+          action,
+          valid: isValidAction(action),
         });
       }
       return {
@@ -155,26 +163,21 @@ export function createControlActivities(blobs: BlobStore) {
 
     /**
      * Assembles the episode's trajectory (`Trajectory`, lib/training/experience.ts) from the blobs its steps wrote; returns
-     * its reference. Tokens go by reference only: a step that still carries them inline (an episode recorded before
-     * the sampler stored them) has them stored here.
+     * its reference. Completions go by reference, as the steps carry them (the record's `ref`, `tokensRef`).
      */
     async recordTrajectory(input: TrajectoryInput): Promise<string> {
       const steps: TrajectoryStep[] = [];
       let before = input.initial;
       for (const step of input.steps) {
-        const completion = step.completionRef ? (await blobs.get(step.completionRef)).toString('utf8') : (step.completion ?? '');
+        const completion = await recordOf(step);
         const result = step.resultRef ? await blobs.getJson<StepResultBlob>(step.resultRef) : undefined;
         steps.push({
           step: step.step,
           promptRef: step.promptRef,
           ...(step.grammarRef ? { grammarRef: step.grammarRef } : {}),
           observation: before,
-          completion,
-          completionRef: step.completionRef,
-          ...(await tokensRefOf(step)),
-          ...(step.finishReason ? { finishReason: step.finishReason } : {}),
-          action: (result?.action ?? step.action)!,
-          valid: (result?.action ?? step.action)?.type !== 'invalid',
+          // The action the environment ran, where it ran one.
+          completion: result?.action ? { ...completion, action: result.action } : completion,
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },
           reward: result?.reward ?? 0,
           done: result?.done ?? false,
@@ -183,8 +186,14 @@ export function createControlActivities(blobs: BlobStore) {
         });
         before = result ? { ...result.observation, goal: input.initial.goal } : before;
       }
-      const { initial, ...rest } = input;
-      return blobs.putJson({ version: 1, ...rest, goal: initial.goal, initial, steps } satisfies Trajectory);
+      const { initial, groups: inputGroups, ...rest } = input;
+      const groups: StepGroup[] = [];
+      for (const { candidates, ...g } of inputGroups ?? []) {
+        const records = [];
+        for (const c of candidates) records.push({ completion: await recordOf(c), reward: c.reward });
+        groups.push({ ...g, candidates: records });
+      }
+      return blobs.putJson({ version: 2, ...rest, ...(inputGroups ? { groups } : {}), goal: initial.goal, initial, steps } satisfies Trajectory);
     },
   };
 }

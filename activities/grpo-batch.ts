@@ -1,8 +1,18 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { BlobNotFoundError, type BlobStore } from '../blob/store';
-import { TrajectorySchema, legacyTokens, type GroupCandidate, type Trajectory } from '../lib/training/experience';
+import type { Completion, Trajectory } from '../lib/training/experience';
+import { readTrajectory } from '../lib/training/stored-trajectory';
 import { describeZodError } from '../lib/training/learner-types';
-import { dynamicSamplingStats, episodeGroup, groupsToBatchItems, stepGroupRewards, type BatchStepGroup, type DynamicSamplingStats, type GrpoRefItem } from '../lib/training/grpo';
+import {
+  dynamicSamplingStats,
+  episodeGroup,
+  groupsToBatchItems,
+  grpoRefItem,
+  stepGroupRewards,
+  type BatchStepGroup,
+  type DynamicSamplingStats,
+  type GrpoRefItem,
+} from '../lib/training/grpo';
 import { anchorGroupAdvantages, anchorRollout, mergeAnchorStats, type AnchorParams, type AnchorStats } from '../lib/training/anchor-groups';
 import type { LearnerBatchActivities } from './learner-batches';
 
@@ -46,7 +56,7 @@ const ANCHOR_DEFAULTS: AnchorParams = { episodeWeight: 1, stepWeight: 1, discoun
  * plus a step term from equal states met across them. Only references cross Temporal.
  */
 export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatchActivities) {
-  /** A trajectory blob, checked against the experience contract: a bad one fails the batch, naming the field. */
+  /** A trajectory blob of any version (lib/training/stored-trajectory.ts), checked: a bad one fails the batch, naming the field. */
   async function trajectory(ref: string): Promise<Trajectory> {
     let value: unknown;
     try {
@@ -56,20 +66,14 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       if (err instanceof SyntaxError) throw invalidTrajectory(`trajectory ${ref} is not JSON (${err.message})`);
       throw err; // I/O trouble: let Temporal retry
     }
-    const parsed = TrajectorySchema.safeParse(value);
+    const parsed = await readTrajectory(value, (tokens) => blobs.putJson(tokens));
     if (!parsed.success) throw invalidTrajectory(describeZodError(parsed.error, `trajectory ${ref}`));
     return parsed.data;
   }
 
-  async function completionRef(c: { completionRef?: string; completion?: string }): Promise<string> {
-    return c.completionRef ?? blobs.put(c.completion ?? '', 'txt');
-  }
-
-  /** The sampler's tokens by reference; a trajectory from before references has them inline: stored as a blob here. */
-  async function tokensRef(c: Pick<GroupCandidate, 'tokensRef' | 'tokenIds' | 'logprobs'>): Promise<string | null> {
-    if (c.tokensRef) return c.tokensRef;
-    const inline = legacyTokens(c);
-    return inline ? blobs.putJson(inline) : null;
+  /** The record with its text by reference: a text an old history held inline is stored here. */
+  async function withRef(c: Completion): Promise<Completion & { ref: string }> {
+    return c.ref ? (c as Completion & { ref: string }) : { ...c, ref: await blobs.put(c.preview, 'txt') };
   }
 
   /**
@@ -99,15 +103,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
     for (const t of trajs) {
       for (const g of t.groups ?? []) {
         const candidates = [];
-        for (const c of g.candidates) {
-          candidates.push({
-            completionRef: await completionRef(c),
-            tokensRef: await tokensRef(c),
-            finishReason: c.finishReason ?? null,
-            valid: c.valid,
-            reward: c.reward,
-          });
-        }
+        for (const c of g.candidates) candidates.push({ completion: await withRef(c.completion), reward: c.reward });
         out.push({
           promptRef: g.promptRef,
           ...(g.grammarRef ? { grammarRef: g.grammarRef } : {}),
@@ -153,14 +149,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
       }
       for (const [i, r] of rollouts.entries()) {
         for (const [k, st] of r.steps.entries()) {
-          items.push({
-            prompt_ref: st.promptRef,
-            completion_ref: await completionRef(st),
-            tokens_ref: await tokensRef(st),
-            advantage: advantages[i][k],
-            finish_reason: st.finishReason ?? null,
-            ...(st.grammarRef ? { grammar_ref: st.grammarRef } : {}),
-          });
+          items.push(grpoRefItem(st, await withRef(st.completion), advantages[i][k]));
         }
       }
     }
@@ -194,16 +183,7 @@ export function createGrpoBatchActivities(blobs: BlobStore, batches: LearnerBatc
         // Every group had equal rewards. The update still runs (KL only, advantage 0) so that adapter versions
         // advance once per iteration and a run's version is its iteration count.
         noSignal = true;
-        items = groups.flatMap((g) =>
-          g.candidates.map((c) => ({
-            prompt_ref: g.promptRef,
-            completion_ref: c.completionRef,
-            tokens_ref: c.tokensRef ?? null,
-            advantage: 0,
-            finish_reason: c.finishReason ?? null,
-            ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
-          })),
-        );
+        items = groups.flatMap((g) => g.candidates.map((c) => grpoRefItem(g, c.completion, 0)));
       } else if (input.grouping !== 'step') {
         noSignal = items.every((it) => it.advantage === 0);
       }

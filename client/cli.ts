@@ -328,7 +328,7 @@ export async function runEpisode(cfg: HaloConfig, workflowId: string | undefined
             const p = await handle.query(episodeProgressQuery);
             for (; shown < p.steps.length; shown++) {
               const s = p.steps[shown];
-              progress(`  step ${s.step}: ${s.action.type} → reward ${s.reward}`);
+              progress(`  step ${s.step}: ${s.completion.action.type} → reward ${s.reward}`);
             }
           } catch {
             /* no worker answered the query yet */

@@ -120,15 +120,7 @@ function stepGroup(sampled: Sampled, stepNo: number, chosen: number, rewards: nu
     step: stepNo,
     chosen,
     ...(onPolicy < sampled.candidates.length ? { firstDraw: onPolicy } : {}),
-    candidates: sampled.candidates.map((c, i) => ({
-      ...(c.completionRef ? { completionRef: c.completionRef } : { completion: c.completion ?? '' }),
-      ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
-      ...(c.tokenIds ? { tokenIds: c.tokenIds } : {}),
-      ...(c.logprobs ? { logprobs: c.logprobs } : {}),
-      ...(c.finishReason ? { finishReason: c.finishReason } : {}),
-      valid: isValidAction(c.action),
-      reward: rewards[i],
-    })),
+    candidates: sampled.candidates.map((completion, i) => ({ completion, reward: rewards[i] })),
   };
 }
 

@@ -2,13 +2,14 @@ import { ApplicationFailure, executeChild, patched, setCurrentDetails } from '@t
 import type { mctsSearch, MctsSearchInput } from './mcts-search';
 import { describeAction, isTerminal, isValidAction, type Action } from '../lib/model-io/actions';
 import type { EpisodeInput, ObservationRef, SessionHandle, StepSessionResult } from '../lib/episode/episode-types';
-import type { StepGroup, StepRecord } from '../lib/training/experience';
+import type { Completion, StepGroup, StepRecord } from '../lib/training/experience';
+import { asCompletion, type FlatCompletion } from '../lib/training/completion';
 import type { RunContext } from '../lib/episode/run-context';
 import { rewardForUnparsedOutput, summarizeBreakdown } from '../lib/rewards/shaping';
 import type { RewardWeights } from '../lib/rewards/weights';
 import type { DurableSession, RebuildBudget, Sessions } from './durable-session';
 import { runGroup } from './episode-group';
-import { sample, type SampledCandidate, type Sampled, type SamplerSettings } from './sampler';
+import { sample, type Sampled, type SamplerSettings } from './sampler';
 
 /**
  * The steps of one episode (workflows/episode.ts). Every activity, child workflow and patched() call they
@@ -100,8 +101,8 @@ function promptHistory(ep: EpisodeContext) {
   const { steps } = ep;
   return steps.slice(steps.length - Math.min(steps.length, ep.input.policy.historyLength)).map((s) => ({
     step: s.step,
-    action: describeAction(s.action),
-    note: s.actionError ?? (s.valid ? undefined : 'invalid'),
+    action: describeAction(s.completion.action),
+    note: s.actionError ?? (s.completion.valid ? undefined : 'invalid'),
   }));
 }
 
@@ -135,7 +136,8 @@ async function searchStep(ep: EpisodeContext, stepNo: number): Promise<Sampled> 
   if (!d) throw ApplicationFailure.nonRetryable(`test-time search ${workflowId} ended without a decision at its root`, 'SearchFailed');
   return {
     promptRef: d.promptRef,
-    candidates: [{ action: d.action, preview: d.preview ?? '', ...(d.completionRef ? { completionRef: d.completionRef } : {}) }],
+    // A decision recorded before the completion record carries its parts flat (`completionRef`, `preview`).
+    candidates: [d.completion ?? asCompletion({ ...(d as FlatCompletion), action: d.action, preview: (d as FlatCompletion).preview ?? '' })],
   };
 }
 
@@ -157,20 +159,14 @@ function closeLost(ep: EpisodeContext, lost: SessionHandle): void {
 }
 
 /** The step as sampled, before its action ran: an unparseable or not yet run action is worth nothing and ends nothing. */
-function stepRecord(stepNo: number, before: ObservationRef, sampled: Sampled, c: SampledCandidate): StepRecord {
+function stepRecord(stepNo: number, before: ObservationRef, sampled: Sampled, completion: Completion): StepRecord {
   const { url, step, screenshotRef, axtreeRef } = before;
   return {
     step: stepNo,
     observation: { url, step, screenshotRef, axtreeRef },
     promptRef: sampled.promptRef,
     ...(sampled.grammarRef ? { grammarRef: sampled.grammarRef } : {}),
-    completion: c.preview,
-    ...(c.completionRef ? { completionRef: c.completionRef } : {}),
-    ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
-    ...(c.tokenIds ? { tokenIds: c.tokenIds, ...(c.logprobs ? { logprobs: c.logprobs } : {}) } : {}),
-    ...(c.finishReason ? { finishReason: c.finishReason } : {}),
-    action: c.action,
-    valid: isValidAction(c.action),
+    completion,
     reward: 0,
     shaped: { total: 0, summary: '' },
     done: false,

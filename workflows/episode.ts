@@ -25,7 +25,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
   const actionPath: Action[] = ep.session.path;
   const [trajectoryRef] = await Promise.all([recordTrajectory(ep, initialObservation, outcome), ep.session.closeQuietly(), ep.sessions.flush()]);
   const { steps, sessions } = ep;
-  const tokenIdsMissing = input.policy.tokenIdsOptional ? steps.filter((s) => !s.tokensRef && !s.tokenIds).length : 0;
+  const tokenIdsMissing = input.policy.tokenIdsOptional ? steps.filter((s) => !s.completion.tokensRef).length : 0;
   return {
     workflowId: ep.workflowId,
     task: input.task,
@@ -34,7 +34,7 @@ export async function episode(input: EpisodeInput): Promise<EpisodeResult> {
     shapedReturn: roundReward(steps.reduce((sum, s) => sum + s.shaped.total, 0)),
     steps: steps.length,
     actionValidity: actionValidity(steps),
-    validActions: steps.filter((s) => s.valid).length,
+    validActions: steps.filter((s) => s.completion.valid).length,
     done: outcome.done,
     reason: outcome.reason,
     actionPath,
@@ -120,12 +120,9 @@ function recordTrajectory(ep: EpisodeContext, initial: ObservationRef, outcome: 
       step: r.step,
       promptRef: r.promptRef,
       ...(r.grammarRef ? { grammarRef: r.grammarRef } : {}),
-      ...(r.completionRef ? { completionRef: r.completionRef } : { completion: r.completion }),
-      ...(r.tokensRef ? { tokensRef: r.tokensRef } : {}),
-      ...(r.tokenIds ? { tokenIds: r.tokenIds, ...(r.logprobs ? { logprobs: r.logprobs } : {}) } : {}),
-      ...(r.finishReason ? { finishReason: r.finishReason } : {}),
-      // A valid step's action is in its result blob; only an invalid one (and its reason) exists nowhere else.
-      ...(r.resultRef ? { resultRef: r.resultRef } : { action: r.action, shaped: r.breakdown }),
+      completion: r.completion,
+      // A valid step's outcome is in its result blob; only an invalid one's reward (and its reason) exists nowhere else.
+      ...(r.resultRef ? { resultRef: r.resultRef } : { shaped: r.breakdown }),
     })),
     success: outcome.success,
     reward: outcome.reward,

@@ -450,7 +450,7 @@ async function rollout(search: Search, from: number, s: DurableSession, ctx: Sim
   while (depth < P.maxDepth) {
     state.phase = `${ctx.tag}: rollout step ${steps + 1} from node ${from}`;
     const { candidates } = await sampleAt(search, s, 1, false, `${ctx.tag} · value of node ${from}: rollout step ${steps + 1} (depth ${depth + 1}/${P.maxDepth})`);
-    const c = candidates[0];
+    const c = candidates[0].completion;
     if (!isValidAction(c.action)) return valued(false, 0, `unparseable output at depth ${depth + 1}`);
     const out = await step(search, s, c.action, ctx, `${ctx.tag} · rollout step ${steps + 1}: ${describeAction(c.action)}`, true);
     steps++;
@@ -499,7 +499,7 @@ async function rankCandidates(search: Search, s: DurableSession, candidates: Sea
     criticCall(search, critic, summary).critiqueCandidates({
       critic,
       observation: state.promptObservation(s.observation, state.spec.rootPath.length + s.path.length),
-      candidates: candidates.map((c) => criticText(c.action, c.preview)),
+      candidates: candidates.map((c) => criticText(c.completion.action, c.completion.preview)),
     }),
   );
   state.criticAnswered(verdict.ok);
@@ -525,13 +525,7 @@ async function sampleAt(search: Search, s: DurableSession, n: number, keep: bool
   );
   return {
     promptRef: sampled.promptRef,
-    candidates: sampled.candidates.map((c) => ({
-      action: c.action,
-      preview: c.preview,
-      ...(c.completionRef ? { completionRef: c.completionRef } : {}),
-      ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}),
-      refLogprob: refLogprob(c.logprobSum ?? c.logprobs, P.temperature, c.finishReason),
-    })),
+    candidates: sampled.candidates.map((completion) => ({ completion, refLogprob: refLogprob(completion.logprobSum, P.temperature, completion.finishReason) })),
   };
 }
 

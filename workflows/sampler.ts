@@ -1,11 +1,12 @@
 import { patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { MctsStoreActivities } from '../activities/mcts-store';
-import { clip, type AgentAction } from '../lib/model-io/actions';
+import { clip } from '../lib/model-io/actions';
 import type { PolicyConfig } from '../lib/config/config';
 import { samplingSeed, type ServedAdapter } from '../lib/serving/iteration-policy';
 import type { PromptObservationRef } from '../lib/episode/episode-types';
-import type { GroupCandidate } from '../lib/training/experience';
+import type { Completion } from '../lib/training/experience';
+import { asCompletion, PREVIEW_CHARS } from '../lib/training/completion';
 import { parseAction } from '../lib/model-io/parse';
 import { learnerActivities } from './learner-calls';
 import * as profiles from './activity-profiles';
@@ -34,24 +35,12 @@ export interface SamplerSettings {
   drawKey?: string;
 }
 
-/**
- * A candidate with its completion and the sampler's tokens as the experience contract carries them (lib/training/experience.ts):
- * the text at `completionRef` (inline `completion` only in histories from before parsing moved into an activity), the
- * tokens at `tokensRef` (inline `tokenIds`/`logprobs` only in colocated histories from before the learner stored them).
- */
-export interface SampledCandidate extends Pick<GroupCandidate, 'completionRef' | 'completion' | 'tokensRef' | 'tokenIds' | 'logprobs'> {
-  action: AgentAction;
-  preview: string;
-  /** Sum of the sampler's log-probs, wherever the tokens are (MCTS keeps it as the DPO reference log-prob). */
-  logprobSum?: number;
-  finishReason?: string | null;
-}
-
 export interface Sampled {
   promptRef: string;
   /** Constrained decoding: the grammar blob every candidate was sampled under. */
   grammarRef?: string;
-  candidates: SampledCandidate[];
+  /** The completion records (lib/training/experience.ts), read from any shape the activities' results ever had. */
+  candidates: Completion[];
 }
 
 export interface SampleRequest {
@@ -88,7 +77,7 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
       // The prompt is written inside the activity, so a call without a key has nothing stable to seed from.
       ...(req.seedKey !== undefined ? { seed: samplingSeed(s.drawKey ?? workflowInfo().workflowId, req.seedKey, req.n) } : {}),
     });
-    return { promptRef: res.promptRef, candidates: res.candidates, ...(res.grammarRef ? { grammarRef: res.grammarRef } : {}) };
+    return { promptRef: res.promptRef, candidates: res.candidates.map(asCompletion), ...(res.grammarRef ? { grammarRef: res.grammarRef } : {}) };
   }
   const promptInput = { observation: req.observation, history: req.history, historyLength: policy.historyLength };
   // Runs recorded before constrained decoding never set `constrained`, so they replay the plain prompt activity.
@@ -129,18 +118,20 @@ export async function sample(s: SamplerSettings, req: SampleRequest): Promise<Sa
   }));
   if (patched('parse-in-activity')) {
     const parsed = await control(`${req.summary}: parse ${texts.length} completions`).parseCompletions({ texts, store: req.store });
-    return { promptRef, ...(grammarRef ? { grammarRef } : {}), candidates: parsed.candidates.map((p, i) => ({ ...p, ...fromSampler[i] })) };
+    return { promptRef, ...(grammarRef ? { grammarRef } : {}), candidates: parsed.candidates.map((p, i) => asCompletion({ ...p, ...fromSampler[i] })) };
   }
   // Histories recorded before parsing moved into an activity: the text was parsed here, and only a search's
   // expansions stored their texts (`storeCompletions`); kept so those histories replay.
   const refs = req.legacyStore ? (await control(`${req.summary}: store ${texts.length} completions`).storeCompletions({ texts })).refs : [];
   return {
     promptRef,
-    candidates: texts.map((text, i) => ({
-      action: parseAction(text),
-      preview: clip(text, 200),
-      ...(req.legacyStore ? { completionRef: refs[i] } : { completion: text }),
-      ...fromSampler[i],
-    })),
+    candidates: texts.map((text, i) =>
+      asCompletion({
+        action: parseAction(text),
+        preview: clip(text, PREVIEW_CHARS),
+        ...(req.legacyStore ? { completionRef: refs[i] } : { completion: text }),
+        ...fromSampler[i],
+      }),
+    ),
   };
 }

@@ -1,5 +1,5 @@
 import { ApplicationFailure } from '@temporalio/workflow';
-import { isValidAction, type Action } from '../lib/model-io/actions';
+import type { Action } from '../lib/model-io/actions';
 import type { LivedState, ObservationRef, PromptObservationRef } from '../lib/episode/episode-types';
 import { backpropagate, getNode, newTree, setObservation, treeStats, type Tree } from '../lib/search/mcts';
 import type { RewardState } from '../lib/rewards/types';
@@ -233,7 +233,7 @@ export class SearchState {
   /** Counts an expansion's samples (all of them, before equal actions are merged). */
   sampled(candidates: readonly SearchCandidate[]): void {
     this.counters.candidates += candidates.length;
-    this.counters.invalidCandidates += candidates.filter((c) => !isValidAction(c.action)).length;
+    this.counters.invalidCandidates += candidates.filter((c) => !c.completion.valid).length;
   }
 
   /** Expansion of `id` (lib/search/search-tree.ts `addChildren`): returns the new child ids, highest prior first. */

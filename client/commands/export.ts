@@ -14,7 +14,7 @@ import type { MctsSearchInput } from '../../workflows/mcts-search';
 import { REPO_ROOT } from '../processes';
 import { connectClient } from '../stack';
 import { listEpisodes, type RunRow } from './runs';
-import { loadTrajectory, safeFileName } from './view';
+import { completionText, loadTrajectory, safeFileName } from './view';
 
 // `halo export RUN`: one JSONL file per episode, `<mode>/<run>/<task>__attempt_<i>.jsonl`, read from the durable
 // store (Temporal visibility finds the run's episodes, their results name the trajectory blobs). The first record
@@ -276,10 +276,10 @@ export async function exportRun(client: Client, blobs: BlobStore, run: string, o
         type: 'step',
         step: s.step,
         url: s.observation.url,
-        action: s.action,
-        valid: s.valid,
-        modelText: s.completion,
-        tokensRef: s.tokensRef ?? null,
+        action: s.completion.action,
+        valid: s.completion.valid,
+        modelText: await completionText(s.completion, async (ref) => (await textOf(blobs, ref)) ?? undefined),
+        tokensRef: s.completion.tokensRef ?? null,
         reward: s.reward,
         rewardBreakdown: s.shaped,
         done: s.done,
@@ -400,10 +400,10 @@ async function exportSearches(
         outcome: n.data.outcome ?? null,
         actionError: n.data.actionError ?? null,
         onBestPath: n.id === 0 || best.has(n.id),
-        completionRef: n.data.completionRef ?? null,
-        preview: n.data.preview ?? null,
+        completionRef: n.data.completion?.ref ?? null,
+        preview: n.data.completion?.preview ?? null,
         refLogprob: n.data.refLogprob ?? null,
-        tokensRef: n.data.tokensRef ?? null,
+        tokensRef: n.data.completion?.tokensRef ?? null,
         promptRef: n.data.promptRef ?? null,
         url: o?.url ?? null,
         screenshotRef: o?.screenshotRef ?? null,

@@ -55,7 +55,7 @@ async function runSide(client: Client, cfg: HaloConfig, temperature: number, tag
     ],
   })) as EpisodeResult;
   const t = await loadTrajectory(result.trajectoryRef, blobStoreFor(stackStatus(c).home));
-  return { temperature, workflowId, actions: t.steps.map((s) => describeAction(s.action)), success: result.success, reward: result.reward };
+  return { temperature, workflowId, actions: t.steps.map((s) => describeAction(s.completion.action)), success: result.success, reward: result.reward };
 }
 
 export async function verifyExploration(client: Client, cfg: HaloConfig, temperatures: [number, number]): Promise<ExplorationResult> {

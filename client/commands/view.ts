@@ -5,7 +5,8 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { BlobNotFoundError, BlobStore, blobStoreFor } from '../../blob/store';
 import type { HaloConfig } from '../../lib/config/config';
 import type { EpisodeResult } from '../../lib/episode/episode-types';
-import { BLOB_REF, TrajectorySchema, type Trajectory, type TrajectoryObservation, type TrajectoryStep } from '../../lib/training/experience';
+import { BLOB_REF, type Completion, type Trajectory, type TrajectoryObservation, type TrajectoryStep } from '../../lib/training/experience';
+import { readTrajectory } from '../../lib/training/stored-trajectory';
 import { describeZodError } from '../../lib/training/learner-types';
 import { pngSize } from '../../host/png';
 import { REPO_ROOT } from '../processes';
@@ -15,18 +16,24 @@ import { planOverlay, renderEpisodeHtml, type CandidateView, type EpisodeView, t
 // `halo view EPISODE`: a static, self-contained HTML page of one episode, read from the trajectory blob that
 // the `recordTrajectory` activity (activities/control.ts) writes at the end of every episode.
 
-// The trajectory's shape is lib/training/experience.ts's (`TrajectorySchema`); re-exported for the viewer's callers.
+// The trajectory's shape is lib/training/experience.ts's (`TrajectorySchema`, older versions read into it); re-exported for the viewer's callers.
 export type { Trajectory, TrajectoryObservation, TrajectoryStep };
 
-/** A trajectory read from a file or blob, checked against the experience contract (the value is kept as read). */
-function assertTrajectory(value: unknown, source: string): Trajectory {
-  const t = value as Partial<Trajectory> | null;
-  if (!t || typeof t !== 'object' || t.version !== 1 || !Array.isArray(t.steps) || !t.task || typeof t.workflowId !== 'string') {
-    throw new Error(`${source} is not an episode trajectory (expected the JSON that recordTrajectory writes: version 1, workflowId, task, steps)`);
+/** A trajectory read from a file or blob, of any stored version (lib/training/stored-trajectory.ts), checked against the experience contract. */
+async function assertTrajectory(value: unknown, source: string): Promise<Trajectory> {
+  const t = value as { version?: unknown; steps?: unknown; task?: unknown; workflowId?: unknown } | null;
+  if (!t || typeof t !== 'object' || (t.version !== 1 && t.version !== 2) || !Array.isArray(t.steps) || !t.task || typeof t.workflowId !== 'string') {
+    throw new Error(`${source} is not an episode trajectory (expected the JSON that recordTrajectory writes: version 2 or 1, workflowId, task, steps)`);
   }
-  const parsed = TrajectorySchema.safeParse(value);
+  const parsed = await readTrajectory(value, null);
   if (!parsed.success) throw new Error(describeZodError(parsed.error, `trajectory ${source}`));
-  return t as Trajectory;
+  return parsed.data;
+}
+
+/** A completion's whole text: its blob, or the record's preview where there is no blob (or it is gone, said so). */
+export async function completionText(c: Completion, text: (ref: string) => Promise<string | undefined>): Promise<string> {
+  if (!c.ref) return c.preview;
+  return (await text(c.ref)) ?? `${c.preview} (completion blob ${c.ref} missing)`;
 }
 
 /** Reads a trajectory from a blob reference (in `blobs`) or a JSON file path. */
@@ -113,8 +120,8 @@ export async function buildEpisodeView(t: Trajectory, blobs: BlobStore, opts: { 
     if (group) {
       candidates = [];
       for (const [i, c] of group.candidates.entries()) {
-        const completion = c.completion ?? (await cache.text(c.completionRef)) ?? '(completion blob missing)';
-        candidates.push({ index: i, chosen: i === group.chosen, valid: c.valid, reward: c.reward, completion });
+        const completion = await completionText(c.completion, (ref) => cache.text(ref));
+        candidates.push({ index: i, chosen: i === group.chosen, valid: c.completion.valid, reward: c.reward, completion });
       }
     }
     steps.push({
@@ -122,10 +129,10 @@ export async function buildEpisodeView(t: Trajectory, blobs: BlobStore, opts: { 
       url: obs.url,
       image,
       imageError: error,
-      overlay: planOverlay(s.action, axtree, size),
-      completion: s.completion,
-      action: s.action,
-      valid: s.valid,
+      overlay: planOverlay(s.completion.action, axtree, size),
+      completion: await completionText(s.completion, (ref) => cache.text(ref)),
+      action: s.completion.action,
+      valid: s.completion.valid,
       envReward: s.reward,
       shaped: s.shaped ?? { total: 0, terms: [] },
       done: s.done,
@@ -139,7 +146,7 @@ export async function buildEpisodeView(t: Trajectory, blobs: BlobStore, opts: { 
     const { image, error } = await cache.image(last.screenshotRef, last);
     final = { url: last.url, image, imageError: error };
   }
-  const valid = t.steps.filter((s) => s.valid).length;
+  const valid = t.steps.filter((s) => s.completion.valid).length;
   return {
     header: {
       workflowId: t.workflowId,
@@ -186,7 +193,7 @@ export interface WriteEpisodeViewResult {
 /** Writes the self-contained episode page; returns its path. */
 export async function writeEpisodeView(opts: WriteEpisodeViewOptions): Promise<WriteEpisodeViewResult> {
   const ref = typeof opts.trajectory === 'string' && BLOB_REF.test(opts.trajectory) ? opts.trajectory : opts.trajectoryRef;
-  const t = typeof opts.trajectory === 'string' ? await loadTrajectory(opts.trajectory, opts.blobs) : assertTrajectory(opts.trajectory, 'trajectory');
+  const t = typeof opts.trajectory === 'string' ? await loadTrajectory(opts.trajectory, opts.blobs) : await assertTrajectory(opts.trajectory, 'trajectory');
   const out = resolve(opts.out);
   const jsonPath = opts.writeJson ? out.replace(/\.html?$/i, '') + '.json' : undefined;
   const view = await buildEpisodeView(t, opts.blobs, { trajectoryRef: ref, jsonHref: jsonPath ? basename(jsonPath) : undefined });

@@ -1,11 +1,11 @@
 import type { MctsParams } from '../search/mcts-params';
-import type { AgentAction, Action } from '../model-io/actions';
+import type { Action } from '../model-io/actions';
 import type { MiniwobConfig, PolicyConfig } from '../config/config';
 import type { RewardBreakdown, RewardState } from '../rewards/types';
 import type { RewardWeights } from '../rewards/weights';
 import type { RunContext } from './run-context';
 import type { SamplingPolicy, ServedAdapter } from '../serving/iteration-policy';
-import type { ObservationRef, ShapedSummary, TaskRef } from '../training/experience';
+import type { Completion, ObservationRef, ShapedSummary, TaskRef } from '../training/experience';
 
 // Payload shapes that travel through Temporal. Only references and short text: no image bytes,
 // no accessibility trees (those are blobs), so an episode history stays small and readable.
@@ -161,24 +161,9 @@ export interface SampleInput {
   seed?: number;
 }
 
-export interface Candidate {
-  action: AgentAction;
-  /** The first characters of the completion; the whole text is at completionRef. */
-  preview: string;
-  completionRef: string;
-  finishReason: string | null;
-  /**
-   * The sampler's token ids (end-of-turn token included) and the log-prob of each (with vLLM's
-   * `--logprobs-mode processed_logprobs`: after temperature), as a `SampledTokens` blob; absent when the server
-   * gave none. By reference: N × 256 ids and log-probs per step would swell every history that carries them.
-   */
-  tokensRef?: string;
-  /** Sum of those log-probs: MCTS keeps it as the DPO reference log-prob without reading the blob. */
-  logprobSum?: number;
-}
-
 export interface SampleResult {
-  candidates: Candidate[];
+  /** One record per sample (lib/training/experience.ts `Completion`); histories from before hold the flat shape. */
+  candidates: Completion[];
   model: string;
   promptRef: string;
   /** Constrained decoding (`policy.constrained`): the grammar blob the request was constrained with. */

@@ -3,7 +3,8 @@
  * what a search stores (snapshots), returns (result, pairs, best path, root decision) and shows (progress,
  * tree view), and the pure steps `mctsSearch` (workflows/mcts-search.ts) builds on.
  */
-import type { MctsPair } from '../training/experience';
+import type { Completion, MctsPair } from '../training/experience';
+import { asCompletion } from '../training/completion';
 import { actionKey, clip, describeAction, type Action, type AgentAction } from '../model-io/actions';
 import { bestPath, compositeQ, dpoPairs, getNode, type MctsNode, type NodeData, type Tree, type TreeStats } from './mcts';
 import { fnv1a32 } from '../rewards/shaping';
@@ -124,9 +125,8 @@ export interface BestPathView {
 export interface RootDecision {
   nodeId: number;
   action: AgentAction;
-  /** The completion that proposed it, and the prompt at the root it was sampled from. */
-  completionRef?: string;
-  preview?: string;
+  /** The completion that proposed it (results recorded before the record: `completionRef` and `preview` flat), and the prompt at the root it was sampled from. */
+  completion?: Completion;
   promptRef: string;
   visits: number;
   q: number;
@@ -192,7 +192,7 @@ export function emptyCounters(): MctsCounters {
 /**
  * Unparseable candidates. Decision: an unparseable completion becomes a child like any other, whose
  * "action" is the parser's InvalidAction (`{type: 'invalid', reason, excerpt}`), marked terminal with
- * reward 0 as soon as it is added, and keeping its completion (data.completionRef) and log-prob sum.
+ * reward 0 as soon as it is added, and keeping its completion (data.completion) and log-prob sum.
  * - The search makes progress: a terminal child costs no browser work (selection backs its 0 up again),
  *   valid siblings are evaluated normally, and a state whose K samples are all unparseable still gets
  *   K children and a visit per simulation.
@@ -211,10 +211,10 @@ export function asTreeAction(a: AgentAction): Action {
 }
 
 /** Candidates with equal actions merged, the first of each kept (the key is `actionKey`, as in the tree). */
-export function distinctActions<C extends { action: AgentAction }>(candidates: readonly C[]): C[] {
+export function distinctActions<C extends { completion: { action: AgentAction } }>(candidates: readonly C[]): C[] {
   const seen = new Set<string>();
   return candidates.filter((c) => {
-    const key = actionKey(asTreeAction(c.action));
+    const key = actionKey(asTreeAction(c.completion.action));
     if (seen.has(key)) return false;
     seen.add(key);
     return true;
@@ -225,14 +225,14 @@ export function distinctActions<C extends { action: AgentAction }>(candidates: r
  * `distinctActions`, each with how many of the candidates proposed its action (the tree's `proposals`), the most
  * proposed first (ties in sampling order): children of equal prior get their ids, and are tried, in that order.
  */
-export function proposedActions<C extends { action: AgentAction }>(candidates: readonly C[]): (C & { proposals: number })[] {
+export function proposedActions<C extends { completion: { action: AgentAction } }>(candidates: readonly C[]): (C & { proposals: number })[] {
   const counts = new Map<string, number>();
   for (const c of candidates) {
-    const key = actionKey(asTreeAction(c.action));
+    const key = actionKey(asTreeAction(c.completion.action));
     counts.set(key, (counts.get(key) ?? 0) + 1);
   }
   return distinctActions(candidates)
-    .map((c) => ({ ...c, proposals: counts.get(actionKey(asTreeAction(c.action)))! }))
+    .map((c) => ({ ...c, proposals: counts.get(actionKey(asTreeAction(c.completion.action)))! }))
     .sort((a, b) => b.proposals - a.proposals);
 }
 
@@ -264,14 +264,14 @@ export function collectPairs(tree: Tree, alpha: number, threshold: number): Mcts
     const prompt = getNode(tree, p.parentId).data.promptRef;
     const c = getNode(tree, p.chosenId).data;
     const r = getNode(tree, p.rejectedId).data;
-    if (!prompt || !c.completionRef || !r.completionRef) continue;
+    if (!prompt || !c.completion?.ref || !r.completion?.ref) continue;
     const both = c.refLogprob != null && r.refLogprob != null;
     out.push({
       prompt_ref: prompt,
-      chosen_ref: c.completionRef,
-      rejected_ref: r.completionRef,
-      ...(c.tokensRef ? { chosen_tokens_ref: c.tokensRef } : {}),
-      ...(r.tokensRef ? { rejected_tokens_ref: r.tokensRef } : {}),
+      chosen_ref: c.completion.ref,
+      rejected_ref: r.completion.ref,
+      ...(c.completion.tokensRef ? { chosen_tokens_ref: c.completion.tokensRef } : {}),
+      ...(r.completion.tokensRef ? { rejected_tokens_ref: r.completion.tokensRef } : {}),
       ref_chosen_logprob: both ? c.refLogprob! : null,
       ref_rejected_logprob: both ? r.refLogprob! : null,
       delta_q: p.deltaQ,
@@ -297,6 +297,14 @@ export function snapshotChunks(tree: Tree, size = SNAPSHOT_CHUNK_NODES): MctsSna
   return out;
 }
 
+/** A node as stored before the completion record (its completion's parts flat in `data`) read into today's shape. */
+function withCompletionRecord(n: MctsNode): MctsNode {
+  const { completionRef, preview, tokensRef, ...data } = n.data as MctsNode['data'] & { completionRef?: string; preview?: string; tokensRef?: string };
+  if (completionRef === undefined && preview === undefined && tokensRef === undefined) return n;
+  const completion = asCompletion({ action: n.action as AgentAction, ...(completionRef ? { completionRef } : {}), preview: preview ?? '', ...(tokensRef ? { tokensRef } : {}) });
+  return { ...n, data: { ...data, completion } };
+}
+
 /** The tree back from a snapshot's chunks (in the manifest's order); throws when they do not fit together. */
 export function joinSnapshot(snap: Pick<MctsSnapshot, 'nodeCount' | 'nextId'>, chunks: readonly MctsSnapshotChunk[]): Tree {
   const nodes: MctsNode[] = [];
@@ -304,7 +312,7 @@ export function joinSnapshot(snap: Pick<MctsSnapshot, 'nodeCount' | 'nextId'>, c
     if (c.from !== nodes.length || (c.meta && c.nodes.length !== c.meta.length)) {
       throw new Error(`MCTS snapshot chunk starting at node ${c.from} does not follow node ${nodes.length - 1}`);
     }
-    nodes.push(...(c.meta ? c.nodes.map((n, i) => ({ ...n, data: c.meta![i] ?? {} })) : c.nodes));
+    nodes.push(...(c.meta ? c.nodes.map((n, i) => ({ ...n, data: c.meta![i] ?? {} })) : c.nodes).map(withCompletionRecord));
   }
   if (nodes.length !== snap.nodeCount || snap.nextId !== nodes.length || nodes.some((n, i) => n.id !== i)) {
     throw new Error(`MCTS snapshot is inconsistent: ${nodes.length} nodes in its chunks, manifest says ${snap.nodeCount} (nextId ${snap.nextId})`);
@@ -339,8 +347,7 @@ export function rootDecision(tree: Tree, alpha: number): RootDecision | null {
   return {
     nodeId: first,
     action: node.action as AgentAction,
-    ...(m.completionRef ? { completionRef: m.completionRef } : {}),
-    ...(m.preview !== undefined ? { preview: m.preview } : {}),
+    ...(m.completion ? { completion: m.completion } : {}),
     promptRef,
     visits: node.visits,
     q: round(compositeQ(node, alpha)),

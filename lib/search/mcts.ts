@@ -21,6 +21,7 @@
  */
 import { actionKey, type Action } from '../model-io/actions';
 import type { RewardState } from '../rewards/types';
+import type { Completion } from '../training/experience';
 
 /** Where a node's browser state is stored (blob references; no image bytes in workflow state). */
 export interface NodeObservation {
@@ -36,12 +37,12 @@ export interface NodeObservation {
  * in workflow state).
  */
 export interface NodeData {
-  /** The completion that proposed this node's action (text blob): a DPO pair's chosen/rejected text. */
-  completionRef?: string;
-  /** First characters of that completion. */
-  preview?: string;
-  /** The sampler's tokens of that completion (a `SampledTokens` blob): a DPO pair's `chosen_tokens_ref` / `rejected_tokens_ref`. */
-  tokensRef?: string;
+  /**
+   * The completion that proposed this node's action (lib/training/experience.ts's record, its preview clipped): its text
+   * and tokens are a DPO pair's chosen/rejected text and `chosen_tokens_ref` / `rejected_tokens_ref`. Trees stored
+   * before the record held its parts flat; `joinSnapshot` (lib/search/mcts-search.ts) reads them into it.
+   */
+  completion?: Completion;
   /** The sampler's log-prob sum of that completion when usable as the DPO reference, else null (lib/search/mcts-search.ts `refLogprob`). */
   refLogprob?: number | null;
   /** The prompt at this node's state, from which its children were sampled (a DPO pair's prompt). */

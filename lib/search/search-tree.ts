@@ -2,22 +2,24 @@ import { clip, isValidAction, type AgentAction } from '../model-io/actions';
 import { expand, getNode, markTerminal, pathTo, qMcts, setCriticValue, treeStats, type Tree } from './mcts';
 import { asTreeAction, bestPathView, describeTreeNode, round } from './mcts-search';
 import type { RewardState } from '../rewards/types';
+import type { Completion } from '../training/experience';
 
 /**
  * What a simulation of `mctsSearch` writes into its tree and how the Temporal UI is told (pure; the tree
  * lives in workflows/search-state.ts).
  */
 
-/** A sampled action, as an expansion adds it. */
+/** A sampled completion, as an expansion adds it. */
 export interface SearchCandidate {
-  action: AgentAction;
-  completionRef?: string;
-  /** The sampler's token blob of the completion: DPO pairs carry it to the learner. */
-  tokensRef?: string;
-  preview: string;
+  completion: Completion;
   refLogprob: number | null;
   /** How many of the expansion's samples proposed this action (lib/search/mcts.ts `proposals`); absent: not counted. */
   proposals?: number;
+}
+
+/** The record a node keeps: a shorter preview (trees live in workflow state), unless no blob holds the text. */
+function nodeRecord(c: Completion): Completion {
+  return c.ref ? { ...c, preview: clip(c.preview, 120) } : c;
 }
 
 /** A simulation's result: the node whose value is backed up, the value, and how it was obtained. */
@@ -51,10 +53,10 @@ export function addChildren(tree: Tree, id: number, promptRef: string, candidate
   }
   node.data.promptRef = promptRef;
   const children = candidates.map((c, i) => ({
-    action: asTreeAction(c.action),
+    action: asTreeAction(c.completion.action),
     prior: verdict ? (verdict.priors[i] ?? 0) : NEUTRAL_PRIOR,
     ...(c.proposals !== undefined ? { proposals: c.proposals } : {}),
-    data: { completionRef: c.completionRef, ...(c.tokensRef ? { tokensRef: c.tokensRef } : {}), preview: clip(c.preview, 120), refLogprob: c.refLogprob },
+    data: { completion: nodeRecord(c.completion), refLogprob: c.refLogprob },
   }));
   const added = expand(tree, id, children, maxChildren);
   for (const child of added) {

@@ -12,8 +12,8 @@ import type { RewardBreakdown } from '../rewards/types';
  *
  * Model output always travels with the sampler's token reference (`tokensRef`, a `SampledTokens` blob), never
  * with the token ids inline: N × maxTokens ids and log-probs would swell every history and batch that carried
- * them, and the learner reads the blob itself. Fields marked legacy are only read, from trajectories written
- * before the references existed.
+ * them, and the learner reads the blob itself. A sampled completion is one record (`Completion`) wherever it goes;
+ * the shapes written before it are read by lib/training/completion.ts and lib/training/stored-trajectory.ts.
  */
 
 /** Same pattern as `blob/store.ts` and `halo_learner/blobs.py`. */
@@ -105,40 +105,38 @@ const agentActionSchema = z.custom<AgentAction>(
   'expected an action ({type, ...})',
 );
 
-// ---- a completion and its tokens ------------------------------------------------------------------------
+// ---- a completion: what the sampler drew and the parser made of it ----------------------------------------
 
-/** Model output by reference: the completion (text blob, or inline) and the sampler's tokens (`SampledTokens` blob). */
-const completionFields = {
-  completionRef: z.string().optional(),
-  completion: z.string().optional(),
-  /** The sampler's tokens; absent when the server gave none (the learner then retokenises the text). */
+/**
+ * One sampled completion, carried whole from the sampler to the learner's batch: by the step record, the group
+ * candidate, the trajectory and the search tree's node alike (lib/training/completion.ts reads the flat shapes
+ * older histories and blobs hold). The text and the tokens go by reference; the learner's batch is the one place
+ * they are inlined.
+ */
+export const CompletionSchema = z.object({
+  /** The whole text (a `.txt` blob); absent when the rollout is never trained on, or for an old inline text. */
+  ref: z.string().optional(),
+  /** The first characters; the whole text where there is no `ref` (a text an old history held inline). */
+  preview: z.string(),
+  /** The sampler's tokens (a `SampledTokens` blob); absent when the server gave none (the learner retokenises). */
   tokensRef: blobRefSchema.optional(),
-  /** Legacy: tokens inline (colocated sampler before `tokensRef`); the batch builder stores them as a blob. */
-  tokenIds: z.array(int).optional(),
-  logprobs: z.array(finite).optional(),
   /**
-   * The sampler's `finish_reason` (`stop`, `length`, ...), for the learner batch: `length` means the text has no
-   * end-of-turn token, which a retokenised completion must then not get. Absent in trajectories written before.
+   * The sampler's `finish_reason` (`stop`, `length`, ...): `length` means the text has no end-of-turn token, which
+   * a retokenised completion must then not get. Null where the sampler did not say.
    */
-  finishReason: z.string().nullable().optional(),
-};
-
-/** A completion that was acted on: its text (a step record keeps the first characters), tokens and parsed action. */
-const actedFields = {
-  ...completionFields,
-  completion: z.string(),
+  finishReason: z.string().nullable(),
+  /** Sum of the sampler's log-probs (MCTS keeps it as the DPO reference log-prob without reading the tokens). */
+  logprobSum: finite.optional(),
+  /** The parser's action, kept as it was whatever today's action schema says. */
   action: agentActionSchema,
+  /** The action parsed into one the environment takes. */
   valid: z.boolean(),
-};
+});
 
 // ---- step groups (GRPO step grouping) -----------------------------------------------------------------
 
-/** One candidate of a step group: its completion and tokens, and its shaped reward from the group's shared state. */
-export const GroupCandidateSchema = z.object({
-  ...completionFields,
-  valid: z.boolean(),
-  reward: finite,
-});
+/** One candidate of a step group: its completion, and its shaped reward from the group's shared state. */
+export const GroupCandidateSchema = z.object({ completion: CompletionSchema, reward: finite });
 
 /** N candidates sampled at one state, each scored from that state; the episode continued from `chosen`. */
 export const StepGroupSchema = z.object({
@@ -162,8 +160,7 @@ export const StepRecordSchema = z.object({
   promptRef: z.string(),
   /** Constrained decoding: the grammar blob the action was sampled under. */
   grammarRef: z.string().optional(),
-  /** The first characters of the completion (the whole text is at `completionRef`). */
-  ...actedFields,
+  completion: CompletionSchema,
   /** The environment's own reward. */
   reward: finite,
   /** The dense reward the learner sees, with the terms that fired. */
@@ -183,9 +180,7 @@ export const TrajectoryStepInputSchema = z.object({
   step: int,
   promptRef: z.string(),
   grammarRef: z.string().optional(),
-  ...completionFields,
-  /** Invalid outputs only: a valid action is in its result blob. */
-  action: agentActionSchema.optional(),
+  completion: CompletionSchema,
   /** The browser step's result blob (valid actions). */
   resultRef: z.string().optional(),
   /** Shaped reward of an output that never reached the browser (invalid actions). */
@@ -211,8 +206,8 @@ export const TrajectoryStepSchema = z.object({
   grammarRef: z.string().optional(),
   /** The page the action was taken in; its `stateKey` forms anchor groups. */
   observation: TrajectoryObservationSchema,
-  /** The model's whole output. */
-  ...actedFields,
+  /** The model's output; its action is the one the environment ran (the result blob's), where it ran one. */
+  completion: CompletionSchema,
   /** The shaped reward with the terms that fired. */
   shaped: RewardBreakdownSchema,
   /** The environment's own reward. */
@@ -225,7 +220,8 @@ export const TrajectoryStepSchema = z.object({
 
 /** The trajectory blob `recordTrajectory` (activities/control.ts) writes at the end of every episode. */
 export const TrajectorySchema = z.object({
-  version: z.literal(1),
+  /** 2: steps and group candidates carry a `Completion`. Version 1 blobs are read by lib/training/stored-trajectory.ts. */
+  version: z.literal(2),
   workflowId: z.string(),
   task: TaskRefSchema,
   policyModel: z.string(),
@@ -304,6 +300,7 @@ export type ObservationRef = z.infer<typeof ObservationRefSchema>;
 export type StepObservationRef = z.infer<typeof StepObservationRefSchema>;
 export type TrajectoryObservation = z.infer<typeof TrajectoryObservationSchema>;
 export type ShapedSummary = z.infer<typeof ShapedSummarySchema>;
+export type Completion = z.infer<typeof CompletionSchema>;
 export type GroupCandidate = z.infer<typeof GroupCandidateSchema>;
 export type StepGroup = z.infer<typeof StepGroupSchema>;
 export type StepRecord = z.infer<typeof StepRecordSchema>;
@@ -315,10 +312,3 @@ export type AnchorRollout = z.infer<typeof AnchorRolloutSchema>;
 export type DpoPairInput = z.input<typeof DpoPairSchema>;
 export type DpoPair = z.output<typeof DpoPairSchema>;
 export type MctsPair = z.infer<typeof MctsPairSchema>;
-
-/** The sampler's tokens of a completion that may carry them the legacy way: its reference, or the inline lists. */
-export function legacyTokens(c: { tokenIds?: number[]; logprobs?: number[] }): SampledTokens | null {
-  if (!c.tokenIds?.length) return null;
-  const paired = c.logprobs && c.logprobs.length === c.tokenIds.length;
-  return { token_ids: c.tokenIds, logprobs: paired ? c.logprobs! : null };
-}

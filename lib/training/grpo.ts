@@ -22,6 +22,7 @@
 // would reject them anyway).
 
 import { roundReward } from '../rewards/shaping';
+import type { Completion } from './experience';
 
 /** Rewards closer than this are "equal": a group whose spread is below it carries no learning signal. */
 export const REWARD_EPSILON = 1e-9;
@@ -97,20 +98,6 @@ export function episodeGroup(returns: readonly number[]): EpisodeGroupResult {
 
 // ---- step groups and the candidate the episode continues from -------------------------------------
 
-/** One candidate of a step group, after it was executed from the group's state. */
-export interface CandidateOutcome {
-  /** Blob reference of the completion text (`Candidate.completionRef`). */
-  completionRef: string;
-  /** The sampler's tokens of the completion (a `SampledTokens` blob, lib/training/experience.ts); absent → the learner retokenises. */
-  tokensRef?: string | null;
-  /** The sampler's finish reason (`stop` / `length`); `length` tells the learner there is no end-of-turn token. */
-  finishReason?: string | null;
-  /** Whether the completion parsed into an action the browser accepted. */
-  valid: boolean;
-  /** The candidate's shaped step reward. */
-  reward: number;
-}
-
 /** N candidates sampled at one state (one prompt) and each executed from that state. */
 export interface BatchStepGroup {
   /** Blob reference of the prompt JSON (`SampleResult.promptRef`). */
@@ -118,7 +105,8 @@ export interface BatchStepGroup {
   /** Constrained decoding: the grammar blob every candidate was sampled under. */
   grammarRef?: string;
   step: number;
-  candidates: CandidateOutcome[];
+  /** Each candidate's completion (its text by reference: the batch builder stored any inline one) and shaped reward. */
+  candidates: { completion: Completion & { ref: string }; reward: number }[];
   /** Index of the candidate the episode continued from. */
   chosen: number;
   /** Dynamic sampling grew the group: the first `firstDraw` candidates are the step's own draw. */
@@ -212,6 +200,18 @@ export interface GrpoRefItem {
   grammar_ref?: string | null;
 }
 
+/** The learner's item for one completion sampled from `at`'s prompt (and grammar): where the wire's snake_case starts. */
+export function grpoRefItem(at: { promptRef: string; grammarRef?: string }, c: Completion & { ref: string }, advantage: number): GrpoRefItem {
+  return {
+    prompt_ref: at.promptRef,
+    completion_ref: c.ref,
+    tokens_ref: c.tokensRef ?? null,
+    advantage,
+    finish_reason: c.finishReason,
+    ...(at.grammarRef ? { grammar_ref: at.grammarRef } : {}),
+  };
+}
+
 /**
  * The GRPO items of some step groups, with advantages from `groupAdvantages`:
  *  - groups whose rewards are all equal (zero std, including groups of one) are skipped: every advantage
@@ -231,16 +231,7 @@ export function groupsToBatchItems(groups: readonly BatchStepGroup[]): GrpoRefIt
     const rewards = stepGroupRewards(g);
     if (isZeroStdGroup(rewards)) continue;
     const adv = groupAdvantages(rewards);
-    g.candidates.forEach((c, i) => {
-      items.push({
-        prompt_ref: g.promptRef,
-        completion_ref: c.completionRef,
-        tokens_ref: c.tokensRef ?? null,
-        advantage: adv[i],
-        finish_reason: c.finishReason ?? null,
-        ...(g.grammarRef ? { grammar_ref: g.grammarRef } : {}),
-      });
-    });
+    g.candidates.forEach((c, i) => items.push(grpoRefItem(g, c.completion, adv[i])));
   }
   return items;
 }

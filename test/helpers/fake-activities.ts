@@ -3,10 +3,11 @@ import { assembleEval } from '../../lib/eval/eval-records';
 import type { EvalEpisodeRecord } from '../../lib/eval/eval-summary';
 import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval/eval-types';
 import { ApplicationFailure } from '@temporalio/common';
-import { clip, type Action, type AgentAction } from '../../lib/model-io/actions';
+import { clip, isValidAction, type Action, type AgentAction } from '../../lib/model-io/actions';
 import { parseAction } from '../../lib/model-io/parse';
 import type { ResetSessionInput, StartSessionInput, StartSessionResult, StepSessionInput, StepSessionResult, FinishSessionResult } from '../../lib/episode/episode-types';
 import type { RewardState } from '../../lib/rewards/types';
+import type { Completion } from '../../lib/training/experience';
 import type { ActivityMap, TestQueues } from './workflow-env';
 
 // In-memory stand-ins for the activities the workflows schedule, by their registered names. They record
@@ -270,12 +271,15 @@ export class FakeControl {
         this.samples.push({ step: input.observation.step, n, model: input.policy.model });
         const actions = this.policy(input.observation.step, n);
         return {
-          candidates: actions.map((a, i) => ({
-            action: a as AgentAction,
-            preview: completionFor(a),
-            completionRef: fakeRef(`completion:${input.observation.step}:${i}:${JSON.stringify(a)}`, 'txt'),
-            finishReason: 'stop',
-          })),
+          candidates: actions.map(
+            (a, i): Completion => ({
+              ref: fakeRef(`completion:${input.observation.step}:${i}:${JSON.stringify(a)}`, 'txt'),
+              preview: completionFor(a),
+              finishReason: 'stop',
+              action: a as AgentAction,
+              valid: isValidAction(a as AgentAction),
+            }),
+          ),
           model: input.policy.model,
           promptRef: fakeRef(`prompt:${input.observation.step}`),
           latencyMs: 1,
@@ -292,14 +296,15 @@ export class FakeControl {
       storeCompletions: async (input: { texts: string[] }) => ({ refs: input.texts.map((t) => fakeRef(t, 'txt')) }),
       recordTrajectory: async (input: {
         workflowId: string;
-        steps: { action?: unknown; resultRef?: string; tokensRef?: string; tokenIds?: number[] }[];
+        steps: { completion: Completion; resultRef?: string }[];
         groups?: { candidates: { reward: number }[]; chosen: number; firstDraw?: number }[];
       }) => {
         for (const g of input.groups ?? []) this.groups.push({ rewards: g.candidates.map((c) => c.reward), chosen: g.chosen, ...(g.firstDraw ? { firstDraw: g.firstDraw } : {}) });
         this.trajectories.push({
           workflowId: input.workflowId,
-          actions: input.steps.map((s) => s.action ?? s.resultRef),
-          tokens: input.steps.map((s) => s.tokensRef ?? (s.tokenIds ? 'inline' : null)),
+          // A valid step's action is in its result blob; an invalid one's only in its record.
+          actions: input.steps.map((s) => s.resultRef ?? s.completion.action),
+          tokens: input.steps.map((s) => s.completion.tokensRef ?? null),
         });
         return fakeRef(`trajectory:${input.workflowId}`);
       },

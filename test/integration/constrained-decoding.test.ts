@@ -236,7 +236,7 @@ describe("the local server's constrained answers, in the tiny model's token ids,
       for (const c of res.candidates) {
         assert.equal(c.finishReason, 'stop');
         assert.ok(c.tokensRef, 'the server gave token ids');
-        out.push({ grammarRef: res.grammarRef, tokensRef: c.tokensRef, text: (await blobs.get(c.completionRef)).toString('utf8'), compact });
+        out.push({ grammarRef: res.grammarRef, tokensRef: c.tokensRef, text: (await blobs.get(c.ref!)).toString('utf8'), compact });
       }
     }
     return out;

@@ -85,7 +85,7 @@ test('requests go to the least-loaded replica: concurrent calls spread evenly, e
   // Token ids stay per request: each candidate's tokens are those its own replica answered.
   for (const c of results.flatMap((r) => r.candidates)) {
     const tokens = await blobs.getJson<SampledTokens>(c.tokensRef!);
-    assert.deepEqual(tokens.token_ids, fakeTokenIds((await blobs.get(c.completionRef)).toString('utf8'), c.finishReason ?? 'stop'));
+    assert.deepEqual(tokens.token_ids, fakeTokenIds((await blobs.get(c.ref!)).toString('utf8'), c.finishReason ?? 'stop'));
   }
   const stats = replicaStats(input.policy);
   assert.deepEqual(

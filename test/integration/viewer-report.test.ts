@@ -10,7 +10,8 @@ import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
 import { launchChromium } from '../../env/browser';
 import { captureViewport, executePageAction, readPageView, type PageAction, type PageGeometry } from '../../env/page-actions';
-import { actionKey, isValidAction, type AgentAction } from '../../lib/model-io/actions';
+import { actionKey, clip, isValidAction, type AgentAction } from '../../lib/model-io/actions';
+import { PREVIEW_CHARS } from '../../lib/training/completion';
 import type { ObservationRef, StepResultBlob, TrajectoryInput, TrajectoryStepInput } from '../../lib/episode/episode-types';
 import { parseAction } from '../../lib/model-io/parse';
 import { pngInfo } from '../../host/png';
@@ -139,12 +140,13 @@ async function recordEpisode(blobs: BlobStore): Promise<string> {
     const promptRef = await blobs.putJson(
       buildPrompt({ goal: GOAL, url: current.url, axtree: current.axtree, step: stepNo, screenshotRef: current.ref.screenshotRef }, history, 5),
     );
-    const completionRef = await blobs.put(completion, 'txt');
     const action: AgentAction = parseAction(completion);
+    // The completion as the sampler records it: the text by reference (scripted, so no finish reason).
+    const record = { ref: await blobs.put(completion, 'txt'), preview: clip(completion, PREVIEW_CHARS), finishReason: null, action, valid: isValidAction(action) };
     if (!isValidAction(action)) {
       const r = rewardForUnparsedOutput(current.ref.stateKey, state, weights);
       state = r.state;
-      steps.push({ step: stepNo, promptRef, completionRef, action, shaped: r.breakdown });
+      steps.push({ step: stepNo, promptRef, completion: record, shaped: r.breakdown });
       history.push({ step: stepNo, action: 'invalid' });
       continue;
     }
@@ -182,7 +184,7 @@ async function recordEpisode(blobs: BlobStore): Promise<string> {
       shaped: { total: r.breakdown.total, summary: summarizeBreakdown(r.breakdown) },
       rewardState: state,
     };
-    steps.push({ step: stepNo, promptRef, completionRef, resultRef: await blobs.putJson(blob) });
+    steps.push({ step: stepNo, promptRef, completion: record, resultRef: await blobs.putJson(blob) });
     history.push({ step: stepNo, action: action.type });
     current = next;
   }
@@ -204,9 +206,10 @@ test('the episode viewer shows every step with its screenshot, action overlay an
   const blobs = new BlobStore(join(work, 'blobs'));
   const ref = await recordEpisode(blobs);
   const t = await blobs.getJson<Trajectory>(ref);
+  assert.equal(t.version, 2);
   assert.equal(t.steps.length, 5);
   assert.deepEqual(
-    t.steps.map((s) => s.action.type),
+    t.steps.map((s) => s.completion.action.type),
     ['click_element', 'type', 'click', 'invalid', 'answer'],
   );
 
@@ -272,7 +275,7 @@ test('the episode viewer shows every step with its screenshot, action overlay an
     for (const [i, s] of sections.entries()) {
       const ts = t.steps[i];
       assert.equal(s.step, ts.step);
-      assert.equal(s.action, ts.action.type);
+      assert.equal(s.action, ts.completion.action.type);
       assert.ok(s.natural && s.natural.w > 0 && s.natural.h > 0, `step ${s.step}: image loaded`);
       assert.deepEqual(s.natural, { w: 640, h: 360 });
       assert.equal(s.viewBox, '0 0 640 360');
@@ -283,15 +286,17 @@ test('the episode viewer shows every step with its screenshot, action overlay an
         ts.shaped.terms.map((x) => ({ term: x.term, value: x.value })),
       );
       assert.equal(s.total, ts.shaped.total);
-      assert.equal(s.completion, ts.completion);
-      assert.deepEqual(JSON.parse(s.action_json), ts.action);
+      // The whole text, read from the completion's blob (a version-2 trajectory holds no inline text).
+      assert.ok(ts.completion.ref, `step ${s.step}: the text by reference`);
+      assert.equal(s.completion, (await blobs.get(ts.completion.ref)).toString('utf8'));
+      assert.deepEqual(JSON.parse(s.action_json), ts.completion.action);
       assert.equal(s.url, ts.observation.url);
       assert.equal(s.envReward, ts.reward);
     }
 
     // click_element: the marker sits at the element's @(x,y) in that step's accessibility tree.
     const axtree0 = (await blobs.get(t.steps[0].observation.axtreeRef)).toString('utf8');
-    const a0 = t.steps[0].action as { type: 'click_element'; id: number };
+    const a0 = t.steps[0].completion.action as { type: 'click_element'; id: number };
     const centre = findElementCentre(axtree0, a0.id)!;
     const m0 = sections[0].marker!;
     assert.ok(m0, 'click_element has a marker');
@@ -300,7 +305,7 @@ test('the episode viewer shows every step with its screenshot, action overlay an
     assert.ok(Math.abs(m0.fx * 1000 - centre.x) < 3 && Math.abs(m0.fy * 1000 - centre.y) < 3, `drawn at ${m0.fx}, ${m0.fy}`);
 
     // click: a crosshair at the clicked grid point, mapped onto the image.
-    const a2 = t.steps[2].action as { type: 'click'; x: number; y: number };
+    const a2 = t.steps[2].completion.action as { type: 'click'; x: number; y: number };
     const m2 = sections[2].marker!;
     assert.ok(m2, 'click has a marker');
     assert.deepEqual([m2.gridX, m2.gridY], [a2.x, a2.y]);

@@ -8,7 +8,8 @@ import { createControlActivities } from '../../activities/control';
 import { loadAdapterIntoVllm, withServedAdapter } from '../../activities/adapters';
 import { classifyPolicyError, missingModelOf } from '../../activities/policy-client';
 import { parseConfig, type PolicyConfig } from '../../lib/config/config';
-import type { Candidate, PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode/episode-types';
+import type { PromptObservationRef, SampledTokens, SampleInput } from '../../lib/episode/episode-types';
+import type { Completion } from '../../lib/training/experience';
 import { servedAdapterName } from '../../lib/serving/iteration-policy';
 import { fakeLogprob, fakeTokenIds, toolCall } from '../../testing/fake-policy-server';
 import { truncatedLogprob, VLLM_NEUTRAL } from '../../testing/fake-vllm-sampling';
@@ -41,7 +42,7 @@ function input(model: string, extra: Partial<SampleInput> = {}): SampleInput {
   return { policy: policyFor(model), n: 2, observation, history: [], ...extra };
 }
 
-async function tokensOf(c: Candidate): Promise<SampledTokens> {
+async function tokensOf(c: Completion): Promise<SampledTokens> {
   assert.ok(c.tokensRef, 'the candidate carries its tokens');
   return blobs.getJson<SampledTokens>(c.tokensRef);
 }
@@ -74,7 +75,8 @@ describe('samplePolicy: exact tokens', () => {
     assert.equal(res.candidates.length, 2);
     const text = `I will click the OK button.\n${toolCall({ action: 'left_click', coordinate: [100, 200] })}`;
     for (const c of res.candidates) {
-      assert.equal((await blobs.get(c.completionRef)).toString('utf8'), text);
+      assert.ok(c.ref, 'the whole text is a blob');
+      assert.equal((await blobs.get(c.ref)).toString('utf8'), text);
       assert.equal(c.action.type, 'click');
       assert.equal(c.finishReason, 'stop');
       // By reference: the ids and log-probs are a blob, so histories stay small.
@@ -92,7 +94,7 @@ describe('samplePolicy: exact tokens', () => {
     const old = await startFakeVllmServer({ baseModel: 'base-model', legacyTokens: true });
     try {
       const res = await control.samplePolicy({ ...input('base-model'), policy: parseConfig({ policy: { baseUrl: `${old.url}/v1`, model: 'base-model' } }).policy });
-      const text = (await blobs.get(res.candidates[0].completionRef)).toString('utf8');
+      const text = (await blobs.get(res.candidates[0].ref!)).toString('utf8');
       const t = await tokensOf(res.candidates[0]);
       assert.deepEqual(t.token_ids, fakeTokenIds(text, 'stop'));
       assert.equal(t.logprobs?.length, t.token_ids.length);
@@ -118,7 +120,7 @@ describe('samplePolicy: seeded', () => {
       const before = vllm.chats.length;
       const res = await control.samplePolicy({ ...input('base-model', { n: 4 }), ...(seed !== undefined ? { seed } : {}) });
       assert.equal(vllm.chats[before].seed, seed, 'the seed as sent');
-      return Promise.all(res.candidates.map(async (c) => (await blobs.get(c.completionRef)).toString('utf8')));
+      return Promise.all(res.candidates.map(async (c) => (await blobs.get(c.ref!)).toString('utf8')));
     };
     try {
       const first = await texts(11);

@@ -12,7 +12,7 @@ const group = (rewards: number[], firstDraw?: number): BatchStepGroup => ({
   step: 1,
   chosen: 0,
   ...(firstDraw ? { firstDraw } : {}),
-  candidates: rewards.map((reward) => ({ completionRef: 'c', tokensRef: null, finishReason: 'stop', valid: true, reward })),
+  candidates: rewards.map((reward) => ({ completion: { ref: 'c', preview: 'c', finishReason: 'stop', action: { type: 'wait', seconds: 1 }, valid: true }, reward })),
 });
 
 test('dynamic sampling stats: groups that drew more, what they added, the zero-std share of first draws', () => {

@@ -9,9 +9,9 @@ import { createControlActivities } from '../../activities/control';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
 import { createMctsStoreActivities } from '../../activities/mcts-store';
 import type { Action } from '../../lib/model-io/actions';
-import { MctsPairSchema, SampledTokensSchema, TrajectorySchema, type ObservationRef, type TrajectoryInput } from '../../lib/training/experience';
+import { MctsPairSchema, SampledTokensSchema, TrajectorySchema, type Completion, type ObservationRef, type TrajectoryInput } from '../../lib/training/experience';
 import { DpoBatchSchema } from '../../lib/training/learner-types';
-import { backpropagate, expand, newTree } from '../../lib/search/mcts';
+import { backpropagate, expand, newTree, type NodeData } from '../../lib/search/mcts';
 import { emptyCounters, snapshotChunks, type MctsSnapshot } from '../../lib/search/mcts-search';
 
 // The experience contract (lib/training/experience.ts) at the places that write and read it: the trajectory blob, the
@@ -45,10 +45,11 @@ test('recordTrajectory writes a Trajectory with the tokens by reference, inline 
     policyModel: 'm',
     initial,
     steps: [
-      { step: 1, promptRef, completion: 'hm', tokensRef, action: invalid, shaped },
-      // An episode recorded before the sampler stored its tokens: they arrive inline (log-probs that do not pair dropped).
-      { step: 2, promptRef, completion: 'hm', tokenIds: [5, 6, 7], logprobs: [-1], action: invalid, shaped },
-      { step: 3, promptRef, completion: 'hm', action: invalid, shaped },
+      { step: 1, promptRef, completion: { preview: 'hm', tokensRef, finishReason: null, action: invalid, valid: false }, shaped },
+      // An episode recorded before the sampler stored its tokens (and before the completion record): the step arrives
+      // flat, its tokens inline (log-probs that do not pair dropped).
+      { step: 2, promptRef, completion: 'hm', tokenIds: [5, 6, 7], logprobs: [-1], action: invalid, shaped } as unknown as TrajectoryInput['steps'][number],
+      { step: 3, promptRef, completion: { preview: 'hm', finishReason: null, action: invalid, valid: false }, shaped },
     ],
     success: false,
     reward: 0,
@@ -57,9 +58,9 @@ test('recordTrajectory writes a Trajectory with the tokens by reference, inline 
   const ref = await createControlActivities(blobs).recordTrajectory(input);
   const raw = await blobs.getJson<Record<string, unknown>>(ref);
   const t = TrajectorySchema.parse(raw);
-  assert.equal(t.steps[0].tokensRef, tokensRef);
-  assert.deepEqual(await blobs.getJson(t.steps[1].tokensRef!), { token_ids: [5, 6, 7], logprobs: null });
-  assert.equal(t.steps[2].tokensRef, undefined);
+  assert.equal(t.steps[0].completion.tokensRef, tokensRef);
+  assert.deepEqual(await blobs.getJson(t.steps[1].completion.tokensRef!), { token_ids: [5, 6, 7], logprobs: null });
+  assert.equal(t.steps[2].completion.tokensRef, undefined);
   assert.equal(JSON.stringify(raw).includes('tokenIds'), false, 'no token arrays in a new trajectory');
   assert.deepEqual(
     t.steps.map((s) => s.observation.stateKey),
@@ -73,14 +74,22 @@ test('a search’s DPO pairs carry the sampler’s token references of both comp
   const tree = newTree();
   tree.nodes[0].data = { promptRef: await blobs.putJson([{ role: 'user', content: [{ type: 'text', text: 'Goal: click OK' }] }]) };
   const tokens = [await blobs.putJson({ token_ids: [1], logprobs: [-1] }), await blobs.putJson({ token_ids: [2, 3], logprobs: null })];
+  const sampled = async (text: string, action: Action, tokensRef: string): Promise<Completion> => ({
+    ref: await blobs.put(text, 'txt'),
+    preview: text,
+    tokensRef,
+    finishReason: 'stop',
+    action,
+    valid: true,
+  });
   const ids = expand(
     tree,
     0,
     [
-      { action: el(1), prior: 0.9, data: { completionRef: await blobs.put('click 1', 'txt'), tokensRef: tokens[0] } },
-      { action: el(2), prior: 0.5, data: { completionRef: await blobs.put('click 2', 'txt'), tokensRef: tokens[1] } },
-      // A node from a tree stored before nodes kept their tokens.
-      { action: el(3), prior: 0.1, data: { completionRef: await blobs.put('click 3', 'txt') } },
+      { action: el(1), prior: 0.9, data: { completion: await sampled('click 1', el(1), tokens[0]) } },
+      { action: el(2), prior: 0.5, data: { completion: await sampled('click 2', el(2), tokens[1]) } },
+      // A node from a tree stored before nodes kept their tokens (and before the completion record: its parts flat).
+      { action: el(3), prior: 0.1, data: { completionRef: await blobs.put('click 3', 'txt'), preview: 'click 3' } as unknown as NodeData },
     ],
     3,
   );

@@ -8,7 +8,7 @@ import { BlobStore } from '../../blob/store';
 import { createControlActivities } from '../../activities/control';
 import { createGrpoBatchActivities } from '../../activities/grpo-batch';
 import { createLearnerBatchActivities } from '../../activities/learner-batches';
-import { TrajectorySchema, type StepGroup, type Trajectory, type TrajectoryInput } from '../../lib/training/experience';
+import { TrajectorySchema, type Completion, type StepGroup, type Trajectory, type TrajectoryInput } from '../../lib/training/experience';
 import { GrpoBatchSchema } from '../../lib/training/learner-types';
 
 // The sampler's finish reason (`length`: no end-of-turn token in the text) from the trajectory into the learner's
@@ -26,21 +26,26 @@ async function fixture() {
   const trees = { empty: await blobs.put(typed(''), 'txt'), right: await blobs.put(typed('alice'), 'txt'), wrong: await blobs.put(typed('bob'), 'txt') };
   // Every page carries the same shaping key, as the real ones do: it sees the field only as empty or filled.
   const obs = (step: number, axtreeRef: string) => ({ url: MAIL, step, width: 160, height: 160, screenshotRef: 's', axtreeRef, stateKey: 'k' });
-  const step = (k: number, total: number, from: string, finishReason?: string): Trajectory['steps'][number] => ({
+  // A completion as the sampler records it: the text by reference.
+  const completion = async (text: string, finishReason: string | null, valid = true): Promise<Completion> => ({
+    ref: await blobs.put(text, 'txt'),
+    preview: text,
+    finishReason,
+    action: { type: 'wait', seconds: 1 },
+    valid,
+  });
+  const step = async (k: number, total: number, from: string, finishReason?: string): Promise<Trajectory['steps'][number]> => ({
     step: k,
     promptRef,
     observation: obs(k - 1, from),
-    completion: `completion ${k} ${total}`,
-    ...(finishReason ? { finishReason } : {}),
-    action: { type: 'wait', seconds: 1 },
-    valid: true,
+    completion: await completion(`completion ${k} ${total}`, finishReason ?? null),
     shaped: { total, terms: [] },
     reward: 0,
     done: false,
     after: obs(k, from),
   });
-  const trajectory = (i: number, steps: Trajectory['steps'], groups?: StepGroup[]): Trajectory => ({
-    version: 1,
+  const trajectory = async (i: number, steps: Promise<Trajectory['steps'][number]>[], groups?: StepGroup[]): Promise<Trajectory> => ({
+    version: 2,
     workflowId: `ep${i}`,
     task: { env: 'real', task: 'gomail-1', seed: 1 },
     policyModel: 'm',
@@ -50,28 +55,28 @@ async function fixture() {
     reason: null,
     goal: 'write to alice',
     initial: { ...obs(0, trees.empty), goal: 'write to alice' },
-    steps,
+    steps: await Promise.all(steps),
   });
-  return { blobs, acts, promptRef, trees, step, trajectory };
+  return { blobs, acts, promptRef, trees, completion, step, trajectory };
 }
 
 test('step grouping: each candidate’s finish reason reaches the learner’s batch, with and without a signal', async () => {
-  const { blobs, acts, promptRef, step, trajectory, trees } = await fixture();
-  const group = (rewards: number[]): StepGroup => ({
+  const { blobs, acts, promptRef, completion, step, trajectory, trees } = await fixture();
+  const group = async (rewards: number[]): Promise<StepGroup> => ({
     promptRef,
     step: 1,
     chosen: 0,
     candidates: [
-      { completion: 'a', finishReason: 'stop', valid: true, reward: rewards[0] },
-      { completion: '{"action": "type", "text": "al', finishReason: 'length', valid: false, reward: rewards[1] },
-      { completion: 'c', valid: true, reward: rewards[2] }, // recorded before finish reasons were kept
+      { completion: await completion('a', 'stop'), reward: rewards[0] },
+      { completion: await completion('{"action": "type", "text": "al', 'length', false), reward: rewards[1] },
+      { completion: await completion('c', null), reward: rewards[2] }, // the sampler did not say
     ],
   });
   for (const [rewards, noSignal] of [
     [[1, -0.5, 0], false],
     [[0, 0, 0], true],
   ] as const) {
-    const ref = await blobs.putJson(trajectory(0, [step(1, 0, trees.empty)], [group([...rewards])]));
+    const ref = await blobs.putJson(await trajectory(0, [step(1, 0, trees.empty)], [await group([...rewards])]));
     const res = await acts.buildGrpoBatch({ run_id: 'r', iteration: 1, grouping: 'step', trajectory_refs: [ref] });
     assert.equal(res.no_signal, noSignal);
     const batch = GrpoBatchSchema.parse(await blobs.getJson(res.batch_ref));
@@ -89,8 +94,8 @@ test('step grouping: each candidate’s finish reason reaches the learner’s ba
 test('anchor and episode grouping: each step’s finish reason reaches the learner’s batch', async () => {
   const { blobs, acts, step, trajectory, trees } = await fixture();
   const refs = [
-    await blobs.putJson(trajectory(0, [step(1, 0, trees.empty, 'stop'), step(2, 1, trees.right, 'length')])),
-    await blobs.putJson(trajectory(1, [step(1, 0, trees.empty, 'length'), step(2, 0, trees.wrong)])),
+    await blobs.putJson(await trajectory(0, [step(1, 0, trees.empty, 'stop'), step(2, 1, trees.right, 'length')])),
+    await blobs.putJson(await trajectory(1, [step(1, 0, trees.empty, 'length'), step(2, 0, trees.wrong)])),
   ];
   for (const grouping of ['anchor', 'episode'] as const) {
     const res = await acts.buildGrpoBatch({ run_id: 'r', iteration: 1, grouping, trajectory_refs: refs });
@@ -112,9 +117,9 @@ test('anchor grouping keys the pages by their typed text: the right and the wron
   const { blobs, acts, step, trajectory, trees } = await fixture();
   // Rollouts 0 and 2 typed the right recipient, 1 the wrong one; all three recorded the same shaping key.
   const refs = [
-    await blobs.putJson(trajectory(0, [step(1, 0, trees.empty), step(2, 1, trees.right)])),
-    await blobs.putJson(trajectory(1, [step(1, 0, trees.empty), step(2, 0, trees.wrong)])),
-    await blobs.putJson(trajectory(2, [step(1, 0, trees.empty), step(2, 0.5, trees.right)])),
+    await blobs.putJson(await trajectory(0, [step(1, 0, trees.empty), step(2, 1, trees.right)])),
+    await blobs.putJson(await trajectory(1, [step(1, 0, trees.empty), step(2, 0, trees.wrong)])),
+    await blobs.putJson(await trajectory(2, [step(1, 0, trees.empty), step(2, 0.5, trees.right)])),
   ];
   const res = await acts.buildGrpoBatch({ run_id: 'r', iteration: 1, grouping: 'anchor', anchor: { episodeWeight: 0, stepWeight: 1, discount: 1 }, trajectory_refs: refs });
   // Groups: the empty form (3 first steps) and the right recipient (2 second steps); the wrong one stands alone.
@@ -131,7 +136,7 @@ test('anchor grouping keys the pages by their typed text: the right and the wron
     ],
   );
 
-  const lost = await blobs.putJson(trajectory(3, [step(1, 0, `sha256:${'9'.repeat(64)}.txt`)]));
+  const lost = await blobs.putJson(await trajectory(3, [step(1, 0, `sha256:${'9'.repeat(64)}.txt`)]));
   const err = await acts.buildGrpoBatch({ run_id: 'r', iteration: 2, grouping: 'anchor', trajectory_refs: [refs[0], lost] }).then(
     () => undefined,
     (e: unknown) => e,
@@ -158,14 +163,14 @@ test('recordTrajectory keeps the finish reason of each step and of each step gro
         step: 1,
         chosen: 0,
         candidates: [
-          { completion: 'hm', finishReason: 'length', valid: false, reward: -0.1 },
-          { completion: 'ok', finishReason: 'stop', valid: true, reward: 0.1 },
+          { completion: { ref: await blobs.put('hm', 'txt'), preview: 'hm', finishReason: 'length', action: invalid, valid: false }, reward: -0.1 },
+          { completion: { ref: await blobs.put('ok', 'txt'), preview: 'ok', finishReason: 'stop', action: { type: 'wait', seconds: 1 }, valid: true }, reward: 0.1 },
         ],
       },
     ],
     steps: [
-      { step: 1, promptRef, completion: 'hm', finishReason: 'length', action: invalid, shaped },
-      { step: 2, promptRef, completion: 'hm', action: invalid, shaped },
+      { step: 1, promptRef, completion: { preview: 'hm', finishReason: 'length', action: invalid, valid: false }, shaped },
+      { step: 2, promptRef, completion: { preview: 'hm', finishReason: null, action: invalid, valid: false }, shaped }, // the sampler did not say
     ],
     success: false,
     reward: 0,
@@ -173,11 +178,11 @@ test('recordTrajectory keeps the finish reason of each step and of each step gro
   };
   const t = TrajectorySchema.parse(await blobs.getJson(await createControlActivities(blobs).recordTrajectory(input)));
   assert.deepEqual(
-    t.steps.map((s) => s.finishReason),
-    ['length', undefined],
+    t.steps.map((s) => s.completion.finishReason),
+    ['length', null],
   );
   assert.deepEqual(
-    t.groups?.[0].candidates.map((c) => c.finishReason),
+    t.groups?.[0].candidates.map((c) => c.completion.finishReason),
     ['length', 'stop'],
   );
 });

@@ -99,6 +99,12 @@ test('the zero-std warning needs the whole window above the threshold', () => {
 
 const ref = (hex: string, ext: string): string => `sha256:${hex.repeat(64)}.${ext}`;
 
+/** A step group candidate: its completion (text and tokens by reference) and its reward. */
+function cand(completionRef: string, tokensRef: string | null, valid: boolean, reward: number, finishReason: string | null = null): BatchStepGroup['candidates'][number] {
+  const action = valid ? { type: 'wait' as const, seconds: 1 } : { type: 'invalid' as const, reason: 'no tool call', excerpt: '' };
+  return { completion: { ref: completionRef, preview: '', ...(tokensRef ? { tokensRef } : {}), finishReason, action, valid }, reward };
+}
+
 function sampleGroups(promptRef: string, completions: string[], tokens: string[]): BatchStepGroup[] {
   return [
     {
@@ -106,29 +112,23 @@ function sampleGroups(promptRef: string, completions: string[], tokens: string[]
       step: 0,
       chosen: 0,
       candidates: [
-        { completionRef: completions[0], tokensRef: tokens[0], finishReason: 'stop', valid: true, reward: 1.1 },
-        { completionRef: completions[1], tokensRef: tokens[1], valid: true, reward: 0.1 },
-        { completionRef: completions[2], valid: false, reward: -0.5 }, // invalid: no tokens, kept
+        cand(completions[0], tokens[0], true, 1.1, 'stop'),
+        cand(completions[1], tokens[1], true, 0.1),
+        cand(completions[2], null, false, -0.5), // invalid: no tokens, kept
       ],
     },
     {
       promptRef,
       step: 1,
       chosen: 1,
-      candidates: [
-        { completionRef: completions[0], tokensRef: tokens[0], valid: true, reward: 0.1 },
-        { completionRef: completions[1], tokensRef: tokens[1], valid: true, reward: 0.1 },
-      ],
+      candidates: [cand(completions[0], tokens[0], true, 0.1), cand(completions[1], tokens[1], true, 0.1)],
     }, // zero std: skipped
-    { promptRef, step: 2, chosen: 0, candidates: [{ completionRef: completions[0], tokensRef: tokens[0], valid: true, reward: 3 }] }, // one: skipped
+    { promptRef, step: 2, chosen: 0, candidates: [cand(completions[0], tokens[0], true, 3)] }, // one: skipped
     {
       promptRef,
       step: 3,
       chosen: 1,
-      candidates: [
-        { completionRef: completions[0], tokensRef: null, finishReason: 'length', valid: true, reward: 0 },
-        { completionRef: completions[0], tokensRef: tokens[2], valid: true, reward: 0.2 },
-      ],
+      candidates: [cand(completions[0], null, true, 0, 'length'), cand(completions[0], tokens[2], true, 0.2)],
     },
   ];
 }
@@ -204,21 +204,19 @@ test('buildGrpoBatch reads trajectories through the experience contract: tokens 
   const promptRef = await blobs.putJson([{ role: 'user', content: [{ type: 'text', text: 'Goal: click OK' }] }]);
   const tokensRef = await blobs.putJson({ token_ids: [7, 8], logprobs: [-0.5, -0.25], grammar_ref: null });
   const obs = { url: 'http://x/', step: 0, width: 160, height: 160, screenshotRef: ref('e', 'png'), axtreeRef: ref('f', 'txt'), stateKey: 's0' };
-  const step = (k: number, total: number, tokens: Partial<Trajectory['steps'][number]>): Trajectory['steps'][number] => ({
+  const completionRef = await blobs.put('completion 1', 'txt');
+  const step = (k: number, total: number, tokens: { tokensRef?: string }): Trajectory['steps'][number] => ({
     step: k,
     promptRef,
     observation: { ...obs, step: k - 1 },
-    completion: `completion ${k}`,
-    ...tokens,
-    action: { type: 'wait', seconds: 1 },
-    valid: true,
+    completion: { ref: completionRef, preview: 'completion 1', ...tokens, finishReason: 'stop', action: { type: 'wait', seconds: 1 }, valid: true },
     shaped: { total, terms: [] },
     reward: 0,
     done: false,
     after: { ...obs, step: k },
   });
   const trajectory = (i: number, steps: Trajectory['steps']): Trajectory => ({
-    version: 1,
+    version: 2,
     workflowId: `ep${i}`,
     task: { env: 'miniwob', task: 'click-button', seed: 1 },
     policyModel: 'm',
@@ -229,10 +227,19 @@ test('buildGrpoBatch reads trajectories through the experience contract: tokens 
     initial: { ...obs, goal: 'click OK' },
     steps,
   });
+  // A version-1 trajectory (before the completion record): the step's completion flat, its text inline.
+  const legacy = (i: number, tokens: { tokensRef?: string; tokenIds?: number[]; logprobs?: number[] }) => {
+    const { completion: _c, ...rest } = step(1, 0, {});
+    return {
+      ...trajectory(i, []),
+      version: 1,
+      steps: [{ ...rest, completion: 'completion 1', ...tokens, action: { type: 'wait', seconds: 1 }, valid: true }],
+    };
+  };
   const refs = [
     await blobs.putJson(trajectory(0, [step(1, 1, { tokensRef })])),
     // Written before the tokens went by reference: inline ids (their log-probs do not pair) are stored as a blob here.
-    await blobs.putJson(trajectory(1, [step(1, 0, { tokenIds: [9, 10, 11], logprobs: [-1] })])),
+    await blobs.putJson(legacy(1, { tokenIds: [9, 10, 11], logprobs: [-1] })),
     await blobs.putJson(trajectory(2, [step(1, 0.5, {})])),
   ];
   const res = await acts.buildGrpoBatch({ run_id: 'r', iteration: 1, grouping: 'episode', trajectory_refs: refs, max_completion_len: 8 });
@@ -243,13 +250,19 @@ test('buildGrpoBatch reads trajectories through the experience contract: tokens 
   );
   assert.equal(batch.items[0].tokens_ref, tokensRef);
   assert.deepEqual(await blobs.getJson(batch.items[1].tokens_ref!), { token_ids: [9, 10, 11], logprobs: null });
+  assert.deepEqual(
+    batch.items.map((it) => it.completion),
+    ['completion 1', 'completion 1'],
+    'the legacy inline text reaches the batch',
+  );
   assert.equal(JSON.stringify(await blobs.getJson(res.batch_ref)).includes('token_ids'), false, 'the batch carries references, never token arrays');
 
   const broken = trajectory(3, [step(1, 0, {})]) as unknown as { steps: { shaped: { total: unknown } }[] };
   broken.steps[0].shaped.total = 'high';
   for (const [bad, re] of [
     [await blobs.putJson(broken), /steps\.0\.shaped\.total/],
-    [await blobs.putJson(trajectory(4, [step(1, 0, { tokensRef: 'sha256:nope.json' })])), /steps\.0\.tokensRef: not a blob reference/],
+    [await blobs.putJson(trajectory(4, [step(1, 0, { tokensRef: 'sha256:nope.json' })])), /steps\.0\.completion\.tokensRef: not a blob reference/],
+    [await blobs.putJson(legacy(5, { tokensRef: 'sha256:nope.json' })), /steps\.0\.tokensRef: not a blob reference/],
     [ref('9', 'json'), /not found/],
   ] as const) {
     const err = await acts.buildGrpoBatch({ run_id: 'r', iteration: 2, grouping: 'episode', trajectory_refs: [refs[0], bad] }).then(

@@ -42,6 +42,7 @@ import { samplingPolicy } from '../../lib/serving/iteration-policy';
 const el = (id: number): Action => ({ type: 'click_element', id });
 const ref = (c: string, ext = 'txt') => `sha256:${c.repeat(64)}.${ext}`;
 const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-12, `expected ${b}, got ${a}`);
+const record = (r: string, action: AgentAction, preview = 'p') => ({ ref: r, preview, finishReason: 'stop', action, valid: action.type !== 'invalid' });
 
 test('refLogprob: the sampler sum only at temperature 1 for completions that stopped on their own', () => {
   close(refLogprob([-0.5, -1.25, -0.25], 1, 'stop')!, -2);
@@ -77,9 +78,9 @@ function searchTree(): { tree: Tree; ids: number[] } {
   assert.equal(ids.length, 3, 'equal unparseable outputs are merged like equal actions');
   const [a, b, c] = ids; // by prior: click 1, garbage1 0.5 (0.9 of its duplicate wins), garbage2 0
   assert.deepEqual(tree.nodes[a].action, el(3));
-  tree.nodes[a].data = { completionRef: ref('a'), refLogprob: -3 };
-  tree.nodes[b].data = { completionRef: ref('b'), refLogprob: -7 };
-  tree.nodes[c].data = { completionRef: ref('c'), refLogprob: null };
+  tree.nodes[a].data = { completion: record(ref('a'), el(3)), refLogprob: -3 };
+  tree.nodes[b].data = { completion: record(ref('b'), asTreeAction(garbage1)), refLogprob: -7 };
+  tree.nodes[c].data = { completion: record(ref('c'), asTreeAction(garbage2)), refLogprob: null };
   for (const id of [b, c]) markTerminal(tree, id, 0);
   return { tree, ids };
 }
@@ -150,7 +151,7 @@ test('root decision: the first action of the best path with its completion and t
   assert.equal(rootDecision(newTree(), 0.5), null, 'no children: no decision');
   assert.equal(rootDecision(withData(tree, 0, {}), 0.5), null, 'a root without its prompt cannot be played');
   // Unvisited children tie at 0 visits: the higher composite Q (its prior) wins, the valid click.
-  assert.deepEqual(rootDecision(tree, 0.5), { nodeId: a, action: el(3), completionRef: ref('a'), promptRef: ref('p', 'json'), visits: 0, q: 0.5 });
+  assert.deepEqual(rootDecision(tree, 0.5), { nodeId: a, action: el(3), completion: record(ref('a'), el(3)), promptRef: ref('p', 'json'), visits: 0, q: 0.5 });
   // Most visits decide, even against a higher Q: what the search explored most is what it plays.
   backpropagate(tree, b, 0);
   backpropagate(tree, b, 0);
@@ -162,13 +163,13 @@ test('root decision: the first action of the best path with its completion and t
 });
 
 test('merged candidates: the first of each action, counted, the most proposed first (ties in sampling order)', () => {
-  const cands = [el(1), el(2), el(2), el(3), el(2), el(3), el(4)].map((action, i) => ({ action: action as AgentAction, preview: `c${i}` }));
+  const cands = [el(1), el(2), el(2), el(3), el(2), el(3), el(4)].map((action, i) => ({ completion: { action: action as AgentAction, preview: `c${i}` } }));
   assert.deepEqual(
-    distinctActions(cands).map((c) => c.preview),
+    distinctActions(cands).map((c) => c.completion.preview),
     ['c0', 'c1', 'c3', 'c6'],
   );
   assert.deepEqual(
-    proposedActions(cands).map((c) => [c.preview, c.proposals]),
+    proposedActions(cands).map((c) => [c.completion.preview, c.proposals]),
     [
       ['c1', 3],
       ['c3', 2],
@@ -312,7 +313,7 @@ test('halo mcts tree: text rendering marks the best path and terminal outcomes',
 
 test('tree snapshots: chunks of nodes that join back to the same tree; a gap or a wrong count is an error', () => {
   const { tree } = searchTree();
-  for (let i = 0; i < 3; i++) expand(tree, 1, [{ action: el(10 + i), prior: 1 - i / 4, data: { preview: `p${i}` } }], 5);
+  for (let i = 0; i < 3; i++) expand(tree, 1, [{ action: el(10 + i), prior: 1 - i / 4, data: { completion: record(`r${i}`, el(10 + i), `p${i}`) } }], 5);
   assert.equal(tree.nodes.length, 7);
   const chunks = snapshotChunks(tree, 3);
   assert.deepEqual(
@@ -325,7 +326,7 @@ test('tree snapshots: chunks of nodes that join back to the same tree; a gap or 
   );
   const back = joinSnapshot({ nodeCount: 7, nextId: 7 }, JSON.parse(JSON.stringify(chunks)));
   assert.deepEqual(back, JSON.parse(JSON.stringify(tree)));
-  assert.equal(back.nodes[6].data.preview, 'p2', 'node data travels with its node');
+  assert.equal(back.nodes[6].data.completion?.preview, 'p2', 'node data travels with its node');
   assert.throws(() => joinSnapshot({ nodeCount: 7, nextId: 7 }, [chunks[0], chunks[2]]), /does not follow/);
   assert.throws(() => joinSnapshot({ nodeCount: 8, nextId: 8 }, chunks), /inconsistent/);
   assert.deepEqual(
@@ -349,13 +350,42 @@ test("tree snapshots written before node data moved into the nodes: their meta a
   assert.throws(() => joinSnapshot({ nodeCount: tree.nodes.length, nextId: tree.nextId }, legacy), /does not follow/);
 });
 
+test('tree snapshots written before the completion record: the flat completionRef / preview / tokensRef become the node’s record', () => {
+  const { tree, ids } = searchTree();
+  const [a] = ids;
+  const tokens = ref('d', 'json');
+  tree.nodes[a].data.completion = { ...tree.nodes[a].data.completion!, tokensRef: tokens };
+  tree.nodes[0].data.promptRef = ref('p', 'json');
+  backpropagate(tree, ids[0], 1);
+  backpropagate(tree, ids[1], 0);
+  const flat: MctsSnapshotChunk[] = snapshotChunks(tree, 2).map((c) => ({
+    from: c.from,
+    nodes: c.nodes.map(({ data: { completion, ...data }, ...n }) => ({
+      ...n,
+      data: {
+        ...data,
+        ...(completion ? { completionRef: completion.ref, preview: completion.preview, ...(completion.tokensRef ? { tokensRef: completion.tokensRef } : {}) } : {}),
+      } as Tree['nodes'][number]['data'],
+    })),
+  }));
+  const back = joinSnapshot({ nodeCount: tree.nodes.length, nextId: tree.nextId }, JSON.parse(JSON.stringify(flat)));
+  assert.ok(
+    back.nodes.every((n) => !('completionRef' in n.data) && !('preview' in n.data) && !('tokensRef' in n.data)),
+    'no flat field left',
+  );
+  // Old trees kept no finish reason: the record says it is unknown.
+  assert.deepEqual(back.nodes[a].data.completion, { ...tree.nodes[a].data.completion!, finishReason: null });
+  assert.deepEqual(collectPairs(back, 0.5, 0), collectPairs(tree, 0.5, 0));
+  assert.ok(collectPairs(back, 0.5, 0).length > 0 && collectPairs(back, 0.5, 0).every((p) => p.chosen_tokens_ref === tokens));
+});
+
 test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one learner batch from the pair blobs', async () => {
   const blobs = new BlobStore(mkdtempSync(join(tmpdir(), 'halo-mcts-pairs-')));
   const acts = createMctsStoreActivities(blobs, createLearnerBatchActivities(blobs));
   const { tree, ids } = searchTree();
   // Real blobs behind the references: the prompt and the three completions.
   tree.nodes[0].data.promptRef = await blobs.putJson([{ role: 'user', content: [{ type: 'text', text: 'Goal: click OK' }] }]);
-  for (const [i, id] of ids.entries()) tree.nodes[id].data.completionRef = await blobs.put(`completion ${i}`, 'txt');
+  for (const [i, id] of ids.entries()) tree.nodes[id].data.completion = { ...tree.nodes[id].data.completion!, ref: await blobs.put(`completion ${i}`, 'txt') };
   backpropagate(tree, ids[0], 1);
   backpropagate(tree, ids[1], 0);
   backpropagate(tree, ids[2], 0);

@@ -51,7 +51,8 @@ test('blob store: content addressed, idempotent, clear error for a missing blob'
 
 test('action validity and descriptions', () => {
   assert.equal(actionValidity([]), 0);
-  assert.equal(actionValidity([{ valid: true }, { valid: false }, { valid: true }, { valid: true }]), 0.75);
+  const step = (valid: boolean) => ({ completion: { preview: '', finishReason: null, action: { type: 'wait' as const, seconds: 1 }, valid } });
+  assert.equal(actionValidity([step(true), step(false), step(true), step(true)]), 0.75);
   assert.equal(describeAction({ type: 'click', x: 1, y: 2, button: 'left', count: 1 }), 'click (1, 2)');
   assert.equal(describeAction({ type: 'invalid', reason: 'empty output', excerpt: '' }), 'invalid: empty output');
 });

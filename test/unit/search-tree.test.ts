@@ -8,7 +8,8 @@ import { parseConfig } from '../../lib/config/config';
 
 const el = (id: number): AgentAction => ({ type: 'click_element', id });
 const garbage: AgentAction = { type: 'invalid', reason: 'no action found', excerpt: 'hmm' };
-const cand = (action: AgentAction, preview = 'p'): SearchCandidate => ({ action, preview, completionRef: `c-${preview}`, refLogprob: -1.5 });
+const record = (action: AgentAction, preview: string) => ({ ref: `c-${preview}`, preview, finishReason: 'stop', action, valid: action.type !== 'invalid' });
+const cand = (action: AgentAction, preview = 'p'): SearchCandidate => ({ completion: record(action, preview), refLogprob: -1.5 });
 
 test('an expansion with a verdict: critic value and prompt on the node, children by prior, unparseable ones terminal', () => {
   const tree = newTree();
@@ -22,7 +23,7 @@ test('an expansion with a verdict: critic value and prompt on the node, children
   const [bad, good] = added.map((id) => getNode(tree, id));
   assert.deepEqual([bad.terminal, bad.reward, bad.data.outcome], [true, 0, 'unparseable']);
   assert.deepEqual([good.terminal, good.action, good.prior], [false, el(3), 0.5]);
-  assert.deepEqual(good.data, { completionRef: 'c-c', preview: 'c', refLogprob: -1.5 });
+  assert.deepEqual(good.data, { completion: record(el(3), 'c'), refLogprob: -1.5 });
 });
 
 test('an expansion without a critic: neutral priors, no critic value, previews clipped', () => {
@@ -33,7 +34,7 @@ test('an expansion without a critic: neutral priors, no critic value, previews c
   assert.equal(getNode(tree, 0).criticValue, null);
   assert.equal(getNode(tree, 0).data.criticOk, undefined);
   assert.ok(added.every((id) => getNode(tree, id).prior === NEUTRAL_PRIOR));
-  assert.ok(getNode(tree, 1).data.preview!.length <= 120, 'preview clipped');
+  assert.ok(getNode(tree, 1).data.completion!.preview.length <= 120, 'preview clipped');
   // A missing prior (the critic ranked fewer candidates) counts as 0.
   const t2 = newTree();
   addChildren(t2, 0, 'p', [cand(el(1)), cand(el(2))], { priors: [0.9], value: 0.5, ok: true }, 5);

@@ -21,26 +21,24 @@ test('a crafted trajectory with markup in numeric and boolean fields renders no 
     step: EVIL,
     promptRef: 'none',
     observation: obs,
-    completion: 'click',
-    action: { type: 'click', x: EVIL, y: EVIL },
-    valid: EVIL,
+    completion: { preview: 'click', finishReason: EVIL, action: { type: 'click', x: EVIL, y: EVIL }, valid: EVIL },
     shaped: { total: EVIL, terms: [{ term: 'valid_action', value: EVIL, detail: 'd' }] },
     reward: EVIL,
     done: EVIL,
     after: obs,
   };
   const crafted = {
-    version: 1,
+    version: 2,
     workflowId: 'wf',
     task: { env: 'miniwob', task: 'click-button', seed: EVIL },
     policyModel: 'm',
-    groups: [{ step: EVIL, chosen: 0, candidates: [{ completion: 'c', valid: EVIL, reward: EVIL }] }],
+    groups: [{ step: EVIL, chosen: 0, candidates: [{ completion: { preview: 'c', finishReason: null, action: { type: 'click', x: EVIL, y: EVIL }, valid: EVIL }, reward: EVIL }] }],
     success: EVIL,
     reward: EVIL,
     reason: null,
     goal: 'g',
     initial: obs,
-    steps: [step, { ...step, action: { type: 'click_element', id: EVIL } }],
+    steps: [step, { ...step, completion: { ...step.completion, action: { type: 'click_element', id: EVIL } } }],
   } as unknown as Trajectory;
 
   const html = renderEpisodeHtml(await buildEpisodeView(crafted, blobs));

@@ -77,14 +77,14 @@ describe('episode: finish reasons in the trajectory', { timeout: 600_000 }, () =
     const t = await recordedTrajectory('finish-group', { n: 3, choose: 'best' });
     // Candidate x = 100, 200, 300: the best (index 2) is played.
     assert.deepEqual(
-      t.groups?.map((g) => [g.chosen, g.candidates.map((c) => c.finishReason)]),
+      t.groups?.map((g) => [g.chosen, g.candidates.map((c) => c.completion.finishReason)]),
       [
         [2, ['stop', 'length', 'stop']],
         [2, ['length', 'stop', 'length']],
       ],
     );
     assert.deepEqual(
-      t.steps.map((s) => s.finishReason),
+      t.steps.map((s) => s.completion.finishReason),
       ['stop', 'length'],
     );
   });
@@ -93,7 +93,7 @@ describe('episode: finish reasons in the trajectory', { timeout: 600_000 }, () =
     const t = await recordedTrajectory('finish-plain');
     assert.equal(t.groups, undefined);
     assert.deepEqual(
-      t.steps.map((s) => s.finishReason),
+      t.steps.map((s) => s.completion.finishReason),
       ['stop', 'length'],
     );
   });
