@@ -1,18 +1,7 @@
 import { z } from 'zod';
 import type { AgentAction } from '../model-io/actions';
 import { asCompletion, type FlatCompletion } from './completion';
-import {
-  RewardBreakdownSchema,
-  StepGroupSchema,
-  TaskRefSchema,
-  TrajectoryObservationSchema,
-  TrajectorySchema,
-  blobRefSchema,
-  type Completion,
-  type SampledTokens,
-  type StepGroup,
-  type Trajectory,
-} from './experience';
+import { StepGroupSchema, TrajectorySchema, TrajectoryStepSchema, blobRefSchema, type Completion, type SampledTokens, type StepGroup, type Trajectory } from './experience';
 
 /**
  * Trajectory blobs as stored, any version, read into today's `Trajectory`. Version 1 (before the completion record)
@@ -36,34 +25,11 @@ const V1GroupSchema = StepGroupSchema.extend({
   candidates: z.array(z.object({ ...flatCompletion, valid: z.boolean(), reward: finite })).min(1),
 });
 
-const V1TrajectorySchema = z.object({
+/** Version 1: today's envelope, with flat completions in the steps and group candidates. */
+const V1TrajectorySchema = TrajectorySchema.extend({
   version: z.literal(1),
-  workflowId: z.string(),
-  task: TaskRefSchema,
-  policyModel: z.string(),
   groups: z.array(V1GroupSchema).optional(),
-  success: z.boolean(),
-  reward: finite,
-  reason: z.string().nullable(),
-  goal: z.string(),
-  initial: TrajectoryObservationSchema,
-  steps: z.array(
-    z.object({
-      step: z.number().int(),
-      promptRef: z.string(),
-      grammarRef: z.string().optional(),
-      observation: TrajectoryObservationSchema,
-      ...flatCompletion,
-      completion: z.string(),
-      action: anyAction,
-      valid: z.boolean(),
-      shaped: RewardBreakdownSchema,
-      reward: finite,
-      done: z.boolean(),
-      actionError: z.string().optional(),
-      after: TrajectoryObservationSchema,
-    }),
-  ),
+  steps: z.array(TrajectoryStepSchema.omit({ completion: true }).extend({ ...flatCompletion, completion: z.string(), action: anyAction, valid: z.boolean() })),
 });
 
 /** Stores a `SampledTokens` value; returns its blob reference. */
