@@ -94,7 +94,7 @@ test('anchor grouping: the steps of one rollout get different advantages where o
   const blobs = new BlobStore(join(stack.home, 'blobs'));
   const call = await batchCall('anchor-steps');
   assert.equal(call.input.trajectory_refs.length, 2);
-  type Traj = { steps: { shaped: { total: number }; valid: boolean; observation: { stateKey?: string } }[] };
+  type Traj = { steps: { shaped: { total: number }; completion: { valid: boolean }; observation: { stateKey?: string } }[] };
   const trajs = await Promise.all(call.input.trajectory_refs.map((r) => blobs.getJson<Traj>(r)));
   for (const t of trajs) {
     assert.equal(t.steps.length, 2);
@@ -104,7 +104,7 @@ test('anchor grouping: the steps of one rollout get different advantages where o
   const keys = new Set(trajs.flatMap((t) => t.steps.map((s) => s.observation.stateKey)));
   assert.equal(keys.size, 1);
   assert.deepEqual(
-    trajs.map((t) => t.steps.map((s) => s.valid)),
+    trajs.map((t) => t.steps.map((s) => s.completion.valid)),
     [
       [false, true],
       [true, false],

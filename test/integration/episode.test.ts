@@ -12,6 +12,7 @@ import { BlobStore } from '../../blob/store';
 import { join } from 'node:path';
 import { startFakePolicyServer, type FakePolicyServer } from '../../testing/fake-policy-server';
 import { startTestStack, type TestStack } from '../../testing/stack';
+import type { Trajectory } from '../../lib/training/experience';
 
 // Real Temporal dev server, real Chromium, real MiniWoB++ pages; only the model server is a local fake.
 const exec = promisify(execFile);
@@ -74,13 +75,12 @@ describe('durable episode on MiniWoB++', () => {
     assert.equal(req.model, 'fake-qwen');
     assert.match(req.goal, /Click on the ".+" button/);
     const blobs = new BlobStore(join(stack.home, 'blobs'));
-    const traj = await blobs.getJson<{ goal: string; success: boolean; steps: { completion: string; observation: { screenshotRef: string }; after: { url: string } }[] }>(
-      r.trajectoryRef,
-    );
+    const traj = await blobs.getJson<Trajectory>(r.trajectoryRef);
     assert.equal(traj.steps.length, 1);
     assert.equal(traj.success, true);
     assert.match(traj.goal, /Click on the/);
-    assert.match(traj.steps[0].completion, /<tool_call>/);
+    // The trajectory names the completion's text by reference, whole in its blob.
+    assert.match((await blobs.get(traj.steps[0].completion.ref!)).toString('utf8'), /<tool_call>/);
     assert.equal((await blobs.get(traj.steps[0].observation.screenshotRef)).subarray(1, 4).toString(), 'PNG');
   });
 

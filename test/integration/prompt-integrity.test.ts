@@ -9,7 +9,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { BlobStore } from '../../blob/store';
 import { singleEpisodeInput } from '../../client/episode-input';
 import { REPO_ROOT } from '../../client/processes';
-import type { AgentAction } from '../../lib/model-io/actions';
+import type { Trajectory } from '../../lib/training/experience';
 import { parseConfig } from '../../lib/config/config';
 import type { EpisodeResult } from '../../lib/episode/episode-types';
 import { systemPrompt, type PromptMessage } from '../../lib/model-io/prompt';
@@ -100,10 +100,7 @@ after(async () => {
   if (agisdk) rmSync(agisdk, { recursive: true, force: true });
 });
 
-interface TrajectoryStep {
-  promptRef: string;
-  action: AgentAction;
-}
+type TrajectoryStep = Trajectory['steps'][number];
 
 let episodeRun: Promise<{ result: EpisodeResult; steps: TrajectoryStep[] }> | undefined;
 /** The episode, run once for all tests of this file. */
@@ -175,7 +172,7 @@ test('goal, page and typed text spelling every added token: both steps run, and 
   assert.deepEqual(rawTokens(line), []);
   assert.ok(rawTokens(line.replaceAll(ZWSP, '')).length > 0, `step 1's entry shows what it spelled: ${line}`);
   // Step 1's text reached the page whole, or the parser refused an action that spells the tokenizer's tokens.
-  const first = steps[0].action;
+  const first = steps[0].completion.action;
   if (first.type === 'invalid') assert.match(first.reason, /special token/);
   else assert.deepEqual(first, { type: 'type', text: TYPED, id: searchBoxId });
 });
