@@ -6,7 +6,7 @@ import { buildPrompt } from '../lib/model-io/prompt';
 import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../lib/model-io/action-grammar';
 import { grammarBlob, type GrammarSampler } from '../lib/model-io/grammar-blob';
 import type { SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode/episode-types';
-import type { Completion, StepGroup, Trajectory, TrajectoryInput, TrajectoryStep } from '../lib/training/experience';
+import type { Completion, CompletionInput, StepGroup, Trajectory, TrajectoryInput, TrajectoryStep } from '../lib/training/experience';
 import { asCompletion, isCompletion, PREVIEW_CHARS, type FlatCompletion } from '../lib/training/completion';
 import { inlineTokens } from '../lib/training/stored-trajectory';
 import { toOpenAiMessages } from './openai-messages';
@@ -43,11 +43,20 @@ export function createControlActivities(blobs: BlobStore) {
    * A step's or candidate's completion record; an activity task scheduled by a worker from before the record
    * (flat fields, tokens perhaps inline) is read into one here, its inline tokens stored as a blob.
    */
-  async function recordOf(input: { completion?: unknown }): Promise<Completion> {
-    if (isCompletion(input.completion)) return input.completion;
+  async function recordOf(input: { completion?: unknown }, ran?: AgentAction): Promise<Completion> {
+    if (isCompletion(input.completion)) return ran ? { ...input.completion, action: ran } : input.completion;
+    const lean = input.completion as CompletionInput | undefined;
+    if (lean && typeof lean === 'object' && typeof lean.valid === 'boolean') {
+      // Sent lean (lib/training/completion.ts `leanCompletion`): the preview comes from the text's blob, the action
+      // from the step's result.
+      const action = ran ?? lean.action;
+      if (!action) throw ApplicationFailure.nonRetryable('recordTrajectory: a step has neither an action nor a result naming one', 'InvalidInput');
+      const preview = lean.preview ?? (lean.ref ? clip((await blobs.get(lean.ref)).toString('utf8'), PREVIEW_CHARS) : '');
+      return { ...lean, preview, action };
+    }
     const x = input as FlatCompletion;
     const inline = !x.tokensRef ? inlineTokens(x) : null;
-    const c = asCompletion(x);
+    const c = asCompletion(ran ? { ...x, action: ran } : x);
     return inline ? { ...c, tokensRef: await blobs.putJson(inline) } : c;
   }
 
@@ -169,15 +178,15 @@ export function createControlActivities(blobs: BlobStore) {
       const steps: TrajectoryStep[] = [];
       let before = input.initial;
       for (const step of input.steps) {
-        const completion = await recordOf(step);
         const result = step.resultRef ? await blobs.getJson<StepResultBlob>(step.resultRef) : undefined;
+        // The action the environment ran, where it ran one.
+        const completion = await recordOf(step, result?.action);
         steps.push({
           step: step.step,
           promptRef: step.promptRef,
           ...(step.grammarRef ? { grammarRef: step.grammarRef } : {}),
           observation: before,
-          // The action the environment ran, where it ran one.
-          completion: result?.action ? { ...completion, action: result.action } : completion,
+          completion,
           shaped: result?.breakdown ?? step.shaped ?? { total: 0, terms: [] },
           reward: result?.reward ?? 0,
           done: result?.done ?? false,

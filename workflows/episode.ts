@@ -3,6 +3,7 @@ import type { ControlActivities } from '../activities/control';
 import type { Action } from '../lib/model-io/actions';
 import { episodeRun, type EpisodeInput, type EpisodeResult, type ObservationRef } from '../lib/episode/episode-types';
 import type { StepRecord } from '../lib/training/experience';
+import { leanCompletion } from '../lib/training/completion';
 import { actionValidity } from '../lib/episode/episode-stats';
 import { KIND, MODE, RUN_ID, TASK } from '../lib/episode/search-attributes';
 import { roundReward } from '../lib/rewards/shaping';
@@ -115,12 +116,12 @@ function recordTrajectory(ep: EpisodeContext, initial: ObservationRef, outcome: 
     task: ep.input.task,
     policyModel: policy.model,
     initial,
-    ...(ep.groups.length ? { groups: ep.groups } : {}),
+    ...(ep.groups.length ? { groups: ep.groups.map((g) => ({ ...g, candidates: g.candidates.map((c) => ({ ...c, completion: leanCompletion(c.completion) })) })) } : {}),
     steps: ep.steps.map((r) => ({
       step: r.step,
       promptRef: r.promptRef,
       ...(r.grammarRef ? { grammarRef: r.grammarRef } : {}),
-      completion: r.completion,
+      completion: leanCompletion(r.completion, r.resultRef !== undefined),
       // A valid step's outcome is in its result blob; only an invalid one's reward (and its reason) exists nowhere else.
       ...(r.resultRef ? { resultRef: r.resultRef } : { shaped: r.breakdown }),
     })),

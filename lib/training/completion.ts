@@ -1,5 +1,5 @@
 import { clip, isValidAction, type AgentAction } from '../model-io/actions';
-import type { Completion } from './experience';
+import type { Completion, CompletionInput } from './experience';
 
 /**
  * The one reader of a sampled completion's older shapes. Before the completion record (`Completion`,
@@ -36,6 +36,15 @@ export const PREVIEW_CHARS = 200;
 
 /** An action an old group candidate did not record (groups kept only validity and reward then). */
 export const UNRECORDED_ACTION: AgentAction = { type: 'unrecorded' } as unknown as AgentAction;
+
+/**
+ * The record as `recordTrajectory` takes it (`CompletionInput`): no preview where a blob holds the text, no action
+ * where the step's result blob holds it (`ranAction`).
+ */
+export function leanCompletion(c: Completion, ranAction = false): CompletionInput {
+  const { preview, action, ...rest } = c;
+  return { ...rest, ...(c.ref ? {} : { preview }), ...(ranAction ? {} : { action }) };
+}
 
 /** Whether `c` is already a completion record (no flat field of the older shapes, a validity and a preview). */
 export function isCompletion(c: unknown): c is Completion {

@@ -176,11 +176,18 @@ export const StepRecordSchema = z.object({
 // ---- recordTrajectory: its input and the blob it writes ---------------------------------------------
 
 /** One step as the trajectory activity receives it: references, plus the little that exists nowhere else. */
+/**
+ * A completion as the episode hands it to `recordTrajectory`, the largest input of an episode's history: without its
+ * preview where a blob holds the text, and without its action where the step's result blob holds it (the activity
+ * takes both from there).
+ */
+export const CompletionInputSchema = CompletionSchema.partial({ preview: true, action: true });
+
 export const TrajectoryStepInputSchema = z.object({
   step: int,
   promptRef: z.string(),
   grammarRef: z.string().optional(),
-  completion: CompletionSchema,
+  completion: CompletionInputSchema,
   /** The browser step's result blob (valid actions). */
   resultRef: z.string().optional(),
   /** Shaped reward of an output that never reached the browser (invalid actions). */
@@ -193,7 +200,7 @@ export const TrajectoryInputSchema = z.object({
   policyModel: z.string(),
   initial: ObservationRefSchema,
   steps: z.array(TrajectoryStepInputSchema),
-  groups: z.array(StepGroupSchema).optional(),
+  groups: z.array(StepGroupSchema.extend({ candidates: z.array(z.object({ completion: CompletionInputSchema, reward: finite })).min(1) })).optional(),
   success: z.boolean(),
   reward: finite,
   reason: z.string().nullable(),
@@ -301,6 +308,7 @@ export type StepObservationRef = z.infer<typeof StepObservationRefSchema>;
 export type TrajectoryObservation = z.infer<typeof TrajectoryObservationSchema>;
 export type ShapedSummary = z.infer<typeof ShapedSummarySchema>;
 export type Completion = z.infer<typeof CompletionSchema>;
+export type CompletionInput = z.infer<typeof CompletionInputSchema>;
 export type GroupCandidate = z.infer<typeof GroupCandidateSchema>;
 export type StepGroup = z.infer<typeof StepGroupSchema>;
 export type StepRecord = z.infer<typeof StepRecordSchema>;

@@ -137,7 +137,7 @@ describe('durable episode on MiniWoB++', () => {
     });
   });
 
-  test('a 10-step episode history has no image bytes and stays under 110 KB', async () => {
+  test('a 10-step episode history has no image bytes and stays under 111 KB', async () => {
     policy.setMode({ kind: 'scripted' });
     // The scripted policy only waits on this task, so the episode runs all 10 steps.
     const id = `test-history-${Date.now()}`;
@@ -170,10 +170,12 @@ describe('durable episode on MiniWoB++', () => {
       .slice(0, 5)
       .map(([t, b]) => `${t} ${b}`)
       .join(', ');
-    // 110 KB: each step also carries the references of its completion's token ids and log-probs (never the arrays).
-    assert.ok(bytes < 110_000, `history JSON is ${bytes} bytes (largest: ${largest})`);
+    // 111 KB: each step also carries the references of its completion's token ids and log-probs (never the arrays), and
+    // its completion record's validity and log-prob sum (109.7 KB before the record, 110.4 KB with it: the text and the
+    // action are left out of recordTrajectory's input where a blob holds them).
+    assert.ok(bytes < 111_000, `history JSON is ${bytes} bytes (largest: ${largest})`);
     const described = await stack.client.workflow.getHandle(id).describe();
-    assert.ok((described.historySize ?? Infinity) < 110_000, `server counts ${described.historySize} bytes`);
+    assert.ok((described.historySize ?? Infinity) < 111_000, `server counts ${described.historySize} bytes`);
     let payloads = 0;
     // Readable activity summaries in the UI: the action text, the URL, the previous reward.
     const summaries = events

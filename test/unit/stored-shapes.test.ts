@@ -6,7 +6,9 @@ import { join } from 'node:path';
 import { BlobStore } from '../../blob/store';
 import { createGrpoBatchActivities } from '../../activities/grpo-batch';
 import type { LearnerBatchActivities } from '../../activities/learner-batches';
-import { asCompletion, isCompletion, PREVIEW_CHARS, UNRECORDED_ACTION } from '../../lib/training/completion';
+import { asCompletion, isCompletion, PREVIEW_CHARS, UNRECORDED_ACTION, leanCompletion } from '../../lib/training/completion';
+import { createControlActivities } from '../../activities/control';
+import { clip } from '../../lib/model-io/actions';
 import { CompletionSchema, TrajectorySchema, type Completion } from '../../lib/training/experience';
 import { readTrajectory } from '../../lib/training/stored-trajectory';
 
@@ -154,4 +156,36 @@ test('the GRPO batch builder trains on a version-1 blob as on today’s: text an
   assert.equal((await blobs.get(items[1].completion_ref)).toString('utf8'), 'oops');
   assert.equal(items[1].tokens_ref, null);
   assert.ok(items[0].advantage > 0 && items[1].advantage < 0);
+});
+
+test('recordTrajectory takes records sent lean (no preview where a blob holds the text, no action where the result does) and restores them', async () => {
+  const blobs = new BlobStore(mkdtempSync(join(tmpdir(), 'halo-stored-lean-')));
+  const text = `<tool_call>${'z'.repeat(PREVIEW_CHARS)}</tool_call>`;
+  const ref = await blobs.put(text, 'txt');
+  const record: Completion = { ref, preview: text.slice(0, PREVIEW_CHARS), finishReason: 'stop', action: click, valid: true };
+  const lean = leanCompletion(record);
+  assert.equal('preview' in lean, false);
+  assert.deepEqual(lean.action, click, 'a candidate whose action no result holds keeps it');
+  assert.equal(leanCompletion({ ...record, ref: undefined }).preview, record.preview, 'no blob: the preview is the text and stays');
+  const ran = { type: 'click_element', id: 6 } as const;
+  const resultRef = await blobs.putJson({ action: ran, reward: 1, done: true, observation: obs(1), breakdown: { total: 1, terms: [] } });
+  assert.equal('action' in leanCompletion(record, true), false);
+  const out = await createControlActivities(blobs).recordTrajectory({
+    workflowId: 'wf',
+    task: { env: 'miniwob', task: 'click-test', seed: 1 },
+    policyModel: 'm',
+    initial: obs(0),
+    steps: [
+      { step: 1, promptRef: 'p', completion: lean, shaped: { total: 0, terms: [] } },
+      { step: 2, promptRef: 'p', completion: leanCompletion(record, true), resultRef },
+    ],
+    groups: [{ promptRef: 'p', step: 1, chosen: 0, candidates: [{ completion: lean, reward: 1 }] }],
+    success: false,
+    reward: 0,
+    reason: null,
+  });
+  const t = TrajectorySchema.parse(await blobs.getJson(out));
+  assert.equal(t.steps[0].completion.preview, clip(text, PREVIEW_CHARS));
+  assert.deepEqual(t.steps[1].completion.action, ran, 'the action the environment ran, from the result blob');
+  assert.deepEqual(t.groups![0].candidates[0].completion, { ...record, preview: clip(text, PREVIEW_CHARS) });
 });
