@@ -210,3 +210,57 @@ export function freshRunsMarkdown(runs: readonly FreshRun[], threshold: number, 
     '',
   ].join('\n');
 }
+
+// ---- repeated runs of test files (bench/test-repeats.ts) ----------------------------------------------------
+
+export interface TestRun {
+  file: string;
+  passed: boolean;
+  exitCode: number | null;
+  seconds: number;
+  startedAt: string;
+  commit: string;
+  loadAtEnd: string;
+  /** What the file printed about its seeds and its greedy comparison, and the first failure line if any. */
+  lines: string[];
+}
+
+/** Lines worth keeping from a test file's output: its per-seed verdicts, the greedy comparison, the failure. */
+export function keptLines(output: string): string[] {
+  const out: string[] = [];
+  for (const raw of output.split('\n')) {
+    const l = raw.trim();
+    if (/^(seed \d+|base\b|trained\b|held[- ]out\b)/i.test(l) || /greedy held-out/i.test(l)) out.push(l);
+    else if (/^(error|AssertionError)/i.test(l) && out.every((x) => !/^(error|AssertionError)/i.test(x))) out.push(l.slice(0, 300));
+  }
+  return out;
+}
+
+/** Per file: runs, passed, failed, median and range of seconds. */
+export function testRepeatsMarkdown(runs: TestRun[], command: string): string {
+  const files = [...new Set(runs.map((r) => r.file))];
+  const rows = files.map((f) => {
+    const rs = runs.filter((r) => r.file === f);
+    const secs = rs.map((r) => r.seconds);
+    const failed = rs.filter((r) => !r.passed).length;
+    return `| ${f} | ${rs.length} | ${rs.length - failed} | ${failed} | ${(median(secs) ?? Number.NaN).toFixed(0)} | ${Math.min(...secs).toFixed(0)}–${Math.max(...secs).toFixed(0)} |`;
+  });
+  const each = runs.map(
+    (r, i) =>
+      `| ${i + 1} | ${r.file} | ${r.passed ? 'passed' : `**failed** (exit ${r.exitCode})`} | ${r.seconds.toFixed(0)} | ${r.startedAt} | ${r.commit} | ${r.loadAtEnd} | ${r.lines.join('<br>').replace(/\|/g, '\\|')} |`,
+  );
+  return [
+    `# Repeated runs of test files`,
+    '',
+    `\`${command}\` (runs add up across invocations with the same --tag)`,
+    '',
+    '| file | runs | passed | failed | median s | range s |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...rows,
+    '',
+    '| # | file | verdict | seconds | started (UTC) | commit | load avg at end | what it printed |',
+    '|---:|---|---|---:|---|---|---|---|',
+    ...each,
+    '',
+  ].join('\n');
+}

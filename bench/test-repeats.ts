@@ -1,9 +1,10 @@
 /**
  * Does a test file flake? Runs each named test file N times, one after another, each in a process of its own (so
  * each starts its own stack, as in the suite), and keeps every run's verdict, seconds and the lines it printed that
- * start with `seed ` or `base ` (the learning tests' per-seed curves and their greedy comparison). Runs add up
- * across invocations: the same `--tag` continues the count in `<out>/<tag>/runs.json`, so ten runs can be gathered
- * over several sittings, and the table says when and on which commit each ran.
+ * start with `seed ` or `base `, or name a `greedy held-out` result (the learning tests' per-seed curves and their
+ * greedy comparisons). Runs add up across invocations: the same `--tag` continues the count in
+ * `<out>/<tag>/runs.json`, so ten runs can be gathered over several sittings, and the table says when and on which
+ * commit each ran.
  *
  *   node --import tsx bench/test-repeats.ts --files test/integration/learning.test.ts,… [--runs 10] [--tag learning-tests]
  *        [--out bench/test-repeats]
@@ -15,7 +16,8 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError } from '../lib/config/config';
-import { benchCommandLine, load, machine, median, printBenchHeader, runBench } from './bench-run';
+import { benchCommandLine, load, machine, printBenchHeader, runBench } from './bench-run';
+import { keptLines, testRepeatsMarkdown, type TestRun } from './repeat-runs';
 import { parseBenchCli } from './method-runs';
 
 const USAGE = `usage: node --import tsx bench/test-repeats.ts --files A,B [options]
@@ -27,58 +29,6 @@ Runs each test file --runs times (rounds: every file once, then again), and writ
   --tag TAG      names the output folder (default test-repeats)
   --out DIR      output folder (default bench/test-repeats)
   -h, --help     this text`;
-
-export interface TestRun {
-  file: string;
-  passed: boolean;
-  exitCode: number | null;
-  seconds: number;
-  startedAt: string;
-  commit: string;
-  loadAtEnd: string;
-  /** What the file printed about its seeds and its greedy comparison, and the first failure line if any. */
-  lines: string[];
-}
-
-/** Lines worth keeping from a test file's output: its per-seed verdicts, the greedy comparison, the failure. */
-export function keptLines(output: string): string[] {
-  const out: string[] = [];
-  for (const raw of output.split('\n')) {
-    const l = raw.trim();
-    if (/^(seed \d+|base\b|trained\b|held[- ]out\b)/i.test(l)) out.push(l);
-    else if (/^(error|AssertionError)/i.test(l) && out.every((x) => !/^(error|AssertionError)/i.test(x))) out.push(l.slice(0, 300));
-  }
-  return out;
-}
-
-/** Per file: runs, passed, failed, median and range of seconds. */
-export function testRepeatsMarkdown(runs: TestRun[], command: string): string {
-  const files = [...new Set(runs.map((r) => r.file))];
-  const rows = files.map((f) => {
-    const rs = runs.filter((r) => r.file === f);
-    const secs = rs.map((r) => r.seconds);
-    const failed = rs.filter((r) => !r.passed).length;
-    return `| ${f} | ${rs.length} | ${rs.length - failed} | ${failed} | ${median(secs).toFixed(0)} | ${Math.min(...secs).toFixed(0)}–${Math.max(...secs).toFixed(0)} |`;
-  });
-  const each = runs.map(
-    (r, i) =>
-      `| ${i + 1} | ${r.file} | ${r.passed ? 'passed' : `**failed** (exit ${r.exitCode})`} | ${r.seconds.toFixed(0)} | ${r.startedAt} | ${r.commit} | ${r.loadAtEnd} | ${r.lines.join('<br>').replace(/\|/g, '\\|')} |`,
-  );
-  return [
-    `# Repeated runs of test files`,
-    '',
-    `\`${command}\` (runs add up across invocations with the same --tag)`,
-    '',
-    '| file | runs | passed | failed | median s | range s |',
-    '|---|---:|---:|---:|---:|---:|',
-    ...rows,
-    '',
-    '| # | file | verdict | seconds | started (UTC) | commit | load avg at end | what it printed |',
-    '|---:|---|---|---:|---|---|---|---|',
-    ...each,
-    '',
-  ].join('\n');
-}
 
 function runFile(file: string): Promise<{ code: number | null; output: string; seconds: number }> {
   const t0 = Date.now();

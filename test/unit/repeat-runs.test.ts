@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { methodRow } from '../../bench/methods-table';
-import { evalsCell, repeatRun, repeatSummary, repeatsMarkdown, type RepeatRun } from '../../bench/repeat-runs';
+import { evalsCell, keptLines, repeatRun, repeatSummary, repeatsMarkdown, testRepeatsMarkdown, type RepeatRun, type TestRun } from '../../bench/repeat-runs';
 import { grpo } from '../helpers/metrics-lines';
 
 // Three runs of 4 iterations, 32 sessions and 64 env steps each, evaluated (16 episodes) after iterations 2 and 4.
@@ -65,4 +65,35 @@ test("the table: one row per method with counts, spreads and each run's evaluati
   assert.match(step, /\| 2 \| 2 of 2 \| 2 of 2 \| 96 \(64–128\) \| 192 \(128–256\) \| s1: 0 16 of 16; s2: 16 16 of 16 \|$/);
   assert.match(anchor, /\| 2 \| 0 of 2 \| 0 of 2 \| – \| – \| a1: 0 0 of 16; a2: failed: Temporal \\\| gone \|$/);
   assert.match(md, /Note: row grpo-anchor trained with the config file x\.yaml/);
+});
+
+test('repeated test-file runs: kept lines are the per-seed and greedy results and the first failure; the table counts per file', () => {
+  const out = [
+    '▶ suite',
+    'seed 1: 0.25 1.00 (last five 1.00)',
+    'pairs per iteration: 4 5; greedy held-out (of 16): base 0, trained v9 16',
+    'noise line',
+    'AssertionError [ERR_ASSERTION]: 1 of 4 seeds reached 0.8',
+    'Error: a second failure line',
+  ].join('\n');
+  assert.deepEqual(keptLines(out), [
+    'seed 1: 0.25 1.00 (last five 1.00)',
+    'pairs per iteration: 4 5; greedy held-out (of 16): base 0, trained v9 16',
+    'AssertionError [ERR_ASSERTION]: 1 of 4 seeds reached 0.8',
+  ]);
+  const run = (file: string, passed: boolean, seconds: number): TestRun => ({
+    file,
+    passed,
+    exitCode: passed ? 0 : 1,
+    seconds,
+    startedAt: 't',
+    commit: 'c',
+    loadAtEnd: 'l',
+    lines: ['a|b'],
+  });
+  const md = testRepeatsMarkdown([run('a.test.ts', true, 10), run('b.test.ts', false, 30), run('a.test.ts', true, 20)], 'cmd');
+  assert.match(md, /\| a\.test\.ts \| 2 \| 2 \| 0 \| 15 \| 10–20 \|/);
+  assert.match(md, /\| b\.test\.ts \| 1 \| 0 \| 1 \| 30 \| 30–30 \|/);
+  assert.match(md, /\*\*failed\*\* \(exit 1\)/);
+  assert.match(md, /a\\\|b/, 'a pipe in a printed line does not break the table');
 });
