@@ -16,7 +16,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError } from '../lib/config/config';
-import { benchCommandLine, load, machine, printBenchHeader, runBench } from './bench-run';
+import { benchCommandLine, load, machine, printBenchHeader } from './bench-run';
 import { keptLines, testRepeatsMarkdown, type TestRun } from './repeat-runs';
 import { parseBenchCli } from './method-runs';
 
@@ -87,4 +87,7 @@ async function main(): Promise<void> {
   }
 }
 
-runBench(main);
+main().catch((err: unknown) => {
+  console.error(err instanceof ConfigError ? `test-repeats: ${err.message}` : err);
+  process.exit(1);
+});
