@@ -7,7 +7,7 @@ import { actionGrammar, type ActionGrammar, type GrammarWhitespace } from '../li
 import { grammarBlob, type GrammarSampler } from '../lib/model-io/grammar-blob';
 import type { SampleInput, SampleResult, StepResultBlob, SampledTokens } from '../lib/episode/episode-types';
 import type { Completion, CompletionInput, StepGroup, Trajectory, TrajectoryInput, TrajectoryStep } from '../lib/training/experience';
-import { asCompletion, isCompletion, PREVIEW_CHARS, type FlatCompletion } from '../lib/training/completion';
+import { asCompletion, PREVIEW_CHARS, type FlatCompletion } from '../lib/training/completion';
 import { inlineTokens } from '../lib/training/stored-trajectory';
 import { toOpenAiMessages } from './openai-messages';
 import { chatCompletions, wantsTokenIds } from './policy-client';
@@ -44,11 +44,10 @@ export function createControlActivities(blobs: BlobStore) {
    * (flat fields, tokens perhaps inline) is read into one here, its inline tokens stored as a blob.
    */
   async function recordOf(input: { completion?: unknown }, ran?: AgentAction): Promise<Completion> {
-    if (isCompletion(input.completion)) return ran ? { ...input.completion, action: ran } : input.completion;
     const lean = input.completion as CompletionInput | undefined;
     if (lean && typeof lean === 'object' && typeof lean.valid === 'boolean') {
-      // Sent lean (lib/training/completion.ts `leanCompletion`): the preview comes from the text's blob, the action
-      // from the step's result.
+      // A record, whole or lean (lib/training/completion.ts `leanCompletion`): a missing preview comes from the
+      // text's blob; the action the step's result names wins.
       const action = ran ?? lean.action;
       if (!action) throw ApplicationFailure.nonRetryable('recordTrajectory: a step has neither an action nor a result naming one', 'InvalidInput');
       const preview = lean.preview ?? (lean.ref ? clip((await blobs.get(lean.ref)).toString('utf8'), PREVIEW_CHARS) : '');
