@@ -1,6 +1,8 @@
+import { after } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { FakeBrowser, FakeControl, FakeLearner, type FakeBrowserOptions, type PolicyScript } from './fake-activities';
-import { testQueues, withWorkers, type TestQueues } from './workflow-env';
+import { RoutedWorkers, type RunActivities } from './routed-workers';
+import { testQueues, type TestQueues } from './workflow-env';
 
 /** The mocks behind one test's workers, and the queues and run id they serve. */
 export interface FakeWorkers {
@@ -18,13 +20,45 @@ export interface FakeWorkerOptions {
   policy?: PolicyScript;
 }
 
+/** Every activity name the mocks register, per queue (shared workers register each one, routed). */
+export function activityNames(): Record<keyof RunActivities, string[]> {
+  const browser = new FakeBrowser(testQueues('names'));
+  return {
+    control: Object.keys(new FakeControl().activities()),
+    browser: Object.keys(browser.browserActivities()),
+    session: Object.keys(browser.sessionActivities()),
+    gpu: Object.keys(new FakeLearner().activities()),
+  };
+}
+
+// One set of workers per dev server, shared by the file's tests and stopped when its tests are done (before the file's
+// own `after` tears the server down: hooks run in the order they were registered, and this module is imported first).
+const shared = new Map<TestWorkflowEnvironment, Promise<RoutedWorkers>>();
+after(async () => {
+  const all = [...shared.values()];
+  shared.clear();
+  for (const w of all) await (await w).stop();
+});
+
+function sharedWorkers(env: TestWorkflowEnvironment): Promise<RoutedWorkers> {
+  let w = shared.get(env);
+  if (!w) {
+    const workers = new RoutedWorkers('fake');
+    w = workers.start(env, activityNames()).then(() => workers);
+    shared.set(env, w);
+  }
+  return w;
+}
+
 /**
- * Runs `fn` while in-process workers serve fresh queues named after `name`: the production workflows with
- * the control activities, the browser and session queues of one FakeBrowser, and a FakeLearner on the gpu
- * queue. Every production workflow schedules on some of these four, so one layout fits them all.
+ * Runs `fn` while in-process workers serve the production workflows with the control activities, the browser and
+ * session queues of one FakeBrowser, and a FakeLearner on the gpu queue: every production workflow schedules on some
+ * of these four, so one layout fits them all. The workers are the file's shared ones (RoutedWorkers), routing the
+ * activities of workflow `runId` and those named `runId-…` to this test's mocks.
  */
 export async function withFakeWorkers<T>(env: TestWorkflowEnvironment, name: string, opts: FakeWorkerOptions, fn: (w: FakeWorkers) => Promise<T>): Promise<T> {
-  const q = testQueues(name);
+  const workers = await sharedWorkers(env);
+  const q = workers.q;
   const w: FakeWorkers = {
     q,
     runId: `${name}-${process.pid}`,
@@ -32,14 +66,11 @@ export async function withFakeWorkers<T>(env: TestWorkflowEnvironment, name: str
     control: new FakeControl(opts.policy),
     learner: new FakeLearner(),
   };
-  return withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: w.control.activities() },
-      { taskQueue: q.browser, activities: w.browser.browserActivities() },
-      { taskQueue: q.session, activities: w.browser.sessionActivities() },
-      { taskQueue: q.gpu, activities: w.learner.activities() },
-    ],
-    () => fn(w),
-  );
+  const acts = {
+    control: w.control.activities(),
+    browser: w.browser.browserActivities(),
+    session: w.browser.sessionActivities(),
+    gpu: w.learner.activities(),
+  };
+  return workers.serve(w.runId, acts, () => fn(w));
 }

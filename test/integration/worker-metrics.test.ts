@@ -59,9 +59,9 @@ test('the workers serve SDK metrics on HALO_METRICS_ADDRESS; doctor and status r
     },
   });
   let queues = { control: '', browser: '', gpu: '' };
-  await withFakeWorkers(env, 'metrics', {}, async ({ q }) => {
+  await withFakeWorkers(env, 'metrics', {}, async ({ q, runId }) => {
     queues = q;
-    await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: `metrics-${q.control}`, args: [input(q)] });
+    await env.client.workflow.execute('episode', { taskQueue: q.control, workflowId: runId, args: [input(q)] });
   });
   // Core's (Rust) own lines reach the worker's pino logger, marked as the SDK's, next to the TypeScript SDK's.
   const core = logged.filter((l) => l.sdkComponent === 'core' && l.taskQueue === queues.control);

@@ -54,9 +54,9 @@ async function runEpisode(
   policy?: PolicyScript,
   record?: string,
 ): Promise<{ browser: FakeBrowser; control: FakeControl; outcome: { ok: true; result: EpisodeResult } | { ok: false; error: unknown } }> {
-  return withFakeWorkers(env, name, { browser: browserOpts, policy }, async ({ q, browser, control }) => {
+  return withFakeWorkers(env, name, { browser: browserOpts, policy }, async ({ q, runId, browser, control }) => {
     try {
-      const workflowId = `${name}-${q.control}`;
+      const workflowId = runId;
       const handle = await env.client.workflow.start('episode', { taskQueue: q.control, workflowId, args: [input(q)] });
       const result = await handle.result();
       if (record) await recordHistories(env, workflowId, handle.firstExecutionRunId, record);
@@ -236,8 +236,8 @@ describe('episode: step groups', { timeout: 600_000 }, () => {
   test("the history of a step-grouped episode stays within the config check's bound (lib/config/history-budget.ts)", async () => {
     const shape = { n: 4, forks: true, maxSteps: 6, maxTokens: 256 };
     const policy: PolicyScript = (step, n) => Array.from({ length: n }, (_, i) => click(100 + 10 * i, 10 + step));
-    const events = await withFakeWorkers(env, 'group-budget', { browser: {}, policy }, async ({ q }) => {
-      const id = `group-budget-${q.control}`;
+    const events = await withFakeWorkers(env, 'group-budget', { browser: {}, policy }, async ({ q, runId }) => {
+      const id = runId;
       const r = (await env.client.workflow.execute('episode', {
         taskQueue: q.control,
         workflowId: id,

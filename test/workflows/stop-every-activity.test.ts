@@ -4,7 +4,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { stopUpdate } from '../../workflows/messages';
 import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
-import { deferred, startWorkflowEnv, testQueues, withWorkers, type ActivityMap, type TestQueues } from '../helpers/workflow-env';
+import { activityNames } from '../helpers/fake-workers';
+import { RoutedWorkers } from '../helpers/routed-workers';
+import { deferred, startWorkflowEnv, type ActivityMap, type TestQueues } from '../helpers/workflow-env';
 
 // A stop sent while any one activity of a training iteration is in flight ends the run: stopped early, every
 // iteration it collected learned from and written once, nothing collected past the stop. The activities of each
@@ -186,39 +188,40 @@ const layouts: Layout[] = [
 
 let runNo = 0;
 
-/** One training run on fresh queues, its activities behind `gate`; `during` runs once the run is started. */
-async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
-  const q = testQueues('stop-every');
+/** One training run on the layout's shared workers, its activities behind `gate`; `during` runs once the run is started. */
+async function trainRun(workers: RoutedWorkers, layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
+  const q = workers.q;
   const runId = `stop-every-${process.pid}-${++runNo}`;
   const browser = new FakeBrowser(q);
   const control = new FakeControl();
   const learner = new FakeLearner();
-  const result = await withWorkers(
-    env,
-    [
-      { taskQueue: q.control, workflows: true, activities: gate.wrap(control.activities()) },
-      { taskQueue: q.browser, activities: gate.wrap(browser.browserActivities()) },
-      { taskQueue: q.session, activities: gate.wrap(browser.sessionActivities()) },
-      { taskQueue: q.gpu, activities: gate.wrap(learner.activities()) },
-    ],
-    async () => {
-      const handle = await env.client.workflow.start(layout.workflow, { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
-      await during(handle);
-      return (await handle.result()) as TrainingResult;
-    },
-  );
+  const acts = {
+    control: gate.wrap(control.activities()),
+    browser: gate.wrap(browser.browserActivities()),
+    session: gate.wrap(browser.sessionActivities()),
+    gpu: gate.wrap(learner.activities()),
+  };
+  const result = await workers.serve(runId, acts, async () => {
+    const handle = await env.client.workflow.start(layout.workflow, { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
+    await during(handle);
+    return (await handle.result()) as TrainingResult;
+  });
   return { runId, result, control, learner };
 }
 
 const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
-// Each test trains on its own queues and run id, and spends most of its seconds waiting on the dev server and on its
-// workers' shutdown: four at a time keep the file's time near a quarter of one after another.
+// Each test trains under its own run id on workers its layout's tests share (RoutedWorkers: one workflow worker per
+// layout, not one per test), eight at a time.
 for (const layout of layouts) {
-  describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000, concurrency: 4 }, () => {
+  describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000, concurrency: 8 }, () => {
+    const workers = new RoutedWorkers('stop-every');
+    before(() => workers.start(env, activityNames()));
+    after(() => workers.stop());
+
     test('the list names every activity the iterations call', async () => {
       const gate = new ActivityGate();
-      const { result } = await trainRun(layout, gate, async () => {});
+      const { result } = await trainRun(workers, layout, gate, async () => {});
       assert.equal(result.stoppedEarly, false);
       assert.deepEqual([...gate.called].sort(), [...layout.activities].sort());
       assert.deepEqual([...gate.calledLater].sort(), layout.activities.filter((a) => !layout.firstRunOnly.includes(a)).sort());
@@ -227,7 +230,7 @@ for (const layout of layouts) {
     for (const activity of layout.activities) {
       test(`stop while ${activity} is in flight: the run ends with what it collected, nothing lost`, async () => {
         const gate = new ActivityGate(activity, layout.firstRunOnly.includes(activity));
-        const { runId, result, control, learner } = await trainRun(layout, gate, async (handle) => {
+        const { runId, result, control, learner } = await trainRun(workers, layout, gate, async (handle) => {
           await gate.reached.promise;
           const answer = await handle.executeUpdate(stopUpdate);
           assert.equal(answer.stopping, true);
