@@ -75,7 +75,8 @@ function failureCause(outcome: { ok: boolean; error?: unknown }): ApplicationFai
   return err.cause;
 }
 
-describe('episode: lost sessions', { timeout: 600_000 }, () => {
+// Its tests run at once: each waits mostly on the dev server's round trips, under a run id of its own (the routed workers).
+describe('episode: lost sessions', { timeout: 600_000, concurrency: true }, () => {
   test('a session lost at every step gives up with a non-retryable SessionLost after maxSessionRebuilds rebuilds, each replaying the action prefix', async () => {
     // Step 1 works; from then on the session's worker fails every step (a retryable failure = session lost).
     const { browser, control, outcome } = await runEpisode('lost-always', (q) => episodeInput(q, { maxSteps: 5, maxSessionRebuilds: 2 }), {
@@ -166,7 +167,7 @@ describe('episode: lost sessions', { timeout: 600_000 }, () => {
   });
 });
 
-describe('episode: step groups', { timeout: 600_000 }, () => {
+describe('episode: step groups', { timeout: 600_000, concurrency: true }, () => {
   test("grouping 'best' continues in the fork whose candidate got the highest shaped reward and closes the others", async () => {
     // Three candidates per state; the shaped reward is the candidate's x / 1000, so the best is known:
     // step 1: x = 100, 300, 200 → candidate 2; step 2: x = 500, 400, 600 → candidate 3.
@@ -253,7 +254,7 @@ describe('episode: step groups', { timeout: 600_000 }, () => {
   });
 });
 
-describe('episode: dynamic sampling', { timeout: 600_000 }, () => {
+describe('episode: dynamic sampling', { timeout: 600_000, concurrency: true }, () => {
   test('dynamic sampling: a group whose candidates all failed alike draws n more (exploring) until one differs, up to maxCandidates; the episode goes on from its own draw', async () => {
     // Draw 0 and draw 1 score 0 everywhere; draw 2 holds a click worth 1. Step 2's first draw differs: no extra draw.
     const draws = new Map<number, number>();

@@ -47,7 +47,8 @@ const failingEpisodes = (...suffixes: string[]) => ({
   },
 });
 
-describe('trainGrpo', { timeout: 600_000 }, () => {
+// Its tests run at once: each waits mostly on the dev server's round trips, under a run id of its own (the routed workers).
+describe('trainGrpo', { timeout: 600_000, concurrency: true }, () => {
   test('runs one iteration per workflow run: 3 iterations, 3 updates (v1..v3), metrics once each', async () => {
     await withFakeWorkers(env, 'grpo-can', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', {

@@ -53,7 +53,8 @@ function mctsConfig(q: TestQueues, runId: string, iterations: number, continueAs
 /** Every first step ends the episode: the click at x = 100 succeeds, any other fails (so siblings differ). */
 const succeedsAt100 = (c: { action: Action }) => ({ done: true, success: c.action.type === 'click' && c.action.x === 100 });
 
-describe('trainMcts', { timeout: 600_000 }, () => {
+// Its tests run at once: each waits mostly on the dev server's round trips, under a run id of its own (the routed workers).
+describe('trainMcts', { timeout: 600_000, concurrency: true }, () => {
   test('runs one iteration per workflow run, each search continuing as new from its stored tree', async () => {
     await withFakeWorkers(env, 'mcts-can', { browser: { step: succeedsAt100 } }, async ({ q, runId, browser, control, learner }) => {
       const handle = await env.client.workflow.start('trainMcts', {

@@ -41,7 +41,8 @@ function streamConfig(q: TestQueues, runId: string, iterations: number, train: R
 
 type Row = { stream?: Record<string, number>; staleness?: number; sampled_adapter_version?: number; adapter_version?: number };
 
-describe('trainGrpo, train.rollout stream', { timeout: 600_000 }, () => {
+// Its tests run at once: each waits mostly on the dev server's round trips, under a run id of its own (the routed workers).
+describe('trainGrpo, train.rollout stream', { timeout: 600_000, concurrency: true }, () => {
   test('maxStaleness 0 samples as the synchronous iterations do: each group from the adapter before its update', async () => {
     await withFakeWorkers(env, 'stream-k0', {}, async ({ q, runId, control, learner }) => {
       const handle = await env.client.workflow.start('trainGrpo', { taskQueue: q.control, workflowId: runId, args: [{ config: streamConfig(q, runId, 3, { maxStaleness: 0 }) }] });
