@@ -74,3 +74,23 @@ export async function withFakeWorkers<T>(env: TestWorkflowEnvironment, name: str
   };
   return workers.serve(w.runId, acts, () => fn(w));
 }
+
+/** The one place a GRPO run's config is written: two one-step episodes per iteration, sampled by the colocated learner. */
+export function grpoConfig(q: TestQueues, runId: string, iterations: number, train: Record<string, unknown> = {}) {
+  return {
+    temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
+    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+    episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
+    train: {
+      runId,
+      iterations,
+      episodesPerIteration: 1,
+      grouping: 'episode',
+      numGenerations: 2,
+      parallelism: 2,
+      tasks: ['click-button'],
+      gpuTaskQueue: q.gpu,
+      ...train,
+    },
+  };
+}

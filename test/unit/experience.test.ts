@@ -12,7 +12,8 @@ import type { Action } from '../../lib/model-io/actions';
 import { MctsPairSchema, SampledTokensSchema, TrajectorySchema, type Completion, type ObservationRef, type TrajectoryInput } from '../../lib/training/experience';
 import { DpoBatchSchema } from '../../lib/training/learner-types';
 import { backpropagate, expand, newTree, type NodeData } from '../../lib/search/mcts';
-import { emptyCounters, snapshotChunks, type MctsSnapshot } from '../../lib/search/mcts-search';
+import { snapshotChunks } from '../../lib/search/mcts-search';
+import { snapshotManifest } from '../helpers/mcts-snapshot';
 
 // The experience contract (lib/training/experience.ts) at the places that write and read it: the trajectory blob, the
 // sampler's token blobs, and the DPO pairs of a search.
@@ -97,20 +98,7 @@ test('a search’s DPO pairs carry the sampler’s token references of both comp
   backpropagate(tree, ids[0], 1);
   backpropagate(tree, ids[1], 0);
   backpropagate(tree, ids[2], 0.2);
-  const manifest: MctsSnapshot = {
-    version: 1,
-    runId: 'r',
-    iteration: 1,
-    task: { env: 'miniwob', task: 'click-button', seed: 1 },
-    alpha: 0.5,
-    pairThreshold: 0.1,
-    goal: 'click OK',
-    simulations: 3,
-    counters: emptyCounters(),
-    nodeCount: tree.nodes.length,
-    nextId: tree.nextId,
-    chunks: await Promise.all(snapshotChunks(tree).map((c) => blobs.putJson(c))),
-  };
+  const manifest = snapshotManifest(tree, await Promise.all(snapshotChunks(tree).map((c) => blobs.putJson(c))));
   const summary = await acts.collectMctsPairs({ snapshot_ref: await blobs.putJson(manifest) });
   const pairs = MctsPairSchema.array().parse(await blobs.getJson(summary.ref!));
   const byNodes = new Map(pairs.map((p) => [`${p.chosen}>${p.rejected}`, p]));

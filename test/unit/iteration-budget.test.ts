@@ -2,8 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config/config';
+import { parseConfig, parseStoredConfig } from '../../lib/config/config';
 import { EVENTS_PER_CHILD, iterationFootprint, TEMPORAL_LIMITS } from '../../lib/config/history-budget';
+import { configRefusal } from '../helpers/config-refusal';
 
 const HISTORIES = join(__dirname, '..', 'fixtures', 'histories');
 
@@ -33,19 +34,9 @@ test('the bound holds for the recorded training iterations (events and bytes)', 
   assert.ok(checked >= 4, `checked ${checked} training histories`);
 });
 
-function refusal(raw: unknown): string {
-  try {
-    parseConfig(raw);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.message;
-  }
-  return assert.fail('the config should be refused');
-}
-
 test("a GRPO iteration whose child workflows would pass the run's history limit is refused, naming the fields", () => {
   // The schema's largest fan-out: 256 tasks × 64 rollouts = 16,384 episodes, about 147,000 events (ten-step episodes: bytes let ~4,850 fit).
-  const msg = refusal({ train: { grouping: 'episode', episodesPerIteration: 256, numGenerations: 64 } });
+  const msg = configRefusal({ train: { grouping: 'episode', episodesPerIteration: 256, numGenerations: 64 } });
   assert.match(
     msg,
     /train\.episodesPerIteration 256 × train\.numGenerations 64 \(episode grouping\) = 16384 child workflows: one iteration's history reaches 147636 events, over Temporal's 51200; about 4851 children fit: lower train\.episodesPerIteration or train\.numGenerations/,
@@ -57,14 +48,14 @@ test("a GRPO iteration whose child workflows would pass the run's history limit 
   const tasks = Array.from({ length: 1000 }, (_, i) => `task-${i}`);
   const seeds = Array.from({ length: 1000 }, (_, i) => i);
   assert.match(
-    refusal({ train: { heldOutTasks: tasks, evalSeeds: seeds, evalEvery: 1, maxStaleness: 1 } }),
+    configRefusal({ train: { heldOutTasks: tasks, evalSeeds: seeds, evalEvery: 1, maxStaleness: 1 } }),
     /\+ 2 × train\.heldOutTasks 1000 × train\.evalSeeds 1000 = 1000000 evaluation episodes: .* lower train\.heldOutTasks or train\.evalSeeds \(or train\.episodesPerIteration\)/,
   );
   // Without evaluation those held-out tasks cost nothing.
   assert.doesNotThrow(() => parseConfig({ train: { heldOutTasks: tasks, evalSeeds: seeds, evalEvery: 0 } }));
   // Long episodes fill the bytes first: each child's result lists up to episode.maxSteps actions.
   assert.match(
-    refusal({ episode: { maxSteps: 200 }, train: { grouping: 'episode', episodesPerIteration: 256, numGenerations: 4 } }),
+    configRefusal({ episode: { maxSteps: 200 }, train: { grouping: 'episode', episodesPerIteration: 256, numGenerations: 4 } }),
     /= 1024 child workflows: one iteration's history reaches [0-9.]+ MiB, over Temporal's 50\.0 MiB; about \d+ children fit/,
   );
   assert.equal(TEMPORAL_LIMITS.historyEvents, 51_200);
@@ -74,11 +65,11 @@ test("a GRPO iteration whose child workflows would pass the run's history limit 
 test('an MCTS iteration with too many searches or evaluation episodes is refused; a stored config still loads', () => {
   const tasks = Array.from({ length: 200 }, (_, i) => `task-${i}`);
   assert.match(
-    refusal({ mcts: { tasks, searchesPerTask: 64 } }),
+    configRefusal({ mcts: { tasks, searchesPerTask: 64 } }),
     /mcts\.tasks 200 × mcts\.searchesPerTask 64 = 12800 child workflows: .* lower mcts\.tasks or mcts\.searchesPerTask$/m,
   );
   assert.match(
-    refusal({ mcts: { evalEvery: 1, evalSeeds: Array.from({ length: 1000 }, (_, i) => i), tasks: tasks.slice(0, 10) } }),
+    configRefusal({ mcts: { evalEvery: 1, evalSeeds: Array.from({ length: 1000 }, (_, i) => i), tasks: tasks.slice(0, 10) } }),
     /mcts\.tasks \(no heldOutTasks\) 10 × mcts\.evalSeeds 1000 = 10000 evaluation episodes: .* lower mcts\.evalSeeds/,
   );
   assert.doesNotThrow(() => parseConfig({ mcts: { tasks, searchesPerTask: 8 } }));

@@ -26,7 +26,6 @@ import {
   proposedActions,
   joinSnapshot,
   snapshotChunks,
-  type MctsSnapshot,
   meanAbsDeltaQ,
   pairsSummary,
   refLogprob,
@@ -38,6 +37,7 @@ import {
 } from '../../lib/search/mcts-search';
 import { mctsParams } from '../../lib/search/mcts-params';
 import { samplingPolicy } from '../../lib/serving/iteration-policy';
+import { snapshotManifest } from '../helpers/mcts-snapshot';
 
 const el = (id: number): Action => ({ type: 'click_element', id });
 const ref = (c: string, ext = 'txt') => `sha256:${c.repeat(64)}.${ext}`;
@@ -390,20 +390,7 @@ test('collectMctsPairs and writeMctsDpoBatch: pairs from a stored tree, one lear
   backpropagate(tree, ids[1], 0);
   backpropagate(tree, ids[2], 0);
   const chunks = await Promise.all(snapshotChunks(tree, 2).map((c) => blobs.putJson(c)));
-  const manifest: MctsSnapshot = {
-    version: 1,
-    runId: 'r',
-    iteration: 1,
-    task: { env: 'miniwob', task: 'click-button', seed: 1 },
-    alpha: 0.5,
-    pairThreshold: 0.1,
-    goal: 'click OK',
-    simulations: 3,
-    counters: emptyCounters(),
-    nodeCount: tree.nodes.length,
-    nextId: tree.nextId,
-    chunks,
-  };
+  const manifest = snapshotManifest(tree, chunks);
   const snapshotRef = await blobs.putJson(manifest);
   const summary = await acts.collectMctsPairs({ snapshot_ref: snapshotRef });
   const expected = collectPairs(tree, 0.5, 0.1);

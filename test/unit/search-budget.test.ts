@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { ConfigError, parseConfig, parseStoredConfig } from '../../lib/config/config';
 import { TEMPORAL_LIMITS } from '../../lib/config/history-budget';
 import { BYTES_PER_NODE, searchFootprint, type SearchShape } from '../../lib/config/search-budget';
+import { configRefusal } from '../helpers/config-refusal';
 
 const HISTORIES = join(__dirname, '..', 'fixtures', 'histories');
 
@@ -52,26 +53,16 @@ test('the bound holds for the recorded search histories (events, bytes, bytes pe
   assert.ok(checked >= 3, `checked ${checked} search histories`);
 });
 
-function refusal(raw: unknown): string {
-  try {
-    parseConfig(raw);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.message;
-  }
-  return assert.fail('the config should be refused');
-}
-
 const LARGEST = { numSimulations: 10_000, maxChildren: 32, maxDepth: 200, continueAsNewEvery: 1000, parkedSessions: 8 };
 
 test("the schema's largest MCTS settings are refused, naming what to lower", () => {
-  const msg = refusal({ mcts: LARGEST, policy: { maxTokens: 1024 } });
+  const msg = configRefusal({ mcts: LARGEST, policy: { maxTokens: 1024 } });
   assert.match(
     msg,
     /mcts\.numSimulations 10000 × mcts\.maxChildren 32: a search's tree grows to 320001 nodes .* over Temporal's 50\.0 MiB: lower mcts\.numSimulations or mcts\.maxChildren/,
   );
   // A long rollout of long completions fills one simulation's history on its own, whatever the tree.
-  const rollout = refusal({ mcts: { numSimulations: 10, maxChildren: 2, maxDepth: 200 }, policy: { maxTokens: 8192 } });
+  const rollout = configRefusal({ mcts: { numSimulations: 10, maxChildren: 2, maxDepth: 200 }, policy: { maxTokens: 8192 } });
   assert.match(
     rollout,
     /mcts\.maxDepth 200 × policy\.maxTokens 8192 \(mcts\.maxChildren 2\): .*one simulation writes up to 51\.\d MiB.*: lower mcts\.maxDepth or policy\.maxTokens/,

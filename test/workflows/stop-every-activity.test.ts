@@ -4,7 +4,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { stopUpdate } from '../../workflows/messages';
 import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
-import { activityNames } from '../helpers/fake-workers';
+import { activityNames, grpoConfig } from '../helpers/fake-workers';
 import { RoutedWorkers } from '../helpers/routed-workers';
 import { deferred, startWorkflowEnv, type ActivityMap, type TestQueues } from '../helpers/workflow-env';
 
@@ -77,59 +77,44 @@ interface Layout {
   firstRunOnly: string[];
 }
 
-const base = (q: TestQueues) => ({
-  temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
-  episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
-});
-const train = (q: TestQueues, runId: string, iterations: number) => ({
-  runId,
-  iterations,
-  episodesPerIteration: 1,
-  grouping: 'episode',
-  numGenerations: 2,
-  parallelism: 2,
-  tasks: ['click-button'],
-  gpuTaskQueue: q.gpu,
-  heldOutTasks: ['click-link'],
-  evalEvery: 1,
-});
+/** The GRPO runs' config: the fake workers' one (grpoConfig), evaluated on a held-out task after every update. */
+const grpo = (q: TestQueues, runId: string, iterations: number) => grpoConfig(q, runId, iterations, { heldOutTasks: ['click-link'], evalEvery: 1 });
+
+/** What a run's episodes call with the colocated sampler (its prompt, sample and parse activities), and its run's stores. */
+const colocatedEpisodes = [
+  'storeJson',
+  'loadJson',
+  'checkFreeDisk',
+  'startSession',
+  'sample_actions',
+  'writePrompt',
+  'parseCompletions',
+  'stepSession',
+  'closeSession',
+  'recordTrajectory',
+];
 
 const layouts: Layout[] = [
   {
     name: 'GRPO, colocated, sequential',
     workflow: 'trainGrpo',
     iterations: 3,
-    config: (q, runId, iterations) => ({
-      ...base(q),
-      policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
-      train: train(q, runId, iterations),
-    }),
-    activities: [
-      'storeJson',
-      'loadJson',
-      'checkFreeDisk',
-      'startSession',
-      'sample_actions',
-      'writePrompt',
-      'parseCompletions',
-      'stepSession',
-      'closeSession',
-      'recordTrajectory',
-      'buildGrpoBatch',
-      'update_policy',
-      'appendIterationMetrics',
-    ],
+    config: grpo,
+    activities: [...colocatedEpisodes, 'buildGrpoBatch', 'update_policy', 'appendIterationMetrics'],
     firstRunOnly: ['storeJson'],
   },
   {
     name: 'GRPO, served, pipelined',
     workflow: 'trainGrpo',
     iterations: 4,
-    config: (q, runId, iterations) => ({
-      ...base(q),
-      policy: { backend: 'openai', model: 'fake-model', temperature: 1, maxTokens: 32, baseUrl: 'http://vllm:8000/v1' },
-      train: { ...train(q, runId, iterations), maxStaleness: 1, vllmBaseUrl: 'http://vllm:8000/v1' },
-    }),
+    config: (q, runId, iterations) => {
+      const c = grpo(q, runId, iterations);
+      return {
+        ...c,
+        policy: { backend: 'openai', model: 'fake-model', temperature: 1, maxTokens: 32, baseUrl: 'http://vllm:8000/v1' },
+        train: { ...c.train, maxStaleness: 1, vllmBaseUrl: 'http://vllm:8000/v1' },
+      };
+    },
     activities: [
       'storeJson',
       'loadJson',
@@ -151,8 +136,7 @@ const layouts: Layout[] = [
     workflow: 'trainMcts',
     iterations: 3,
     config: (q, runId, iterations) => ({
-      ...base(q),
-      policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
+      ...grpo(q, runId, iterations),
       train: { gpuTaskQueue: q.gpu },
       mcts: {
         runId,
@@ -166,22 +150,7 @@ const layouts: Layout[] = [
         evalEvery: 1,
       },
     }),
-    activities: [
-      'storeJson',
-      'loadJson',
-      'checkFreeDisk',
-      'startSession',
-      'sample_actions',
-      'writePrompt',
-      'parseCompletions',
-      'stepSession',
-      'closeSession',
-      'recordTrajectory',
-      'collectMctsPairs',
-      'writeMctsDpoBatch',
-      'update_dpo',
-      'appendIterationMetrics',
-    ],
+    activities: [...colocatedEpisodes, 'collectMctsPairs', 'writeMctsDpoBatch', 'update_dpo', 'appendIterationMetrics'],
     firstRunOnly: [],
   },
 ];

@@ -4,9 +4,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError } from '@temporalio/client';
 import type { TrainingResult } from '../../workflows/train-engine';
-import { withFakeWorkers } from '../helpers/fake-workers';
+import { grpoConfig, withFakeWorkers } from '../helpers/fake-workers';
 import { pauseResumeStopTraining } from '../helpers/run-control-scenario';
-import { continueAsNewChain, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
+import { continueAsNewChain, recordHistories, startWorkflowEnv } from '../helpers/workflow-env';
 import { resumeSignal, statusQuery, stopSignal } from '../../workflows/messages';
 
 // `trainGrpo` with mocked episodes' activities, batch, metrics and learner: one iteration per workflow run,
@@ -19,26 +19,6 @@ before(async () => {
 after(async () => {
   await env?.teardown();
 });
-
-/** The one place a GRPO run's config is written: two one-step episodes per iteration, sampled by the colocated learner. */
-function grpoConfig(q: TestQueues, runId: string, iterations: number, train: Record<string, unknown> = {}) {
-  return {
-    temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
-    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
-    episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
-    train: {
-      runId,
-      iterations,
-      episodesPerIteration: 1,
-      grouping: 'episode',
-      numGenerations: 2,
-      parallelism: 2,
-      tasks: ['click-button'],
-      gpuTaskQueue: q.gpu,
-      ...train,
-    },
-  };
-}
 
 /** Opening a session fails for good for the named episodes (a site that does not come back). */
 const failingEpisodes = (...suffixes: string[]) => ({

@@ -2,7 +2,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { withFakeWorkers } from '../helpers/fake-workers';
+import { grpoConfig, withFakeWorkers } from '../helpers/fake-workers';
 import { startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 
 // train.seed (`halo train --seed`): with a seed, the tasks and task seeds of a run's episodes come from the
@@ -17,22 +17,8 @@ after(async () => {
 });
 
 function config(q: TestQueues, runId: string, seed?: number) {
-  return {
-    temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
-    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
-    episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
-    train: {
-      runId,
-      iterations: 1,
-      episodesPerIteration: 3,
-      grouping: 'episode',
-      numGenerations: 2,
-      parallelism: 3,
-      tasks: ['click-button', 'enter-text', 'focus-text', 'click-link'],
-      gpuTaskQueue: q.gpu,
-      ...(seed === undefined ? {} : { seed }),
-    },
-  };
+  const tasks = ['click-button', 'enter-text', 'focus-text', 'click-link'];
+  return grpoConfig(q, runId, 1, { episodesPerIteration: 3, parallelism: 3, tasks, ...(seed === undefined ? {} : { seed }) });
 }
 
 /** The (task, seed) of each episode of iteration 1, read from the children's start events. */

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TrainingResult } from '../../workflows/train-engine';
-import { withFakeWorkers } from '../helpers/fake-workers';
+import { grpoConfig, withFakeWorkers } from '../helpers/fake-workers';
 import { continueAsNewChain, eventually, recordHistories, startWorkflowEnv, type TestQueues } from '../helpers/workflow-env';
 import { pauseSignal, resumeSignal, statusQuery, stopSignal } from '../../workflows/messages';
 
@@ -20,23 +20,7 @@ after(async () => {
 
 /** Episode groups of two one-step rollouts, one group per update, four episodes in flight at most. */
 function streamConfig(q: TestQueues, runId: string, iterations: number, train: Record<string, unknown> = {}) {
-  return {
-    temporal: { controlTaskQueue: q.control, browserTaskQueue: q.browser },
-    policy: { backend: 'colocated', model: 'fake-model', temperature: 1, maxTokens: 32 },
-    episode: { env: 'miniwob', maxSteps: 1, heartbeatTimeoutMs: 5000 },
-    train: {
-      runId,
-      iterations,
-      episodesPerIteration: 1,
-      grouping: 'episode',
-      numGenerations: 2,
-      parallelism: 4,
-      tasks: ['click-button'],
-      gpuTaskQueue: q.gpu,
-      rollout: 'stream',
-      ...train,
-    },
-  };
+  return grpoConfig(q, runId, iterations, { parallelism: 4, rollout: 'stream', ...train });
 }
 
 type Row = { stream?: Record<string, number>; staleness?: number; sampled_adapter_version?: number; adapter_version?: number };
