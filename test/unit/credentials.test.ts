@@ -7,6 +7,7 @@ import { chatCompletions } from '../../activities/policy-client';
 import { ensureAdapterLoaded, ensureAdapters, listLoadedAdapters } from '../../activities/adapters';
 import { parseConfig, type PolicyConfig } from '../../lib/config/config';
 import { credentialEnvVar, resolveCredential } from '../../lib/serving/credentials';
+import { withEnv } from '../helpers/with-env';
 
 // The key probe: a workflow input that names an unrelated environment variable must not make the worker send
 // that variable's value anywhere. The local server records every request it receives, headers and body.
@@ -140,20 +141,6 @@ test('a key is never sent over plain http to a host that is not loopback', async
 // The same local server as another origin: `0.0.0.0` reaches it, but is not a loopback name, so no credential
 // may go there unless the worker allows that origin.
 const foreign = () => base.replace('127.0.0.1', '0.0.0.0');
-const withEnv = async (vars: Record<string, string | undefined>, f: () => Promise<void>) => {
-  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  for (const [k, v] of Object.entries(vars))
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
-  try {
-    await f();
-  } finally {
-    for (const [k, v] of Object.entries(before))
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-  }
-};
-
 test('keys are bound to origins: an https URL the credential is not allowed to reach is refused before any request, naming credential, origin and variable', async () => {
   seen.length = 0;
   await withEnv({ OPENAI_API_KEY: 'sk-openai-probe' }, async () => {

@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Client } from '@temporalio/client';
 import { reloadServedAdapters } from '../../client/served-adapters';
+import { withEnv } from '../helpers/with-env';
 
 // `halo up` reloads the adapter each running training run reports in its status. That status is written by
 // whoever started the workflow: its URL gets the policy key only when the origin is allowed for it.
@@ -18,20 +19,6 @@ function clientWith(servedAdapter: Record<string, unknown>): Client {
       getHandle: () => ({ query: async () => ({ servedAdapter }) }),
     },
   } as unknown as Client;
-}
-
-async function withEnv(vars: Record<string, string | undefined>, f: () => Promise<void>): Promise<void> {
-  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  for (const [k, v] of Object.entries(vars))
-    if (v === undefined) delete process.env[k];
-    else process.env[k] = v;
-  try {
-    await f();
-  } finally {
-    for (const [k, v] of Object.entries(before))
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-  }
 }
 
 test('halo up: an adapter URL from a run status gets no key unless its origin is allowed; allowed, it is loaded with the key', async () => {
