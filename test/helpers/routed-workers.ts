@@ -67,10 +67,17 @@ export class RoutedWorkers {
 
   private activity(queue: keyof RunActivities, name: string): ActivityMap[string] {
     const workflowId = Context.current().info.workflowExecution?.workflowId ?? '';
-    // The longest run id that names the workflow: `run-1` must not take `run-1-x`'s activities when both are served.
-    const runId = [...this.runs.keys()].filter((id) => workflowId === id || workflowId.startsWith(`${id}-`)).sort((a, b) => b.length - a.length)[0];
+    const runId = runOf(workflowId, [...this.runs.keys()]);
     const fn = runId === undefined ? undefined : this.runs.get(runId)?.[queue][name];
     if (!fn) throw ApplicationFailure.nonRetryable(`no ${queue} activity ${name} is served for workflow ${workflowId} (runs: ${[...this.runs.keys()].join(', ')})`);
     return fn;
   }
+}
+
+/**
+ * The run a workflow belongs to: the run id it is, or the longest one it starts with followed by `-` (a run's episodes,
+ * evaluations and searches are named `<runId>-…`; `run-1` must not take `run-1-x`'s when both are served).
+ */
+export function runOf(workflowId: string, runIds: string[]): string | undefined {
+  return runIds.filter((id) => workflowId === id || workflowId.startsWith(`${id}-`)).sort((a, b) => b.length - a.length)[0];
 }
