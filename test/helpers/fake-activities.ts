@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { assembleEval } from '../../lib/eval/eval-records';
 import type { EvalEpisodeRecord } from '../../lib/eval/eval-summary';
 import type { FinishEvalInput, FinishEvalResult } from '../../lib/eval/eval-types';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { clip, isValidAction, type Action, type AgentAction } from '../../lib/model-io/actions';
 import { parseAction } from '../../lib/model-io/parse';
@@ -35,6 +36,15 @@ function observationAt(sessionId: string, step: number) {
   };
 }
 
+/** The running activity's context; none where a mock is called directly, outside a worker. */
+function activityContext(): Context | undefined {
+  try {
+    return Context.current();
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Mocked calls a test holds in flight, by key (an update's version, the n-th session start): the test waits
  * until the call has `reached` the mock, acts (signals the run), then lets it go with `release`.
@@ -65,7 +75,15 @@ export class Holds {
     const h = this.held.get(key);
     if (!h) return;
     h.arrived();
-    await h.released;
+    // Held, the call heartbeats as a slow real one does: on a loaded machine a hold outlasts the activity's heartbeat
+    // timeout, and a timed-out call would be retried past the hold, unheld.
+    const ctx = activityContext();
+    const beat = ctx ? setInterval(() => ctx.heartbeat(), 1_000) : undefined;
+    try {
+      await h.released;
+    } finally {
+      clearInterval(beat);
+    }
   }
 }
 
