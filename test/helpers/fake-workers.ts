@@ -2,7 +2,7 @@ import { after } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { FakeBrowser, FakeControl, FakeLearner, type FakeBrowserOptions, type PolicyScript } from './fake-activities';
 import { RoutedWorkers, type RunActivities } from './routed-workers';
-import { testQueues, type TestQueues } from './workflow-env';
+import { testQueues, type ActivityMap, type TestQueues } from './workflow-env';
 
 /** The mocks behind one test's workers, and the queues and run id they serve. */
 export interface FakeWorkers {
@@ -18,10 +18,12 @@ export interface FakeWorkerOptions {
   browser?: FakeBrowserOptions;
   /** What the control worker's sampler proposes (FakeControl's default otherwise). */
   policy?: PolicyScript;
+  /** Wraps each queue's mocks (a test that watches or holds every activity). */
+  wrap?: (acts: ActivityMap) => ActivityMap;
 }
 
 /** Every activity name the mocks register, per queue (shared workers register each one, routed). */
-export function activityNames(): Record<keyof RunActivities, string[]> {
+function activityNames(): Record<keyof RunActivities, string[]> {
   const browser = new FakeBrowser(testQueues('names'));
   return {
     control: Object.keys(new FakeControl().activities()),
@@ -66,11 +68,12 @@ export async function withFakeWorkers<T>(env: TestWorkflowEnvironment, name: str
     control: new FakeControl(opts.policy),
     learner: new FakeLearner(),
   };
+  const wrap = opts.wrap ?? ((acts: ActivityMap) => acts);
   const acts = {
-    control: w.control.activities(),
-    browser: w.browser.browserActivities(),
-    session: w.browser.sessionActivities(),
-    gpu: w.learner.activities(),
+    control: wrap(w.control.activities()),
+    browser: wrap(w.browser.browserActivities()),
+    session: wrap(w.browser.sessionActivities()),
+    gpu: wrap(w.learner.activities()),
   };
   return workers.serve(w.runId, acts, () => fn(w));
 }

@@ -45,8 +45,8 @@ export class RoutedWorkers {
         await this.stopped.promise;
       },
     );
-    this.running.catch(() => ready.resolve());
-    await ready.promise;
+    // A worker that fails to start fails this call, not the first run served.
+    await Promise.race([ready.promise, this.running]);
   }
 
   /** Serves `runId`'s activities with `acts` while `fn` runs. */

@@ -52,6 +52,11 @@ function fakeDocker(dir: string, running: string[]): { bin: string; log: string 
   return { bin, log };
 }
 
+/** Waits up to 5 s for signalled processes to exit: on a loaded machine they take a moment. */
+function untilExited(...pids: number[]): void {
+  for (let i = 0; i < 50 && pids.some((p) => isAlive(p)); i++) spawnSync('sleep', ['0.1']);
+}
+
 test('halo down stops the vLLM that ./launch.sh gpu recorded, its whole process group, and names it', async () => {
   const home = mkdtempSync(join(tmpdir(), 'halo-down-vllm-'));
   try {
@@ -60,7 +65,7 @@ test('halo down stops the vLLM that ./launch.sh gpu recorded, its whole process 
     assert.ok(isAlive(vllm.leader.pid!) && isAlive(child));
     const said: string[] = [];
     await down(parseConfig({ stack: { home } }), (m) => said.push(m));
-    for (let i = 0; i < 50 && (isAlive(vllm.leader.pid!) || isAlive(child)); i++) await new Promise((r) => setTimeout(r, 100));
+    untilExited(vllm.leader.pid!, child);
     assert.equal(isAlive(vllm.leader.pid!), false, 'vLLM stopped');
     assert.equal(isAlive(child), false, "vLLM's engine process (same group) stopped too");
     assert.ok(
@@ -97,8 +102,7 @@ test('./teardown.sh on the ./launch.sh gpu stack (no docker compose): stops the 
     assert.match(out, new RegExp(`halo: stopped vLLM \\(pid ${vllm.leader.pid}, started by \\./launch\\.sh gpu`));
     assert.match(out, /no docker compose service runs/);
     assert.match(out, /teardown: done; state kept/);
-    // Signalled processes take a moment to exit on a loaded machine (up to 5 s here, as the tests above wait).
-    for (let i = 0; i < 50 && (isAlive(vllm.leader.pid!) || isAlive(child)); i++) spawnSync('sleep', ['0.1']);
+    untilExited(vllm.leader.pid!, child);
     assert.equal(isAlive(vllm.leader.pid!), false);
     assert.equal(isAlive(child), false);
     // The compose part asked docker what runs and stopped nothing.
@@ -119,7 +123,7 @@ test('./teardown.sh on the ./launch.sh gpu stack (no docker compose): stops the 
     const noNode = spawnSync('/bin/bash', [join(REPO_ROOT, 'teardown.sh'), '--home', home], { cwd: REPO_ROOT, env: { PATH: bare }, encoding: 'utf8' });
     assert.equal(noNode.status, 0, noNode.stderr);
     assert.match(noNode.stdout, new RegExp(`sent SIGTERM to vllm \\(pid ${again.leader.pid}; no npx here`));
-    for (let i = 0; i < 50 && isAlive(again.leader.pid!); i++) spawnSync('sleep', ['0.1']);
+    untilExited(again.leader.pid!);
     assert.equal(isAlive(again.leader.pid!), false);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -3,9 +3,7 @@ import assert from 'node:assert/strict';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { TrainingResult } from '../../workflows/train-engine';
 import { stopUpdate } from '../../workflows/messages';
-import { FakeBrowser, FakeControl, FakeLearner } from '../helpers/fake-activities';
-import { activityNames, grpoConfig } from '../helpers/fake-workers';
-import { RoutedWorkers } from '../helpers/routed-workers';
+import { grpoConfig, withFakeWorkers } from '../helpers/fake-workers';
 import { deferred, startWorkflowEnv, type ActivityMap, type TestQueues } from '../helpers/workflow-env';
 
 // A stop sent while any one activity of a training iteration is in flight ends the run: stopped early, every
@@ -157,40 +155,23 @@ const layouts: Layout[] = [
 
 let runNo = 0;
 
-/** One training run on the layout's shared workers, its activities behind `gate`; `during` runs once the run is started. */
-async function trainRun(workers: RoutedWorkers, layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
-  const q = workers.q;
-  const runId = `stop-every-${process.pid}-${++runNo}`;
-  const browser = new FakeBrowser(q);
-  const control = new FakeControl();
-  const learner = new FakeLearner();
-  const acts = {
-    control: gate.wrap(control.activities()),
-    browser: gate.wrap(browser.browserActivities()),
-    session: gate.wrap(browser.sessionActivities()),
-    gpu: gate.wrap(learner.activities()),
-  };
-  const result = await workers.serve(runId, acts, async () => {
+/** One training run on the file's shared workers, its activities behind `gate`; `during` runs once the run is started. */
+async function trainRun(layout: Layout, gate: ActivityGate, during: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>) {
+  return withFakeWorkers(env, `stop-every-${++runNo}`, { wrap: (acts) => gate.wrap(acts) }, async ({ q, runId, control, learner }) => {
     const handle = await env.client.workflow.start(layout.workflow, { taskQueue: q.control, workflowId: runId, args: [{ config: layout.config(q, runId, layout.iterations) }] });
     await during(handle);
-    return (await handle.result()) as TrainingResult;
+    return { runId, result: (await handle.result()) as TrainingResult, control, learner };
   });
-  return { runId, result, control, learner };
 }
 
 const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
-// Each test trains under its own run id on workers its layout's tests share (RoutedWorkers: one workflow worker per
-// layout, not one per test), eight at a time.
+// Each test trains under its own run id on the file's shared workers (withFakeWorkers), eight at a time.
 for (const layout of layouts) {
   describe(`a stop during each activity of a training iteration (${layout.name})`, { timeout: 600_000, concurrency: 8 }, () => {
-    const workers = new RoutedWorkers('stop-every');
-    before(() => workers.start(env, activityNames()));
-    after(() => workers.stop());
-
     test('the list names every activity the iterations call', async () => {
       const gate = new ActivityGate();
-      const { result } = await trainRun(workers, layout, gate, async () => {});
+      const { result } = await trainRun(layout, gate, async () => {});
       assert.equal(result.stoppedEarly, false);
       assert.deepEqual([...gate.called].sort(), [...layout.activities].sort());
       assert.deepEqual([...gate.calledLater].sort(), layout.activities.filter((a) => !layout.firstRunOnly.includes(a)).sort());
@@ -199,7 +180,7 @@ for (const layout of layouts) {
     for (const activity of layout.activities) {
       test(`stop while ${activity} is in flight: the run ends with what it collected, nothing lost`, async () => {
         const gate = new ActivityGate(activity, layout.firstRunOnly.includes(activity));
-        const { runId, result, control, learner } = await trainRun(workers, layout, gate, async (handle) => {
+        const { runId, result, control, learner } = await trainRun(layout, gate, async (handle) => {
           await gate.reached.promise;
           const answer = await handle.executeUpdate(stopUpdate);
           assert.equal(answer.stopping, true);
