@@ -76,6 +76,9 @@ setup() {
     # Debian packages Chromium; Ubuntu only as a snap (no `chromium` candidate): there, Playwright's own build.
     if is_debian; then apt_pkgs+=(chromium); else playwright_chromium=1; fi
   fi
+  # What headless launches use where it is packaged (env/browser.ts HEADLESS_SHELL_PATH): a context costs a quarter of
+  # full Chromium's CPU.
+  if is_debian && [ ! -x /usr/lib/chromium/chromium-headless-shell ] && [ -z "${HALO_CHROMIUM:-}" ]; then apt_pkgs+=(chromium-headless-shell); fi
   # Selenium's driver for the official MiniWoB++ environment (same Debian build as chromium).
   if [ ! -x /usr/bin/chromedriver ] && [ -z "${HALO_CHROMEDRIVER:-}" ]; then
     if is_debian; then apt_pkgs+=(chromium-driver); else say "no Debian chromium-driver here: the MiniWoB++ fidelity test needs HALO_CHROMEDRIVER"; fi

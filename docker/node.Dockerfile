@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# The TypeScript workers (control, browser) and the `halo` CLI: Node 20, Debian's Chromium (playwright-core
-# drives it; there is no Playwright browser download), the npm packages from the lockfile, and a small Python
+# The TypeScript workers (control, browser) and the `halo` CLI: Node 20, Debian's Chromium and its headless shell
+# (playwright-core drives the shell, as Playwright does for headless; there is no Playwright browser download), the npm packages from the lockfile, and a small Python
 # venv at .venv with MiniWoB++ (its html/ task pages) and agisdk (REAL v2 tasks and their stdlib-only eval
 # scripts), both without dependencies, where env/miniwob-server.ts and env/real-tasks.ts look for them.
 # Build context: the repository root (docker-compose.yml); docker/node.Dockerfile.dockerignore applies.
@@ -8,7 +8,7 @@ FROM node:20-bookworm-slim
 
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      chromium fonts-liberation fonts-dejavu-core ca-certificates python3 python3-venv \
+      chromium chromium-headless-shell fonts-liberation fonts-dejavu-core ca-certificates python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -27,7 +27,7 @@ RUN .venv/bin/pip install --no-cache-dir --disable-pip-version-check -c /tmp/lea
 
 COPY . .
 
-ENV HALO_CHROMIUM=/usr/bin/chromium \
+ENV HALO_CHROMIUM=/usr/lib/chromium/chromium-headless-shell \
     HALO_HOME=/app/runs
 RUN mkdir -p /app/runs /app/checkpoints && chown node:node /app/runs /app/checkpoints
 

@@ -9,6 +9,12 @@ import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from './p
 export const DEFAULT_VIEWPORT = { width: 1280, height: 720 } as const;
 
 export const DEFAULT_CHROMIUM_PATH = '/usr/bin/chromium';
+/**
+ * Debian's `chromium-headless-shell`: the same Chromium build without the browser's UI, what Playwright itself launches
+ * for headless. The binary itself, not /usr/bin's shell wrapper around it (the wrapper does not exec, so it would sit
+ * between Playwright and the browser it signals).
+ */
+export const HEADLESS_SHELL_PATH = '/usr/lib/chromium/chromium-headless-shell';
 /** Ubuntu ships Chromium as a snap only (22.04 and later). */
 export const SNAP_CHROMIUM_PATH = '/snap/bin/chromium';
 
@@ -124,11 +130,23 @@ export function resolveChromiumPath(explicit?: string): string {
 }
 
 /**
+ * The binary a launch uses: HALO_CHROMIUM or an explicit path when given; else, headless, the headless shell where it
+ * is installed: full Chromium opens a browser window with its UI for every context (each new context costs about
+ * 4x the CPU: bench/browser-launch.ts); else resolveChromiumPath's search.
+ */
+export function resolveLaunchPath(explicit: string | undefined, headless: boolean, shell = HEADLESS_SHELL_PATH): string {
+  const chosen = explicit ?? process.env.HALO_CHROMIUM;
+  if (headless && (chosen === undefined || chosen === '') && isExecutableFile(shell)) return shell;
+  return resolveChromiumPath(explicit);
+}
+
+/**
  * Headless Chromium through playwright-core (there is no Playwright browser download on these machines),
  * with scrollbars unless `hideScrollbars`.
  */
 export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<Browser> {
-  const executablePath = resolveChromiumPath(opts.executablePath);
+  const headless = opts.headless ?? true;
+  const executablePath = resolveLaunchPath(opts.executablePath, headless);
   const workerUid = process.getuid?.();
   const dropped = dropPrivileges(executablePath, workerUid);
   const proxy = opts.egressGuard ? await startEgressProxy(opts.egressGuard === true ? {} : opts.egressGuard) : undefined;
@@ -136,7 +154,7 @@ export async function launchChromium(opts: LaunchChromiumOptions = {}): Promise<
   try {
     browser = await chromium.launch({
       executablePath: dropped?.executablePath ?? executablePath,
-      headless: opts.headless ?? true,
+      headless,
       args: [...CHROMIUM_ARGS, ...(proxy?.chromiumArgs ?? []), ...(opts.extraArgs ?? [])],
       // Playwright adds --no-sandbox unless told otherwise.
       chromiumSandbox: chromiumSandboxed(dropped?.user.uid ?? workerUid),

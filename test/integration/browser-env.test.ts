@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
-import { launchChromium } from '../../env/browser';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { HEADLESS_SHELL_PATH, launchChromium } from '../../env/browser';
 
 // A renderer exploit reads /proc/self/environ: Chromium and every process under it must hold none of the
 // worker's secrets, whatever the worker's own environment holds.
@@ -78,5 +78,35 @@ test('Chromium and its renderers start with an allow-listed environment: no key 
   } finally {
     for (const k of Object.keys(SECRETS)) if (!(k in saved)) delete process.env[k];
     Object.assign(process.env, saved);
+  }
+});
+
+// Full Chromium opens a browser window with its UI for every context, a WebUI renderer beside each page's
+// (bench/browser-launch.ts: about 4x the CPU of a context); the headless shell has no UI.
+test('a headless launch runs the headless shell where it is installed: no browser-UI renderer beside the pages', async (t) => {
+  if (!existsSync(HEADLESS_SHELL_PATH)) return t.skip(`${HEADLESS_SHELL_PATH} is not installed (./launch.sh setup installs it on Debian)`);
+  if (process.env.HALO_CHROMIUM) return t.skip('HALO_CHROMIUM names the binary');
+  const browser = await launchChromium();
+  try {
+    for (let i = 0; i < 2; i++) await (await browser.newContext()).newPage();
+    const cmdlines = descendants(process.pid).flatMap((p) => {
+      try {
+        return [readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ')];
+      } catch {
+        return [];
+      }
+    });
+    assert.ok(
+      cmdlines.some((c) => c.startsWith(HEADLESS_SHELL_PATH) && !c.includes('--type=')),
+      `the browser process is not ${HEADLESS_SHELL_PATH}:\n${cmdlines.join('\n')}`,
+    );
+    assert.ok(cmdlines.filter((c) => c.includes('--type=renderer')).length >= 2, 'a renderer per page');
+    assert.deepEqual(
+      cmdlines.filter((c) => c.includes('--top-chrome-webui')),
+      [],
+      'no browser-UI renderers',
+    );
+  } finally {
+    await browser.close();
   }
 });
