@@ -2,7 +2,6 @@ import { execFile } from 'node:child_process';
 import { lookup } from 'node:dns/promises';
 import { existsSync, statfsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { launchChromium } from '../env/browser';
 import { startMiniwobServer, type MiniwobServer } from '../env/miniwob-server';
 import { firstLine } from '../env/page-actions';
 import { checkSiteHealth } from '../env/real-site';
@@ -18,6 +17,9 @@ const GiB = 1024 ** 3;
 export async function chromiumCheck(): Promise<DoctorCheck> {
   const name = 'Chromium launches';
   try {
+    // Loaded here, not with the CLI: playwright-core is half a second of every `halo` command's start. A require:
+    // the CLI runs under tsx's CommonJS hook, where import() of a .ts path does not resolve.
+    const { launchChromium } = require('../env/browser') as typeof import('../env/browser');
     const browser = await launchChromium({ timeoutMs: 30_000 });
     try {
       const version = browser.version();

@@ -9,9 +9,7 @@ import { learnerModelFor, recordLearnerModel } from './learner-record';
 import { withoutModelKeys } from '../env/child-env';
 import { prepareNamespace, startDevServer, waitForServer } from './temporal-server';
 import { metricsEndpoints } from './worker-metrics';
-import { buildWorkflowBundle } from '../workers/workflow-bundle';
-import { upgradeWorkflowWorker } from '../workers/upgrade-check';
-import { WORKER_STOP_GRACE_MS } from '../workers/runtime';
+import { WORKER_STOP_GRACE_MS } from '../workers/shutdown';
 
 export interface StackStatus {
   temporal: number | undefined;
@@ -133,7 +131,11 @@ export async function up(cfg: HaloConfig, say: (msg: string) => void = () => {},
     const metrics = metricsEndpoints(process.env, cfg.stack.browserWorkers);
     const withMetrics = (e: NodeJS.ProcessEnv, address: string | undefined) => (address ? { ...e, HALO_METRICS_ADDRESS: address } : e);
     if (has('control') && (st.control === undefined || opts.upgrade)) {
-      // Before any worker starts: the open workflows must replay against the code the new worker will run.
+      // Before any worker starts: the open workflows must replay against the code the new worker will run. The
+      // worker SDK is loaded here, not with the CLI (a quarter second of every `halo` command's start); a require,
+      // as the CLI runs under tsx's CommonJS hook, where import() of a .ts path does not resolve.
+      const { buildWorkflowBundle } = require('../workers/workflow-bundle') as typeof import('../workers/workflow-bundle');
+      const { upgradeWorkflowWorker } = require('../workers/upgrade-check') as typeof import('../workers/upgrade-check');
       const bundle = await buildWorkflowBundle(join(home, 'bundles'));
       const client = new Client({ connection: conn, namespace });
       const { check } = await upgradeWorkflowWorker(client, cfg.temporal.controlTaskQueue, bundle, async () => {

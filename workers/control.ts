@@ -14,7 +14,8 @@ import { createCriticActivities } from '../activities/critic';
 import { createMctsStoreActivities } from '../activities/mcts-store';
 import { haloHome } from '../host/home';
 import { createCurvesSink } from '../host/curves';
-import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger, WORKER_SHUTDOWN } from './runtime';
+import { connectWorker, installRuntime, queueNames, recordedStore, takeOverLedger } from './runtime';
+import { WORKER_SHUTDOWN } from './shutdown';
 import { activityErrorsInterceptor } from './activity-errors';
 import { buildWorkflowBundle, readWorkflowBundle } from './workflow-bundle';
 

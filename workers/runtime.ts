@@ -84,17 +84,6 @@ export async function recordedStore(blobs: BlobStore, settings: TemporalSettings
   return blobs;
 }
 
-/**
- * How a worker shuts down on SIGTERM: running activities are cancelled after `graceMs` and abandoned at
- * `forceMs`, so a shutdown never hangs on an activity that ignores its cancellation.
- */
-export const WORKER_SHUTDOWN = { graceMs: 10_000, forceMs: 25_000 } as const;
-/**
- * How long `halo down` (and an upgrade's restart) waits for a worker before SIGKILL: past the SDK's forced
- * shutdown, with room for the worker's own cleanup after it (browser sessions, the MiniWoB++ server).
- */
-export const WORKER_STOP_GRACE_MS = WORKER_SHUTDOWN.forceMs + 15_000;
-
 export function queueNames() {
   return {
     control: process.env.HALO_CONTROL_QUEUE || 'halo-control',

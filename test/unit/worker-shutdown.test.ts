@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { WORKER_SHUTDOWN, WORKER_STOP_GRACE_MS } from '../../workers/runtime';
+import { WORKER_SHUTDOWN, WORKER_STOP_GRACE_MS } from '../../workers/shutdown';
 
 const ROOT = join(__dirname, '..', '..');
 
