@@ -184,8 +184,8 @@ local_plan() {
 }
 
 # Test tiers (`./launch.sh test [fast|integration|slow]`; docs/testing.md says which to run when). The slow tier:
-# the learning tests (10-15 min each on 2 cores) and chaos (kills workers and the server mid-run).
-SLOW_TESTS=(test/integration/learning.test.ts test/integration/mcts-learning.test.ts test/integration/multistep-learning.test.ts test/integration/chaos.test.ts)
+# the learning tests (3-5 min each on 2 cores) and chaos (kills workers and the server mid-run), longest first.
+SLOW_TESTS=(test/integration/multistep-learning.test.ts test/integration/learning.test.ts test/integration/mcts-learning.test.ts test/integration/chaos.test.ts)
 
 # node's test runner on FILES: the spec reporter on stdout, one line per file (tests, failures, seconds) into
 # $TEST_RUN_DIR/NAME.jsonl for tools/test_durations.py.
@@ -229,51 +229,92 @@ learner_tests() {
   test_cmd .venv/bin/python -m pytest -q -m "$marker" -o junit_family=xunit1 --junitxml="$TEST_RUN_DIR/$name.xml" workers/learner
 }
 
+# How many test files node's runner runs at once, in every tier (two on 2 cores: a file mostly waits on its stack's
+# processes, its browser or its timers, so two keep the CPU busy without pushing steps past their time limits).
+TEST_CONCURRENCY="${HALO_TEST_CONCURRENCY:-2}"
+
+# The learner's tests that MARKER selects, beside node's files (in the background, output into a log printed after
+# node's): starts them, or with --dry-run prints their command. `learner_wait` waits for them and prints their log.
+LEARNER_PID=""
+learner_beside() {
+  local name=$1 marker=$2
+  if [ "$DRY_RUN" = 1 ]; then learner_tests "$name" "$marker"; return 0; fi
+  learner_tests "$name" "$marker" >"$TEST_RUN_DIR/$name.log" 2>&1 &
+  LEARNER_PID=$!
+  LEARNER_LOG="$TEST_RUN_DIR/$name.log"
+}
+learner_wait() {
+  [ -n "$LEARNER_PID" ] || return 0
+  local rc=0
+  wait "$LEARNER_PID" || rc=$?
+  cat "$LEARNER_LOG"
+  LEARNER_PID=""
+  return "$rc"
+}
+
 # What a change to one function needs before a commit: no model, no browser, no learner process. The learner's
 # pure tests run beside the node files (the unit files only wait on each other's CPU, the workflow files mostly on
 # their dev servers), so the 2-core machine is kept busy; their output follows node's.
 test_fast() {
-  local rc=0 py_rc=0
-  say "fast tier: the learner's tests that load no model (pytest -m 'not model', output after node's), unit and workflow tests (node --test, ${HALO_TEST_CONCURRENCY:-2} files at once)"
-  local py_pid=""
-  if [ "$DRY_RUN" = 1 ]; then
-    learner_tests learner-fast 'not model'
-  else
-    learner_tests learner-fast 'not model' >"$TEST_RUN_DIR/learner-fast.log" 2>&1 &
-    py_pid=$!
-  fi
+  local rc=0
+  say "fast tier: the learner's tests that load no model (pytest -m 'not model', output after node's), unit and workflow tests (node --test, $TEST_CONCURRENCY files at once)"
+  learner_beside learner-fast 'not model'
   # The workflow files first: they are the longest, and started last they would run alone at the end.
-  node_tests node-fast "${HALO_TEST_CONCURRENCY:-2}" 0 test/workflows/*.test.ts test/unit/*.test.ts || rc=$?
-  [ "$DRY_RUN" = 1 ] && return 0
-  wait "$py_pid" || py_rc=$?
-  cat "$TEST_RUN_DIR/learner-fast.log"
-  [ "$rc" = 0 ] && [ "$py_rc" = 0 ]
-}
-
-# Real components: a Temporal dev server, Chromium, MiniWoB++ pages, the tiny Qwen3-VL learner. One file at a
-# time: each starts its own stack, and two at once on 2 cores push browser steps past their time limits.
-test_integration() {
-  local rc=0 files=() f s slow
-  for f in test/integration/*.test.ts; do
-    slow=0
-    for s in "${SLOW_TESTS[@]}"; do [ "$f" != "$s" ] || slow=1; done
-    [ "$slow" = 1 ] || files+=("$f")
-  done
-  say "integration tier: the learner's tests that load the model or start a server (pytest -m model)"
-  learner_tests learner-model model || rc=$?
-  say "integration tier: ${#files[@]} files of test/integration/ (node --test, one at a time)"
-  test_bundle || return 1
-  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-integration 1 1800000 "${files[@]}" || rc=$?
+  node_tests node-fast "$TEST_CONCURRENCY" 0 test/workflows/*.test.ts test/unit/*.test.ts || rc=$?
+  learner_wait || rc=$?
   return "$rc"
 }
 
-# The learning tests and chaos: a file gets 30 min (the learning tests take 10-15 min on 2 cores).
-test_slow() {
+# The integration files that run longest (bench/RESULTS.md, "Two files at once"), started first: started late, one
+# would run alone at the end of the tier.
+LONG_TESTS=(test/integration/production-rehearsal.test.ts test/integration/real-scoring.test.ts test/integration/mcts.test.ts test/integration/cli.test.ts test/integration/python-pins.test.ts test/integration/prompt-integrity.test.ts)
+
+# test/integration/ but the slow files, LONG_TESTS first.
+integration_files() {
+  local f s skip
+  for f in "${LONG_TESTS[@]}"; do [ -f "$f" ] || { say "integration tier: no file $f (LONG_TESTS in launch.sh)"; return 2; }; done
+  for f in "${LONG_TESTS[@]}" test/integration/*.test.ts; do
+    skip=0
+    for s in "${SLOW_TESTS[@]}"; do [ "$f" != "$s" ] || skip=1; done
+    for s in "${INTEGRATION_FILES[@]+"${INTEGRATION_FILES[@]}"}"; do [ "$f" != "$s" ] || skip=1; done
+    [ "$skip" = 1 ] || INTEGRATION_FILES+=("$f")
+  done
+}
+
+# Real components: a Temporal dev server, Chromium, MiniWoB++ pages, the tiny Qwen3-VL learner; each file starts its
+# own stack. The learner's model tests run beside node's files. `test_integration slow` (all of `./launch.sh test`)
+# runs the slow tier's files in the same pool, first (they are the longest), so neither tier waits on the other's
+# last file.
+test_integration() {
+  local rc=0 with_slow=0 files
+  [ "${1:-}" != slow ] || with_slow=1
+  INTEGRATION_FILES=()
+  integration_files || return 2
+  files=("${INTEGRATION_FILES[@]}")
+  if [ "$with_slow" = 1 ]; then
+    check_slow_files || return 2
+    files=("${SLOW_TESTS[@]}" "${files[@]}")
+  fi
+  say "integration tier: the learner's tests that load the model or start a server (pytest -m model, output after node's)"
+  learner_beside learner-model model
+  say "integration tier: ${#files[@]} files of test/integration/$([ "$with_slow" = 0 ] || echo ', the slow tier first') (node --test, $TEST_CONCURRENCY at once)"
+  test_bundle || { learner_wait; return 1; }
+  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-integration "$TEST_CONCURRENCY" 1800000 "${files[@]}" || rc=$?
+  learner_wait || rc=$?
+  return "$rc"
+}
+
+check_slow_files() {
   local f
   for f in "${SLOW_TESTS[@]}"; do [ -f "$f" ] || { say "slow tier: no file $f (SLOW_TESTS in launch.sh)"; return 2; }; done
-  say "slow tier: ${SLOW_TESTS[*]} (node --test, one at a time)"
+}
+
+# The learning tests and chaos: a file gets 30 min (the learning tests take 3-5 min each on 2 cores).
+test_slow() {
+  check_slow_files || return 2
+  say "slow tier: ${SLOW_TESTS[*]} (node --test, $TEST_CONCURRENCY at once)"
   test_bundle || return 1
-  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-slow 1 1800000 "${SLOW_TESTS[@]}"
+  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-slow "$TEST_CONCURRENCY" 1800000 "${SLOW_TESTS[@]}"
 }
 
 case "$CMD" in
@@ -296,11 +337,14 @@ case "$CMD" in
       say "lint and format check (npm run lint: Biome on TypeScript and JSON, Ruff on Python)"
       test_cmd npm run lint || failed+=(lint)
     fi
-    # Cheapest first: a broken change fails in minutes, and the learning tests, the longest, come last.
-    for t in fast integration slow; do
-      [ "$TIER" = all ] || [ "$TIER" = "$t" ] || continue
-      "test_$t" || failed+=("$t")
-    done
+    # Cheapest first: a broken change fails in minutes. Everything: the integration and slow files in one pool.
+    case "$TIER" in
+      all)
+        test_fast || failed+=(fast)
+        test_integration slow || failed+=("integration and slow")
+        ;;
+      *) "test_$TIER" || failed+=("$TIER") ;;
+    esac
     test_cmd .venv/bin/python tools/test_durations.py "$TEST_RUN_DIR" || true
     if [ "${#failed[@]}" -gt 0 ]; then say "failed: ${failed[*]} (the spec output above ends with each failing test)"; exit 1; fi
     [ "$DRY_RUN" = 1 ] || say "passed: $TIER"

@@ -51,6 +51,7 @@ test('the tiers split the suite: fast is unit and workflow files, integration an
   assert.match(fast.find((l) => l.includes('node-fast.jsonl')) ?? '', /--test-concurrency=[2-9]/);
 
   const integration = nodeFiles(plan('integration'), 'node-integration');
+  assert.equal(new Set(integration).size, integration.length, 'no file twice');
   const slow = nodeFiles(plan('slow'), 'node-slow');
   assert.ok(slow.includes('test/integration/learning.test.ts') && slow.includes('test/integration/chaos.test.ts'), slow.join(' '));
   assert.deepEqual(
@@ -64,29 +65,46 @@ test('the tiers split the suite: fast is unit and workflow files, integration an
   );
 });
 
-test('everything: type check and lint, then fast, integration and slow in that order on one prebuilt bundle, then the durations', () => {
+test('everything: type check and lint, fast, then the integration and slow files in one pool on one prebuilt bundle, then the durations', () => {
   const all = plan();
   const at = (what: string) => {
     const i = all.findIndex((l) => l.includes(what));
     assert.ok(i >= 0, `${what} in:\n${all.join('\n')}`);
     return i;
   };
-  const order = [
-    'npx tsc --noEmit',
-    'npm run lint',
-    'node-fast.jsonl',
-    'learner-model.xml',
-    'build-workflow-bundle.ts',
-    'node-integration.jsonl',
-    'node-slow.jsonl',
-    'tools/test_durations.py',
-  ].map(at);
+  const order = ['npx tsc --noEmit', 'npm run lint', 'node-fast.jsonl', 'learner-model.xml', 'build-workflow-bundle.ts', 'node-integration.jsonl', 'tools/test_durations.py'].map(
+    at,
+  );
   assert.deepEqual(
     order,
     [...order].sort((a, b) => a - b),
   );
   assert.equal(all.filter((l) => l.includes('build-workflow-bundle.ts')).length, 1, 'the bundle is built once');
-  for (const name of ['node-integration', 'node-slow']) {
-    assert.match(all.find((l) => l.includes(`/${name}.jsonl`)) ?? '', /^HALO_WORKFLOW_BUNDLE=\S+\/bundles\/\S+ node /);
+  assert.match(all.find((l) => l.includes('/node-integration.jsonl')) ?? '', /^HALO_WORKFLOW_BUNDLE=\S+\/bundles\/\S+ node /);
+  assert.equal(all.filter((l) => l.includes('.jsonl')).length, 2, 'node runs twice: fast, then integration and slow together');
+  // Every integration file once, the slow tier's first: the longest files start first, none runs alone at the end.
+  const pool = nodeFiles(all, 'node-integration');
+  const slow = nodeFiles(plan('slow'), 'node-slow');
+  assert.deepEqual(pool.slice(0, slow.length), slow);
+  assert.deepEqual([...pool].sort(), testFiles('test/integration'));
+});
+
+test('every node run takes HALO_TEST_CONCURRENCY files at once (two by default)', () => {
+  const withEnv = (v: string | undefined) => {
+    const env = { ...process.env };
+    if (v === undefined) delete env.HALO_TEST_CONCURRENCY;
+    else env.HALO_TEST_CONCURRENCY = v;
+    const r = spawnSync('bash', ['launch.sh', '--skip-setup', 'test', '--dry-run'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000, env });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    return r.stdout.split('\n').filter((l) => l.includes('.jsonl'));
+  };
+  for (const [v, n] of [
+    [undefined, '2'],
+    ['1', '1'],
+    ['3', '3'],
+  ] as const) {
+    const lines = withEnv(v);
+    assert.equal(lines.length, 2);
+    for (const l of lines) assert.ok(l.includes(`--test-concurrency=${n} `), `${v}: ${l}`);
   }
 });
