@@ -233,22 +233,26 @@ learner_tests() {
 # processes, its browser or its timers, so two keep the CPU busy without pushing steps past their time limits).
 TEST_CONCURRENCY="${HALO_TEST_CONCURRENCY:-2}"
 
-# The learner's tests that MARKER selects, beside node's files (in the background, output into a log printed after
-# node's): starts them, or with --dry-run prints their command. `learner_wait` waits for them and prints their log.
-LEARNER_PID=""
-learner_beside() {
-  local name=$1 marker=$2
-  if [ "$DRY_RUN" = 1 ]; then learner_tests "$name" "$marker"; return 0; fi
-  learner_tests "$name" "$marker" >"$TEST_RUN_DIR/$name.log" 2>&1 &
-  LEARNER_PID=$!
-  LEARNER_LOG="$TEST_RUN_DIR/$name.log"
+# Commands run beside node's runner: in the background, each into its log, printed after node's output (with
+# --dry-run, printed as they are started). `beside_wait` waits for them all and fails when one failed.
+BESIDE_PIDS=()
+BESIDE_LOGS=()
+beside() {
+  local name=$1
+  shift
+  if [ "$DRY_RUN" = 1 ]; then "$@"; return 0; fi
+  "$@" >"$TEST_RUN_DIR/$name.log" 2>&1 &
+  BESIDE_PIDS+=("$!")
+  BESIDE_LOGS+=("$TEST_RUN_DIR/$name.log")
 }
-learner_wait() {
-  [ -n "$LEARNER_PID" ] || return 0
-  local rc=0
-  wait "$LEARNER_PID" || rc=$?
-  cat "$LEARNER_LOG"
-  LEARNER_PID=""
+beside_wait() {
+  local rc=0 i
+  for i in "${!BESIDE_PIDS[@]}"; do
+    wait "${BESIDE_PIDS[$i]}" || rc=1
+    cat "${BESIDE_LOGS[$i]}"
+  done
+  BESIDE_PIDS=()
+  BESIDE_LOGS=()
   return "$rc"
 }
 
@@ -258,33 +262,35 @@ learner_wait() {
 test_fast() {
   local rc=0
   say "fast tier: the learner's tests that load no model (pytest -m 'not model', output after node's), unit and workflow tests (node --test, $TEST_CONCURRENCY files at once)"
-  learner_beside learner-fast 'not model'
+  beside learner-fast learner_tests learner-fast 'not model'
   # The workflow files first: they are the longest, and started last they would run alone at the end.
   node_tests node-fast "$TEST_CONCURRENCY" 0 test/workflows/*.test.ts test/unit/*.test.ts || rc=$?
-  learner_wait || rc=$?
+  beside_wait || rc=$?
   return "$rc"
 }
 
 # The integration files that run longest (bench/RESULTS.md, "Two files at once"), started first: started late, one
 # would run alone at the end of the tier.
-LONG_TESTS=(test/integration/production-rehearsal.test.ts test/integration/real-scoring.test.ts test/integration/mcts.test.ts test/integration/cli.test.ts test/integration/python-pins.test.ts test/integration/prompt-integrity.test.ts)
+LONG_TESTS=(test/integration/production-rehearsal.test.ts test/integration/mcts.test.ts test/integration/cli.test.ts test/integration/prompt-integrity.test.ts)
+# Files that spend most of their time asleep (real-scoring: agisdk's 1 s slow_mo after every official browser
+# operation): a runner of their own beside the two files at once, where their sleep costs no other file its turn.
+ASLEEP_TESTS=(test/integration/real-scoring.test.ts)
 
-# test/integration/ but the slow files, LONG_TESTS first.
+# test/integration/ but the slow and asleep files, LONG_TESTS first.
 integration_files() {
   local f s skip
-  for f in "${LONG_TESTS[@]}"; do [ -f "$f" ] || { say "integration tier: no file $f (LONG_TESTS in launch.sh)"; return 2; }; done
+  for f in "${LONG_TESTS[@]}" "${ASLEEP_TESTS[@]}"; do [ -f "$f" ] || { say "integration tier: no file $f (LONG_TESTS, ASLEEP_TESTS in launch.sh)"; return 2; }; done
   for f in "${LONG_TESTS[@]}" test/integration/*.test.ts; do
     skip=0
-    for s in "${SLOW_TESTS[@]}"; do [ "$f" != "$s" ] || skip=1; done
-    for s in "${INTEGRATION_FILES[@]+"${INTEGRATION_FILES[@]}"}"; do [ "$f" != "$s" ] || skip=1; done
+    for s in "${SLOW_TESTS[@]}" "${ASLEEP_TESTS[@]}" "${INTEGRATION_FILES[@]+"${INTEGRATION_FILES[@]}"}"; do [ "$f" != "$s" ] || skip=1; done
     [ "$skip" = 1 ] || INTEGRATION_FILES+=("$f")
   done
 }
 
 # Real components: a Temporal dev server, Chromium, MiniWoB++ pages, the tiny Qwen3-VL learner; each file starts its
-# own stack. The learner's model tests run beside node's files. `test_integration slow` (all of `./launch.sh test`)
-# runs the slow tier's files in the same pool, first (they are the longest), so neither tier waits on the other's
-# last file.
+# own stack. Beside node's runner: the learner's model tests and the asleep files. `test_integration slow` (all of
+# `./launch.sh test`) runs the slow tier's files in the same pool, first (they are the longest), so neither tier
+# waits on the other's last file.
 test_integration() {
   local rc=0 with_slow=0 files
   [ "${1:-}" != slow ] || with_slow=1
@@ -295,12 +301,15 @@ test_integration() {
     check_slow_files || return 2
     files=("${SLOW_TESTS[@]}" "${files[@]}")
   fi
-  say "integration tier: the learner's tests that load the model or start a server (pytest -m model, output after node's)"
-  learner_beside learner-model model
+  say "integration tier: the learner's tests that load the model or start a server (pytest -m model), beside node's files (output after theirs)"
+  beside learner-model learner_tests learner-model model
+  test_bundle || { beside_wait; return 1; }
+  local TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE"
+  say "integration tier: ${ASLEEP_TESTS[*]} in a runner of its own, beside node's files (output after theirs)"
+  beside node-asleep node_tests node-asleep 1 1800000 "${ASLEEP_TESTS[@]}"
   say "integration tier: ${#files[@]} files of test/integration/$([ "$with_slow" = 0 ] || echo ', the slow tier first') (node --test, $TEST_CONCURRENCY at once)"
-  test_bundle || { learner_wait; return 1; }
-  TEST_ENV="HALO_WORKFLOW_BUNDLE=$TEST_BUNDLE" node_tests node-integration "$TEST_CONCURRENCY" 1800000 "${files[@]}" || rc=$?
-  learner_wait || rc=$?
+  node_tests node-integration "$TEST_CONCURRENCY" 1800000 "${files[@]}" || rc=$?
+  beside_wait || rc=$?
   return "$rc"
 }
 

@@ -9,10 +9,11 @@
  *
  *   node --import tsx bench/browser-launch.ts [--n 10] [--full /usr/bin/chromium] [--shell /usr/lib/chromium/chromium-headless-shell]
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { treeCpuSeconds } from '../testing/process-tree';
 import { parseArgs } from 'node:util';
 import type { Browser } from 'playwright-core';
 import { DEFAULT_CHROMIUM_PATH, DEFAULT_VIEWPORT, HEADLESS_SHELL_PATH, launchChromium } from '../env/browser';
+import { captureViewport } from '../env/page-actions';
 import { startFakeRealSite, type FakeRealSite } from '../testing/fake-real-site';
 import { printBenchHeader, printLoadAtEnd, runBench } from './bench-run';
 
@@ -25,33 +26,6 @@ const { values } = parseArgs({
 });
 const N = Number(values.n);
 if (!Number.isInteger(N) || N < 1) throw new Error(`--n must be a positive integer, not ${values.n}`);
-
-/** CPU-seconds (user + system) of `root` and every process below it, from /proc. */
-function treeCpuSeconds(root: number): number {
-  const children = new Map<number, number[]>();
-  const cpu = new Map<number, number>();
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-    } catch {
-      continue; // gone meanwhile
-    }
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const ppid = Number(f[1]);
-    cpu.set(Number(d), (Number(f[11]) + Number(f[12])) / 100);
-    children.set(ppid, [...(children.get(ppid) ?? []), Number(d)]);
-  }
-  let sum = 0;
-  const todo = [root];
-  while (todo.length) {
-    const p = todo.pop() as number;
-    sum += cpu.get(p) ?? 0;
-    todo.push(...(children.get(p) ?? []));
-  }
-  return sum;
-}
 
 type Op = { name: string; run: (b: Browser, site: FakeRealSite) => Promise<() => Promise<void>> };
 
@@ -104,7 +78,7 @@ const OPS: Op[] = [
       await page.goto(`${site.origin}/`);
       const cdp = await c.newCDPSession(page);
       return async () => {
-        await cdp.send('Page.captureScreenshot', { format: 'png' });
+        await captureViewport(cdp, { zoom: 1, viewport: DEFAULT_VIEWPORT }, 0, 0);
       };
     },
   },

@@ -235,16 +235,30 @@ export async function executePageAction(page: Page, action: PageAction, geom: Pa
   }
 }
 
-/** PNG of the top-left (viewport / zoom) CSS px of the visual viewport at (scrollX, scrollY), rendered at `zoom`. */
+/** Captures tried before a capture failure is the step's error (each after two animation frames). */
+const CAPTURE_ATTEMPTS = 3;
+
+/**
+ * PNG of the top-left (viewport / zoom) CSS px of the visual viewport at (scrollX, scrollY), rendered at `zoom`.
+ * Right after a navigation the page may have no frame yet: Chromium answers "Unable to capture screenshot" (a
+ * quarter of first captures after `goto` in the headless shell, 2026-11-30). Two animation frames later it has one.
+ */
 export async function captureViewport(cdp: CDPSession, geom: PageGeometry, scrollX: number, scrollY: number): Promise<Buffer> {
   const { width, height } = geom.viewport;
-  const res = (await cdp.send('Page.captureScreenshot', {
-    format: 'png',
-    fromSurface: true,
-    captureBeyondViewport: false,
-    clip: { x: scrollX, y: scrollY, width: width / geom.zoom, height: height / geom.zoom, scale: geom.zoom },
-  })) as { data: string };
-  return Buffer.from(res.data, 'base64');
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const res = (await cdp.send('Page.captureScreenshot', {
+        format: 'png',
+        fromSurface: true,
+        captureBeyondViewport: false,
+        clip: { x: scrollX, y: scrollY, width: width / geom.zoom, height: height / geom.zoom, scale: geom.zoom },
+      })) as { data: string };
+      return Buffer.from(res.data, 'base64');
+    } catch (err) {
+      if (attempt >= CAPTURE_ATTEMPTS || !/Unable to capture screenshot/.test(String((err as Error).message))) throw err;
+      await cdp.send('Runtime.evaluate', { expression: 'new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))', awaitPromise: true });
+    }
+  }
 }
 
 /**

@@ -93,6 +93,17 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
     await waitForPollers(connection, ns, [{ ...queue, process: { name: `${kind} worker`, pid: child.pid, logFile } }], home);
     return child;
   };
+  // A test file killed mid-run (node's runner SIGTERMs a file past its timeout) must not leave this stack running
+  // beside the files after it: its server, workers and learner get SIGTERM as the process goes.
+  const orphans = () => {
+    for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
+    try {
+      process.kill(server.pid, 'SIGTERM');
+    } catch {
+      /* already gone */
+    }
+  };
+  endWithProcess(orphans);
   const stack: TestStack = {
     home,
     address,
@@ -142,6 +153,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       await waitForServer(address, 90_000, server);
     },
     async stop() {
+      unlive(orphans);
       // Bounded: a worker stuck in its shutdown (a browser that does not close, a poll against a restarted
       // server) is SIGKILLed after the grace, so a test file never outlives its tests.
       await Promise.all(workers.map((w) => stopChild(w, STOP_GRACE_MS)));
@@ -171,6 +183,37 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
 }
 
 const STOP_GRACE_MS = 30_000;
+
+/** The stacks this process started and has not stopped, each as the function that ends its processes. */
+const live = new Set<() => void>();
+const unlive = (end: () => void) => live.delete(end);
+let hooked = false;
+
+/**
+ * Runs `end` when this process exits, or is ended by SIGTERM, SIGINT or SIGHUP (a signal with no other listener:
+ * Node's default for them is to die without an exit event). A SIGKILLed process runs nothing.
+ */
+function endWithProcess(end: () => void): void {
+  live.add(end);
+  if (hooked) return;
+  hooked = true;
+  const endAll = () => {
+    for (const e of live) e();
+    live.clear();
+  };
+  process.on('exit', endAll);
+  for (const [signal, code] of [
+    ['SIGTERM', 143],
+    ['SIGINT', 130],
+    ['SIGHUP', 129],
+  ] as const) {
+    if (process.listenerCount(signal) > 0) continue;
+    process.once(signal, () => {
+      endAll();
+      process.exit(code);
+    });
+  }
+}
 
 /** `p`, or undefined after `ms`; the timer is cleared either way, so it keeps no test file alive. */
 export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {

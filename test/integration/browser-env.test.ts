@@ -1,7 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { HEADLESS_SHELL_PATH, launchChromium } from '../../env/browser';
+import { existsSync, readFileSync } from 'node:fs';
+import { DEFAULT_VIEWPORT, HEADLESS_SHELL_PATH, launchChromium } from '../../env/browser';
+import { captureViewport } from '../../env/page-actions';
+import { startFakeRealSite } from '../../testing/fake-real-site';
+import { descendants } from '../../testing/process-tree';
 
 // A renderer exploit reads /proc/self/environ: Chromium and every process under it must hold none of the
 // worker's secrets, whatever the worker's own environment holds.
@@ -13,31 +16,6 @@ const SECRETS = {
   AWS_SECRET_ACCESS_KEY: 'aws-browser-probe',
   HF_TOKEN: 'hf-browser-probe',
 };
-
-/** Every process under `root` (by the parent pid in /proc/<pid>/stat). */
-function descendants(root: number): number[] {
-  const parent = new Map<number, number>();
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const [child, pp] of parent) {
-      if (pp === p) {
-        out.push(child);
-        walk(child);
-      }
-    }
-  };
-  walk(root);
-  return out;
-}
 
 test('Chromium and its renderers start with an allow-listed environment: no key of the worker in any of them', async () => {
   const saved = { ...process.env };
@@ -108,5 +86,25 @@ test('a headless launch runs the headless shell where it is installed: no browse
     );
   } finally {
     await browser.close();
+  }
+});
+
+test('the first screenshot after a navigation is taken: a page with no frame yet is waited for, not an error', async () => {
+  // Without the wait, about a quarter of these captures failed in the headless shell ("Unable to capture screenshot").
+  const site = await startFakeRealSite();
+  const browser = await launchChromium({ hideScrollbars: true });
+  try {
+    for (let i = 0; i < 20; i++) {
+      const context = await browser.newContext({ viewport: DEFAULT_VIEWPORT });
+      const page = await context.newPage();
+      const cdp = await context.newCDPSession(page);
+      await page.goto(`${site.origin}/`);
+      const png = await captureViewport(cdp, { zoom: 1, viewport: DEFAULT_VIEWPORT }, 0, 0);
+      assert.equal(png.subarray(1, 4).toString(), 'PNG', `capture ${i}`);
+      await context.close();
+    }
+  } finally {
+    await browser.close();
+    await site.close();
   }
 });

@@ -50,7 +50,11 @@ test('the tiers split the suite: fast is unit and workflow files, integration an
   );
   assert.match(fast.find((l) => l.includes('node-fast.jsonl')) ?? '', /--test-concurrency=[2-9]/);
 
-  const integration = nodeFiles(plan('integration'), 'node-integration');
+  const integrationPlan = plan('integration');
+  // The files that mostly sleep run in a runner of their own beside the pool.
+  const asleep = nodeFiles(integrationPlan, 'node-asleep');
+  assert.ok(asleep.includes('test/integration/real-scoring.test.ts'), asleep.join(' '));
+  const integration = [...nodeFiles(integrationPlan, 'node-integration'), ...asleep];
   assert.equal(new Set(integration).size, integration.length, 'no file twice');
   const slow = nodeFiles(plan('slow'), 'node-slow');
   assert.ok(slow.includes('test/integration/learning.test.ts') && slow.includes('test/integration/chaos.test.ts'), slow.join(' '));
@@ -81,12 +85,12 @@ test('everything: type check and lint, fast, then the integration and slow files
   );
   assert.equal(all.filter((l) => l.includes('build-workflow-bundle.ts')).length, 1, 'the bundle is built once');
   assert.match(all.find((l) => l.includes('/node-integration.jsonl')) ?? '', /^HALO_WORKFLOW_BUNDLE=\S+\/bundles\/\S+ node /);
-  assert.equal(all.filter((l) => l.includes('.jsonl')).length, 2, 'node runs twice: fast, then integration and slow together');
+  assert.equal(all.filter((l) => l.includes('.jsonl')).length, 3, 'node runs fast, then integration and slow together, the asleep files beside');
   // Every integration file once, the slow tier's first: the longest files start first, none runs alone at the end.
   const pool = nodeFiles(all, 'node-integration');
   const slow = nodeFiles(plan('slow'), 'node-slow');
   assert.deepEqual(pool.slice(0, slow.length), slow);
-  assert.deepEqual([...pool].sort(), testFiles('test/integration'));
+  assert.deepEqual([...pool, ...nodeFiles(all, 'node-asleep')].sort(), testFiles('test/integration'));
 });
 
 test('every node run takes HALO_TEST_CONCURRENCY files at once (two by default)', () => {
@@ -96,7 +100,7 @@ test('every node run takes HALO_TEST_CONCURRENCY files at once (two by default)'
     else env.HALO_TEST_CONCURRENCY = v;
     const r = spawnSync('bash', ['launch.sh', '--skip-setup', 'test', '--dry-run'], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000, env });
     assert.equal(r.status, 0, r.stdout + r.stderr);
-    return r.stdout.split('\n').filter((l) => l.includes('.jsonl'));
+    return r.stdout.split('\n').filter((l) => /node-(fast|integration)\.jsonl/.test(l));
   };
   for (const [v, n] of [
     [undefined, '2'],
