@@ -240,8 +240,8 @@ const CAPTURE_ATTEMPTS = 3;
 
 /**
  * PNG of the top-left (viewport / zoom) CSS px of the visual viewport at (scrollX, scrollY), rendered at `zoom`.
- * Right after a navigation the page may have no frame yet: Chromium answers "Unable to capture screenshot" (a
- * quarter of first captures after `goto` in the headless shell, 2026-11-30). Two animation frames later it has one.
+ * Right after a navigation the page may have no frame yet: Chromium answers "Unable to capture screenshot" (one in
+ * seven first captures after `goto` in the headless shell, 2026-11-30). Two animation frames later it has one.
  */
 export async function captureViewport(cdp: CDPSession, geom: PageGeometry, scrollX: number, scrollY: number): Promise<Buffer> {
   const { width, height } = geom.viewport;

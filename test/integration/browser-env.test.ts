@@ -90,7 +90,7 @@ test('a headless launch runs the headless shell where it is installed: no browse
 });
 
 test('the first screenshot after a navigation is taken: a page with no frame yet is waited for, not an error', async () => {
-  // Without the wait, about a quarter of these captures failed in the headless shell ("Unable to capture screenshot").
+  // Without the wait, about one in seven of these captures failed in the headless shell ("Unable to capture screenshot").
   const site = await startFakeRealSite();
   const browser = await launchChromium({ hideScrollbars: true });
   try {
