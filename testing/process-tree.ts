@@ -43,3 +43,12 @@ export function treeCpuSeconds(root: number): number {
   const table = processTable();
   return [root, ...descendants(root)].reduce((sum, pid) => sum + (table.get(pid)?.cpuSeconds ?? 0), 0);
 }
+
+/** The command line of `pid`, its arguments joined by spaces; undefined once it has exited or cannot be read. */
+export function cmdline(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+  } catch {
+    return undefined;
+  }
+}

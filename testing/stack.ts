@@ -153,7 +153,7 @@ export async function startTestStack(opts: TestStackOptions = {}): Promise<TestS
       await waitForServer(address, 90_000, server);
     },
     async stop() {
-      unlive(orphans);
+      live.delete(orphans);
       // Bounded: a worker stuck in its shutdown (a browser that does not close, a poll against a restarted
       // server) is SIGKILLed after the grace, so a test file never outlives its tests.
       await Promise.all(workers.map((w) => stopChild(w, STOP_GRACE_MS)));
@@ -186,7 +186,6 @@ const STOP_GRACE_MS = 30_000;
 
 /** The stacks this process started and has not stopped, each as the function that ends its processes. */
 const live = new Set<() => void>();
-const unlive = (end: () => void) => live.delete(end);
 let hooked = false;
 
 /**

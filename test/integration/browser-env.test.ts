@@ -4,7 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { DEFAULT_VIEWPORT, HEADLESS_SHELL_PATH, launchChromium } from '../../env/browser';
 import { captureViewport } from '../../env/page-actions';
 import { startFakeRealSite } from '../../testing/fake-real-site';
-import { descendants } from '../../testing/process-tree';
+import { cmdline, descendants } from '../../testing/process-tree';
 
 // A renderer exploit reads /proc/self/environ: Chromium and every process under it must hold none of the
 // worker's secrets, whatever the worker's own environment holds.
@@ -25,13 +25,7 @@ test('Chromium and its renderers start with an allow-listed environment: no key 
     try {
       const page = await browser.newPage();
       await page.setContent('<p>a page from the web</p>');
-      const pids = descendants(process.pid).filter((p) => {
-        try {
-          return /chrom/i.test(readFileSync(`/proc/${p}/cmdline`, 'utf8'));
-        } catch {
-          return false;
-        }
-      });
+      const pids = descendants(process.pid).filter((p) => /chrom/i.test(cmdline(p) ?? ''));
       assert.ok(pids.length >= 2, `expected the browser and a renderer under this process, found ${pids.length}`);
       let read = 0;
       let withPath = 0;
@@ -67,13 +61,7 @@ test('a headless launch runs the headless shell where it is installed: no browse
   const browser = await launchChromium();
   try {
     for (let i = 0; i < 2; i++) await (await browser.newContext()).newPage();
-    const cmdlines = descendants(process.pid).flatMap((p) => {
-      try {
-        return [readFileSync(`/proc/${p}/cmdline`, 'utf8').replace(/\0/g, ' ')];
-      } catch {
-        return [];
-      }
-    });
+    const cmdlines = descendants(process.pid).flatMap((p) => cmdline(p) ?? []);
     assert.ok(
       cmdlines.some((c) => c.startsWith(HEADLESS_SHELL_PATH) && !c.includes('--type=')),
       `the browser process is not ${HEADLESS_SHELL_PATH}:\n${cmdlines.join('\n')}`,

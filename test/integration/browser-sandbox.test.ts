@@ -1,42 +1,27 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { launchChromium, resolveChromiumPath } from '../../env/browser';
 import { dropPrivileges } from '../../env/browser-user';
+import { cmdline, descendants } from '../../testing/process-tree';
 
 // Chromium refuses its sandbox to root. A worker running as root (CI, a developer box, ./launch.sh as root) must
 // still get sandboxed renderers: the browser runs as an unprivileged user.
 
-/** Every process under `root`, with its uid, command line and seccomp mode. */
+/** Every Chromium process under `root`, with its uid, command line and seccomp mode. */
 function chromiumTree(root: number): { pid: number; uid: number; cmdline: string; seccomp: number }[] {
-  const parent = new Map<number, number>();
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
+  return descendants(root).flatMap((pid) => {
+    const cmd = cmdline(pid);
+    if (cmd === undefined || !/chrom/i.test(cmd)) return [];
     try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+      const seccomp = Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+      return [{ pid, uid, cmdline: cmd, seccomp }];
     } catch {
-      // gone meanwhile
+      return []; // exited meanwhile
     }
-  }
-  const out: { pid: number; uid: number; cmdline: string; seccomp: number }[] = [];
-  const walk = (p: number) => {
-    for (const [child, pp] of parent) {
-      if (pp !== p) continue;
-      try {
-        const cmdline = readFileSync(`/proc/${child}/cmdline`, 'utf8').split('\0').join(' ');
-        const status = readFileSync(`/proc/${child}/status`, 'utf8');
-        const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
-        const seccomp = Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? -1);
-        if (/chrom/i.test(cmdline)) out.push({ pid: child, uid, cmdline, seccomp });
-      } catch {
-        // exited meanwhile
-      }
-      walk(child);
-    }
-  };
-  walk(root);
-  return out;
+  });
 }
 
 test('Chromium started by this worker runs as a non-root user with its renderers sandboxed', async () => {
